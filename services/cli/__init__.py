@@ -1,0 +1,1 @@
+"""The `pykubelet` command: one subcommand per service, plus up, down, status and logs."""

@@ -1,0 +1,63 @@
+"""`pykubelet` dispatches to a service, the local-node supervisor, or a read-only tool."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+SERVICES = {
+    "pod-sync": "services.pod_sync",
+    "probe": "services.probe",
+    "volume": "services.volume",
+    "network": "services.network",
+    "eviction": "services.eviction",
+    "status-reporter": "services.status_reporter",
+    "node-api": "services.node_api",
+}
+
+USAGE = """usage: pykubelet COMMAND [flags]
+
+Local node:
+  up                 start a complete node (NATS, registry, containerd, all services)
+  down               stop a node started with `up`
+  status             show every pod: phase, IP, containers, and why it is not running
+  logs POD           print a container's log (-c CONTAINER, --previous, --tail N)
+
+Services (one process each; `pykubelet up` starts them all):
+  pod-sync, probe, volume, network, eviction, status-reporter, node-api
+
+Run `pykubelet COMMAND --help` for a command's flags.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command in SERVICES:
+        sys.argv = [f"pykubelet {command}", *rest]
+        try:
+            runpy.run_module(SERVICES[command], run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else 1
+        return 0
+    if command in ("up", "down"):
+        from services.cli import up_cmd
+
+        return up_cmd.up(rest) if command == "up" else up_cmd.down(rest)
+    if command == "status":
+        from services.cli import status_cmd
+
+        return status_cmd.main(rest)
+    if command == "logs":
+        from services.cli import logs_cmd
+
+        return logs_cmd.main(rest)
+    print(f"pykubelet: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""`pykubelet up` and `pykubelet down`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from services.supervisor.node import UpOptions, pid_alive, run_up
+from shared.config import ConfigError, add_node_flags, settings_from_args
+
+DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
+
+
+def up(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="pykubelet up", description="Start a complete local node.")
+    add_node_flags(p)
+    g = p.add_argument_group("local node")
+    g.add_argument("--nats-port", type=int, default=4222, help="loopback port for nats-server (4222)")
+    g.add_argument("--registry-port", type=int, default=5000,
+                   help="run a local image registry on 127.0.0.1:PORT (5000); 0 for none")
+    g.add_argument("--push-demo-images", action="store_true",
+                   help="build the busybox-based demo/pause images and push them to the local registry")
+    g.add_argument("--admin-port-base", type=int, default=None,
+                   help="give services consecutive admin ports from here (default: 10260..10266)")
+    g.add_argument("--keep-pods", action="store_true", help="leave pods running when the node stops")
+    g.add_argument("--wait-pods", type=float, default=120.0,
+                   help="seconds to wait for pods to start before printing the summary (120)")
+    args = p.parse_args(argv)
+    if args.root_dir is None:
+        args.root_dir = DEFAULT_ROOT
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        settings = settings_from_args(args)  # fail on a bad config before starting anything
+    except ConfigError as exc:
+        print(f"pykubelet up: {exc}", file=sys.stderr)
+        return 2
+    opts = UpOptions(args=args, settings=settings, nats_port=args.nats_port,
+                     registry_port=args.registry_port or None, admin_port_base=args.admin_port_base,
+                     push_images=args.push_demo_images, keep_pods=args.keep_pods, wait_pods=args.wait_pods)
+    return asyncio.run(run_up(opts))
+
+
+def down(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="pykubelet down", description="Stop a node started with `up`.")
+    p.add_argument("--root-dir", default=DEFAULT_ROOT)
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the stop (180)")
+    args = p.parse_args(argv)
+    pid_file = Path(args.root_dir) / "run" / "supervisor.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        print(f"no node is running from {args.root_dir} (no {pid_file})")
+        return 0
+    if not pid_alive(pid):
+        print(f"node supervisor (pid {pid}) is not running; removing stale {pid_file}")
+        pid_file.unlink(missing_ok=True)
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    print(f"stopping node (supervisor pid {pid}) ...", flush=True)
+    deadline = time.monotonic() + args.timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            print(f"node did not stop within {args.timeout:.0f}s; see {args.root_dir}/logs", file=sys.stderr)
+            return 1
+        time.sleep(0.3)
+    print("node stopped")
+    return 0

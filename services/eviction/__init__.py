@@ -1,0 +1,1 @@
+"""eviction: node resource signals and pressure (eviction itself arrives later)."""

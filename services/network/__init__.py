@@ -1,0 +1,1 @@
+"""network: the node pod network (CNI config, readiness; DNS and ports later)."""

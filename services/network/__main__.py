@@ -1,0 +1,40 @@
+"""network service entry point: wiring only."""
+
+from __future__ import annotations
+
+import sys
+
+from fastapi import APIRouter
+
+from services.network.readiness import NetworkManager
+from shared.cri import CRIClient
+from shared.runtime_check import RuntimeHealth
+from shared.service import ServiceContext, service_main
+from shared.store import NetworkStatus
+
+NAME = "network"
+
+
+async def setup(ctx: ServiceContext) -> None:
+    cri = CRIClient(ctx.settings.kubelet.container_runtime_endpoint)
+    manager = NetworkManager(ctx.store, ctx.bus, RuntimeHealth(cri), ctx.settings.kubelet.pod_cidr,
+                             ctx.settings.root_dir)
+    views = APIRouter()
+
+    @views.get("/network")
+    def network() -> dict:
+        with ctx.store.session() as s:
+            row = s.get(NetworkStatus, 1)
+            if row is None:
+                return {"ready": False, "message": "not reconciled yet"}
+            return {"podCIDR": row.pod_cidr, "ready": row.ready, "reason": row.reason,
+                    "message": row.message, "cniConfig": row.conf_path}
+
+    ctx.app.include_router(views)
+    ctx.checks["network"] = manager.ready
+    ctx.spawn("network-reconcile", manager.run())
+    ctx.on_shutdown(cri.close)
+
+
+if __name__ == "__main__":
+    sys.exit(service_main(NAME, setup))

@@ -1,0 +1,55 @@
+"""The CNI network configuration for this node's pod CIDR.
+
+bridge + host-local gives each pod an address from podCIDR behind a host bridge (reachable from
+the node), portmap implements hostPort. containerd's CRI plugin reads the file from the conf dir.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from pathlib import Path
+
+from shared.cni import BRIDGE, NETWORK_NAME
+
+CONFLIST_NAME = "10-pykubelet.conflist"
+
+
+def conflist(pod_cidr: str, ipam_dir: Path) -> dict:
+    net = ipaddress.ip_network(pod_cidr, strict=False)
+    default_route = "0.0.0.0/0" if net.version == 4 else "::/0"
+    return {
+        "cniVersion": "0.4.0",
+        "name": NETWORK_NAME,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": True,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": str(net)}]],
+                    "routes": [{"dst": default_route}],
+                    # Keep IP leases under pykubelet's root dir, not the host-wide default.
+                    "dataDir": str(ipam_dir),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def write_conflist(conf_dir: Path, pod_cidr: str, ipam_dir: Path) -> tuple[Path, bool]:
+    """Write atomically; return (path, whether the content changed)."""
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    path = conf_dir / CONFLIST_NAME
+    content = json.dumps(conflist(pod_cidr, ipam_dir), indent=2) + "\n"
+    if path.exists() and path.read_text() == content:
+        return path, False
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(content)
+    os.replace(tmp, path)
+    return path, True

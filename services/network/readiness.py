@@ -1,0 +1,69 @@
+"""Network readiness: our CNI config is written and the runtime says its network is ready."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from services.network.cni_config import write_conflist
+from shared.bus import Bus, NetworkChanged
+from shared.cni import cni_conf_dir, cni_ipam_dir
+from shared.runtime_check import RuntimeHealth
+from shared.store import NetworkStatus, Store
+from shared.store.models import utcnow
+
+log = logging.getLogger(__name__)
+
+
+class NetworkManager:
+    def __init__(self, store: Store, bus: Bus, health: RuntimeHealth, pod_cidr: str, root_dir: Path,
+                 period: float = 2.0) -> None:
+        self.store = store
+        self.bus = bus
+        self.health = health
+        self.pod_cidr = pod_cidr
+        self.conf_dir, self.ipam_dir = cni_conf_dir(root_dir), cni_ipam_dir(root_dir)
+        self.period = period
+        self._last: tuple[bool, str] | None = None
+
+    def ensure_config(self) -> Path | None:
+        if not self.pod_cidr:
+            return None
+        path, changed = write_conflist(self.conf_dir, self.pod_cidr, self.ipam_dir)
+        if changed:
+            log.info("wrote CNI config %s for pod CIDR %s", path, self.pod_cidr)
+        return path
+
+    async def reconcile(self) -> None:
+        path = self.ensure_config()
+        await self.health.poll()
+        if path is None:
+            ready, reason = False, "NoPodCIDR"
+            message = "podCIDR is not set: set podCIDR in the kubelet config (or --pod-cidr)"
+        else:
+            ready, message = self.health.condition("NetworkReady")
+            reason = "" if ready else "NetworkPluginNotReady"
+            if not ready:
+                message = f"container runtime network not ready: {message}"
+        with self.store.session() as s:
+            s.merge(NetworkStatus(id=1, pod_cidr=self.pod_cidr, ready=ready, reason=reason,
+                                  message=message if not ready else "ok",
+                                  conf_path=str(path or ""), updated_at=utcnow()))
+        if self._last != (ready, message):
+            self._last = (ready, message)
+            log.info("network %s%s", "ready" if ready else "not ready: ", "" if ready else message)
+            await self.bus.publish(NetworkChanged(ready=ready))
+
+    def ready(self) -> tuple[bool, str]:
+        if self._last is None:
+            return False, "not reconciled yet"
+        return self._last[0], "ok" if self._last[0] else self._last[1]
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.reconcile()
+            except OSError as exc:
+                log.error("cannot write CNI config in %s: %s", self.conf_dir, exc)
+            await asyncio.sleep(self.period)

@@ -1,0 +1,1 @@
+"""pod-sync: pod sources, and driving the container runtime to match them."""

@@ -1,0 +1,143 @@
+"""What to do to bring one pod's runtime state to its spec: a pure function, no I/O.
+
+Follows the kubelet's computePodActions: a missing or dead sandbox means a fresh sandbox and all
+containers again; init containers run one at a time, in order, before app containers; exited
+containers are restarted per restartPolicy, behind a crash-loop back-off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.pod_sync.backoff import Backoff
+from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
+from shared.podspec import Container, Pod
+
+
+@dataclass
+class StartContainer:
+    spec: Container
+    attempt: int
+    init: bool = False
+
+
+@dataclass
+class PodActions:
+    kill_sandboxes: list[str] = field(default_factory=list)
+    create_sandbox: bool = False
+    sandbox_attempt: int = 0
+    start: list[StartContainer] = field(default_factory=list)
+    remove_containers: list[str] = field(default_factory=list)
+    # container name -> (reason, message) for containers deliberately not started now
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # The pod is finished (nothing will run again): its sandbox can be stopped.
+    pod_done: bool = False
+
+    @property
+    def noop(self) -> bool:
+        return not (self.kill_sandboxes or self.create_sandbox or self.start or self.remove_containers)
+
+
+def backoff_key(pod: Pod, name: str) -> str:
+    return f"{pod.uid}/{name}"
+
+
+def should_restart(pod: Pod, c: ContainerInfo | None) -> bool:
+    if c is None or c.state in ("created", "unknown"):
+        return True
+    if c.state == "running":
+        return False
+    policy = pod.spec.restartPolicy
+    if policy == "Never":
+        return False
+    if policy == "OnFailure" and c.exit_code == 0:
+        return False
+    return True
+
+
+def _all_succeeded(pod: Pod, rt: RuntimePod) -> bool:
+    for spec in pod.spec.containers:
+        c = rt.latest(spec.name)
+        if c is None or c.state != "exited" or c.exit_code != 0:
+            return False
+    return True
+
+
+def _next_attempt(rt: RuntimePod, name: str) -> int:
+    latest = rt.latest(name)
+    return latest.attempt + 1 if latest else 0
+
+
+def _restart_or_wait(pod: Pod, spec: Container, c: ContainerInfo, init: bool, backoff: Backoff,
+                     actions: PodActions) -> None:
+    key = backoff_key(pod, spec.name)
+    remaining = backoff.remaining(key, c.finished_at)
+    if remaining > 0:
+        delay = backoff.current(key)
+        actions.waiting[spec.name] = (
+            "CrashLoopBackOff",
+            f"back-off {delay:g}s restarting failed container={spec.name} pod={pod.metadata.name}"
+            f"_{pod.metadata.namespace}({pod.uid})")
+        return
+    backoff.next(key, c.finished_at)
+    if c.state == "created":
+        actions.remove_containers.append(c.id)
+    actions.start.append(StartContainer(spec, c.attempt + 1, init))
+
+
+def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodActions:
+    actions = PodActions()
+    sandbox = rt.current_sandbox
+    if sandbox is None or not sandbox.ready:
+        attempt = sandbox.attempt + 1 if sandbox else 0
+        ran_before = bool(rt.containers)
+        # A finished pod does not come back: restartPolicy Never, or OnFailure with all done.
+        if ran_before and (pod.spec.restartPolicy == "Never"
+                           or (pod.spec.restartPolicy == "OnFailure" and _all_succeeded(pod, rt))):
+            actions.pod_done = True
+            actions.kill_sandboxes = [s.id for s in rt.sandboxes if s.ready]
+            return actions
+        actions.kill_sandboxes = [s.id for s in rt.sandboxes if s.ready]
+        actions.create_sandbox = True
+        actions.sandbox_attempt = attempt
+        first = pod.spec.initContainers[:1] or pod.spec.containers
+        init = bool(pod.spec.initContainers)
+        actions.start = [StartContainer(c, _next_attempt(rt, c.name), init) for c in first]
+        return actions
+
+    # Older ready sandboxes of the same pod are leftovers: stop them.
+    actions.kill_sandboxes = [s.id for s in rt.sandboxes[1:] if s.ready]
+    in_sandbox = RuntimePod(uid=rt.uid, sandboxes=[sandbox],
+                            containers=[c for c in rt.containers if c.sandbox_id == sandbox.id])
+
+    for spec in pod.spec.initContainers:
+        c = in_sandbox.latest(spec.name)
+        if c is None:
+            actions.start.append(StartContainer(spec, _next_attempt(rt, spec.name), True))
+            return actions
+        if c.state == "running":
+            return actions
+        if c.state == "exited" and c.exit_code == 0:
+            continue
+        if pod.spec.restartPolicy == "Never" and c.state == "exited":
+            actions.pod_done = True  # a failed init container fails the pod
+            actions.kill_sandboxes.append(sandbox.id)
+            return actions
+        _restart_or_wait(pod, spec, c, True, backoff, actions)
+        return actions
+
+    done = 0
+    for spec in pod.spec.containers:
+        c = in_sandbox.latest(spec.name)
+        if c is None:
+            actions.start.append(StartContainer(spec, _next_attempt(rt, spec.name)))
+            continue
+        if not should_restart(pod, c):
+            if c.state == "exited":
+                done += 1
+            continue
+        _restart_or_wait(pod, spec, c, False, backoff, actions)
+    if done == len(pod.spec.containers):
+        actions.pod_done = True
+        actions.kill_sandboxes.append(sandbox.id)
+    return actions

@@ -1,0 +1,70 @@
+"""Ties pod-sync together: sources feed desire, PLEG and timers wake workers, workers sync."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from services.pod_sync.pleg import PLEG
+from services.pod_sync.runtime_view import list_managed_uids
+from services.pod_sync.static_source import StaticPodSource
+from services.pod_sync.syncer import PodSyncer, SyncResult
+from services.pod_sync.workers import PodWorkers
+from shared.bus import Bus, DesiredPodsChanged, NetworkChanged, PodRuntimeChanged
+
+log = logging.getLogger(__name__)
+
+
+class PodSyncManager:
+    def __init__(self, syncer: PodSyncer, source: StaticPodSource, bus: Bus, resync_every: float,
+                 pleg_period: float = 1.0) -> None:
+        self.syncer = syncer
+        self.source = source
+        self.bus = bus
+        self.resync_every = resync_every
+        self.workers = PodWorkers(self._sync)
+        self.pleg = PLEG(syncer.runtime, pleg_period, self._wake)
+        self.source.on_change = self._on_source_change
+
+    async def _sync(self, uid: str) -> SyncResult:
+        result = await self.syncer.sync(uid)
+        await self.bus.publish(PodRuntimeChanged(uids=[uid]))
+        return result
+
+    def _wake(self, uids: set[str]) -> None:
+        # Until every source has reported once, a pod missing from desire may only be not yet
+        # read, not deleted: leave runtime pods alone (the kubelet's "sources ready").
+        if not self.source.synced.is_set():
+            return
+        for uid in uids:
+            self.workers.update(uid)
+
+    async def _on_source_change(self, uids: set[str]) -> None:
+        await self.bus.publish(DesiredPodsChanged(uids=sorted(uids)))
+        self._wake(uids)
+
+    async def _on_network(self, event: NetworkChanged) -> None:
+        if event.ready:
+            self._wake(set(self.syncer.desired_uids()))
+
+    async def resync_all(self) -> None:
+        uids = set(self.syncer.desired_uids()) | set(await list_managed_uids(self.syncer.runtime))
+        self._wake(uids)
+
+    async def run_resync(self) -> None:
+        await self.source.synced.wait()
+        while True:
+            try:
+                await self.resync_all()
+            except Exception as exc:  # runtime down: the next round tries again
+                log.warning("resync failed: %s", exc)
+            await asyncio.sleep(self.resync_every)
+
+    async def start(self, spawn) -> None:
+        await self.bus.subscribe(NetworkChanged, self._on_network)
+        spawn("static-pod-source", self.source.run())
+        spawn("pleg", self.pleg.run())
+        spawn("resync", self.run_resync())
+
+    async def close(self) -> None:
+        await self.workers.close()

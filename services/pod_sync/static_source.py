@@ -1,0 +1,166 @@
+"""Static pods: the manifest directory as a pod source.
+
+The directory is watched with inotify (via watchfiles) so a change applies within about a second,
+and rescanned every fileCheckFrequency in case an event was missed. Each scan is the whole truth:
+files present are the pods wanted, broken files are recorded with the reason and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable
+
+import watchfiles
+from sqlalchemy import delete, select
+
+from shared.podspec import ManifestInvalid, Pod, canonical_json, parse_manifest_text, validate_pod
+from shared.store import DesiredPod, ManifestError, Store
+
+log = logging.getLogger(__name__)
+
+SOURCE = "file"
+CONFIG_SOURCE = "kubernetes.io/config.source"
+CONFIG_HASH = "kubernetes.io/config.hash"
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass
+class ScanResult:
+    pods: dict[str, Pod]          # uid -> pod
+    sources: dict[str, str]       # uid -> file path
+    errors: dict[str, str]        # file path -> problem
+
+
+def static_pod_uid(node_name: str, path: str, manifest: dict) -> str:
+    """Like the kubelet: a hash of node, file and content, so any edit makes a new pod."""
+    h = hashlib.md5()
+    h.update(f"host:{node_name}".encode())
+    h.update(f"file:{path}".encode())
+    h.update(canonical_json(manifest).encode())
+    return h.hexdigest()
+
+
+def pod_from_file(path: Path, node_name: str) -> Pod:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestInvalid(f"cannot read: {exc}") from None
+    raw = parse_manifest_text(text)
+    pod = validate_pod(raw)
+    if not isinstance(raw, dict) or raw.get("kind") != "Pod":
+        raise ManifestInvalid("kind: Required value (must be Pod)")
+    uid = pod.metadata.uid or static_pod_uid(node_name, str(path), raw)
+    pod.metadata.uid = uid
+    # Static pods are named after the node, so two nodes' copies differ in the API.
+    pod.metadata.name = f"{pod.metadata.name}-{node_name}"
+    pod.spec.nodeName = node_name
+    pod.metadata.annotations = {**pod.metadata.annotations, CONFIG_SOURCE: SOURCE, CONFIG_HASH: uid}
+    return pod
+
+
+def scan_directory(directory: Path, node_name: str) -> ScanResult:
+    result = ScanResult({}, {}, {})
+    if not directory.is_dir():
+        return result
+    by_name: dict[str, str] = {}
+    for path in sorted(directory.iterdir()):
+        # Like the kubelet: hidden files (editor swap files, ..data) are not manifests.
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        if path.suffix.lower() not in MANIFEST_SUFFIXES:
+            continue
+        try:
+            pod = pod_from_file(path, node_name)
+        except ManifestInvalid as exc:
+            result.errors[str(path)] = f"manifest invalid: {exc}"
+            continue
+        if pod.full_name in by_name:
+            result.errors[str(path)] = (f"manifest invalid: pod {pod.full_name} is already defined by "
+                                        f"{by_name[pod.full_name]}; pod names must be unique")
+            continue
+        by_name[pod.full_name] = str(path)
+        result.pods[pod.uid] = pod
+        result.sources[pod.uid] = str(path)
+    return result
+
+
+class StaticPodSource:
+    def __init__(self, directory: str, node_name: str, store: Store, rescan_every: float,
+                 on_change: Callable[[set[str]], Awaitable[None]] | None = None) -> None:
+        self.directory = Path(directory) if directory else None
+        self.node_name = node_name
+        self.store = store
+        self.rescan_every = rescan_every
+        self.on_change = on_change
+        self.synced = asyncio.Event()  # set after the first full scan
+
+    async def scan(self) -> set[str]:
+        """Apply the directory's content to the store; return the UIDs whose desire changed."""
+        if self.directory is None:
+            return set()
+        result = await asyncio.to_thread(scan_directory, self.directory, self.node_name)
+        changed = self._apply(result)
+        for path, err in result.errors.items():
+            log.warning("static pod %s skipped: %s", path, err)
+        return changed
+
+    def _apply(self, result: ScanResult) -> set[str]:
+        changed: set[str] = set()
+        with self.store.session() as s:
+            existing = {r.uid: r for r in s.scalars(select(DesiredPod).where(DesiredPod.source == SOURCE))}
+            for uid, row in existing.items():
+                if uid not in result.pods and not row.deleting:
+                    row.deleting = True
+                    changed.add(uid)
+                    log.info("static pod %s/%s removed from %s; stopping it", row.namespace, row.name,
+                             row.source_path)
+            for uid, pod in result.pods.items():
+                if uid in existing and not existing[uid].deleting:
+                    continue
+                if uid in existing:  # came back while being stopped: let the stop finish first
+                    continue
+                s.add(DesiredPod(uid=uid, namespace=pod.metadata.namespace, name=pod.metadata.name,
+                                 source=SOURCE, source_path=result.sources[uid],
+                                 manifest=pod.to_manifest(),
+                                 grace_period_seconds=pod.spec.terminationGracePeriodSeconds))
+                changed.add(uid)
+                log.info("static pod %s from %s (uid %s)", pod.full_name, result.sources[uid], uid)
+            old_errors = {e.source_path: e.error for e in s.scalars(select(ManifestError))}
+            if old_errors != result.errors:
+                s.execute(delete(ManifestError))
+                for path, err in result.errors.items():
+                    s.add(ManifestError(source_path=path, error=err))
+        return changed
+
+    async def run(self) -> None:
+        """Scan now, then on every change in the directory and every rescan period."""
+        await self._scan_and_notify()
+        self.synced.set()
+        if self.directory is None:
+            log.info("no staticPodPath configured: static pods disabled")
+            await asyncio.Event().wait()
+        while True:
+            if not self.directory.is_dir():
+                log.warning("staticPodPath %s does not exist; checking again in %.0fs",
+                            self.directory, self.rescan_every)
+                await asyncio.sleep(self.rescan_every)
+                await self._scan_and_notify()
+                continue
+            stop = asyncio.Event()
+            timer = asyncio.get_running_loop().call_later(self.rescan_every, stop.set)
+            try:
+                async for _changes in watchfiles.awatch(self.directory, stop_event=stop, debounce=200,
+                                                        step=50, recursive=False):
+                    await self._scan_and_notify()
+            finally:
+                timer.cancel()
+            await self._scan_and_notify()  # the periodic rescan
+
+    async def _scan_and_notify(self) -> None:
+        changed = await self.scan()
+        if changed and self.on_change is not None:
+            await self.on_change(changed)

@@ -1,0 +1,88 @@
+"""One worker per pod: syncs of a pod never overlap, and a newer request replaces a queued one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from services.pod_sync.syncer import ERROR_RETRY, SyncResult
+
+log = logging.getLogger(__name__)
+
+SyncFn = Callable[[str], Awaitable[SyncResult]]
+
+# No single pod sync may hang the worker forever (a stuck runtime call has its own deadline too).
+SYNC_TIMEOUT = 15 * 60.0
+
+
+class PodWorkers:
+    def __init__(self, sync: SyncFn, max_concurrent: int = 16) -> None:
+        self._sync = sync
+        self._pending: dict[str, asyncio.Event] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._limit = asyncio.Semaphore(max_concurrent)
+        self._closed = False
+
+    def update(self, uid: str) -> None:
+        """Ask for a sync of this pod; cheap and idempotent."""
+        if self._closed:
+            return
+        event = self._pending.setdefault(uid, asyncio.Event())
+        event.set()
+        if uid not in self._tasks:
+            self._tasks[uid] = asyncio.create_task(self._run(uid), name=f"pod-worker:{uid}")
+
+    def update_after(self, uid: str, delay: float) -> None:
+        old = self._timers.pop(uid, None)
+        if old is not None:
+            if old.when() <= asyncio.get_running_loop().time() + delay:
+                self._timers[uid] = old
+                return
+            old.cancel()
+        self._timers[uid] = asyncio.get_running_loop().call_later(delay, self._fire_timer, uid)
+
+    def _fire_timer(self, uid: str) -> None:
+        self._timers.pop(uid, None)
+        self.update(uid)
+
+    @property
+    def active(self) -> list[str]:
+        return list(self._tasks)
+
+    async def _run(self, uid: str) -> None:
+        event = self._pending[uid]
+        try:
+            while event.is_set():
+                event.clear()
+                async with self._limit:
+                    try:
+                        result = await asyncio.wait_for(self._sync(uid), SYNC_TIMEOUT)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("sync of pod %s failed; retrying in %.0fs", uid, ERROR_RETRY)
+                        result = SyncResult(requeue_after=ERROR_RETRY)
+                if result.gone:
+                    timer = self._timers.pop(uid, None)
+                    if timer:
+                        timer.cancel()
+                elif result.requeue_after is not None:
+                    self.update_after(uid, result.requeue_after)
+        finally:
+            self._tasks.pop(uid, None)
+            if not event.is_set():
+                self._pending.pop(uid, None)
+            elif not self._closed:
+                # An update arrived as we were leaving: serve it.
+                self._tasks[uid] = asyncio.create_task(self._run(uid), name=f"pod-worker:{uid}")
+
+    async def close(self) -> None:
+        self._closed = True
+        for t in self._timers.values():
+            t.cancel()
+        tasks = list(self._tasks.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,1 @@
+"""probe: liveness, readiness and startup probes (workers arrive with the probe issue)."""

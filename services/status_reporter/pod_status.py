@@ -1,0 +1,204 @@
+"""Computing a pod's v1 PodStatus from what pod-sync observed, as the kubelet does.
+
+Pure functions: desired pod + runtime observation (+ the previous status, for sticky terminal
+phases and unchanged transition times) in, PodStatus dict and a one-line "why" out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from shared.podspec import Pod
+
+# Waiting reasons that only mean "on its way": not worth explaining to the user.
+PROGRESS_REASONS = {"ContainerCreating", "PodInitializing", ""}
+REASON_WORDS = {
+    "ErrImagePull": "image could not be pulled",
+    "ImagePullBackOff": "image could not be pulled (backing off)",
+    "ErrImageNeverPull": "image missing and imagePullPolicy is Never",
+    "CrashLoopBackOff": "container keeps crashing (backing off)",
+    "CreateContainerError": "container could not be created",
+    "CreateContainerConfigError": "container config invalid",
+    "RunContainerError": "container could not be started",
+    "FailedCreatePodSandBox": "sandbox failed",
+    "NetworkNotReady": "pod network not ready",
+}
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _terminated(inst: dict[str, Any]) -> dict[str, Any]:
+    reason = inst.get("reason") or ("Completed" if inst.get("exit_code") == 0 else "Error")
+    out = {"exitCode": inst.get("exit_code", 0), "reason": reason,
+           "startedAt": inst.get("started_at"), "finishedAt": inst.get("finished_at"),
+           "containerID": inst.get("container_id")}
+    if inst.get("message"):
+        out["message"] = inst["message"]
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def container_status(obs: dict[str, Any], default_waiting: str) -> dict[str, Any]:
+    state = obs.get("state", "")
+    waiting_reason = obs.get("waiting_reason", "")
+    status: dict[str, Any] = {
+        "name": obs["name"], "image": obs.get("image", ""), "imageID": obs.get("image_id", ""),
+        "restartCount": obs.get("restart_count", 0), "ready": False, "started": False,
+        "lastState": {},
+    }
+    if obs.get("container_id"):
+        status["containerID"] = obs["container_id"]
+    last = obs.get("last_terminated")
+    if waiting_reason and state == "exited":
+        # Waiting to restart: the exit just seen becomes lastState.
+        status["state"] = {"waiting": {"reason": waiting_reason, "message": obs.get("waiting_message", "")}}
+        status["lastState"] = {"terminated": _terminated(obs)}
+        return status
+    if last:
+        status["lastState"] = {"terminated": _terminated(last)}
+    if waiting_reason or state in ("", "created"):
+        reason = waiting_reason or default_waiting
+        waiting = {"reason": reason}
+        if obs.get("waiting_message"):
+            waiting["message"] = obs["waiting_message"]
+        status["state"] = {"waiting": waiting}
+    elif state == "running":
+        status["state"] = {"running": {"startedAt": obs.get("started_at")}}
+        status["started"] = True
+        status["ready"] = True  # readiness probes (probe service) will refine this
+    elif state == "exited":
+        status["state"] = {"terminated": _terminated(obs)}
+    else:
+        status["state"] = {"waiting": {"reason": "ContainerStatusUnknown",
+                                       "message": "The container could not be located"}}
+    return status
+
+
+def pod_phase(pod: Pod, statuses: list[dict[str, Any]], init_done: bool) -> str:
+    """The kubelet's getPhase for app containers."""
+    if not init_done:
+        return "Pending"
+    running = waiting = stopped = succeeded = unknown = 0
+    for st in statuses:
+        state = st.get("state", {})
+        if "running" in state:
+            running += 1
+        elif "terminated" in state:
+            stopped += 1
+            if state["terminated"].get("exitCode") == 0:
+                succeeded += 1
+        elif "waiting" in state:
+            if "terminated" in st.get("lastState", {}):
+                stopped += 1
+            else:
+                waiting += 1
+        else:
+            unknown += 1
+    policy = pod.spec.restartPolicy
+    if waiting:
+        return "Pending"
+    if running and not unknown:
+        return "Running"
+    if not running and stopped and not unknown:
+        if policy == "Always":
+            return "Running"
+        if stopped == succeeded:
+            return "Succeeded"
+        return "Running" if policy == "OnFailure" else "Failed"
+    return "Pending"
+
+
+def _condition(ctype: str, ok: bool, previous: dict[str, dict], reason: str = "", message: str = "") -> dict:
+    status = "True" if ok else "False"
+    prev = previous.get(ctype)
+    cond = {"type": ctype, "status": status,
+            "lastTransitionTime": prev["lastTransitionTime"] if prev and prev.get("status") == status
+            else now_rfc3339(), "lastProbeTime": None}
+    if not ok and reason:
+        cond["reason"] = reason
+        if message:
+            cond["message"] = message
+    return cond
+
+
+def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str, Any] | None,
+                   deleting: bool = False) -> tuple[dict[str, Any], str]:
+    """Return (v1 PodStatus, summary in words)."""
+    previous = previous or {}
+    runtime = runtime or {}
+    observed = {c["name"]: c for c in runtime.get("containers", [])}
+
+    def obs(name: str) -> dict[str, Any]:
+        return observed.get(name, {"name": name, "state": ""})
+
+    init_statuses = [container_status(obs(c.name), "ContainerCreating")
+                     for c in pod.spec.initContainers]
+    incomplete_init = [c.name for c, st in zip(pod.spec.initContainers, init_statuses)
+                       if st["state"].get("terminated", {}).get("exitCode") != 0]
+    init_done = not incomplete_init
+    app_default = "ContainerCreating" if init_done else "PodInitializing"
+    app_statuses = [container_status(obs(c.name), app_default) for c in pod.spec.containers]
+
+    phase = pod_phase(pod, app_statuses, init_done)
+    if not init_done and pod.spec.restartPolicy == "Never":
+        if any(st["state"].get("terminated", {}).get("exitCode", 0) != 0 for st in init_statuses):
+            phase = "Failed"
+    if previous.get("phase") in ("Succeeded", "Failed"):
+        phase = previous["phase"]  # terminal phases are sticky
+
+    prev_conds = {c["type"]: c for c in previous.get("conditions", [])}
+    unready = [st["name"] for st in app_statuses if not st["ready"]]
+    sandbox_ok = bool(runtime.get("sandbox_ready"))
+    conditions = [
+        _condition("PodReadyToStartContainers", sandbox_ok, prev_conds),
+        _condition("Initialized", init_done, prev_conds, "ContainersNotInitialized",
+                   f"containers with incomplete status: [{' '.join(incomplete_init)}]"),
+        _condition("Ready", not unready and phase == "Running", prev_conds, "ContainersNotReady",
+                   f"containers with unready status: [{' '.join(unready)}]"),
+        _condition("ContainersReady", not unready and phase == "Running", prev_conds, "ContainersNotReady",
+                   f"containers with unready status: [{' '.join(unready)}]"),
+        _condition("PodScheduled", True, prev_conds),
+    ]
+    pod_ip = runtime.get("pod_ip", "")
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": conditions,
+        "podIP": pod_ip or None,
+        "podIPs": [{"ip": pod_ip}] if pod_ip else [],
+        "startTime": previous.get("startTime") or now_rfc3339(),
+        "qosClass": "BestEffort",
+        "containerStatuses": app_statuses,
+    }
+    if init_statuses:
+        status["initContainerStatuses"] = init_statuses
+    return status, summarize(status, runtime, deleting)
+
+
+def summarize(status: dict[str, Any], runtime: dict[str, Any], deleting: bool) -> str:
+    """Why the pod is not running as asked, in words; empty when it is."""
+    if deleting:
+        return "Terminating: stopping containers within the grace period"
+    reason = runtime.get("sync_error_reason", "")
+    if reason:
+        words = REASON_WORDS.get(reason, reason)
+        return f"{words}: {runtime.get('sync_error_message', '')}".rstrip(": ")
+    problems = []
+    for st in status.get("initContainerStatuses", []) + status["containerStatuses"]:
+        waiting = st["state"].get("waiting")
+        if waiting and waiting.get("reason") not in PROGRESS_REASONS:
+            words = REASON_WORDS.get(waiting["reason"], waiting["reason"])
+            problems.append(f"container {st['name']}: {words}: {waiting.get('message', '')}".rstrip(": "))
+        term = st["state"].get("terminated")
+        if term and term.get("exitCode") and status["phase"] == "Failed":
+            problems.append(f"container {st['name']} exited with code {term['exitCode']} ({term.get('reason')})")
+    if problems:
+        return "; ".join(problems)
+    if status["phase"] == "Pending":
+        waiting = [st["name"] for st in status["containerStatuses"] if "waiting" in st["state"]]
+        if not runtime:
+            return "waiting for pod-sync to start the pod"
+        if waiting:
+            return f"starting: waiting for {', '.join(waiting)}"
+    return ""

@@ -1,0 +1,71 @@
+"""Keeping the pod_status table in line with desired pods and their runtime observations."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sqlalchemy import delete, select
+
+from services.status_reporter.pod_status import compute_status
+from shared.bus import Bus, PodStatusChanged
+from shared.podspec import Pod
+from shared.store import DesiredPod, PodRuntime, PodStatusRecord, Store
+from shared.store.models import utcnow
+
+log = logging.getLogger(__name__)
+
+
+class PodStatusReporter:
+    def __init__(self, store: Store, bus: Bus, resync_every: float = 10.0) -> None:
+        self.store = store
+        self.bus = bus
+        self.resync_every = resync_every
+
+    def refresh(self, uids: list[str] | None = None) -> list[str]:
+        """Recompute the status of these pods (all when None); return the UIDs that changed."""
+        changed = []
+        with self.store.session() as s:
+            q = select(DesiredPod)
+            if uids is not None:
+                q = q.where(DesiredPod.uid.in_(uids))
+            desired = {d.uid: d for d in s.scalars(q)}
+            runtime = {r.uid: r for r in s.scalars(select(PodRuntime).where(PodRuntime.uid.in_(desired)))}
+            records = {r.uid: r for r in s.scalars(select(PodStatusRecord).where(PodStatusRecord.uid.in_(desired)))}
+            for uid, d in desired.items():
+                rt = runtime.get(uid)
+                rt_dict = None if rt is None else {
+                    "sandbox_ready": rt.sandbox_ready, "pod_ip": rt.pod_ip, "containers": rt.containers,
+                    "sync_error_reason": rt.sync_error_reason, "sync_error_message": rt.sync_error_message}
+                prev = records.get(uid)
+                status, summary = compute_status(Pod.from_manifest(d.manifest), rt_dict,
+                                                 prev.status if prev else None, deleting=d.deleting)
+                if prev is not None and prev.status == status and prev.summary == summary:
+                    continue
+                s.merge(PodStatusRecord(uid=uid, namespace=d.namespace, name=d.name, source=d.source,
+                                        phase=status["phase"], pod_ip=status["podIP"] or "",
+                                        status=status, summary=summary, updated_at=utcnow()))
+                changed.append(uid)
+            # Pods no longer desired at all have no status any more.
+            gone_q = delete(PodStatusRecord).where(PodStatusRecord.uid.not_in(select(DesiredPod.uid)))
+            if uids is not None:
+                gone_q = gone_q.where(PodStatusRecord.uid.in_(uids))
+            res = s.execute(gone_q)
+            if res.rowcount:
+                changed.extend(u for u in (uids or []) if u not in desired)
+        return changed
+
+    async def on_pods(self, uids: list[str]) -> None:
+        changed = self.refresh(uids)
+        if changed:
+            await self.bus.publish(PodStatusChanged(uids=changed))
+
+    async def run_resync(self) -> None:
+        while True:
+            try:
+                changed = self.refresh()
+                if changed:
+                    await self.bus.publish(PodStatusChanged(uids=changed))
+            except Exception:
+                log.exception("pod status resync failed")
+            await asyncio.sleep(self.resync_every)

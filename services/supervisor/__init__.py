@@ -1,0 +1,1 @@
+"""The local node supervisor: `pykubelet up` starts and watches every part of a node."""

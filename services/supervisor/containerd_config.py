@@ -1,0 +1,85 @@
+"""containerd configuration owned by pykubelet: its own socket, root and state, our CNI dirs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CAP_SYS_RESOURCE = 24
+
+
+def kernel_refuses_negative_oom_score_adj(status_file: str = "/proc/self/status") -> bool:
+    """Without CAP_SYS_RESOURCE, runc cannot set the negative oom_score_adj CRI asks for and every
+    sandbox fails with "can't get final child's PID from pipe: EOF"; containerd's
+    restrict_oom_score_adj avoids that."""
+    caps = {}
+    for line in Path(status_file).read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("CapEff", "CapBnd"):
+            caps[key] = int(value.strip(), 16)
+    return any(not (v >> CAP_SYS_RESOURCE) & 1 for v in caps.values())
+
+
+@dataclass
+class ContainerdLayout:
+    base: Path  # <root-dir>/containerd
+
+    @property
+    def config(self) -> Path:
+        return self.base / "config.toml"
+
+    @property
+    def socket(self) -> Path:
+        return self.base / "containerd.sock"
+
+    @property
+    def root(self) -> Path:
+        return self.base / "root"
+
+    @property
+    def state(self) -> Path:
+        return self.base / "state"
+
+    @property
+    def endpoint(self) -> str:
+        return f"unix://{self.socket}"
+
+
+def render_config(layout: ContainerdLayout, cni_conf_dir: Path, cni_bin_dir: str, sandbox_image: str,
+                  registry: str | None, restrict_oom: bool) -> str:
+    mirror = ""
+    if registry:
+        mirror = (f'  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."{registry}"]\n'
+                  f'    endpoint = ["http://{registry}"]\n')
+    return f"""# Written by pykubelet; regenerated on every start.
+version = 2
+root = "{layout.root}"
+state = "{layout.state}"
+
+[grpc]
+  address = "{layout.socket}"
+
+[ttrpc]
+  address = "{layout.socket}.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{layout.base / 'opt'}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{sandbox_image}"
+  restrict_oom_score_adj = {str(restrict_oom).lower()}
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni_bin_dir}"
+    conf_dir = "{cni_conf_dir}"
+{mirror}"""
+
+
+def write_config(layout: ContainerdLayout, **kwargs) -> Path:
+    layout.base.mkdir(parents=True, exist_ok=True)
+    layout.config.write_text(render_config(layout, **kwargs))
+    return layout.config

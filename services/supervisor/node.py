@@ -1,0 +1,335 @@
+"""A complete local node: NATS, an optional local registry, containerd and the seven services.
+
+Started in dependency order, each waited for until ready, watched and restarted with back-off,
+and stopped in reverse order. When the node stops it also removes the pods it ran, unless asked
+to keep them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from services.supervisor.containerd_config import (ContainerdLayout, kernel_refuses_negative_oom_score_adj,
+                                                   write_config)
+from services.supervisor.process import ManagedProcess
+from services.supervisor.teardown import remove_all_pods, remove_bridge
+from shared.admin import ADMIN_PORTS
+from shared.cni import BRIDGE, CNI_BIN_DIR, cni_conf_dir
+from shared.config import FLAG_FIELDS, NodeSettings
+from shared.cri import CRIClient, CRIError
+from shared.images.build import IMAGES, build_image, busybox_applets
+from shared.images.registry import push_image, wait_for_registry
+
+log = logging.getLogger("pykubelet.up")
+
+# Services in start order: network first so pods find the network ready, node-api last.
+SERVICES = ["network", "pod-sync", "status-reporter", "probe", "volume", "eviction", "node-api"]
+DEFAULT_POD_CIDR = "10.88.0.0/24"
+REQUIRED_TOOLS = {"containerd": "containerd", "runc": "runc", "nats-server": "nats-server"}
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+def module_of(service: str) -> str:
+    return "services." + service.replace("-", "_")
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and has not exited (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@dataclass
+class UpOptions:
+    args: argparse.Namespace      # the node flags, forwarded to every service
+    settings: NodeSettings
+    nats_port: int
+    registry_port: int | None
+    admin_port_base: int | None
+    push_images: bool
+    keep_pods: bool
+    wait_pods: float
+
+
+class LocalNode:
+    def __init__(self, opts: UpOptions) -> None:
+        self.opts = opts
+        self.root = opts.settings.root_dir.resolve()
+        self.run_dir = self.root / "run"
+        self.log_dir = self.root / "logs"
+        self.containerd = ContainerdLayout(self.root / "containerd")
+        self.registry = f"127.0.0.1:{opts.registry_port}" if opts.registry_port else None
+        self.nats_url = f"nats://127.0.0.1:{opts.nats_port}"
+        self.processes: list[ManagedProcess] = []
+        self.admin_ports: dict[str, int] = {}
+        self.pod_cidr = opts.settings.kubelet.pod_cidr or DEFAULT_POD_CIDR
+        self._claimed = False
+
+    # -- preparation -------------------------------------------------------------------------
+
+    def check_prerequisites(self) -> None:
+        tools = dict(REQUIRED_TOOLS)
+        if self.registry:
+            tools["docker-registry"] = "docker-registry"
+        missing = [pkg for tool, pkg in tools.items() if shutil.which(tool) is None]
+        if not Path(CNI_BIN_DIR, "bridge").exists():
+            missing.append("containernetworking-plugins")
+        if missing:
+            raise NodeError(f"missing: {', '.join(missing)}. Install them with `make deps` "
+                            f"(apt-get install {' '.join(missing)}).")
+        if os.geteuid() != 0:
+            raise NodeError("a node runs containers: run pykubelet up as root")
+
+    def claim_root(self) -> None:
+        pid_file = self.run_dir / "supervisor.pid"
+        if pid_file.exists():
+            try:
+                pid = int(pid_file.read_text().strip())
+            except ValueError:
+                pid = 0
+            if pid and pid_alive(pid):
+                raise NodeError(f"a node is already running from {self.root} (pid {pid}); "
+                                f"stop it with `pykubelet down --root-dir {self.root}`")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        pid_file.write_text(f"{os.getpid()}\n")
+        self._claimed = True
+
+    def release_root(self) -> None:
+        if self._claimed:
+            (self.run_dir / "supervisor.pid").unlink(missing_ok=True)
+            (self.run_dir / "ready").unlink(missing_ok=True)
+
+    def _proc(self, name: str, argv: list[str], ready=None, stop_timeout: float = 20.0) -> ManagedProcess:
+        p = ManagedProcess(name=name, argv=argv, log_file=self.log_dir / f"{name}.log",
+                           pid_file=self.run_dir / f"{name}.pid", ready=ready, stop_timeout=stop_timeout)
+        self.processes.append(p)
+        return p
+
+    # -- components --------------------------------------------------------------------------
+
+    async def start_nats(self) -> None:
+        port = self.opts.nats_port
+
+        async def ready() -> bool:
+            try:
+                _, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1)
+            except OSError:
+                return False
+            w.close()
+            return True
+
+        if await ready():
+            raise NodeError(f"port {port} is already in use; pick another with --nats-port")
+        p = self._proc("nats", ["nats-server", "-a", "127.0.0.1", "-p", str(port)], ready)
+        await p.start(ready_timeout=20)
+
+    async def start_registry(self) -> None:
+        assert self.registry
+        reg_dir = self.root / "registry"
+        reg_dir.mkdir(parents=True, exist_ok=True)
+        cfg = reg_dir / "config.yml"
+        cfg.write_text(
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {reg_dir / 'data'}\n  delete:\n    enabled: true\n"
+            f"http:\n  addr: {self.registry}\n")
+
+        async def ready() -> bool:
+            async with httpx.AsyncClient(timeout=1) as c:
+                return (await c.get(f"http://{self.registry}/v2/")).status_code == 200
+
+        p = self._proc("registry", ["docker-registry", "serve", str(cfg)], ready)
+        await p.start(ready_timeout=20)
+
+    def push_images(self) -> None:
+        assert self.registry
+        wait_for_registry(self.registry)
+        applets = busybox_applets()
+        for key, spec in IMAGES.items():
+            t = time.monotonic()
+            ref = push_image(self.registry, build_image(spec, applets))
+            log.info("image %s ready (%.1fs)", ref, time.monotonic() - t)
+
+    @property
+    def sandbox_image(self) -> str:
+        pause = IMAGES["pause"]
+        return f"{self.registry}/{pause.repository}:{pause.tag}" if self.registry else "registry.k8s.io/pause:3.9"
+
+    async def start_containerd(self) -> None:
+        restrict = kernel_refuses_negative_oom_score_adj()
+        if restrict:
+            log.info("kernel refuses negative oom_score_adj here (no CAP_SYS_RESOURCE): "
+                     "containerd gets restrict_oom_score_adj = true")
+        write_config(self.containerd, cni_conf_dir=cni_conf_dir(self.root), cni_bin_dir=CNI_BIN_DIR,
+                     sandbox_image=self.sandbox_image, registry=self.registry, restrict_oom=restrict)
+        cri = CRIClient(self.containerd.endpoint, timeout=2)
+
+        async def ready() -> bool:
+            try:
+                await cri.version()
+                return True
+            except CRIError:
+                return False
+
+        p = self._proc("containerd", ["containerd", "--config", str(self.containerd.config)], ready,
+                       stop_timeout=30)
+        try:
+            await p.start(ready_timeout=60)
+        finally:
+            await cri.close()
+
+    def service_argv(self, service: str, port: int) -> list[str]:
+        argv = [sys.executable, "-m", module_of(service), "--root-dir", str(self.root),
+                "--nats-url", self.nats_url, "--admin-port", str(port),
+                "--container-runtime-endpoint", self.containerd.endpoint, "--pod-cidr", self.pod_cidr]
+        a = self.opts.args
+        if a.config:
+            argv += ["--config", str(Path(a.config).resolve())]
+        if a.hostname_override:
+            argv += ["--hostname-override", a.hostname_override]
+        for attr in FLAG_FIELDS:
+            value = getattr(a, attr, None)
+            if value is None or attr in ("container_runtime_endpoint", "pod_cidr"):
+                continue
+            if attr in ("pod_manifest_path", "pod_logs_dir"):
+                value = str(Path(value).resolve())
+            argv += [f"--{attr.replace('_', '-')}", str(value)]
+        return argv
+
+    async def start_services(self) -> None:
+        for i, service in enumerate(SERVICES):
+            base = self.opts.admin_port_base
+            port = base + i if base else ADMIN_PORTS[service]
+            self.admin_ports[service] = port
+
+            async def ready(port: int = port) -> bool:
+                async with httpx.AsyncClient(timeout=1) as c:
+                    return (await c.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+
+            p = self._proc(service, self.service_argv(service, port), ready)
+            await p.start(ready_timeout=60)
+            log.info("%-15s running (pid %d, admin http://127.0.0.1:%d)", service, p.pid, port)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def up(self) -> None:
+        self.check_prerequisites()
+        self.claim_root()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log.info("starting a local node in %s (logs in %s)", self.root, self.log_dir)
+        await self.start_nats()
+        log.info("nats-server     running on %s", self.nats_url)
+        if self.registry:
+            await self.start_registry()
+            log.info("registry        running on http://%s", self.registry)
+            if self.opts.push_images:
+                log.info("building demo images from busybox-static and pushing them ...")
+                await asyncio.to_thread(self.push_images)
+        await self.start_containerd()
+        log.info("containerd      running (%s)", self.containerd.endpoint)
+        await self.start_services()
+
+    async def down(self) -> None:
+        services = [p for p in self.processes if p.name in SERVICES]
+        infra = [p for p in self.processes if p.name not in SERVICES]
+        for p in reversed(services):
+            await p.stop()
+        log.info("services stopped")
+        if not self.opts.keep_pods and any(p.name == "containerd" and p.pid for p in infra):
+            try:
+                n = await asyncio.wait_for(remove_all_pods(self.containerd.endpoint), 120)
+                log.info("removed %d pod sandbox(es)", n)
+                remove_bridge(BRIDGE)
+            except Exception as exc:
+                log.warning("could not remove pods: %s", exc)
+        for p in reversed(infra):
+            await p.stop()
+        self.release_root()
+        log.info("node stopped")
+
+
+def print_where(node: LocalNode, pods: list[dict]) -> None:
+    lines = ["", "pykubelet local node is up.", ""]
+    if pods:
+        lines.append("  pods:")
+        for p in pods:
+            ip = p["pod_ip"] or "-"
+            why = f"  ({p['summary']})" if p["summary"] else ""
+            lines.append(f"    {p['namespace']}/{p['name']:<32} {p['phase']:<9} {ip}{why}")
+    lines += ["", "  admin apps:"]
+    for name, port in node.admin_ports.items():
+        lines.append(f"    {name:<16} http://127.0.0.1:{port}/readyz  /metrics")
+    lines += ["", f"  state & logs:   {node.root}  (service logs in {node.log_dir})",
+              f"  container logs: {node.opts.settings.kubelet.pod_logs_dir}",
+              f"  see pods:       pykubelet status --root-dir {node.root}",
+              f"  stop:           Ctrl-C here, or pykubelet down --root-dir {node.root}", ""]
+    print("\n".join(lines), flush=True)
+
+
+async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
+    """Wait until every desired pod is Running (or the timeout); return their status rows."""
+    from sqlalchemy import select
+
+    from shared.store import DesiredPod, ManifestError, PodStatusRecord, Store
+
+    store = Store(node.opts.settings.store_path, writer=None)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            with store.session() as s:
+                desired = list(s.scalars(select(DesiredPod.uid)))
+                rows = [{"namespace": r.namespace, "name": r.name, "phase": r.phase, "pod_ip": r.pod_ip,
+                         "summary": r.summary} for r in s.scalars(select(PodStatusRecord))]
+                broken = {e.source_path: e.error for e in s.scalars(select(ManifestError))}
+            done = len(rows) >= len(desired) and all(r["phase"] != "Pending" for r in rows)
+            if done or time.monotonic() > deadline:
+                for path, err in broken.items():
+                    log.warning("manifest %s skipped: %s", path, err)
+                return rows
+            await asyncio.sleep(0.5)
+    finally:
+        store.close()
+
+
+async def run_up(opts: UpOptions) -> int:
+    node = LocalNode(opts)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        up = asyncio.create_task(node.up(), name="node-up")
+        stopper = asyncio.create_task(stop.wait(), name="stop-signal")
+        done, _ = await asyncio.wait({up, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if up in done:
+            up.result()  # raise a start failure here
+            pods = await wait_for_pods(node, opts.wait_pods)
+            print_where(node, pods)
+            (node.run_dir / "ready").write_text("ok\n")
+            await stop.wait()
+        else:
+            up.cancel()
+            await asyncio.gather(up, return_exceptions=True)
+        log.info("stopping the node ...")
+        return 0
+    except (NodeError, RuntimeError, TimeoutError, OSError) as exc:
+        log.error("%s", exc)
+        return 1
+    finally:
+        await node.down()

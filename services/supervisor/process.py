@@ -1,0 +1,107 @@
+"""A child process the supervisor keeps running: started, watched, restarted with back-off."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+RESTART_INITIAL, RESTART_CAP = 1.0, 30.0
+# A process that ran this long is considered healthy again: its back-off starts over.
+STABLE_AFTER = 60.0
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    argv: list[str]
+    log_file: Path
+    pid_file: Path
+    env: dict[str, str] | None = None
+    ready: Callable[[], Awaitable[bool]] | None = None  # polled after start until True
+    stop_timeout: float = 20.0
+    proc: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+    _stopping: bool = False
+    _delay: float = RESTART_INITIAL
+    _started_at: float = 0.0
+    _watch: asyncio.Task | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc and self.proc.returncode is None else None
+
+    async def _spawn(self) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_file, "ab", buffering=0)
+        try:
+            # Own session: a Ctrl-C in the terminal reaches only the supervisor, which then stops
+            # everything in order.
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, stdout=out, stderr=out, stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True, env={**os.environ, **(self.env or {})})
+        finally:
+            out.close()
+        self._started_at = time.monotonic()
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_file.write_text(f"{self.proc.pid}\n")
+
+    async def start(self, ready_timeout: float = 60.0) -> None:
+        await self._spawn()
+        if self.ready is not None:
+            await self.wait_ready(ready_timeout)
+        self._watch = asyncio.create_task(self._keep_running(), name=f"supervise:{self.name}")
+
+    async def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.returncode is not None:
+                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode} while starting; "
+                                   f"see {self.log_file}")
+            try:
+                if await self.ready():
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"{self.name} not ready after {timeout:.0f}s; see {self.log_file}")
+
+    async def _keep_running(self) -> None:
+        while not self._stopping:
+            code = await self.proc.wait()
+            if self._stopping:
+                return
+            ran = time.monotonic() - self._started_at
+            if ran > STABLE_AFTER:
+                self._delay = RESTART_INITIAL
+            log.warning("%s exited with code %s after %.0fs; restarting in %.0fs (log: %s)",
+                        self.name, code, ran, self._delay, self.log_file)
+            await asyncio.sleep(self._delay)
+            self._delay = min(self._delay * 2, RESTART_CAP)
+            if self._stopping:
+                return
+            self.restarts += 1
+            await self._spawn()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+        if self.proc is None or self.proc.returncode is not None:
+            self.pid_file.unlink(missing_ok=True)
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), self.stop_timeout)
+        except asyncio.TimeoutError:
+            log.warning("%s did not stop within %.0fs; killing it", self.name, self.stop_timeout)
+            self.proc.kill()
+            await self.proc.wait()
+        self.pid_file.unlink(missing_ok=True)

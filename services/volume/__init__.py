@@ -1,0 +1,1 @@
+"""volume: pod volume setup and teardown (volume types arrive with the volume issue)."""

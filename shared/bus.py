@@ -1,0 +1,140 @@
+"""The event bus: NATS subjects carrying small typed "look again" messages.
+
+Events only wake services up; the store holds the state. So a lost message costs latency, never
+correctness: every service also resyncs from the store on a timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, ClassVar, TypeVar
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from pydantic import BaseModel, ValidationError
+
+log = logging.getLogger(__name__)
+
+SUBJECT_PREFIX = "pykubelet.v1"
+
+
+class Event(BaseModel):
+    """Base of all bus payloads; the subject carries the version."""
+
+    subject: ClassVar[str]
+
+
+class DesiredPodsChanged(Event):
+    """pod-sync changed desired_pods (pods added, replaced or removed)."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.desired"
+    uids: list[str] = []
+
+
+class PodRuntimeChanged(Event):
+    """pod-sync wrote new runtime observations for these pods."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.runtime"
+    uids: list[str] = []
+
+
+class PodStatusChanged(Event):
+    """status-reporter recomputed these pods' status."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.status"
+    uids: list[str] = []
+
+
+class NetworkChanged(Event):
+    """network wrote a new network_status row."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.network"
+    ready: bool = False
+
+
+E = TypeVar("E", bound=Event)
+
+
+class Bus:
+    """A NATS connection that publishes and subscribes typed events."""
+
+    def __init__(self, url: str, name: str) -> None:
+        self.url = url
+        self.name = name
+        self._nc: NATS | None = None
+
+    async def connect(self, timeout: float = 30.0) -> None:
+        """Connect, retrying until `timeout`; afterwards nats-py reconnects by itself forever."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last_error: Exception | None = None
+        while loop.time() < deadline:
+            try:
+                self._nc = await nats.connect(
+                    self.url,
+                    name=self.name,
+                    connect_timeout=2,
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.5,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnect,
+                    reconnected_cb=self._on_reconnect,
+                )
+                return
+            except Exception as exc:  # nats raises several unrelated types here
+                last_error = exc
+                await asyncio.sleep(0.5)
+        raise ConnectionError(
+            f"cannot reach the event bus at {self.url}: {last_error}. Is nats-server running "
+            "(pykubelet up starts one)?"
+        )
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    async def publish(self, event: Event) -> None:
+        if self._nc is None:
+            raise RuntimeError("bus not connected")
+        try:
+            await self._nc.publish(event.subject, event.model_dump_json().encode())
+        except Exception as exc:
+            # Losing a wake-up is tolerated by design: consumers resync on a timer.
+            log.warning("event %s not published: %s", event.subject, exc)
+
+    async def subscribe(self, event_type: type[E], handler: Callable[[E], Awaitable[None]]) -> None:
+        if self._nc is None:
+            raise RuntimeError("bus not connected")
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                event = event_type.model_validate_json(msg.data)
+            except ValidationError as exc:
+                log.warning("dropping malformed %s message: %s", msg.subject, exc.errors()[:1])
+                return
+            try:
+                await handler(event)
+            except Exception:
+                log.exception("handler for %s failed", msg.subject)
+
+        await self._nc.subscribe(event_type.subject, cb=on_msg)
+
+    async def close(self) -> None:
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                await asyncio.wait_for(self._nc.drain(), timeout=5)
+            except Exception as exc:
+                log.warning("bus drain did not finish: %s", exc)
+                await self._nc.close()
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.warning("event bus error: %s", exc)
+
+    async def _on_disconnect(self) -> None:
+        log.warning("event bus disconnected; reconnecting (state is safe in the store)")
+
+    async def _on_reconnect(self) -> None:
+        log.info("event bus reconnected")

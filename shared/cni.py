@@ -1,0 +1,19 @@
+"""Where the node's CNI configuration lives and what it is called.
+
+The network service writes the config; the supervisor points containerd at the same directory
+and removes the bridge when a local node stops.
+"""
+
+from pathlib import Path
+
+NETWORK_NAME = "pykubelet"
+BRIDGE = "pykube0"
+CNI_BIN_DIR = "/usr/lib/cni"
+
+
+def cni_conf_dir(root_dir: Path) -> Path:
+    return root_dir / "cni" / "net.d"
+
+
+def cni_ipam_dir(root_dir: Path) -> Path:
+    return root_dir / "cni" / "ipam"

@@ -1,0 +1,290 @@
+"""The node's configuration: the kubelet's own KubeletConfiguration file plus pykubelet settings.
+
+The file format is kubelet.config.k8s.io/v1beta1 so an existing kubelet config works here.
+Fields pykubelet implements are typed and validated; fields the kubelet knows but pykubelet does
+not implement yet are accepted and reported as ignored; anything else is an error naming it.
+Command-line flags override the file, as with the kubelet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from shared.durations import parse_duration
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "kubelet.config.k8s.io/v1beta1"
+KIND = "KubeletConfiguration"
+
+# Every other top-level field of KubeletConfiguration v1beta1: valid in the file, not used yet.
+KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
+    """enableServer httpCheckFrequency staticPodURL staticPodURLHeader address port readOnlyPort
+    tlsCertFile tlsPrivateKeyFile tlsCipherSuites tlsMinVersion rotateCertificates
+    serverTLSBootstrap authentication authorization registryPullQPS registryBurst eventRecordQPS
+    eventBurst enableDebuggingHandlers enableContentionProfiling healthzPort healthzBindAddress
+    oomScoreAdj streamingConnectionIdleTimeout nodeStatusUpdateFrequency
+    nodeStatusReportFrequency nodeLeaseDurationSeconds imageMinimumGCAge imageMaximumGCAge
+    imageGCHighThresholdPercent imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups
+    systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
+    cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
+    topologyManagerPolicyOptions qosReserved runtimeRequestTimeout hairpinMode podPidsLimit
+    resolvConf runOnce cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles contentType
+    kubeAPIQPS kubeAPIBurst serializeImagePulls maxParallelImagePulls evictionHard evictionSoft
+    evictionSoftGracePeriod evictionPressureTransitionPeriod evictionMaxPodGracePeriod
+    evictionMinimumReclaim podsPerCore enableControllerAttachDetach protectKernelDefaults
+    makeIPTablesUtilChains iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn
+    memorySwap containerLogMaxSize containerLogMaxFiles containerLogMaxWorkers
+    containerLogMonitorInterval configMapAndSecretChangeDetectionStrategy systemReserved
+    kubeReserved reservedSystemCPUs showHiddenMetricsForVersion systemReservedCgroup
+    kubeReservedCgroup enforceNodeAllocatable allowedUnsafeSysctls volumePluginDir providerID
+    kernelMemcgNotification logging enableSystemLogHandler enableSystemLogQuery
+    shutdownGracePeriod shutdownGracePeriodCriticalPods shutdownGracePeriodByPodPriority
+    reservedMemory enableProfilingHandler enableDebugFlagsHandler seccompDefault
+    memoryThrottlingFactor registerWithTaints registerNode tracing localStorageCapacityIsolation
+    imageServiceEndpoint failCgroupV1 userNamespaces imagePullCredentialsVerificationPolicy
+    preloadedImagesVerificationAllowlist mergeDefaultEvictionSettings""".split()
+)
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the field and what to do."""
+
+
+class CrashLoopBackOffConfig(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    # KubeletCrashLoopBackOffMax: the cap of the restart back-off (kubelet default 300s).
+    max_container_restart_period: float = 300.0
+    # pykubelet extension: the first back-off step (the kubelet hard-codes 10s).
+    initial_container_restart_period: float = 10.0
+
+    @field_validator("max_container_restart_period", "initial_container_restart_period", mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> float:
+        return _to_seconds(v)
+
+
+def _to_seconds(v: Any) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        seconds = float(v)
+    else:
+        seconds = parse_duration(v)
+    if seconds < 0:
+        raise ValueError("must not be negative")
+    return seconds
+
+
+class KubeletConfiguration(BaseModel):
+    """The implemented subset of KubeletConfiguration, with the kubelet's defaults."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: str = KIND
+    static_pod_path: str = ""
+    pod_logs_dir: str = "/var/log/pods"
+    pod_cidr: str = Field(default="", alias="podCIDR")
+    cluster_dns: list[str] = Field(default_factory=list, alias="clusterDNS")
+    cluster_domain: str = ""
+    container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
+    sync_frequency: float = 60.0
+    file_check_frequency: float = 20.0
+    max_pods: int = 110
+    crash_loop_back_off: CrashLoopBackOffConfig = Field(default_factory=CrashLoopBackOffConfig)
+
+    @field_validator("api_version")
+    @classmethod
+    def _api_version(cls, v: str) -> str:
+        if v != API_VERSION:
+            raise ValueError(f"must be {API_VERSION!r}")
+        return v
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v != KIND:
+            raise ValueError(f"must be {KIND!r}")
+        return v
+
+    @field_validator("sync_frequency", "file_check_frequency", mode="before")
+    @classmethod
+    def _durations(cls, v: Any) -> float:
+        return _to_seconds(v)
+
+    @field_validator("max_pods")
+    @classmethod
+    def _max_pods(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+    @field_validator("pod_cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        if v:
+            try:
+                ipaddress.ip_network(v, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"not a CIDR ({exc}); write it like '10.88.0.0/24'") from None
+        return v
+
+    @field_validator("cluster_dns")
+    @classmethod
+    def _dns(cls, v: list[str]) -> list[str]:
+        for ip in v:
+            try:
+                ipaddress.ip_address(ip)
+            except ValueError:
+                raise ValueError(f"{ip!r} is not an IP address") from None
+        return v
+
+    @field_validator("container_runtime_endpoint")
+    @classmethod
+    def _endpoint(cls, v: str) -> str:
+        if not v.startswith("unix://"):
+            raise ValueError("must be a unix socket URL like 'unix:///run/containerd/containerd.sock'")
+        return v
+
+    @property
+    def runtime_socket(self) -> str:
+        return self.container_runtime_endpoint.removeprefix("unix://")
+
+
+class NodeSettings(BaseModel):
+    """Everything a pykubelet process needs to know about its node."""
+
+    kubelet: KubeletConfiguration = Field(default_factory=KubeletConfiguration)
+    root_dir: Path = Path("/var/lib/pykubelet")
+    nats_url: str = "nats://127.0.0.1:4222"
+    node_name: str = Field(default_factory=lambda: socket.gethostname().lower())
+    admin_port: int = 0  # 0: the service's default admin port
+    ignored_fields: list[str] = Field(default_factory=list)
+
+    @property
+    def store_path(self) -> Path:
+        return self.root_dir / "state.db"
+
+
+def _format_validation_error(exc: ValidationError, source: str) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (not part of KubeletConfiguration v1beta1)"
+        parts.append(f"{loc}: {msg}")
+    return f"invalid kubelet config {source}: " + "; ".join(parts)
+
+
+def load_kubelet_config(data: dict[str, Any], source: str = "(inline)") -> tuple[KubeletConfiguration, list[str]]:
+    """Validate a parsed config document; return it and the known fields pykubelet ignores."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid kubelet config {source}: expected a mapping, got {type(data).__name__}")
+    data = dict(data)
+    ignored = sorted(k for k in data if k in KNOWN_UNIMPLEMENTED_FIELDS)
+    for k in ignored:
+        data.pop(k)
+    try:
+        return KubeletConfiguration.model_validate(data), ignored
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc, source)) from None
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read kubelet config {p}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"kubelet config {p} is not valid YAML: {exc}") from None
+    return data
+
+
+# Flags named as the kubelet names them, mapped to the config field they override.
+FLAG_FIELDS = {
+    "pod_manifest_path": "staticPodPath",
+    "pod_cidr": "podCIDR",
+    "cluster_dns": "clusterDNS",
+    "cluster_domain": "clusterDomain",
+    "container_runtime_endpoint": "containerRuntimeEndpoint",
+    "sync_frequency": "syncFrequency",
+    "file_check_frequency": "fileCheckFrequency",
+    "max_pods": "maxPods",
+    "pod_logs_dir": "podLogsDir",
+}
+
+
+def add_node_flags(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("node configuration (flags override --config)")
+    g.add_argument("--config", help="KubeletConfiguration YAML file (kubelet.config.k8s.io/v1beta1)")
+    g.add_argument("--root-dir", help="pykubelet state directory (default /var/lib/pykubelet)")
+    g.add_argument("--nats-url", help="event bus URL (default nats://127.0.0.1:4222)")
+    g.add_argument("--hostname-override", help="node name (default: this host's name)")
+    g.add_argument("--admin-port", type=int, help="loopback port of this service's admin app")
+    g.add_argument("--pod-manifest-path", help="static pod manifest directory (staticPodPath)")
+    g.add_argument("--pod-cidr", help="pod CIDR for standalone mode (podCIDR)")
+    g.add_argument("--cluster-dns", help="comma-separated DNS server IPs (clusterDNS)")
+    g.add_argument("--cluster-domain", help="cluster DNS domain (clusterDomain)")
+    g.add_argument("--container-runtime-endpoint", help="CRI socket, unix:///path (containerRuntimeEndpoint)")
+    g.add_argument("--sync-frequency", help="full resync period, e.g. 1m0s (syncFrequency)")
+    g.add_argument("--file-check-frequency", help="static pod dir rescan period (fileCheckFrequency)")
+    g.add_argument("--max-pods", type=int, help="most pods this node runs (maxPods)")
+    g.add_argument("--pod-logs-dir", help="container log directory (podLogsDir)")
+
+
+# Path fields that, like the kubelet's, are relative to the config file's directory.
+PATH_FIELDS = ("staticPodPath", "podLogsDir")
+
+
+def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
+    for name in PATH_FIELDS:
+        value = data.get(name)
+        if isinstance(value, str) and value and not value.startswith("/"):
+            data[name] = str(base / value)
+
+
+def settings_from_args(args: argparse.Namespace) -> NodeSettings:
+    """Build NodeSettings from parsed flags: file first, then flags on top."""
+    data: dict[str, Any] = {}
+    source = ""
+    if getattr(args, "config", None):
+        data = read_config_file(args.config)
+        source = str(args.config)
+        if not isinstance(data, dict):
+            raise ConfigError(f"invalid kubelet config {source}: expected a mapping")
+    data = dict(data)
+    if source:
+        _resolve_relative_paths(data, Path(source).resolve().parent)
+    for attr, field in FLAG_FIELDS.items():
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        if field == "clusterDNS":
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        data[field] = value
+    kubelet, ignored = load_kubelet_config(data, source or "(flags)")
+    extra: dict[str, Any] = {}
+    if getattr(args, "root_dir", None):
+        extra["root_dir"] = Path(args.root_dir)
+    if getattr(args, "nats_url", None):
+        extra["nats_url"] = args.nats_url
+    if getattr(args, "hostname_override", None):
+        extra["node_name"] = args.hostname_override.lower()
+    if getattr(args, "admin_port", None):
+        extra["admin_port"] = args.admin_port
+    settings = NodeSettings(kubelet=kubelet, ignored_fields=ignored, **extra)
+    for name in ignored:
+        log.warning("config field %s is valid KubeletConfiguration but not implemented by pykubelet; ignored", name)
+    return settings

@@ -1,0 +1,146 @@
+"""CRI v1 client over a unix socket: every call has a deadline and is measured."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Awaitable, Callable
+
+import grpc
+from cri_api.v1 import api_pb2 as cri
+from cri_api.v1 import api_pb2_grpc as cri_grpc
+
+from shared.cri.metrics import RUNTIME_OPERATION_DURATION, RUNTIME_OPERATION_ERRORS, RUNTIME_OPERATIONS
+
+# Image pulls have no CRI deadline in the kubelet; bound them anyway so nothing waits forever.
+PULL_TIMEOUT = 30 * 60.0
+# StopContainer waits the grace period inside the runtime; give the RPC that plus this margin.
+STOP_MARGIN = 30.0
+
+
+class CRIError(RuntimeError):
+    """A failed CRI call: which operation, the gRPC code and the runtime's own message."""
+
+    def __init__(self, operation: str, code: grpc.StatusCode | None, details: str) -> None:
+        self.operation = operation
+        self.code = code
+        self.details = details
+        code_name = code.name if code else "UNKNOWN"
+        super().__init__(f"{operation}: {code_name}: {details}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.code == grpc.StatusCode.NOT_FOUND
+
+
+class CRIClient:
+    """RuntimeService and ImageService of one CRI endpoint."""
+
+    def __init__(self, endpoint: str, timeout: float = 120.0) -> None:
+        target = endpoint if endpoint.startswith("unix:") else f"unix://{endpoint}"
+        self.endpoint = target
+        self.timeout = timeout
+        self._channel = grpc.aio.insecure_channel(
+            target, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
+        )
+        self._runtime = cri_grpc.RuntimeServiceStub(self._channel)
+        self._images = cri_grpc.ImageServiceStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def _call(self, op: str, method: Callable[..., Awaitable[Any]], request: Any,
+                    timeout: float | None = None) -> Any:
+        RUNTIME_OPERATIONS.labels(op).inc()
+        start = time.monotonic()
+        try:
+            return await method(request, timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            RUNTIME_OPERATION_ERRORS.labels(op).inc()
+            details = exc.details() or ""
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                details += f" (is the container runtime running at {self.endpoint}?)"
+            raise CRIError(op, exc.code(), details) from None
+        finally:
+            RUNTIME_OPERATION_DURATION.labels(op).observe(time.monotonic() - start)
+
+    # RuntimeService
+
+    async def version(self) -> cri.VersionResponse:
+        return await self._call("version", self._runtime.Version, cri.VersionRequest(), timeout=10)
+
+    async def status(self) -> cri.StatusResponse:
+        return await self._call("status", self._runtime.Status, cri.StatusRequest(), timeout=10)
+
+    async def run_pod_sandbox(self, config: cri.PodSandboxConfig) -> str:
+        resp = await self._call("run_podsandbox", self._runtime.RunPodSandbox,
+                                cri.RunPodSandboxRequest(config=config))
+        return resp.pod_sandbox_id
+
+    async def stop_pod_sandbox(self, sandbox_id: str) -> None:
+        await self._call("stop_podsandbox", self._runtime.StopPodSandbox,
+                         cri.StopPodSandboxRequest(pod_sandbox_id=sandbox_id))
+
+    async def remove_pod_sandbox(self, sandbox_id: str) -> None:
+        await self._call("remove_podsandbox", self._runtime.RemovePodSandbox,
+                         cri.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id))
+
+    async def pod_sandbox_status(self, sandbox_id: str) -> cri.PodSandboxStatus:
+        resp = await self._call("podsandbox_status", self._runtime.PodSandboxStatus,
+                                cri.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id))
+        return resp.status
+
+    async def list_pod_sandbox(self, labels: dict[str, str] | None = None) -> list[cri.PodSandbox]:
+        flt = cri.PodSandboxFilter(label_selector=labels or {})
+        resp = await self._call("list_podsandbox", self._runtime.ListPodSandbox,
+                                cri.ListPodSandboxRequest(filter=flt))
+        return list(resp.items)
+
+    async def create_container(self, sandbox_id: str, config: cri.ContainerConfig,
+                               sandbox_config: cri.PodSandboxConfig) -> str:
+        resp = await self._call("create_container", self._runtime.CreateContainer,
+                                cri.CreateContainerRequest(pod_sandbox_id=sandbox_id, config=config,
+                                                           sandbox_config=sandbox_config))
+        return resp.container_id
+
+    async def start_container(self, container_id: str) -> None:
+        await self._call("start_container", self._runtime.StartContainer,
+                         cri.StartContainerRequest(container_id=container_id))
+
+    async def stop_container(self, container_id: str, timeout: int) -> None:
+        await self._call("stop_container", self._runtime.StopContainer,
+                         cri.StopContainerRequest(container_id=container_id, timeout=timeout),
+                         timeout=timeout + STOP_MARGIN)
+
+    async def remove_container(self, container_id: str) -> None:
+        await self._call("remove_container", self._runtime.RemoveContainer,
+                         cri.RemoveContainerRequest(container_id=container_id))
+
+    async def list_containers(self, labels: dict[str, str] | None = None,
+                              sandbox_id: str | None = None) -> list[cri.Container]:
+        flt = cri.ContainerFilter(label_selector=labels or {}, pod_sandbox_id=sandbox_id or "")
+        resp = await self._call("list_containers", self._runtime.ListContainers,
+                                cri.ListContainersRequest(filter=flt))
+        return list(resp.containers)
+
+    async def container_status(self, container_id: str) -> cri.ContainerStatus:
+        resp = await self._call("container_status", self._runtime.ContainerStatus,
+                                cri.ContainerStatusRequest(container_id=container_id))
+        return resp.status
+
+    # ImageService
+
+    async def image_status(self, image: str) -> cri.Image | None:
+        resp = await self._call("image_status", self._images.ImageStatus,
+                                cri.ImageStatusRequest(image=cri.ImageSpec(image=image)))
+        return resp.image if resp.HasField("image") else None
+
+    async def pull_image(self, image: str, sandbox_config: cri.PodSandboxConfig | None = None) -> str:
+        req = cri.PullImageRequest(image=cri.ImageSpec(image=image))
+        if sandbox_config is not None:
+            req.sandbox_config.CopyFrom(sandbox_config)
+        resp = await self._call("pull_image", self._images.PullImage, req, timeout=PULL_TIMEOUT)
+        return resp.image_ref
+
+    async def list_images(self) -> list[cri.Image]:
+        resp = await self._call("list_images", self._images.ListImages, cri.ListImagesRequest())
+        return list(resp.images)

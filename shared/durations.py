@@ -1,0 +1,47 @@
+"""Go-style durations ("1m0s", "20s", "500ms") as the kubelet's config file writes them."""
+
+import re
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Return seconds for a Go duration string; raise ValueError naming what is wrong."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected a duration string like '20s' or '1m0s', got {text!r}")
+    s = text.strip()
+    if s in ("0", ""):
+        if s == "":
+            raise ValueError("empty duration")
+        return 0.0
+    sign = 1.0
+    if s[0] in "+-":
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _PART.match(s, pos)
+        if not m:
+            raise ValueError(f"invalid duration {text!r}: use a number and unit, e.g. '20s', '1m0s', '500ms'")
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    return sign * total
+
+
+def format_duration(seconds: float) -> str:
+    """Format like Go's time.Duration.String() for whole seconds and larger."""
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    whole = int(seconds)
+    frac = seconds - whole
+    h, rem = divmod(whole, 3600)
+    m, s = divmod(rem, 60)
+    sec = f"{s + frac:g}s"
+    if h:
+        return f"{h}h{m}m{sec}"
+    if m:
+        return f"{m}m{sec}"
+    return sec

@@ -1,0 +1,208 @@
+"""The v1 Pod as pykubelet reads it: typed, validated and defaulted the kubelet's way.
+
+Only fields pykubelet acts on are typed; other valid Pod fields pass through untouched (the
+kubelet's decoder is not strict either). Validation errors name the field path as the API server
+does ("spec.containers[0].image: field required").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+class ManifestInvalid(ValueError):
+    """A manifest that cannot become a pod; the message names the field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class EnvVar(_Model):
+    name: str
+    value: str | None = None
+    valueFrom: dict[str, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not ENV_NAME.match(v):
+            raise ValueError(f"{v!r} is not a valid environment variable name")
+        return v
+
+
+class ContainerPort(_Model):
+    name: str | None = None
+    containerPort: int = Field(ge=1, le=65535)
+    hostPort: int | None = Field(default=None, ge=0, le=65535)
+    hostIP: str | None = None
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+
+
+class Container(_Model):
+    name: str
+    image: str
+    command: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list)
+    workingDir: str | None = None
+    env: list[EnvVar] = Field(default_factory=list)
+    ports: list[ContainerPort] = Field(default_factory=list)
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    terminationMessagePath: str = "/dev/termination-log"
+    terminationMessagePolicy: Literal["File", "FallbackToLogsOnError"] = "File"
+    restartPolicy: Literal["Always"] | None = None  # only on init containers (sidecars)
+    stdin: bool = False
+    tty: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > 63 or not DNS1123_LABEL.match(v):
+            raise ValueError(f"{v!r} must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        if v != v.strip():
+            raise ValueError("must not have leading or trailing whitespace")
+        return v
+
+    @model_validator(mode="after")
+    def _default_pull_policy(self) -> "Container":
+        if self.imagePullPolicy is None:
+            self.imagePullPolicy = "Always" if image_tag(self.image) == "latest" else "IfNotPresent"
+        return self
+
+
+def image_tag(image: str) -> str:
+    """The tag of an image reference; 'latest' when none is given, '' for a digest."""
+    if "@" in image:
+        return ""
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else "latest"
+
+
+class PodSpec(_Model):
+    containers: list[Container] = Field(min_length=1)
+    initContainers: list[Container] = Field(default_factory=list)
+    restartPolicy: Literal["Always", "OnFailure", "Never"] = "Always"
+    terminationGracePeriodSeconds: int = Field(default=30, ge=0)
+    hostNetwork: bool = False
+    hostname: str | None = None
+    subdomain: str | None = None
+    dnsPolicy: Literal["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"] = "ClusterFirst"
+    nodeName: str | None = None
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "PodSpec":
+        seen: set[str] = set()
+        for i, c in enumerate(self.initContainers + self.containers):
+            if c.name in seen:
+                raise ValueError(f"container name {c.name!r} is used twice")
+            seen.add(c.name)
+        for c in self.containers:
+            if c.restartPolicy is not None:
+                raise ValueError(f"containers[{c.name}].restartPolicy is only allowed on init containers")
+        return self
+
+
+class ObjectMeta(_Model):
+    name: str
+    namespace: str = "default"
+    uid: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > 253 or not DNS1123_SUBDOMAIN.match(v):
+            raise ValueError(f"{v!r} must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.')")
+        return v
+
+    @field_validator("namespace")
+    @classmethod
+    def _ns(cls, v: str) -> str:
+        if len(v) > 63 or not DNS1123_LABEL.match(v):
+            raise ValueError(f"{v!r} must be a lowercase RFC 1123 label")
+        return v
+
+
+class Pod(_Model):
+    apiVersion: Literal["v1"] = "v1"
+    kind: Literal["Pod"] = "Pod"
+    metadata: ObjectMeta
+    spec: PodSpec
+
+    @property
+    def uid(self) -> str:
+        return self.metadata.uid or ""
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    def to_manifest(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+    @classmethod
+    def from_manifest(cls, data: dict[str, Any]) -> "Pod":
+        return cls.model_validate(data)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(pod)"
+
+
+def format_errors(exc: ValidationError) -> str:
+    msgs = []
+    for err in exc.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "Required value"
+        msgs.append(f"{_loc(err['loc'])}: {msg}")
+    return "; ".join(msgs)
+
+
+def validate_pod(data: Any) -> Pod:
+    if not isinstance(data, dict):
+        raise ManifestInvalid(f"expected a Pod object, got {type(data).__name__}")
+    try:
+        return Pod.model_validate(data)
+    except ValidationError as exc:
+        raise ManifestInvalid(format_errors(exc)) from None
+
+
+def parse_manifest_text(text: str) -> dict[str, Any]:
+    """Decode one YAML or JSON document; JSON is YAML, so one parser serves both."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ManifestInvalid(f"not valid YAML/JSON: {exc}") from None
+    if not docs:
+        raise ManifestInvalid("file is empty")
+    if len(docs) > 1:
+        raise ManifestInvalid(f"holds {len(docs)} documents; a static pod file holds exactly one Pod")
+    return docs[0]
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,147 @@
+"""The life of one pykubelet service process: wiring, named tasks, signals, clean shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Coroutine
+
+import uvicorn
+from fastapi import FastAPI
+
+from shared.admin import ADMIN_PORTS, Check, create_admin_app
+from shared.bus import Bus
+from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared.store import Store
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_TIMEOUT = 20.0
+
+
+def setup_logging(service: str) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("uvicorn.access", "nats", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@dataclass
+class ServiceContext:
+    """What a service's setup function gets to build its managers from."""
+
+    name: str
+    settings: NodeSettings
+    store: Store
+    bus: Bus
+    app: FastAPI
+    checks: dict[str, Check]
+    stopping: asyncio.Event
+    _tasks: list[asyncio.Task] = field(default_factory=list)
+    _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    failed: bool = False
+
+    def spawn(self, name: str, coro: Coroutine) -> asyncio.Task:
+        """Run a long-lived coroutine; if it ever fails, log it and stop the process."""
+        task = asyncio.create_task(coro, name=f"{self.name}:{name}")
+        task.add_done_callback(self._on_task_done)
+        self._tasks.append(task)
+        return task
+
+    def on_shutdown(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self._cleanups.append(fn)
+
+    def _on_task_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("task %s failed; stopping so the supervisor restarts this service",
+                      task.get_name(), exc_info=exc)
+            self.failed = True
+            self.stopping.set()
+        elif not self.stopping.is_set():
+            log.error("task %s returned unexpectedly; stopping", task.get_name())
+            self.failed = True
+            self.stopping.set()
+
+
+Setup = Callable[[ServiceContext], Awaitable[None]]
+
+
+async def _serve_admin(ctx: ServiceContext, port: int) -> None:
+    config = uvicorn.Config(ctx.app, host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="off", access_log=False)
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # signals are ours
+    serve = asyncio.create_task(server.serve(), name=f"{ctx.name}:admin-http")
+    await ctx.stopping.wait()
+    server.should_exit = True
+    await asyncio.wait_for(serve, timeout=5)
+
+
+async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+
+    store = Store(settings.store_path, writer=name)
+    store.create_schema()
+    bus = Bus(settings.nats_url, name=f"pykubelet-{name}")
+    await bus.connect()
+    checks: dict[str, Check] = {
+        "bus": lambda: (bus.connected, "connected" if bus.connected else f"not connected to {settings.nats_url}"),
+    }
+    app = create_admin_app(name, checks)
+    ctx = ServiceContext(name=name, settings=settings, store=store, bus=bus, app=app,
+                         checks=checks, stopping=stopping)
+    await setup(ctx)
+    port = settings.admin_port or ADMIN_PORTS[name]
+    admin = asyncio.create_task(_serve_admin(ctx, port), name=f"{name}:admin")
+    log.info("%s running (admin http://127.0.0.1:%d, store %s, bus %s)", name, port,
+             settings.store_path, settings.nats_url)
+
+    await stopping.wait()
+    log.info("%s stopping", name)
+    for task in ctx._tasks:
+        task.cancel()
+    await asyncio.wait_for(asyncio.gather(*ctx._tasks, return_exceptions=True), SHUTDOWN_TIMEOUT)
+    for fn in reversed(ctx._cleanups):
+        try:
+            await asyncio.wait_for(fn(), SHUTDOWN_TIMEOUT)
+        except Exception:
+            log.exception("shutdown step failed")
+    try:
+        await asyncio.wait_for(admin, 5)
+    except Exception as exc:
+        log.warning("admin server did not stop cleanly: %s", exc)
+    await bus.close()
+    store.close()
+    log.info("%s stopped", name)
+    return 1 if ctx.failed else 0
+
+
+def service_main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
+    """Entry point shared by all services: parse flags, load config, run until a signal."""
+    parser = argparse.ArgumentParser(prog=f"pykubelet {name}")
+    add_node_flags(parser)
+    args = parser.parse_args(argv)
+    setup_logging(name)
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"pykubelet {name}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run_service(name, settings, setup))
+    except ConnectionError as exc:
+        log.error("%s", exc)
+        return 1

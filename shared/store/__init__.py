@@ -1,0 +1,22 @@
+"""The node's local state store (SQLite, WAL mode), one writing service per table."""
+
+from shared.store.db import Store, OwnershipError
+from shared.store.models import (
+    DesiredPod,
+    ManifestError,
+    NetworkStatus,
+    PodRuntime,
+    PodStatusRecord,
+    TABLE_OWNERS,
+)
+
+__all__ = [
+    "Store",
+    "OwnershipError",
+    "DesiredPod",
+    "ManifestError",
+    "NetworkStatus",
+    "PodRuntime",
+    "PodStatusRecord",
+    "TABLE_OWNERS",
+]

@@ -1,0 +1,74 @@
+"""Opening the SQLite store and enforcing that a service writes only the tables it owns."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import Delete, Insert, Update, create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from shared.store.models import TABLE_OWNERS, Base
+
+
+class OwnershipError(RuntimeError):
+    """A service tried to write a table another service owns."""
+
+
+def _enable_wal(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    # Several processes write; wait for the lock rather than fail.
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+class Store:
+    """The store as one service sees it: reads anything, writes its own tables only."""
+
+    def __init__(self, path: Path | str, writer: str | None) -> None:
+        self.path = Path(path)
+        self.writer = writer
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.engine: Engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": 5})
+        event.listen(self.engine, "connect", _enable_wal)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        event.listen(self._sessions, "before_flush", self._check_flush)
+        event.listen(self._sessions, "do_orm_execute", self._check_statement)
+
+    def create_schema(self) -> None:
+        Base.metadata.create_all(self.engine)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A unit of work, committed on success, rolled back on error."""
+        with self._sessions() as s:
+            try:
+                yield s
+                s.commit()
+            except BaseException:
+                s.rollback()
+                raise
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _allowed(self, table: str) -> None:
+        owner = TABLE_OWNERS.get(table)
+        if owner != self.writer:
+            raise OwnershipError(
+                f"{self.writer or 'a read-only client'} may not write table {table!r}; "
+                f"only {owner} writes it (ask it by an event instead)"
+            )
+
+    def _check_flush(self, session: Session, _ctx, _instances) -> None:
+        for obj in list(session.new) + list(session.dirty) + list(session.deleted):
+            self._allowed(obj.__table__.name)
+
+    def _check_statement(self, state) -> None:
+        stmt = state.statement
+        if isinstance(stmt, (Insert, Update, Delete)):
+            self._allowed(stmt.table.name)

@@ -1,0 +1,99 @@
+"""Tables of the state store. Each table names the one service allowed to write it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class DesiredPod(Base):
+    """A pod this node should run, as its source (manifest file, API) gave it."""
+
+    __tablename__ = "desired_pods"
+    uid: Mapped[str] = mapped_column(String, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String)
+    name: Mapped[str] = mapped_column(String)
+    source: Mapped[str] = mapped_column(String)  # "file" or "api"
+    source_path: Mapped[str] = mapped_column(String, default="")
+    manifest: Mapped[dict[str, Any]] = mapped_column(JSON)  # the defaulted v1 Pod
+    # Set when the source no longer has the pod: pod-sync stops it within the grace period,
+    # then deletes the row. Until then the pod shows as terminating.
+    deleting: Mapped[bool] = mapped_column(Boolean, default=False)
+    grace_period_seconds: Mapped[int] = mapped_column(Integer, default=30)
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ManifestError(Base):
+    """A pod source entry that could not be turned into a pod, and why."""
+
+    __tablename__ = "manifest_errors"
+    source_path: Mapped[str] = mapped_column(String, primary_key=True)
+    error: Mapped[str] = mapped_column(Text)
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PodRuntime(Base):
+    """What the container runtime has for a pod, plus why pod-sync could not go further."""
+
+    __tablename__ = "pod_runtime"
+    uid: Mapped[str] = mapped_column(String, primary_key=True)
+    sandbox_id: Mapped[str] = mapped_column(String, default="")
+    sandbox_ready: Mapped[bool] = mapped_column(Boolean, default=False)
+    pod_ip: Mapped[str] = mapped_column(String, default="")
+    log_dir: Mapped[str] = mapped_column(String, default="")
+    # One entry per spec container: see services.pod_sync.observed for the shape.
+    containers: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    sync_error_reason: Mapped[str] = mapped_column(String, default="")
+    sync_error_message: Mapped[str] = mapped_column(Text, default="")
+    terminating: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PodStatusRecord(Base):
+    """The v1 PodStatus of a pod as the kubelet would report it."""
+
+    __tablename__ = "pod_status"
+    uid: Mapped[str] = mapped_column(String, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String)
+    name: Mapped[str] = mapped_column(String)
+    source: Mapped[str] = mapped_column(String)
+    phase: Mapped[str] = mapped_column(String)
+    pod_ip: Mapped[str] = mapped_column(String, default="")
+    status: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # In words, why the pod is not (yet) running as asked; empty when all is well.
+    summary: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class NetworkStatus(Base):
+    """The node's pod network: CNI config written and the runtime reporting it ready."""
+
+    __tablename__ = "network_status"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, default=1)
+    pod_cidr: Mapped[str] = mapped_column(String, default="")
+    ready: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str] = mapped_column(String, default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    conf_path: Mapped[str] = mapped_column(String, default="")
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+# The single writer of each table. Readers are everyone.
+TABLE_OWNERS: dict[str, str] = {
+    DesiredPod.__tablename__: "pod-sync",
+    ManifestError.__tablename__: "pod-sync",
+    PodRuntime.__tablename__: "pod-sync",
+    PodStatusRecord.__tablename__: "status-reporter",
+    NetworkStatus.__tablename__: "network",
+}
