@@ -32,6 +32,7 @@ class FakeRuntime:
         self.sandbox_configs: dict[str, cri.PodSandboxConfig] = {}
         self.containers: dict[str, cri.ContainerStatus] = {}
         self.container_sandbox: dict[str, str] = {}
+        self.created_configs: dict[str, cri.ContainerConfig] = {}
         self.images: dict[str, str] = {ref: f"sha256:{i:064x}" for i, ref in enumerate(images or [])}
         self.pull_errors: dict[str, str] = {}
         self.network_ready = True
@@ -130,6 +131,7 @@ class FakeRuntime:
             image=config.image, image_ref=config.image.image, labels=config.labels,
             annotations=config.annotations, log_path=config.log_path)
         self.container_sandbox[cid] = sandbox_id
+        self.created_configs[cid] = config
         return cid
 
     async def start_container(self, container_id: str) -> None:

@@ -1,0 +1,51 @@
+# pykubelet: `make run` brings up a local node with demo pods, `make test` runs every test.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PYKUBELET := $(VENV)/bin/pykubelet
+ROOT_DIR ?= /var/lib/pykubelet
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+
+.PHONY: deps
+deps: system-deps $(VENV)/.installed ## Install system packages and Python dependencies (skips what is there)
+
+.PHONY: system-deps
+system-deps:
+	@deploy/install-deps.sh
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || { echo "deps: creating $(VENV)"; python3 -m venv $(VENV); }
+	@echo "deps: installing Python packages into $(VENV)"
+	@$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
+	@touch $@
+
+.PHONY: run
+run: deps ## Start a local node running the example static pods (Ctrl-C stops everything)
+	$(PYKUBELET) up --root-dir $(ROOT_DIR) --config examples/kubelet-config.yaml --push-demo-images
+
+.PHONY: down
+down: ## Stop a node started with `make run`
+	@$(PYKUBELET) down --root-dir $(ROOT_DIR)
+
+.PHONY: status
+status: ## Show the local node's pods
+	@$(PYKUBELET) status --root-dir $(ROOT_DIR)
+
+.PHONY: test
+test: deps ## Run all tests: unit, then integration on real containerd + NATS + SQLite
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: test-unit
+test-unit: deps ## Run only the unit tests (fakes, no root needed)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: clean
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install what a pykubelet node and its tests need, skipping what is already there.
+# Debian/Ubuntu, as root. Safe to run again: it only installs missing packages.
+set -euo pipefail
+
+PACKAGES=(containerd runc containernetworking-plugins nats-server docker-registry busybox-static
+          iptables iproute2)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  missing+=(python3-venv)
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: system packages present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps: missing ${missing[*]}; run as root (apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+echo "deps: installing ${missing[*]} (apt-get; this takes a minute or two on a fresh machine)"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
+# A distribution's containerd unit may have started the system containerd; pykubelet runs its
+# own instance with its own socket and directories, so the two do not meet.
+echo "deps: done"

@@ -1,0 +1,88 @@
+import argparse
+
+import pytest
+
+from shared.config import ConfigError, add_node_flags, load_kubelet_config, settings_from_args
+from shared.durations import format_duration, parse_duration
+
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    add_node_flags(p)
+    return settings_from_args(p.parse_args(argv))
+
+
+def test_defaults_are_the_kubelets():
+    cfg, ignored = load_kubelet_config({})
+    assert cfg.sync_frequency == 60
+    assert cfg.file_check_frequency == 20
+    assert cfg.max_pods == 110
+    assert cfg.container_runtime_endpoint == "unix:///run/containerd/containerd.sock"
+    assert cfg.static_pod_path == ""
+    assert cfg.cluster_dns == []
+    assert cfg.crash_loop_back_off.max_container_restart_period == 300
+    assert ignored == []
+
+
+def test_file_values_and_flag_precedence(tmp_path):
+    f = tmp_path / "kubelet.yaml"
+    f.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+                 "maxPods: 20\nsyncFrequency: 1m30s\nstaticPodPath: manifests\nclusterDNS: [10.0.0.10]\n")
+    s = parse(["--config", str(f), "--max-pods", "7", "--root-dir", str(tmp_path / "root")])
+    assert s.kubelet.max_pods == 7                 # flag wins
+    assert s.kubelet.sync_frequency == 90           # file value
+    assert s.kubelet.cluster_dns == ["10.0.0.10"]
+    # relative paths in the file are relative to the file, as with the kubelet
+    assert s.kubelet.static_pod_path == str(tmp_path / "manifests")
+    assert s.store_path == tmp_path / "root" / "state.db"
+
+
+def test_unknown_field_is_an_error_naming_it():
+    with pytest.raises(ConfigError, match="maxPodz: unknown field"):
+        load_kubelet_config({"maxPodz": 3})
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("maxPods", 0, "maxPods: must be at least 1"),
+    ("syncFrequency", "soon", "syncFrequency: invalid duration 'soon'"),
+    ("podCIDR", "10.0.0.0/33", "podCIDR: not a CIDR"),
+    ("clusterDNS", ["dns.local"], "clusterDNS: 'dns.local' is not an IP address"),
+    ("containerRuntimeEndpoint", "/run/containerd.sock", "containerRuntimeEndpoint: must be a unix socket URL"),
+    ("kind", "Kubelet", "kind: must be 'KubeletConfiguration'"),
+])
+def test_bad_values_name_the_field(field, value, needle):
+    with pytest.raises(ConfigError) as exc:
+        load_kubelet_config({field: value})
+    assert needle in str(exc.value)
+
+
+def test_known_but_unimplemented_fields_are_accepted_and_reported():
+    cfg, ignored = load_kubelet_config({"address": "0.0.0.0", "evictionHard": {"memory.available": "100Mi"}})
+    assert ignored == ["address", "evictionHard"]
+
+
+def test_configurable_crash_loop_back_off():
+    cfg, _ = load_kubelet_config({"crashLoopBackOff": {"maxContainerRestartPeriod": "30s",
+                                                       "initialContainerRestartPeriod": "1s"}})
+    assert cfg.crash_loop_back_off.max_container_restart_period == 30
+    assert cfg.crash_loop_back_off.initial_container_restart_period == 1
+
+
+def test_missing_or_broken_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read kubelet config"):
+        parse(["--config", str(tmp_path / "nope.yaml")])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("maxPods: [1\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        parse(["--config", str(bad)])
+
+
+@pytest.mark.parametrize("text,seconds", [("20s", 20), ("1m0s", 60), ("1h2m3s", 3723), ("500ms", 0.5),
+                                          ("1.5s", 1.5), ("0", 0)])
+def test_go_durations(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_format_duration_round_trips():
+    for s in (20, 60, 90, 3723):
+        assert parse_duration(format_duration(s)) == s

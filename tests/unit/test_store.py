@@ -1,0 +1,39 @@
+import pytest
+from sqlalchemy import delete, select
+
+from shared.store import DesiredPod, NetworkStatus, OwnershipError, PodStatusRecord, Store
+
+
+def test_owner_writes_and_others_read(tmp_path):
+    db = tmp_path / "state.db"
+    net = Store(db, writer="network")
+    net.create_schema()
+    with net.session() as s:
+        s.merge(NetworkStatus(id=1, ready=True, pod_cidr="10.1.0.0/24"))
+    reader = Store(db, writer="pod-sync")
+    with reader.session() as s:
+        assert s.get(NetworkStatus, 1).pod_cidr == "10.1.0.0/24"
+    with reader.session() as s:
+        assert s.scalar(select(NetworkStatus.ready)) is True
+
+
+def test_writing_anothers_table_is_refused(tmp_path):
+    store = Store(tmp_path / "state.db", writer="network")
+    store.create_schema()
+    with pytest.raises(OwnershipError, match="only pod-sync writes it"):
+        with store.session() as s:
+            s.add(DesiredPod(uid="u", namespace="n", name="p", source="file", manifest={}))
+    with pytest.raises(OwnershipError, match="only status-reporter writes it"):
+        with store.session() as s:
+            s.execute(delete(PodStatusRecord))
+    ro = Store(tmp_path / "state.db", writer=None)
+    with pytest.raises(OwnershipError, match="read-only client"):
+        with ro.session() as s:
+            s.merge(NetworkStatus(id=1))
+
+
+def test_wal_mode(tmp_path):
+    store = Store(tmp_path / "state.db", writer="network")
+    store.create_schema()
+    with store.engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"

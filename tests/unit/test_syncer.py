@@ -1,0 +1,213 @@
+"""Sync decisions against the recording fake runtime and a real SQLite store."""
+
+import pytest
+from cri_api.v1 import api_pb2 as cri
+
+from services.pod_sync.backoff import Backoff
+from services.pod_sync.images import ImageManager
+from services.pod_sync.syncer import PodSyncer
+from shared.cri.fake import FakeRuntime
+from shared.podspec import validate_pod
+from shared.store import DesiredPod, NetworkStatus, PodRuntime, Store
+
+IMG = "reg/app:1"
+
+
+def manifest(uid="uid1", restart="Always", containers=None, grace=30, **spec):
+    containers = containers or [{"name": "app", "image": IMG}]
+    return validate_pod({"metadata": {"name": "p", "uid": uid},
+                         "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": grace,
+                                  "containers": containers, **spec}})
+
+
+@pytest.fixture
+def rt():
+    return FakeRuntime(images=[IMG])
+
+
+@pytest.fixture
+def syncer(rt, store, settings):
+    return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300))
+
+
+def want(store, pod, deleting=False):
+    with store.session() as s:
+        s.merge(DesiredPod(uid=pod.uid, namespace="default", name="p", source="file",
+                           manifest=pod.to_manifest(), deleting=deleting,
+                           grace_period_seconds=pod.spec.terminationGracePeriodSeconds))
+
+
+def observed(store, uid="uid1"):
+    with store.session() as s:
+        return s.get(PodRuntime, uid)
+
+
+async def test_new_pod_gets_sandbox_and_containers(syncer, rt, store, settings):
+    pod = manifest(containers=[{"name": "a", "image": IMG}, {"name": "b", "image": IMG}])
+    want(store, pod)
+    await syncer.sync("uid1")
+    ops = [op for op, _ in rt.ops("run_podsandbox", "create_container", "start_container")]
+    assert ops[0] == "run_podsandbox"  # the sandbox first, then containers (in parallel)
+    assert sorted(ops[1:]) == ["create_container"] * 2 + ["start_container"] * 2
+    [sid] = rt.sandboxes
+    cfg = rt.sandbox_configs[sid]
+    assert cfg.labels["io.kubernetes.pod.uid"] == "uid1"
+    assert cfg.log_directory == f"{settings.kubelet.pod_logs_dir}/default_p_uid1"
+    assert sorted(c.log_path for c in rt.containers.values()) == ["a/0.log", "b/0.log"]
+    row = observed(store)
+    assert row.sandbox_ready and row.pod_ip.startswith("10.88.0.")
+    assert [(c["name"], c["state"], c["restart_count"]) for c in row.containers] == \
+        [("a", "running", 0), ("b", "running", 0)]
+
+
+async def test_sync_of_a_running_pod_changes_nothing(syncer, rt, store):
+    want(store, manifest())
+    await syncer.sync("uid1")
+    before = len(rt.calls)
+    await syncer.sync("uid1")
+    mutating = [op for op, _ in rt.calls[before:] if op not in
+                ("list_podsandbox", "list_containers", "container_status", "podsandbox_status")]
+    assert mutating == []
+
+
+async def test_crashing_container_restarts_then_backs_off(syncer, rt, store):
+    want(store, manifest())
+    await syncer.sync("uid1")
+    [cid] = rt.containers
+    rt.exit_container(cid, 1)
+    await syncer.sync("uid1")  # first restart is immediate
+    running = rt.running()
+    assert len(running) == 1 and running[0].metadata.attempt == 1
+    rt.exit_container(running[0].id, 1)
+    result = await syncer.sync("uid1")
+    assert rt.running() == []
+    [app] = observed(store).containers
+    assert app["waiting_reason"] == "CrashLoopBackOff"
+    assert "back-off 10s restarting failed container=app" in app["waiting_message"]
+    assert app["last_terminated"]["exit_code"] == 1
+    assert 0 < result.requeue_after <= 10
+
+
+@pytest.mark.parametrize("policy,code,restarted", [("Never", 1, False), ("Never", 0, False),
+                                                   ("OnFailure", 0, False), ("OnFailure", 3, True),
+                                                   ("Always", 0, True)])
+async def test_restart_policy(syncer, rt, store, policy, code, restarted):
+    want(store, manifest(restart=policy))
+    await syncer.sync("uid1")
+    [cid] = rt.containers
+    rt.exit_container(cid, code)
+    await syncer.sync("uid1")
+    assert bool(rt.running()) == restarted
+    if not restarted:  # a finished pod gives its sandbox (and IP) back
+        assert all(s.state == cri.SANDBOX_NOTREADY for s in rt.sandboxes.values())
+        await syncer.sync("uid1")
+        assert len(rt.sandboxes) == 1, "a finished pod must not get a new sandbox"
+
+
+async def test_dead_sandbox_is_replaced_with_all_containers(syncer, rt, store):
+    want(store, manifest())
+    await syncer.sync("uid1")
+    [sid] = rt.sandboxes
+    await rt.stop_pod_sandbox(sid)
+    await syncer.sync("uid1")
+    ready = [s for s in rt.sandboxes.values() if s.state == cri.SANDBOX_READY]
+    assert len(ready) == 1 and ready[0].metadata.attempt == 1
+    assert rt.running()[0].metadata.attempt == 1
+
+
+async def test_deleted_pod_is_stopped_with_its_grace_period_and_forgotten(syncer, rt, store):
+    pod = manifest(grace=7)
+    want(store, pod)
+    await syncer.sync("uid1")
+    want(store, pod, deleting=True)
+    result = await syncer.sync("uid1")
+    assert result.gone
+    assert [op for op, _ in rt.ops("stop_container")] == ["stop_container"]
+    assert rt.containers == {} and rt.sandboxes == {}
+    assert observed(store) is None
+    with store.session() as s:
+        assert s.get(DesiredPod, "uid1") is None
+
+
+async def test_orphan_in_runtime_is_removed(syncer, rt, store):
+    want(store, manifest())
+    await syncer.sync("uid1")
+    with store.session() as s:  # the desire vanished (e.g. state lost) but the runtime has it
+        s.delete(s.get(DesiredPod, "uid1"))
+    await syncer.sync("uid1")
+    assert rt.containers == {} and rt.sandboxes == {}
+
+
+async def test_image_pull_failure_then_back_off(syncer, rt, store):
+    rt.pull_errors["reg/missing:1"] = "not found"
+    want(store, manifest(containers=[{"name": "app", "image": "reg/missing:1"}]))
+    r1 = await syncer.sync("uid1")
+    assert observed(store).containers[0]["waiting_reason"] == "ErrImagePull"
+    assert r1.requeue_after
+    await syncer.sync("uid1")
+    app = observed(store).containers[0]
+    assert app["waiting_reason"] == "ImagePullBackOff"
+    assert app["waiting_message"] == 'Back-off pulling image "reg/missing:1"'
+    assert len(rt.ops("pull_image")) == 1
+
+
+async def test_never_pull_policy(syncer, rt, store):
+    want(store, manifest(containers=[{"name": "app", "image": "reg/absent:1", "imagePullPolicy": "Never"}]))
+    await syncer.sync("uid1")
+    assert observed(store).containers[0]["waiting_reason"] == "ErrImageNeverPull"
+    assert rt.ops("pull_image") == []
+
+
+async def test_same_image_pulled_once_for_many_containers(syncer, rt, store):
+    img = "reg/shared:1"
+    want(store, manifest(containers=[{"name": f"c{i}", "image": img} for i in range(3)]))
+    await syncer.sync("uid1")
+    assert len(rt.ops("pull_image")) == 1
+    assert len(rt.running()) == 3
+
+
+async def test_network_not_ready_holds_the_sandbox(syncer, rt, store, settings):
+    net = Store(settings.store_path, writer="network")
+    with net.session() as s:
+        s.merge(NetworkStatus(id=1, ready=False, message="no CNI config"))
+    want(store, manifest())
+    await syncer.sync("uid1")
+    assert rt.sandboxes == {}
+    row = observed(store)
+    assert row.sync_error_reason == "NetworkNotReady" and "no CNI config" in row.sync_error_message
+
+
+async def test_host_network_pod_does_not_wait_for_the_network(syncer, rt, store, settings):
+    net = Store(settings.store_path, writer="network")
+    with net.session() as s:
+        s.merge(NetworkStatus(id=1, ready=False, message="no CNI config"))
+    want(store, manifest(hostNetwork=True))
+    await syncer.sync("uid1")
+    assert len(rt.running()) == 1
+
+
+async def test_init_containers_run_in_order_before_app(syncer, rt, store):
+    want(store, manifest(initContainers=[{"name": "i1", "image": IMG}, {"name": "i2", "image": IMG}]))
+    await syncer.sync("uid1")
+    assert [c.metadata.name for c in rt.running()] == ["i1"]
+    rt.exit_container(rt.running()[0].id, 0)
+    await syncer.sync("uid1")
+    assert [c.metadata.name for c in rt.running()] == ["i2"]
+    rt.exit_container(rt.running()[0].id, 0)
+    await syncer.sync("uid1")
+    assert [c.metadata.name for c in rt.running()] == ["app"]
+
+
+async def test_env_field_refs(syncer, rt, store):
+    want(store, manifest(containers=[{"name": "app", "image": IMG, "env": [
+        {"name": "A", "value": "x"},
+        {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]))
+    await syncer.sync("uid1")
+    [c] = rt.running()
+    cfg_envs = {kv.key: kv.value for kv in _container_config(rt, c.id).envs}
+    assert cfg_envs["A"] == "x" and cfg_envs["NAME"] == "p" and cfg_envs["IP"].startswith("10.88.0.")
+
+
+def _container_config(rt, cid):
+    return rt.created_configs[cid]
