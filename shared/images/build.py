@@ -43,7 +43,9 @@ class ImageSpec:
 IMAGES = {
     "pause": ImageSpec("pykubelet/pause", "3.9", ["/bin/sh", "-c", PAUSE_SCRIPT]),
     "busybox": ImageSpec("pykubelet/busybox", "1.36", ["sh"]),
-    "web": ImageSpec("pykubelet/web", "1.0", ["httpd", "-f", "-v", "-p", "80", "-h", "/www"],
+    # httpd as PID 1 would ignore SIGTERM and every stop would wait out the grace period.
+    "web": ImageSpec("pykubelet/web", "1.0",
+                     ["/bin/sh", "-c", "httpd -f -v -p 80 -h /www & trap 'kill $!; exit 0' TERM INT; wait $!"],
                      files={"www/index.html": WEB_INDEX}),
 }
 

@@ -1,0 +1,232 @@
+"""A real local node for integration tests: NATS, registry, containerd and all seven services,
+started with `pykubelet up` exactly as a user would, on free loopback ports and a temp root dir.
+
+A missing component is a test failure that says what to install, never a skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import pytest
+
+from shared.cri import CRIClient
+
+REPO = Path(__file__).resolve().parents[2]
+PYKUBELET = [sys.executable, "-m", "services.cli.main"]
+NODE_NAME = "testnode"
+POD_CIDR = "10.88.0.0/24"
+START_TIMEOUT = 180
+
+
+def require_node_prerequisites() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("integration tests run real containers and need root (run `make test` as root)")
+    missing = [t for t in ("containerd", "runc", "nats-server", "docker-registry") if not shutil.which(t)]
+    if not Path("/usr/lib/cni/bridge").exists():
+        missing.append("containernetworking-plugins")
+    if not Path("/bin/busybox").exists():
+        missing.append("busybox-static")
+    if missing:
+        pytest.fail(f"missing node components: {', '.join(missing)}; `make deps` installs them")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_range(n: int) -> int:
+    """A base port with n free consecutive ports after it."""
+    for _ in range(100):
+        base = free_port()
+        if base + n > 65000:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free range of loopback ports")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # the condition may not be checkable yet
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
+                         + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+SERVICES = ["network", "pod-sync", "status-reporter", "probe", "volume", "eviction", "node-api"]
+
+
+@dataclass
+class Node:
+    root: Path
+    manifests: Path
+    registry: str
+    admin_base: int
+    proc: subprocess.Popen
+    log: Path
+    written: list[Path] = field(default_factory=list)
+
+    # the user's view
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        res = subprocess.run([*PYKUBELET, *args, "--root-dir", str(self.root)], capture_output=True,
+                             text=True, timeout=60, cwd=REPO)
+        if check and res.returncode != 0:
+            raise AssertionError(f"pykubelet {' '.join(args)} failed ({res.returncode}): {res.stderr}")
+        return res
+
+    def status(self) -> dict[str, Any]:
+        return json.loads(self.cli("status", "-o", "json").stdout)
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        full = f"{name}-{NODE_NAME}"
+        return next((p for p in self.status()["pods"] if p["name"] == full), None)
+
+    def wait_pod(self, name: str, predicate: Callable[[dict], bool], timeout: float = 60,
+                 what: str = "") -> dict[str, Any]:
+        def check():
+            p = self.pod(name)
+            return p if p is not None and predicate(p) else None
+        try:
+            return wait_for(check, timeout, what or f"pod {name}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; pod now: {json.dumps(self.pod(name), indent=1)[:3000]}") from None
+
+    def wait_running(self, name: str, timeout: float = 60) -> dict[str, Any]:
+        return self.wait_pod(name, lambda p: p["phase"] == "Running" and p["podIP"]
+                             and all(c["state"] == "running" for c in p["containers"]), timeout,
+                             f"pod {name} Running with all containers running")
+
+    def image(self, name: str) -> str:
+        tags = {"web": "web:1.0", "busybox": "busybox:1.36"}
+        return f"{self.registry}/pykubelet/{tags[name]}"
+
+    def write(self, filename: str, text: str) -> Path:
+        path = self.manifests / filename
+        tmp = self.manifests / f".{filename}.tmp"
+        tmp.write_text(text)
+        tmp.rename(path)  # atomic: the watcher never sees half a file
+        if path not in self.written:
+            self.written.append(path)
+        return path
+
+    def remove(self, filename: str) -> None:
+        (self.manifests / filename).unlink(missing_ok=True)
+
+    def admin(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.admin_base + SERVICES.index(service)}"
+
+    def pid(self, service: str) -> int:
+        return int((self.root / "run" / f"{service}.pid").read_text())
+
+    # the runtime's view
+
+    def runtime(self, fn: Callable[[CRIClient], Any]) -> Any:
+        async def go():
+            cri = CRIClient(f"unix://{self.root}/containerd/containerd.sock", timeout=30)
+            try:
+                return await fn(cri)
+            finally:
+                await cri.close()
+        return asyncio.run(go())
+
+    def containers_of(self, uid: str) -> list:
+        return self.runtime(lambda cri: cri.list_containers({"io.kubernetes.pod.uid": uid}))
+
+    def sandboxes_of(self, uid: str) -> list:
+        return self.runtime(lambda cri: cri.list_pod_sandbox({"io.kubernetes.pod.uid": uid}))
+
+
+def _tail(path: Path, n: int = 60) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+@pytest.fixture(scope="session")
+def node(tmp_path_factory) -> Node:
+    require_node_prerequisites()
+    root = tmp_path_factory.mktemp("node")
+    manifests = root / "manifests"
+    manifests.mkdir()
+    registry_port, nats_port, admin_base = free_port(), free_port(), free_port_range(len(SERVICES))
+    log = root / "up.log"
+    argv = [*PYKUBELET, "up", "--root-dir", str(root), "--pod-manifest-path", str(manifests),
+            "--pod-logs-dir", str(root / "pod-logs"), "--nats-port", str(nats_port),
+            "--registry-port", str(registry_port), "--admin-port-base", str(admin_base),
+            "--push-demo-images", "--wait-pods", "1", "--pod-cidr", POD_CIDR,
+            "--hostname-override", NODE_NAME,
+            # Long rescan period: changes must arrive through the directory watch.
+            "--file-check-frequency", "5m", "--sync-frequency", "30s"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not (root / "run" / "ready").exists():
+            if proc.poll() is not None:
+                pytest.fail(f"pykubelet up exited with {proc.returncode} while starting:\n{_tail(log)}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"pykubelet up not ready after {START_TIMEOUT}s:\n{_tail(log)}")
+            time.sleep(0.3)
+        yield n
+    finally:
+        _stop_node(n)
+
+
+def _stop_node(n: Node) -> None:
+    if n.proc.poll() is None:
+        n.proc.send_signal(signal.SIGTERM)
+        try:
+            n.proc.wait(timeout=150)
+        except subprocess.TimeoutExpired:
+            n.proc.kill()
+            n.proc.wait()
+    # Anything of this node's still alive is a leak: end it (by the pids it recorded).
+    for pid_file in (n.root / "run").glob("*.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except (ValueError, OSError):
+            pass
+
+
+@pytest.fixture
+def pods(node: Node):
+    """Gives a test the node and removes the manifests it wrote, waiting for their pods to go."""
+    node.written = []
+    yield node
+    for path in node.written:
+        path.unlink(missing_ok=True)
+    if node.proc.poll() is None:
+        wait_for(lambda: not node.status()["pods"], 90, "test pods to be removed")

@@ -1,0 +1,46 @@
+"""All seven services run, answer on their admin apps and expose their state."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.integration.conftest import SERVICES, POD_CIDR
+
+
+def test_every_service_is_ready(node):
+    for service in SERVICES:
+        resp = httpx.get(node.admin(service) + "/readyz", timeout=5)
+        body = resp.json()
+        assert resp.status_code == 200, f"{service} not ready: {body}"
+        assert body["service"] == service and body["checks"]["bus"]["ok"]
+        assert httpx.get(node.admin(service) + "/healthz", timeout=5).text == "ok"
+
+
+def test_network_service_wrote_cni_config_and_reports_ready(node):
+    net = httpx.get(node.admin("network") + "/network", timeout=5).json()
+    assert net["ready"] and net["podCIDR"] == POD_CIDR
+    conf = (node.root / "cni" / "net.d" / "10-pykubelet.conflist").read_text()
+    assert POD_CIDR in conf and '"portmap"' in conf
+    assert node.status()["network"]["ready"]
+
+
+def test_runtime_metrics_use_kubelet_names(node):
+    text = httpx.get(node.admin("pod-sync") + "/metrics", timeout=5).text
+    assert 'kubelet_runtime_operations_total{operation_type="list_podsandbox"}' in text
+    assert "kubelet_runtime_operations_duration_seconds_bucket" in text
+    assert "kubelet_pleg_relist_duration_seconds" in text
+
+
+def test_node_api_lists_pods_as_a_pod_list(pods):
+    pods.write("listed.yaml", f"""apiVersion: v1
+kind: Pod
+metadata: {{name: listed}}
+spec:
+  containers: [{{name: web, image: "{pods.image('web')}"}}]
+""")
+    pods.wait_running("listed")
+    body = httpx.get(pods.admin("node-api") + "/pods", timeout=5).json()
+    assert body["kind"] == "PodList"
+    [item] = [i for i in body["items"] if i["metadata"]["name"].startswith("listed-")]
+    assert item["status"]["phase"] == "Running"
+    assert item["metadata"]["annotations"]["kubernetes.io/config.source"] == "file"

@@ -1,0 +1,101 @@
+from services.status_reporter.pod_status import compute_status
+from shared.podspec import validate_pod
+
+
+def pod(restart="Always", init=None, names=("app",)):
+    return validate_pod({"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "restartPolicy": restart, "initContainers": init or [],
+        "containers": [{"name": n, "image": "i:1"} for n in names]}})
+
+
+def running(name, restarts=0, last=None):
+    return {"name": name, "state": "running", "started_at": "2026-01-01T00:00:00Z",
+            "restart_count": restarts, "container_id": "containerd://abc", "image": "i:1",
+            "image_id": "sha256:1", "last_terminated": last, "waiting_reason": ""}
+
+
+def exited(name, code, waiting=""):
+    return {"name": name, "state": "exited", "exit_code": code, "reason": "Error" if code else "Completed",
+            "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:05Z",
+            "restart_count": 0, "container_id": "containerd://abc", "waiting_reason": waiting,
+            "waiting_message": "back-off 10s" if waiting else "", "last_terminated": None}
+
+
+def rt(*containers, ip="10.88.0.5", **extra):
+    return {"sandbox_ready": True, "pod_ip": ip, "containers": list(containers), **extra}
+
+
+def cond(status, ctype):
+    return next(c for c in status["conditions"] if c["type"] == ctype)["status"]
+
+
+def test_running_pod():
+    status, why = compute_status(pod(), rt(running("app")), None)
+    assert status["phase"] == "Running"
+    assert status["podIP"] == "10.88.0.5" and status["podIPs"] == [{"ip": "10.88.0.5"}]
+    [cs] = status["containerStatuses"]
+    assert cs["state"] == {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    assert cs["ready"] and cs["started"] and cs["containerID"] == "containerd://abc"
+    assert cond(status, "Ready") == "True" and cond(status, "PodReadyToStartContainers") == "True"
+    assert why == ""
+
+
+def test_nothing_observed_yet_is_pending_container_creating():
+    status, why = compute_status(pod(), None, None)
+    assert status["phase"] == "Pending"
+    assert status["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert why == "waiting for pod-sync to start the pod"
+
+
+def test_crash_loop_shows_waiting_and_last_state():
+    status, why = compute_status(pod(), rt(exited("app", 2, waiting="CrashLoopBackOff")), None)
+    [cs] = status["containerStatuses"]
+    assert cs["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    assert cs["lastState"]["terminated"]["exitCode"] == 2
+    assert status["phase"] == "Running"  # restartPolicy Always: the kubelet says Running
+    assert "container app: container keeps crashing" in why
+
+
+def test_phases_for_finished_pods():
+    assert compute_status(pod("Never"), rt(exited("app", 1)), None)[0]["phase"] == "Failed"
+    assert compute_status(pod("Never"), rt(exited("app", 0)), None)[0]["phase"] == "Succeeded"
+    assert compute_status(pod("OnFailure"), rt(exited("app", 0)), None)[0]["phase"] == "Succeeded"
+    status, why = compute_status(pod("Never"), rt(exited("app", 1)), None)
+    assert "container app exited with code 1 (Error)" in why
+
+
+def test_terminal_phase_is_sticky():
+    status, _ = compute_status(pod("Never"), rt(running("app")), {"phase": "Failed"})
+    assert status["phase"] == "Failed"
+
+
+def test_image_error_explained():
+    obs = {"name": "app", "state": "", "waiting_reason": "ErrImagePull",
+           "waiting_message": 'Failed to pull image "x": not found'}
+    status, why = compute_status(pod(), rt(obs), None)
+    assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
+    assert why == 'container app: image could not be pulled: Failed to pull image "x": not found'
+
+
+def test_sandbox_error_explained():
+    status, why = compute_status(pod(), rt(sync_error_reason="FailedCreatePodSandBox",
+                                           sync_error_message="Failed to create pod sandbox: boom"), None)
+    assert why == "sandbox failed: Failed to create pod sandbox: boom"
+
+
+def test_init_containers_gate_phase_and_conditions():
+    p = pod(init=[{"name": "init", "image": "i:1"}])
+    status, _ = compute_status(p, rt(running("init")), None)
+    assert status["phase"] == "Pending"
+    assert cond(status, "Initialized") == "False"
+    assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    status, _ = compute_status(p, rt(exited("init", 0), running("app")), None)
+    assert status["phase"] == "Running" and cond(status, "Initialized") == "True"
+
+
+def test_transition_time_kept_while_status_unchanged():
+    first, _ = compute_status(pod(), rt(running("app")), None)
+    ready = next(c for c in first["conditions"] if c["type"] == "Ready")
+    ready["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+    second, _ = compute_status(pod(), rt(running("app")), first)
+    assert next(c for c in second["conditions"] if c["type"] == "Ready")["lastTransitionTime"] == "2020-01-01T00:00:00Z"
