@@ -72,7 +72,8 @@ class Bus:
         last_error: Exception | None = None
         while loop.time() < deadline:
             try:
-                self._nc = await nats.connect(
+                # The whole attempt is bounded: nats-py may retry internally on its own.
+                self._nc = await asyncio.wait_for(nats.connect(
                     self.url,
                     name=self.name,
                     connect_timeout=2,
@@ -82,7 +83,7 @@ class Bus:
                     error_cb=self._on_error,
                     disconnected_cb=self._on_disconnect,
                     reconnected_cb=self._on_reconnect,
-                )
+                ), timeout=max(0.1, min(5.0, deadline - loop.time())))
                 return
             except Exception as exc:  # nats raises several unrelated types here
                 last_error = exc

@@ -87,3 +87,29 @@ def _relists(node) -> float:
         if line.startswith("kubelet_pleg_relist_duration_seconds_count"):
             return float(line.split()[-1])
     return 0
+
+
+def test_nats_restart_touches_no_pod_and_new_pods_still_start(pods):
+    pods.write("calm.yaml", f"""apiVersion: v1
+kind: Pod
+metadata: {{name: calm}}
+spec:
+  containers: [{{name: web, image: "{pods.image('web')}"}}]
+""")
+    pod = pods.wait_running("calm")
+    before = {c.id for c in pods.containers_of(pod["uid"])}
+    old_pid = pods.pid("nats")
+    os.kill(old_pid, signal.SIGKILL)
+    wait_for(lambda: pods.pid("nats") != old_pid, 30, "the supervisor to restart nats-server")
+    wait_for(lambda: all(httpx.get(pods.admin(s) + "/readyz", timeout=2).status_code == 200
+                         for s in ("pod-sync", "status-reporter", "network")), 30,
+             "services to reconnect to the bus")
+    pods.write("after-nats.yaml", f"""apiVersion: v1
+kind: Pod
+metadata: {{name: after-nats}}
+spec:
+  containers: [{{name: web, image: "{pods.image('web')}"}}]
+""")
+    pods.wait_running("after-nats")
+    assert {c.id for c in pods.containers_of(pod["uid"])} == before
+    assert pods.pod("calm")["containers"][0]["restartCount"] == 0

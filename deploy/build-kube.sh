@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Build kube-apiserver, kubelet and kubectl 1.20 from Debian's kubernetes source package, once.
+#
+# No Kubernetes binaries are published in the package registries these machines reach, but the
+# Debian source package carries the whole tree with vendor/. The binaries are cached outside the
+# checkout ($PYKUBELET_CACHE, default /var/cache/pykubelet), so only the first run pays the
+# 10-20 minutes of compiling on 2 cores. Cluster tests use kube-apiserver (+ Debian's etcd) and
+# kubectl; benchmarks use the real kubelet as a baseline.
+set -euo pipefail
+
+CACHE=${PYKUBELET_CACHE:-/var/cache/pykubelet}
+BIN=$CACHE/kube-1.20/bin
+TARGETS=(kube-apiserver kubelet kubectl)
+
+have_all() {
+  for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done
+}
+
+if have_all; then
+  echo "kube: cached binaries in $BIN"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "kube: building needs root (apt-get); run as root" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+SRC_LIST=/etc/apt/sources.list.d/pykubelet-deb-src.sources
+if [ ! -f "$SRC_LIST" ]; then
+  echo "kube: adding a deb-src entry for bookworm main ($SRC_LIST)"
+  printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$SRC_LIST"
+  apt-get update -q
+fi
+need=()
+for pkg in golang-go dpkg-dev etcd-server; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "kube: installing ${need[*]}"
+  apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+mkdir -p "$CACHE/src"
+cd "$CACHE/src"
+tree=$(find . -maxdepth 1 -type d -name 'kubernetes-1.20*' | head -n1)
+if [ -z "$tree" ]; then
+  echo "kube: fetching Debian's kubernetes source package (about 35 MB)"
+  apt-get source -q kubernetes
+  tree=$(find . -maxdepth 1 -type d -name 'kubernetes-1.20*' | head -n1)
+fi
+cd "$tree"
+
+# The package's own recipe (debian/rules): GOPATH inside the tree, no cgo, Debian's Go.
+export GOPATH=$PWD/.go
+export PATH=/usr/lib/go/bin:$PATH
+export CGO_ENABLED=0
+export HOME=${HOME:-/root}
+mkdir -p .go/src/k8s.io
+[ -L .go/src/k8s.io/kubernetes ] || ln -s ../../.. .go/src/k8s.io/kubernetes
+
+echo "kube: compiling ${TARGETS[*]} (10-20 minutes on 2 cores the first time; progress below)"
+start=$(date +%s)
+make WHAT="$(printf 'cmd/%s ' "${TARGETS[@]}")"
+mkdir -p "$BIN"
+for t in "${TARGETS[@]}"; do
+  install -m 0755 "_output/bin/$t" "$BIN/$t"
+done
+echo "kube: built in $(( $(date +%s) - start ))s into $BIN"

@@ -1,0 +1,111 @@
+"""The event bus against a real nats-server on a free port."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from shared.bus import Bus, DesiredPodsChanged, NetworkChanged
+from tests.integration.conftest import free_port
+
+
+class NatsServer:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        if shutil.which("nats-server") is None:
+            pytest.fail("nats-server is not installed; `make deps` installs it")
+        self.proc = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import socket
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        pytest.fail(f"nats-server did not listen on {self.port} within 10s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def nats_server():
+    server = NatsServer(free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_typed_events_round_trip(nats_server):
+    a, b = Bus(nats_server.url, "a"), Bus(nats_server.url, "b")
+    await a.connect(5)
+    await b.connect(5)
+    got: asyncio.Queue = asyncio.Queue()
+    await b.subscribe(DesiredPodsChanged, got.put)
+    await asyncio.sleep(0.1)
+    await a.publish(DesiredPodsChanged(uids=["u1", "u2"]))
+    event = await asyncio.wait_for(got.get(), 5)
+    assert isinstance(event, DesiredPodsChanged) and event.uids == ["u1", "u2"]
+    assert DesiredPodsChanged.subject == "pykubelet.v1.pods.desired"
+    await a.close()
+    await b.close()
+
+
+async def test_garbage_on_a_subject_is_dropped_and_the_next_event_arrives(nats_server):
+    import nats
+
+    bus = Bus(nats_server.url, "b")
+    await bus.connect(5)
+    got: asyncio.Queue = asyncio.Queue()
+    await bus.subscribe(NetworkChanged, got.put)
+    raw = await nats.connect(nats_server.url)
+    await raw.publish(NetworkChanged.subject, b"\x00not json")
+    await raw.publish(NetworkChanged.subject, b'{"ready": "maybe"}')
+    await raw.publish(NetworkChanged.subject, b'{"ready": true}')
+    await raw.flush()
+    event = await asyncio.wait_for(got.get(), 5)
+    assert event.ready is True and got.empty()
+    await raw.close()
+    await bus.close()
+
+
+async def test_bus_survives_a_nats_restart(nats_server):
+    bus, sender = Bus(nats_server.url, "b"), Bus(nats_server.url, "s")
+    await bus.connect(5)
+    await sender.connect(5)
+    got: asyncio.Queue = asyncio.Queue()
+    await bus.subscribe(DesiredPodsChanged, got.put)
+    nats_server.stop()
+    await asyncio.sleep(0.5)
+    assert not bus.connected
+    nats_server.start()
+    deadline = time.monotonic() + 15
+    while not (bus.connected and sender.connected) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert bus.connected and sender.connected, "did not reconnect after nats-server came back"
+    await asyncio.sleep(0.2)  # subscriptions are replayed on reconnect
+    await sender.publish(DesiredPodsChanged(uids=["after"]))
+    assert (await asyncio.wait_for(got.get(), 5)).uids == ["after"]
+    await bus.close()
+    await sender.close()
+
+
+async def test_connect_to_nothing_fails_with_advice():
+    bus = Bus(f"nats://127.0.0.1:{free_port()}", "x")
+    with pytest.raises(ConnectionError, match="Is nats-server running"):
+        await bus.connect(timeout=1.5)

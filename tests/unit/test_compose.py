@@ -1,0 +1,25 @@
+"""docker-compose.yml must describe the same processes the CLI runs, with flags it accepts."""
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from services.cli.main import SERVICES
+from shared.config import add_node_flags
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_compose_runs_every_service_with_valid_flags():
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(SERVICES) <= set(services)
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_node_flags(parser)
+    for name in SERVICES:
+        command = services[name]["command"]
+        assert command[0] == name
+        args = parser.parse_args(command[1:])  # raises on a flag the services do not know
+        assert Path(REPO / "examples" / "kubelet-config.yaml").exists() and args.config.endswith("kubelet-config.yaml")
+    assert (REPO / services["pod-sync"]["build"]["dockerfile"]).exists()
