@@ -33,7 +33,7 @@ if [ ! -f "$SRC_LIST" ]; then
   apt-get update -q
 fi
 need=()
-for pkg in golang-go dpkg-dev etcd-server; do
+for pkg in golang-go dpkg-dev etcd-server rsync; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
