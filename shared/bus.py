@@ -40,6 +40,20 @@ class PodRuntimeChanged(Event):
     uids: list[str] = []
 
 
+class ContainerEvent(BaseModel):
+    pod_uid: str
+    container_id: str
+    container_name: str
+    type: str  # ContainerStarted, ContainerDied, ContainerRemoved (the kubelet's PLEG event types)
+
+
+class PodLifecycleEvents(Event):
+    """pod-sync's PLEG saw containers start, die or go away."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.lifecycle"
+    events: list[ContainerEvent] = []
+
+
 class PodStatusChanged(Event):
     """status-reporter recomputed these pods' status."""
 

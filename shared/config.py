@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from shared.durations import parse_duration
@@ -37,13 +37,13 @@ KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
     imageGCHighThresholdPercent imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups
     systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
     cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
-    topologyManagerPolicyOptions qosReserved runtimeRequestTimeout hairpinMode podPidsLimit
+    topologyManagerPolicyOptions qosReserved hairpinMode podPidsLimit
     resolvConf runOnce cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles contentType
-    kubeAPIQPS kubeAPIBurst serializeImagePulls maxParallelImagePulls evictionHard evictionSoft
+    kubeAPIQPS kubeAPIBurst evictionHard evictionSoft
     evictionSoftGracePeriod evictionPressureTransitionPeriod evictionMaxPodGracePeriod
     evictionMinimumReclaim podsPerCore enableControllerAttachDetach protectKernelDefaults
     makeIPTablesUtilChains iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn
-    memorySwap containerLogMaxSize containerLogMaxFiles containerLogMaxWorkers
+    memorySwap containerLogMaxWorkers
     containerLogMonitorInterval configMapAndSecretChangeDetectionStrategy systemReserved
     kubeReserved reservedSystemCPUs showHiddenMetricsForVersion systemReservedCgroup
     kubeReservedCgroup enforceNodeAllocatable allowedUnsafeSysctls volumePluginDir providerID
@@ -99,6 +99,12 @@ class KubeletConfiguration(BaseModel):
     sync_frequency: float = 60.0
     file_check_frequency: float = 20.0
     max_pods: int = 110
+    runtime_request_timeout: float = 120.0
+    # pykubelet pulls in parallel by default (the kubelet serializes unless told otherwise).
+    serialize_image_pulls: bool = False
+    max_parallel_image_pulls: int | None = 5
+    container_log_max_size: str = "10Mi"
+    container_log_max_files: int = 5
     crash_loop_back_off: CrashLoopBackOffConfig = Field(default_factory=CrashLoopBackOffConfig)
 
     @field_validator("api_version")
@@ -115,7 +121,44 @@ class KubeletConfiguration(BaseModel):
             raise ValueError(f"must be {KIND!r}")
         return v
 
-    @field_validator("sync_frequency", "file_check_frequency", mode="before")
+    @field_validator("max_parallel_image_pulls")
+    @classmethod
+    def _parallel(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("must be at least 1 (or unset for no limit)")
+        return v
+
+    @field_validator("container_log_max_size")
+    @classmethod
+    def _log_size(cls, v: str) -> str:
+        from shared.quantity import to_bytes
+
+        try:
+            if to_bytes(v) < 1024:
+                raise ValueError("must be at least 1Ki")
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("container_log_max_files")
+    @classmethod
+    def _log_files(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError("must be at least 2")
+        return v
+
+    @model_validator(mode="after")
+    def _pull_settings(self) -> "KubeletConfiguration":
+        if self.serialize_image_pulls and "max_parallel_image_pulls" in self.model_fields_set \
+                and self.max_parallel_image_pulls not in (None, 1):
+            raise ValueError("maxParallelImagePulls must be unset or 1 when serializeImagePulls is true")
+        return self
+
+    @property
+    def image_pull_parallelism(self) -> int | None:
+        return 1 if self.serialize_image_pulls else self.max_parallel_image_pulls
+
+    @field_validator("sync_frequency", "file_check_frequency", "runtime_request_timeout", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return _to_seconds(v)
@@ -167,6 +210,7 @@ class NodeSettings(BaseModel):
     nats_url: str = "nats://127.0.0.1:4222"
     node_name: str = Field(default_factory=lambda: socket.gethostname().lower())
     admin_port: int = 0  # 0: the service's default admin port
+    pleg_relist_period: float = 1.0
     ignored_fields: list[str] = Field(default_factory=list)
 
     @property
@@ -181,7 +225,7 @@ def _format_validation_error(exc: ValidationError, source: str) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field (not part of KubeletConfiguration v1beta1)"
-        parts.append(f"{loc}: {msg}")
+        parts.append(f"{loc}: {msg}" if loc else msg)
     return f"invalid kubelet config {source}: " + "; ".join(parts)
 
 
@@ -242,6 +286,7 @@ def add_node_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--file-check-frequency", help="static pod dir rescan period (fileCheckFrequency)")
     g.add_argument("--max-pods", type=int, help="most pods this node runs (maxPods)")
     g.add_argument("--pod-logs-dir", help="container log directory (podLogsDir)")
+    g.add_argument("--pleg-relist-period", help="how often pod-sync relists the runtime (default 1s)")
 
 
 # Path fields that, like the kubelet's, are relative to the config file's directory.
@@ -284,6 +329,11 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
         extra["node_name"] = args.hostname_override.lower()
     if getattr(args, "admin_port", None):
         extra["admin_port"] = args.admin_port
+    if getattr(args, "pleg_relist_period", None):
+        try:
+            extra["pleg_relist_period"] = parse_duration(args.pleg_relist_period)
+        except ValueError as exc:
+            raise ConfigError(f"--pleg-relist-period: {exc}") from None
     settings = NodeSettings(kubelet=kubelet, ignored_fields=ignored, **extra)
     for name in ignored:
         log.warning("config field %s is valid KubeletConfiguration but not implemented by pykubelet; ignored", name)

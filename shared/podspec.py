@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from shared.quantity import parse_quantity
+
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
@@ -48,6 +50,92 @@ class ContainerPort(_Model):
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
 
 
+class ResourceRequirements(_Model):
+    requests: dict[str, str | int | float] = Field(default_factory=dict)
+    limits: dict[str, str | int | float] = Field(default_factory=dict)
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _quantities(cls, v: dict) -> dict:
+        for name, q in v.items():
+            try:
+                parse_quantity(q)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> "ResourceRequirements":
+        for name, limit in self.limits.items():
+            if name in self.requests and parse_quantity(self.requests[name]) > parse_quantity(limit):
+                raise ValueError(f"requests.{name} must be less than or equal to limits.{name}")
+        return self
+
+    def request(self, name: str) -> str | int | float | None:
+        """The effective request: the API server defaults a missing request to the limit."""
+        return self.requests.get(name, self.limits.get(name))
+
+
+class ExecAction(_Model):
+    command: list[str] = Field(min_length=1)
+
+
+class HTTPHeader(_Model):
+    name: str
+    value: str
+
+
+class HTTPGetAction(_Model):
+    path: str = "/"
+    port: int | str
+    host: str | None = None
+    scheme: Literal["HTTP", "HTTPS"] = "HTTP"
+    httpHeaders: list[HTTPHeader] = Field(default_factory=list)
+
+
+class SleepAction(_Model):
+    seconds: int = Field(ge=0)
+
+
+class LifecycleHandler(_Model):
+    exec: ExecAction | None = None
+    httpGet: HTTPGetAction | None = None
+    sleep: SleepAction | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "LifecycleHandler":
+        if sum(x is not None for x in (self.exec, self.httpGet, self.sleep)) != 1:
+            raise ValueError("must specify exactly one of exec, httpGet or sleep")
+        return self
+
+
+class Lifecycle(_Model):
+    postStart: LifecycleHandler | None = None
+    preStop: LifecycleHandler | None = None
+
+
+class Capabilities(_Model):
+    add: list[str] = Field(default_factory=list)
+    drop: list[str] = Field(default_factory=list)
+
+
+class SecurityContext(_Model):
+    runAsUser: int | None = Field(default=None, ge=0)
+    runAsGroup: int | None = Field(default=None, ge=0)
+    runAsNonRoot: bool | None = None
+    privileged: bool | None = None
+    readOnlyRootFilesystem: bool | None = None
+    allowPrivilegeEscalation: bool | None = None
+    capabilities: Capabilities | None = None
+
+
+class PodSecurityContext(_Model):
+    runAsUser: int | None = Field(default=None, ge=0)
+    runAsGroup: int | None = Field(default=None, ge=0)
+    runAsNonRoot: bool | None = None
+    supplementalGroups: list[int] = Field(default_factory=list)
+
+
 class Container(_Model):
     name: str
     image: str
@@ -60,6 +148,9 @@ class Container(_Model):
     terminationMessagePath: str = "/dev/termination-log"
     terminationMessagePolicy: Literal["File", "FallbackToLogsOnError"] = "File"
     restartPolicy: Literal["Always"] | None = None  # only on init containers (sidecars)
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    lifecycle: Lifecycle | None = None
+    securityContext: SecurityContext | None = None
     stdin: bool = False
     tty: bool = False
 
@@ -104,6 +195,8 @@ class PodSpec(_Model):
     subdomain: str | None = None
     dnsPolicy: Literal["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"] = "ClusterFirst"
     nodeName: str | None = None
+    securityContext: PodSecurityContext = Field(default_factory=PodSecurityContext)
+    serviceAccountName: str | None = None
 
     @model_validator(mode="after")
     def _unique_names(self) -> "PodSpec":
@@ -116,6 +209,11 @@ class PodSpec(_Model):
             if c.restartPolicy is not None:
                 raise ValueError(f"containers[{c.name}].restartPolicy is only allowed on init containers")
         return self
+
+    @property
+    def sidecars(self) -> list[Container]:
+        """Restartable init containers: started in init order, then kept running."""
+        return [c for c in self.initContainers if c.restartPolicy == "Always"]
 
 
 class ObjectMeta(_Model):

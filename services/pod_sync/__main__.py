@@ -6,12 +6,18 @@ import sys
 
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.images import ImageManager
+from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
+from services.pod_sync.resources import own_oom_score_adj
+from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer
 from services.pod_sync.views import router
 from shared.cri import CRIClient
+from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
+                         memory_capacity_bytes, node_ip)
 from shared.runtime_check import runtime_ready_check
+from shared.quantity import to_bytes
 from shared.service import ServiceContext, service_main
 
 NAME = "pod-sync"
@@ -20,18 +26,25 @@ IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP = 10.0, 300.0
 
 async def setup(ctx: ServiceContext) -> None:
     k = ctx.settings.kubelet
-    cri = CRIClient(k.container_runtime_endpoint)
+    cri = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
+    node = NodeFacts(name=ctx.settings.node_name, ip=node_ip(), cpu_millicores=cpu_capacity_millicores(),
+                     memory_bytes=memory_capacity_bytes(),
+                     oom_floor=own_oom_score_adj() if kernel_refuses_negative_oom_score_adj() else None,
+                     pods_dir=ctx.settings.root_dir / "pods")
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
-    images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP))
-    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash)
+    images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
+    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node)
     source = StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)
-    manager = PodSyncManager(syncer, source, ctx.bus, resync_every=k.sync_frequency)
+    manager = PodSyncManager(syncer, source, ctx.bus, resync_every=k.sync_frequency,
+                             pleg_period=ctx.settings.pleg_relist_period)
 
     ctx.app.include_router(router(ctx.store))
     ctx.checks["runtime"] = runtime_ready_check(cri, ctx)
     ctx.checks["pleg"] = manager.pleg.healthy
+    rotator = ContainerLogRotator(cri, to_bytes(k.container_log_max_size), k.container_log_max_files)
     await manager.start(ctx.spawn)
+    ctx.spawn("container-log-rotation", rotator.run())
     ctx.on_shutdown(manager.close)
     ctx.on_shutdown(cri.close)
 

@@ -68,9 +68,15 @@ def _next_attempt(rt: RuntimePod, name: str) -> int:
     return latest.attempt + 1 if latest else 0
 
 
+# A container that ran this long before exiting starts its back-off over (kubelet 1.32+).
+BACKOFF_RESET_AFTER_RUNNING = 600.0
+
+
 def _restart_or_wait(pod: Pod, spec: Container, c: ContainerInfo, init: bool, backoff: Backoff,
                      actions: PodActions) -> None:
     key = backoff_key(pod, spec.name)
+    if c.started_at and c.finished_at - c.started_at >= BACKOFF_RESET_AFTER_RUNNING:
+        backoff.forget(key)
     remaining = backoff.remaining(key, c.finished_at)
     if remaining > 0:
         delay = backoff.current(key)
@@ -112,11 +118,19 @@ def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodAction
 
     for spec in pod.spec.initContainers:
         c = in_sandbox.latest(spec.name)
+        sidecar = spec.restartPolicy == "Always"
         if c is None:
             actions.start.append(StartContainer(spec, _next_attempt(rt, spec.name), True))
             return actions
         if c.state == "running":
+            if sidecar:
+                continue  # started: the next init container may go
             return actions
+        if sidecar:
+            # A sidecar that stopped is restarted whatever the pod's restartPolicy; once it has
+            # run it does not hold up the containers after it.
+            _restart_or_wait(pod, spec, c, True, backoff, actions)
+            continue
         if c.state == "exited" and c.exit_code == 0:
             continue
         if pod.spec.restartPolicy == "Never" and c.state == "exited":

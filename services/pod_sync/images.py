@@ -1,15 +1,18 @@
 """Making sure a container's image is present, by its imagePullPolicy.
 
 Pulls of the same image at the same moment share one CRI PullImage call; different images pull
-in parallel. A failed pull backs off per (pod, image) as the kubelet does: ErrImagePull first,
-ImagePullBackOff while waiting.
+in parallel up to maxParallelImagePulls. A failed pull backs off per (pod, image) as the kubelet
+does: ErrImagePull first, ImagePullBackOff while waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Histogram
@@ -24,6 +27,13 @@ IMAGE_PULL_DURATION = Histogram(
     "kubelet_image_pull_duration_seconds", "Duration in seconds to pull an image.", ["image_size_in_bytes"],
     buckets=(0.5, 1, 5, 10, 20, 30, 60, 120, 180, 240, 300, 600, 900, 1200, 1800, 2700, 3600))
 
+_SIZE_BUCKETS = [(10 * 2**20, "0-10MB"), (100 * 2**20, "10MB-100MB"), (500 * 2**20, "100MB-500MB"),
+                 (2**30, "500MB-1GB"), (5 * 2**30, "1GB-5GB"), (10 * 2**30, "5GB-10GB")]
+
+
+def size_bucket(size: int) -> str:
+    return next((label for limit, label in _SIZE_BUCKETS if size < limit), "10GB+")
+
 
 class ImagePullError(Exception):
     """reason is the kubelet's waiting reason; message tells the user what happened."""
@@ -34,34 +44,50 @@ class ImagePullError(Exception):
         self.message = message
 
 
+@dataclass
+class EnsuredImage:
+    ref: str
+    pulled_seconds: float | None  # None: it was already present
+
+    @property
+    def note(self) -> str:
+        return "image already present on machine" if self.pulled_seconds is None \
+            else f"pulled image in {self.pulled_seconds:.2f}s"
+
+
 class ImageManager:
-    def __init__(self, images: ImageService, backoff: Backoff) -> None:
+    def __init__(self, images: ImageService, backoff: Backoff, parallelism: int | None = None) -> None:
         self._images = images
         self._backoff = backoff
+        self._limit = asyncio.Semaphore(parallelism) if parallelism else None
         self._inflight: dict[str, asyncio.Future[str]] = {}
 
-    async def ensure(self, pod_uid: str, container: Container,
-                     sandbox_config: cri.PodSandboxConfig | None) -> str:
-        """Return the image reference to create the container from, pulling if the policy says so."""
+    async def ensure(self, pod_uid: str, container: Container, sandbox_config: cri.PodSandboxConfig | None,
+                     on_pull: Callable[[str], None] | None = None) -> EnsuredImage:
+        """Return the image reference to create the container from, pulling if the policy says so.
+        on_pull is told when a pull really starts, for progress reporting."""
         image = container.image
         policy = container.imagePullPolicy
         if policy != "Always":
             present = await self._images.image_status(image)
             if present is not None:
-                return present.id
+                return EnsuredImage(present.id, None)
             if policy == "Never":
                 raise ImagePullError(
                     "ErrImageNeverPull",
                     f'Container image "{image}" is not present with pull policy of Never')
         key = f"{pod_uid}/{image}"
-        now = time.time()
         if self._backoff.remaining_since_last_failure(key) > 0:
             raise ImagePullError("ImagePullBackOff", f'Back-off pulling image "{image}"')
+        if on_pull is not None:
+            on_pull(f'Pulling image "{image}"')
+        start = time.monotonic()
         try:
-            return await self._pull_shared(image, sandbox_config)
+            ref = await self._pull_shared(image, sandbox_config)
         except CRIError as exc:
-            self._backoff.next(key, now)
+            self._backoff.next(key, time.time())
             raise ImagePullError("ErrImagePull", f'Failed to pull image "{image}": {exc.details}') from None
+        return EnsuredImage(ref, time.monotonic() - start)
 
     def forget(self, pod_uid: str) -> None:
         self._backoff.forget(f"{pod_uid}/")
@@ -71,17 +97,25 @@ class ImageManager:
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
             self._inflight[image] = fut
-            start = time.monotonic()
-            log.info("pulling image %s", image)
             try:
-                ref = await self._images.pull_image(image, sandbox_config)
-                fut.set_result(ref)
-                IMAGE_PULL_DURATION.labels("0").observe(time.monotonic() - start)
-                log.info("pulled image %s in %.2fs", image, time.monotonic() - start)
+                fut.set_result(await self._pull(image, sandbox_config))
             except BaseException as exc:
                 fut.set_exception(exc)
-                # Nobody else may be waiting; mark the exception retrieved to avoid noise.
-                fut.exception()
+                fut.exception()  # retrieved: nobody else may be waiting
             finally:
                 del self._inflight[image]
         return await asyncio.shield(fut)
+
+    async def _pull(self, image: str, sandbox_config: cri.PodSandboxConfig | None) -> str:
+        async with (self._limit or contextlib.nullcontext()):
+            start = time.monotonic()
+            log.info("pulling image %s", image)
+            ref = await self._images.pull_image(image, sandbox_config)
+            took = time.monotonic() - start
+            size = 0
+            with contextlib.suppress(CRIError):
+                status = await self._images.image_status(ref)
+                size = status.size if status else 0
+            IMAGE_PULL_DURATION.labels(size_bucket(size)).observe(took)
+            log.info("pulled image %s in %.2fs", image, took)
+            return ref

@@ -10,7 +10,8 @@ from services.pod_sync.runtime_view import list_managed_uids
 from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer, SyncResult
 from services.pod_sync.workers import PodWorkers
-from shared.bus import Bus, DesiredPodsChanged, NetworkChanged, PodRuntimeChanged
+from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, NetworkChanged, PodLifecycleEvents,
+                        PodRuntimeChanged)
 
 log = logging.getLogger(__name__)
 
@@ -23,13 +24,16 @@ class PodSyncManager:
         self.bus = bus
         self.resync_every = resync_every
         self.workers = PodWorkers(self._sync)
-        self.pleg = PLEG(syncer.runtime, pleg_period, self._wake)
+        self.pleg = PLEG(syncer.runtime, pleg_period, self._wake, self._publish_lifecycle)
         self.source.on_change = self._on_source_change
 
     async def _sync(self, uid: str) -> SyncResult:
         result = await self.syncer.sync(uid)
         await self.bus.publish(PodRuntimeChanged(uids=[uid]))
         return result
+
+    async def _publish_lifecycle(self, events: list[ContainerEvent]) -> None:
+        await self.bus.publish(PodLifecycleEvents(events=events))
 
     def _wake(self, uids: set[str]) -> None:
         # Until every source has reported once, a pod missing from desire may only be not yet
@@ -48,7 +52,7 @@ class PodSyncManager:
             self._wake(set(self.syncer.desired_uids()))
 
     async def resync_all(self) -> None:
-        uids = set(self.syncer.desired_uids()) | set(await list_managed_uids(self.syncer.runtime))
+        uids = set(self.syncer.desired_uids()) | await list_managed_uids(self.syncer.runtime)
         self._wake(uids)
 
     async def run_resync(self) -> None:

@@ -3,7 +3,8 @@
 One entry per spec container, init containers first:
   name, init, container_id, state ("running"/"exited"/"created"/"unknown"/"" for none yet),
   restart_count, started_at, finished_at, exit_code, reason, message, image, image_id,
-  log_path, waiting_reason, waiting_message, last_terminated (same fields, or None).
+  log_path, waiting_reason, waiting_message, last_terminated (same fields, or None),
+  sidecar, image_pull (what happened with the image: pulling, pulled in N s, already present).
 Times are RFC 3339 strings, as the API shows them.
 """
 
@@ -22,7 +23,8 @@ def rfc3339(ts: float) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _instance(c: ContainerInfo, log_dir: str) -> dict[str, Any]:
+def _instance(c: ContainerInfo, log_dir: str, kill_reasons: dict[str, str]) -> dict[str, Any]:
+    message = c.message or kill_reasons.get(c.id, "")
     return {
         "container_id": f"containerd://{c.id}",
         "state": c.state,
@@ -31,27 +33,29 @@ def _instance(c: ContainerInfo, log_dir: str) -> dict[str, Any]:
         "finished_at": rfc3339(c.finished_at),
         "exit_code": c.exit_code,
         "reason": c.reason,
-        "message": c.message,
+        "message": message,
         "image": c.image,
         "image_id": c.image_ref,
         "log_path": f"{log_dir}/{c.log_path}" if c.log_path and not c.log_path.startswith("/") else c.log_path,
     }
 
 
-def observed_containers(pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]],
-                        log_dir: str) -> list[dict[str, Any]]:
+def observed_containers(pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]], log_dir: str,
+                        kill_reasons: dict[str, str], pull_notes: dict[str, str]) -> list[dict[str, Any]]:
     out = []
     specs = [(c, True) for c in pod.spec.initContainers] + [(c, False) for c in pod.spec.containers]
     for spec, init in specs:
         history = rt.history(spec.name)
         entry: dict[str, Any] = {"name": spec.name, "init": init, "image": spec.image, "state": "",
-                                 "restart_count": 0, "last_terminated": None}
+                                 "restart_count": 0, "last_terminated": None,
+                                 "sidecar": init and spec.restartPolicy == "Always",
+                                 "image_pull": pull_notes.get(spec.name, "")}
         if history:
-            entry.update(_instance(history[0], log_dir))
+            entry.update(_instance(history[0], log_dir, kill_reasons))
             entry["image"] = spec.image
             previous = next((h for h in history[1:] if h.state == "exited"), None)
             if previous is not None:
-                entry["last_terminated"] = _instance(previous, log_dir)
+                entry["last_terminated"] = _instance(previous, log_dir, kill_reasons)
         reason, message = waiting.get(spec.name, ("", ""))
         entry["waiting_reason"] = reason
         entry["waiting_message"] = message

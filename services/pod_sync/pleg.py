@@ -1,4 +1,5 @@
-"""PLEG: relist the runtime every period and wake the worker of every pod that changed.
+"""PLEG: relist the runtime every period, wake the worker of every pod that changed, and tell
+others (on the bus) which containers started, died or were removed.
 
 Comparing full relists (not a stream of runtime events) keeps it level-triggered: a restart of
 pod-sync or containerd simply means the first relist reports everything once.
@@ -9,12 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
+from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Gauge, Histogram
 
-from services.pod_sync.runtime_view import list_managed_uids
+from services.pod_sync.metrics import RUNNING_CONTAINERS, RUNNING_PODS
+from shared.bus import ContainerEvent
 from shared.cri import CRIError, RuntimeService
+from shared.cri import labels as L
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +32,26 @@ LAST_SEEN = Gauge("kubelet_pleg_last_seen_seconds",
 
 # The kubelet calls PLEG unhealthy when a relist has not completed for 3 minutes.
 UNHEALTHY_AFTER = 180.0
+_STATE_NAMES = {cri.CONTAINER_CREATED: "created", cri.CONTAINER_RUNNING: "running",
+                cri.CONTAINER_EXITED: "exited", cri.CONTAINER_UNKNOWN: "unknown"}
+
+
+@dataclass(frozen=True)
+class _Seen:
+    uid: str
+    name: str
+    state: int
 
 
 class PLEG:
-    def __init__(self, runtime: RuntimeService, period: float, on_changed: Callable[[set[str]], None]) -> None:
+    def __init__(self, runtime: RuntimeService, period: float, on_changed: Callable[[set[str]], None],
+                 on_events: Callable[[list[ContainerEvent]], Awaitable[None]] | None = None) -> None:
         self.runtime = runtime
         self.period = period
         self.on_changed = on_changed
-        self._last: dict[str, tuple] | None = None
+        self.on_events = on_events
+        self._sandboxes: dict[str, tuple[str, int]] | None = None
+        self._containers: dict[str, _Seen] = {}
         self.last_relist: float = 0.0
         self.last_error: str = ""
 
@@ -46,27 +63,62 @@ class PLEG:
             return False, f"PLEG is not healthy: pleg was last seen active {age:.0f}s ago"
         return True, "ok"
 
-    async def relist(self) -> set[str]:
+    async def relist(self) -> tuple[set[str], list[ContainerEvent]]:
         start = time.monotonic()
         if self.last_relist:
             RELIST_INTERVAL.observe(start - self.last_relist)
-        current = await list_managed_uids(self.runtime)
+        managed = {L.MANAGED_BY: "true"}
+        sandboxes, containers = await asyncio.gather(self.runtime.list_pod_sandbox(managed),
+                                                     self.runtime.list_containers(managed))
         RELIST_DURATION.observe(time.monotonic() - start)
         self.last_relist = time.monotonic()
         LAST_SEEN.set(time.time())
-        previous = self._last or {}
-        self._last = current
-        return {uid for uid in current.keys() | previous.keys() if current.get(uid) != previous.get(uid)}
+
+        sb_now = {s.id: (s.labels.get(L.POD_UID, ""), s.state) for s in sandboxes}
+        c_now = {c.id: _Seen(c.labels.get(L.POD_UID, ""), c.metadata.name, c.state) for c in containers}
+        first = self._sandboxes is None
+        sb_before = self._sandboxes or {}
+        changed = {uid for sid, (uid, _) in (sb_now | sb_before).items() if sb_now.get(sid) != sb_before.get(sid)}
+        events: list[ContainerEvent] = []
+        for cid in c_now.keys() | self._containers.keys():
+            now, before = c_now.get(cid), self._containers.get(cid)
+            if now == before:
+                continue
+            seen = now or before
+            changed.add(seen.uid)
+            if not first:
+                kind = _event_type(before.state if before else None, now.state if now else None)
+                if kind:
+                    events.append(ContainerEvent(pod_uid=seen.uid, container_id=cid,
+                                                 container_name=seen.name, type=kind))
+        self._sandboxes, self._containers = sb_now, c_now
+        changed.discard("")
+        RUNNING_PODS.set(sum(1 for _, state in sb_now.values() if state == cri.SANDBOX_READY))
+        for state, name in _STATE_NAMES.items():
+            RUNNING_CONTAINERS.labels(name).set(sum(1 for c in c_now.values() if c.state == state))
+        return changed, events
 
     async def run(self) -> None:
         while True:
             try:
-                changed = await self.relist()
+                changed, events = await self.relist()
                 self.last_error = ""
                 if changed:
                     self.on_changed(changed)
+                if events and self.on_events is not None:
+                    await self.on_events(events)
             except CRIError as exc:
                 if str(exc) != self.last_error:
                     log.warning("PLEG relist failed: %s", exc)
                 self.last_error = str(exc)
             await asyncio.sleep(self.period)
+
+
+def _event_type(before: int | None, now: int | None) -> str:
+    if now is None:
+        return "ContainerRemoved"
+    if now == cri.CONTAINER_RUNNING and before != cri.CONTAINER_RUNNING:
+        return "ContainerStarted"
+    if now == cri.CONTAINER_EXITED and before != cri.CONTAINER_EXITED:
+        return "ContainerDied"
+    return ""

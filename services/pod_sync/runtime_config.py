@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
 from cri_api.v1 import api_pb2 as cri
 
-from shared.cri import labels as L
+from services.pod_sync.expansion import expand
+from services.pod_sync.resources import container_resources, pod_cgroup_parent
 from shared.config import NodeSettings
+from shared.cri import labels as L
 from shared.podspec import Container, Pod
+from shared.qos import qos_class
+from shared.quantity import millicores, parse_quantity, to_bytes
 
 _PROTOCOLS = {"TCP": cri.TCP, "UDP": cri.UDP, "SCTP": cri.SCTP}
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What container configs need to know about the node; read once at start."""
+
+    name: str
+    ip: str
+    cpu_millicores: int
+    memory_bytes: int
+    oom_floor: int | None  # lowest oom_score_adj allowed here, None when unrestricted
+    pods_dir: Path         # <root>/pods: per-pod files such as termination-message logs
 
 
 def pod_hostname(pod: Pod) -> str:
@@ -20,7 +40,7 @@ def _dns_config(pod: Pod, settings: NodeSettings) -> cri.DNSConfig | None:
     """ClusterFirst with clusterDNS set gives the cluster's resolver; otherwise the host's."""
     k = settings.kubelet
     policy = pod.spec.dnsPolicy
-    cluster_first = policy == "ClusterFirst" and not pod.spec.hostNetwork or policy == "ClusterFirstWithHostNet"
+    cluster_first = (policy == "ClusterFirst" and not pod.spec.hostNetwork) or policy == "ClusterFirstWithHostNet"
     if not (cluster_first and k.cluster_dns):
         return None  # runtime copies the host's resolv.conf
     searches = []
@@ -55,6 +75,7 @@ def sandbox_config(pod: Pod, attempt: int, settings: NodeSettings) -> cri.PodSan
         labels={**m.labels, **pod_identity_labels(pod)},
         annotations=m.annotations,
         linux=cri.LinuxPodSandboxConfig(
+            cgroup_parent=pod_cgroup_parent(pod, qos_class(pod)),
             security_context=cri.LinuxSandboxSecurityContext(namespace_options=_namespaces(pod))),
     )
     dns = _dns_config(pod, settings)
@@ -63,53 +84,112 @@ def sandbox_config(pod: Pod, attempt: int, settings: NodeSettings) -> cri.PodSan
     return cfg
 
 
-def _field_ref(pod: Pod, path: str, pod_ip: str, node_name: str) -> str:
+def _field_ref(pod: Pod, path: str, pod_ip: str, node: NodeFacts) -> str:
     m = pod.metadata
     simple = {"metadata.name": m.name, "metadata.namespace": m.namespace, "metadata.uid": pod.uid,
-              "spec.nodeName": pod.spec.nodeName or node_name, "status.podIP": pod_ip,
-              "spec.serviceAccountName": getattr(pod.spec, "serviceAccountName", "") or ""}
+              "spec.nodeName": pod.spec.nodeName or node.name, "status.podIP": pod_ip,
+              "status.podIPs": pod_ip, "status.hostIP": node.ip, "status.hostIPs": node.ip,
+              "spec.serviceAccountName": pod.spec.serviceAccountName or ""}
     if path in simple:
         return simple[path]
     for prefix, mapping in (("metadata.labels", m.labels), ("metadata.annotations", m.annotations)):
         if path.startswith(prefix + "['") and path.endswith("']"):
             return mapping.get(path[len(prefix) + 2:-2], "")
-    raise ValueError(f"unsupported fieldRef fieldPath {path!r}")
+        if path == prefix:
+            return "\n".join(f'{k}="{v}"' for k, v in sorted(mapping.items()))
+    raise ValueError(f"fieldRef.fieldPath {path!r} is not supported")
 
 
-def container_env(pod: Pod, c: Container, pod_ip: str, node_name: str) -> list[cri.KeyValue]:
-    out = []
+def _resource_ref(pod: Pod, c: Container, ref: dict, node: NodeFacts) -> str:
+    """resourceFieldRef: a limit falls back to node allocatable when unset, as in the kubelet."""
+    if ref.get("containerName"):
+        c = next((x for x in pod.spec.initContainers + pod.spec.containers if x.name == ref["containerName"]), None)
+        if c is None:
+            raise ValueError(f"resourceFieldRef.containerName {ref['containerName']!r} is not in the pod")
+    resource = ref.get("resource", "")
+    kind, _, name = resource.partition(".")
+    if kind not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
+        raise ValueError(f"resourceFieldRef.resource {resource!r} is not supported")
+    value = (c.resources.limits if kind == "limits" else c.resources.requests).get(name)
+    if value is None:
+        if kind == "requests":
+            return "0"
+        value = f"{node.cpu_millicores}m" if name == "cpu" else str(node.memory_bytes)
+    divisor = parse_quantity(ref.get("divisor", "1"))
+    if name == "cpu":
+        return str(max(1, math.ceil(millicores(value) / 1000 / divisor)))
+    return str(math.ceil(to_bytes(value) / divisor))
+
+
+def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts) -> dict[str, str]:
+    """The container's environment in order; later values may use $(EARLIER) references."""
+    env: dict[str, str] = {}
     for e in c.env:
         if e.value is not None or not e.valueFrom:
-            out.append(cri.KeyValue(key=e.name, value=e.value or ""))
+            env[e.name] = expand(e.value or "", env)
         elif "fieldRef" in e.valueFrom:
-            value = _field_ref(pod, e.valueFrom["fieldRef"].get("fieldPath", ""), pod_ip, node_name)
-            out.append(cri.KeyValue(key=e.name, value=value))
+            env[e.name] = _field_ref(pod, e.valueFrom["fieldRef"].get("fieldPath", ""), pod_ip, node)
+        elif "resourceFieldRef" in e.valueFrom:
+            env[e.name] = _resource_ref(pod, c, e.valueFrom["resourceFieldRef"], node)
         else:
             kind = next(iter(e.valueFrom))
             raise ValueError(f"env {e.name}: valueFrom.{kind} is not supported yet")
-    return out
+    return env
+
+
+def _security_context(pod: Pod, c: Container) -> cri.LinuxContainerSecurityContext:
+    sc = cri.LinuxContainerSecurityContext(namespace_options=_namespaces(pod))
+    psc, csc = pod.spec.securityContext, c.securityContext
+    run_as_user = csc.runAsUser if csc and csc.runAsUser is not None else psc.runAsUser
+    run_as_group = csc.runAsGroup if csc and csc.runAsGroup is not None else psc.runAsGroup
+    if run_as_user is not None:
+        sc.run_as_user.value = run_as_user
+    if run_as_group is not None:
+        sc.run_as_group.value = run_as_group
+    sc.supplemental_groups.extend(psc.supplementalGroups)
+    if csc is not None:
+        sc.privileged = bool(csc.privileged)
+        sc.readonly_rootfs = bool(csc.readOnlyRootFilesystem)
+        if csc.allowPrivilegeEscalation is False:
+            sc.no_new_privs = True
+        if csc.capabilities is not None:
+            sc.capabilities.add_capabilities.extend(csc.capabilities.add)
+            sc.capabilities.drop_capabilities.extend(csc.capabilities.drop)
+    return sc
+
+
+def termination_log_path(node: NodeFacts, pod: Pod, c: Container, attempt: int) -> Path:
+    return node.pods_dir / pod.uid / "containers" / c.name / f"{attempt}.termination-log"
 
 
 def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init: bool,
-                     pod_ip: str, settings: NodeSettings) -> cri.ContainerConfig:
+                     pod_ip: str, node: NodeFacts) -> cri.ContainerConfig:
+    env = container_env(pod, c, pod_ip, node)
+    qos = qos_class(pod)
+    term_log = termination_log_path(node, pod, c, attempt)
+    term_log.parent.mkdir(parents=True, exist_ok=True)
+    term_log.touch()
     cfg = cri.ContainerConfig(
         metadata=cri.ContainerMetadata(name=c.name, attempt=attempt),
         image=cri.ImageSpec(image=image_ref, user_specified_image=c.image),
-        command=c.command,
-        args=c.args,
+        command=[expand(x, env) for x in c.command],
+        args=[expand(x, env) for x in c.args],
         working_dir=c.workingDir or "",
-        envs=container_env(pod, c, pod_ip, settings.node_name),
+        envs=[cri.KeyValue(key=k, value=v) for k, v in env.items()],
+        mounts=[cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log))],
         labels={**pod_identity_labels(pod), L.CONTAINER_NAME: c.name},
         annotations={
             L.RESTART_COUNT: str(attempt),
             L.TERMINATION_GRACE: str(pod.spec.terminationGracePeriodSeconds),
             L.TERMINATION_MESSAGE_PATH: c.terminationMessagePath,
+            L.TERMINATION_MESSAGE_POLICY: c.terminationMessagePolicy,
             **({L.INIT_CONTAINER: "true"} if init else {}),
         },
         log_path=L.container_log_path(c.name, attempt),
         stdin=c.stdin,
         tty=c.tty,
         linux=cri.LinuxContainerConfig(
-            security_context=cri.LinuxContainerSecurityContext(namespace_options=_namespaces(pod))),
+            resources=container_resources(c, qos, node.memory_bytes, node.oom_floor),
+            security_context=_security_context(pod, c)),
     )
     return cfg

@@ -10,6 +10,10 @@ from cri_api.v1 import api_pb2 as cri
 from shared.cri import labels as L
 from shared.cri import CRIError, RuntimeService
 
+# The kubelet keeps at most this much of a termination message, and of a log fallback.
+MAX_MESSAGE_BYTES = 4096
+FALLBACK_LOG_LINES, FALLBACK_LOG_BYTES = 80, 2048
+
 _STATES = {cri.CONTAINER_CREATED: "created", cri.CONTAINER_RUNNING: "running",
            cri.CONTAINER_EXITED: "exited", cri.CONTAINER_UNKNOWN: "unknown"}
 
@@ -73,6 +77,36 @@ def _sec(ns: int) -> float:
     return ns / 1e9 if ns else 0.0
 
 
+def _tail_log(path: str) -> str:
+    """The last lines of a CRI log file, content only, for FallbackToLogsOnError."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            lines = f.read().decode(errors="replace").splitlines()[-FALLBACK_LOG_LINES:]
+    except OSError:
+        return ""
+    content = "\n".join(line.split(" ", 3)[3] if line.count(" ") >= 3 else "" for line in lines)
+    return content[-FALLBACK_LOG_BYTES:]
+
+
+def termination_message(st: cri.ContainerStatus) -> str:
+    """What the container wrote to its terminationMessagePath (the host file mounted there)."""
+    path = st.annotations.get(L.TERMINATION_MESSAGE_PATH, "")
+    host = next((m.host_path for m in st.mounts if m.container_path == path), "") if path else ""
+    message = ""
+    if host:
+        try:
+            with open(host, "rb") as f:
+                message = f.read(MAX_MESSAGE_BYTES).decode(errors="replace")
+        except OSError:
+            pass
+    if not message and st.exit_code != 0 and \
+            st.annotations.get(L.TERMINATION_MESSAGE_POLICY) == "FallbackToLogsOnError":
+        message = _tail_log(st.log_path)
+    return message
+
+
 async def _container_info(runtime: RuntimeService, c: cri.Container) -> ContainerInfo | None:
     try:
         st = await runtime.container_status(c.id)
@@ -84,7 +118,9 @@ async def _container_info(runtime: RuntimeService, c: cri.Container) -> Containe
         id=c.id, sandbox_id=c.pod_sandbox_id, name=c.metadata.name, attempt=c.metadata.attempt,
         state=_STATES.get(st.state, "unknown"), created_at=_sec(st.created_at),
         started_at=_sec(st.started_at), finished_at=_sec(st.finished_at), exit_code=st.exit_code,
-        reason=st.reason, message=st.message, image=st.image.image, image_ref=st.image_ref,
+        reason=st.reason,
+        message=termination_message(st) if st.state == cri.CONTAINER_EXITED else st.message,
+        image=st.image.image, image_ref=st.image_ref,
         log_path=st.log_path, annotations=dict(st.annotations))
 
 
@@ -110,18 +146,11 @@ async def get_runtime_pod(runtime: RuntimeService, uid: str) -> RuntimePod:
     return pod
 
 
-async def list_managed_uids(runtime: RuntimeService) -> dict[str, tuple]:
-    """Every pod UID pykubelet has in the runtime, with a fingerprint of its objects' states.
-
-    The fingerprint changes whenever a sandbox or container of the pod appears, disappears or
-    changes state: that is what the PLEG compares between relists.
-    """
-    sandboxes, containers = await asyncio.gather(
-        runtime.list_pod_sandbox({L.MANAGED_BY: "true"}), runtime.list_containers({L.MANAGED_BY: "true"}))
-    out: dict[str, list] = {}
-    for sb in sandboxes:
-        out.setdefault(sb.labels.get(L.POD_UID, ""), []).append(("s", sb.id, sb.state))
-    for c in containers:
-        out.setdefault(c.labels.get(L.POD_UID, ""), []).append(("c", c.id, c.state))
-    out.pop("", None)
-    return {uid: tuple(sorted(items)) for uid, items in out.items()}
+async def list_managed_uids(runtime: RuntimeService) -> set[str]:
+    """Every pod UID pykubelet has objects for in the runtime."""
+    managed = {L.MANAGED_BY: "true"}
+    sandboxes, containers = await asyncio.gather(runtime.list_pod_sandbox(managed),
+                                                 runtime.list_containers(managed))
+    uids = {o.labels.get(L.POD_UID, "") for o in [*sandboxes, *containers]}
+    uids.discard("")
+    return uids

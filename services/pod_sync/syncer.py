@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+import shutil
+import time
+from dataclasses import dataclass, field
 
 from sqlalchemy import delete, select
 
-from shared.cri import labels as L
-from services.pod_sync.actions import PodActions, compute_pod_actions
+from services.pod_sync import metrics as M
+from services.pod_sync.actions import compute_pod_actions
+from services.pod_sync.admission import admit, allocatable
 from services.pod_sync.backoff import Backoff
+from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
+from services.pod_sync.killing import Killer
 from services.pod_sync.observed import observed_containers
-from services.pod_sync.runtime_config import container_config, sandbox_config
+from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
+from services.pod_sync.runtime_config import NodeFacts, container_config, sandbox_config
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
 from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
+from shared.cri import labels as L
 from shared.podspec import Pod
+from shared.qos import qos_class
 from shared.store import DesiredPod, NetworkStatus, PodRuntime, Store
 from shared.store.models import utcnow
 
@@ -25,6 +33,7 @@ log = logging.getLogger(__name__)
 
 # A failed sync (runtime error, network not ready) is retried after this long.
 ERROR_RETRY = 2.0
+POST_START_HOOK_TIMEOUT = 30.0
 
 
 @dataclass
@@ -34,18 +43,39 @@ class SyncResult:
     gone: bool = False  # the pod is fully removed
 
 
+@dataclass
+class _Progress:
+    """What this process has been doing for a pod that the runtime cannot tell: pull notes and
+    how long pulls took (for the start-latency SLI)."""
+
+    seen_at: float
+    pull_notes: dict[str, str] = field(default_factory=dict)
+    pull_seconds: float = 0.0
+    started_any: bool = False
+
+
 class PodSyncer:
     def __init__(self, runtime: RuntimeService, images: ImageManager, store: Store,
-                 settings: NodeSettings, crash_backoff: Backoff) -> None:
+                 settings: NodeSettings, crash_backoff: Backoff, node: NodeFacts) -> None:
         self.runtime = runtime
         self.images = images
         self.store = store
         self.settings = settings
         self.backoff = crash_backoff
+        self.node = node
+        self.killer = Killer(runtime)
+        self._progress: dict[str, _Progress] = {}
+        self._capacity = allocatable(node.cpu_millicores, node.memory_bytes)
+
+    # -- reading the store -------------------------------------------------------------------
 
     def _desired(self, uid: str) -> DesiredPod | None:
         with self.store.session() as s:
             return s.get(DesiredPod, uid)
+
+    def desired_uids(self) -> list[str]:
+        with self.store.session() as s:
+            return list(s.scalars(select(DesiredPod.uid)))
 
     def _network_ready(self) -> tuple[bool, str]:
         with self.store.session() as s:
@@ -54,25 +84,53 @@ class PodSyncer:
             return False, "network plugin not ready: the network service has not reported yet"
         return row.ready, row.message
 
+    # -- admission ---------------------------------------------------------------------------
+
+    def _admit(self, row: DesiredPod, pod: Pod) -> bool:
+        """Decide once and remember. No await inside: decisions cannot interleave."""
+        if row.admitted:
+            return True
+        if row.rejection_reason:
+            return False
+        with self.store.session() as s:
+            others = [Pod.from_manifest(d.manifest) for d in s.scalars(
+                select(DesiredPod).where(DesiredPod.admitted.is_(True), DesiredPod.deleting.is_(False),
+                                         DesiredPod.uid != row.uid))]
+            verdict = admit(pod, others, self._capacity, self.settings.kubelet.max_pods)
+            stored = s.get(DesiredPod, row.uid)
+            stored.admitted = verdict.admitted
+            stored.rejection_reason = verdict.reason
+            stored.rejection_message = verdict.message
+        if not verdict.admitted:
+            log.warning("pod %s rejected: %s", pod.full_name, verdict.message)
+        return verdict.admitted
+
+    # -- sync --------------------------------------------------------------------------------
+
     async def sync(self, uid: str) -> SyncResult:
         row = self._desired(uid)
         rt = await get_runtime_pod(self.runtime, uid)
         if row is None or row.deleting:
             return await self._terminate(uid, row, rt)
         pod = Pod.from_manifest(row.manifest)
+        if not self._admit(row, pod):
+            self._record(pod, rt, {}, ("", ""))
+            return SyncResult()
+        progress = self._progress.setdefault(uid, _Progress(seen_at=row.seen_at.timestamp()))
         actions = compute_pod_actions(pod, rt, self.backoff)
         waiting = dict(actions.waiting)
         error = ("", "")
         requeue: float | None = None
 
+        sandbox = rt.current_sandbox
+        pod_ip = sandbox.ip if sandbox and sandbox.ready else ""
         if actions.kill_sandboxes:
-            await self._kill_sandboxes(rt, actions.kill_sandboxes, pod.spec.terminationGracePeriodSeconds)
+            await self.killer.kill_sandboxes(pod, rt, actions.kill_sandboxes,
+                                             pod.spec.terminationGracePeriodSeconds, pod_ip)
         for cid in actions.remove_containers:
             await self._remove_container(cid)
 
-        sandbox = rt.current_sandbox
         sandbox_id = sandbox.id if sandbox and sandbox.ready and not actions.create_sandbox else ""
-        pod_ip = sandbox.ip if sandbox_id and sandbox else ""
         attempt = actions.sandbox_attempt if actions.create_sandbox else (sandbox.attempt if sandbox else 0)
         sb_config = sandbox_config(pod, attempt, self.settings)
 
@@ -83,20 +141,23 @@ class PodSyncer:
 
         if sandbox_id and actions.start:
             results = await asyncio.gather(*(
-                self._start_container(pod, s.spec, s.attempt, s.init, sandbox_id, sb_config, pod_ip)
+                self._start_container(pod, rt, s.spec, s.attempt, s.init, sandbox_id, sb_config, pod_ip, progress)
                 for s in actions.start))
             for start, failure in zip(actions.start, results):
                 if failure:
                     waiting[start.spec.name] = failure
-                    requeue = ERROR_RETRY
-        if any(r == "CrashLoopBackOff" for r, _ in waiting.values()):
-            remaining = [self.backoff.remaining(f"{uid}/{name}", c.finished_at)
-                         for name in waiting if (c := rt.latest(name))]
-            wait = min((r for r in remaining if r > 0), default=ERROR_RETRY)
+                    requeue = min(requeue or ERROR_RETRY, ERROR_RETRY)
+        backoff_waits = [self.backoff.remaining(f"{uid}/{name}", c.finished_at)
+                         for name, (reason, _) in waiting.items()
+                         if reason == "CrashLoopBackOff" and (c := rt.latest(name))]
+        if any(w > 0 for w in backoff_waits):
+            wait = min(w for w in backoff_waits if w > 0)
             requeue = min(requeue or wait, wait)
 
         fresh = await get_runtime_pod(self.runtime, uid) if not actions.noop else rt
+        await self._collect_garbage(pod, fresh)
         self._record(pod, fresh, waiting, error)
+        self._observe_start(pod, fresh, progress)
         return SyncResult(requeue_after=requeue)
 
     async def _create_sandbox(self, pod: Pod, config) -> tuple[str, str, tuple[str, str]]:
@@ -114,35 +175,84 @@ class PodSyncer:
         status = await self.runtime.pod_sandbox_status(sandbox_id)
         return sandbox_id, status.network.ip, ("", "")
 
-    async def _start_container(self, pod: Pod, spec, attempt: int, init: bool, sandbox_id: str,
-                               sb_config, pod_ip: str) -> tuple[str, str] | None:
-        """Pull, create and start one container; return (reason, message) when it fails."""
+    async def _start_container(self, pod: Pod, rt: RuntimePod, spec, attempt: int, init: bool,
+                               sandbox_id: str, sb_config, pod_ip: str,
+                               progress: _Progress) -> tuple[str, str] | None:
+        """Pull, create, start and run postStart for one container; (reason, message) on failure."""
+        kind = "init_container" if init else "container"
+
+        def on_pull(note: str) -> None:
+            progress.pull_notes[spec.name] = note
+            self._record(pod, rt, {spec.name: ("ContainerCreating", note)}, ("", ""))
+
         try:
-            image_ref = await self.images.ensure(pod.uid, spec, sb_config)
+            image = await self.images.ensure(pod.uid, spec, sb_config, on_pull)
         except ImagePullError as exc:
+            progress.pull_notes[spec.name] = exc.message
             return exc.reason, exc.message
+        progress.pull_notes[spec.name] = image.note
+        progress.pull_seconds += image.pulled_seconds or 0.0
         try:
-            config = container_config(pod, spec, attempt, image_ref, init, pod_ip, self.settings)
+            config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node)
         except ValueError as exc:
+            M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
             return "CreateContainerConfigError", str(exc)
+        M.STARTED_CONTAINERS.labels(kind).inc()
         try:
             cid = await self.runtime.create_container(sandbox_id, config, sb_config)
         except CRIError as exc:
+            M.STARTED_CONTAINER_ERRORS.labels(exc.code.name if exc.code else "Unknown", kind).inc()
             return "CreateContainerError", exc.details
         try:
             await self.runtime.start_container(cid)
         except CRIError as exc:
+            M.STARTED_CONTAINER_ERRORS.labels(exc.code.name if exc.code else "Unknown", kind).inc()
             return "RunContainerError", exc.details
+        progress.started_any = True
         log.info("pod %s: container %s started (restart %d)", pod.full_name, spec.name, attempt)
-        await self._prune_dead(pod.uid, spec.name)
+        if spec.lifecycle and spec.lifecycle.postStart:
+            failure = await self._post_start(pod, spec, cid, pod_ip)
+            if failure:
+                return failure
         return None
 
-    async def _prune_dead(self, uid: str, name: str) -> None:
-        """Keep one dead instance per container (the kubelet's default) for lastState."""
-        rt = await get_runtime_pod(self.runtime, uid)
-        dead = [c for c in rt.history(name) if c.state == "exited"]
-        for c in dead[1:]:
-            await self._remove_container(c.id)
+    async def _post_start(self, pod: Pod, spec, cid: str, pod_ip: str) -> tuple[str, str] | None:
+        """A failed postStart hook kills the container, which then restarts per restartPolicy."""
+        try:
+            await asyncio.wait_for(run_hook(self.runtime, spec.lifecycle.postStart, spec, cid, pod_ip,
+                                            POST_START_HOOK_TIMEOUT), POST_START_HOOK_TIMEOUT)
+            return None
+        except (HookFailed, asyncio.TimeoutError) as exc:
+            message = f"FailedPostStartHook: {exc or 'timed out'}"
+            log.warning("pod %s: container %s: %s", pod.full_name, spec.name, message)
+        info = next((c for c in (await get_runtime_pod(self.runtime, pod.uid)).containers if c.id == cid), None)
+        if info is not None:
+            await self.killer.kill_container(info, None, pod_ip,
+                                             time.monotonic() + pod.spec.terminationGracePeriodSeconds,
+                                             reason=message)
+        return "PostStartHookError", message
+
+    async def _collect_garbage(self, pod: Pod, rt: RuntimePod) -> None:
+        """The kubelet's per-pod GC: keep one dead instance per container (for lastState) and
+        drop dead sandboxes once the current one has every container."""
+        for name in {c.name for c in rt.containers}:
+            dead = [c for c in rt.history(name) if c.state == "exited"]
+            for c in dead[1:]:
+                await self._remove_container(c.id)
+                self.killer.forget([c.id])
+        current = rt.current_sandbox
+        if current is None or not current.ready:
+            return
+        names = {c.name for c in pod.spec.initContainers + pod.spec.containers}
+        in_current = {c.name for c in rt.containers if c.sandbox_id == current.id}
+        if names - in_current:
+            return
+        for sb in rt.sandboxes[1:]:
+            if sb.ready:
+                continue
+            for c in [c for c in rt.containers if c.sandbox_id == sb.id]:
+                await self._remove_container(c.id)
+            await self.runtime.remove_pod_sandbox(sb.id)
 
     async def _remove_container(self, cid: str) -> None:
         try:
@@ -151,59 +261,56 @@ class PodSyncer:
             if not exc.not_found:
                 raise
 
-    async def _stop_container(self, cid: str, grace: int) -> None:
-        try:
-            await self.runtime.stop_container(cid, grace)
-        except CRIError as exc:
-            if not exc.not_found:
-                raise
-
-    async def _kill_sandboxes(self, rt: RuntimePod, sandbox_ids: list[str], grace: int) -> None:
-        """Stop the sandboxes' containers in parallel within the grace period, then the sandboxes."""
-        running = [c for c in rt.running_containers if c.sandbox_id in sandbox_ids]
-        await asyncio.gather(*(self._stop_container(c.id, grace) for c in running))
-        for sid in sandbox_ids:
-            await self.runtime.stop_pod_sandbox(sid)
-
     async def _terminate(self, uid: str, row: DesiredPod | None, rt: RuntimePod) -> SyncResult:
+        pod = Pod.from_manifest(row.manifest) if row is not None else None
         grace = row.grace_period_seconds if row else _grace_from_runtime(rt)
         if not rt.empty:
-            log.info("pod %s: stopping (grace period %ds)", uid, grace)
-            await self._kill_sandboxes(rt, [s.id for s in rt.sandboxes], grace)
+            log.info("pod %s: stopping (grace period %ds)", pod.full_name if pod else uid, grace)
+            sb = rt.current_sandbox
+            await self.killer.kill_sandboxes(pod, rt, [s.id for s in rt.sandboxes], grace,
+                                             sb.ip if sb else "")
             for c in rt.containers:
                 await self._remove_container(c.id)
+            self.killer.forget([c.id for c in rt.containers])
             for s in rt.sandboxes:
                 await self.runtime.remove_pod_sandbox(s.id)
+        if pod is not None:
+            remove_pod_cgroups(pod_cgroup_parent(pod, qos_class(pod)))
+        shutil.rmtree(self.node.pods_dir / uid, ignore_errors=True)
         self.backoff.forget(f"{uid}/")
         self.images.forget(uid)
+        self._progress.pop(uid, None)
         with self.store.session() as s:
             s.execute(delete(PodRuntime).where(PodRuntime.uid == uid))
             if row is not None:
                 s.execute(delete(DesiredPod).where(DesiredPod.uid == uid))
         return SyncResult(gone=True)
 
+    # -- recording ---------------------------------------------------------------------------
+
     def _record(self, pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]],
                 error: tuple[str, str]) -> None:
         sb = rt.current_sandbox
         log_dir = L.pod_log_dir(self.settings.kubelet.pod_logs_dir, pod.metadata.namespace,
                                 pod.metadata.name, pod.uid)
-        row = PodRuntime(
-            uid=pod.uid,
-            sandbox_id=sb.id if sb else "",
-            sandbox_ready=bool(sb and sb.ready),
-            pod_ip=sb.ip if sb and sb.ready else "",
-            log_dir=log_dir,
-            containers=observed_containers(pod, rt, waiting, log_dir),
-            sync_error_reason=error[0],
-            sync_error_message=error[1],
-            updated_at=utcnow(),
-        )
+        progress = self._progress.get(pod.uid)
+        containers = observed_containers(pod, rt, waiting, log_dir, self.killer.reasons,
+                                         progress.pull_notes if progress else {})
+        row = PodRuntime(uid=pod.uid, sandbox_id=sb.id if sb else "", sandbox_ready=bool(sb and sb.ready),
+                         pod_ip=sb.ip if sb and sb.ready else "", log_dir=log_dir, containers=containers,
+                         sync_error_reason=error[0], sync_error_message=error[1], updated_at=utcnow())
         with self.store.session() as s:
             s.merge(row)
 
-    def desired_uids(self) -> list[str]:
-        with self.store.session() as s:
-            return list(s.scalars(select(DesiredPod.uid)))
+    def _observe_start(self, pod: Pod, rt: RuntimePod, progress: _Progress) -> None:
+        """Pod start latency, once per pod, for pods this process started."""
+        if not progress.started_any:
+            return
+        if all((c := rt.latest(spec.name)) and c.state == "running" for spec in pod.spec.containers):
+            took = time.time() - progress.seen_at
+            M.POD_START_DURATION.observe(took)
+            M.POD_START_SLI_DURATION.observe(max(0.0, took - progress.pull_seconds))
+            progress.started_any = False
 
 
 def _grace_from_runtime(rt: RuntimePod) -> int:

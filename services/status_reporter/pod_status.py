@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from shared.podspec import Pod
+from shared.qos import qos_class
 
 # Waiting reasons that only mean "on its way": not worth explaining to the user.
 PROGRESS_REASONS = {"ContainerCreating", "PodInitializing", ""}
@@ -23,6 +24,7 @@ REASON_WORDS = {
     "RunContainerError": "container could not be started",
     "FailedCreatePodSandBox": "sandbox failed",
     "NetworkNotReady": "pod network not ready",
+    "PostStartHookError": "postStart hook failed",
 }
 
 
@@ -61,8 +63,9 @@ def container_status(obs: dict[str, Any], default_waiting: str) -> dict[str, Any
     if waiting_reason or state in ("", "created"):
         reason = waiting_reason or default_waiting
         waiting = {"reason": reason}
-        if obs.get("waiting_message"):
-            waiting["message"] = obs["waiting_message"]
+        message = obs.get("waiting_message") or (obs.get("image_pull", "") if reason == "ContainerCreating" else "")
+        if message:
+            waiting["message"] = message
         status["state"] = {"waiting": waiting}
     elif state == "running":
         status["state"] = {"running": {"startedAt": obs.get("started_at")}}
@@ -123,9 +126,18 @@ def _condition(ctype: str, ok: bool, previous: dict[str, dict], reason: str = ""
     return cond
 
 
+def rejected_status(pod: Pod, reason: str, message: str, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """A pod admission turned away: Failed, with the reason, and nothing ever started."""
+    return {"phase": "Failed", "reason": reason, "message": message,
+            "startTime": (previous or {}).get("startTime") or now_rfc3339(), "qosClass": qos_class(pod),
+            "conditions": [], "containerStatuses": []}
+
+
 def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str, Any] | None,
-                   deleting: bool = False) -> tuple[dict[str, Any], str]:
+                   deleting: bool = False, rejection: tuple[str, str] = ("", "")) -> tuple[dict[str, Any], str]:
     """Return (v1 PodStatus, summary in words)."""
+    if rejection[0]:
+        return rejected_status(pod, *rejection, previous), f"rejected ({rejection[0]}): {rejection[1]}"
     previous = previous or {}
     runtime = runtime or {}
     observed = {c["name"]: c for c in runtime.get("containers", [])}
@@ -135,8 +147,12 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
 
     init_statuses = [container_status(obs(c.name), "ContainerCreating")
                      for c in pod.spec.initContainers]
+    # Regular init containers must have succeeded; sidecars only need to be running.
     incomplete_init = [c.name for c, st in zip(pod.spec.initContainers, init_statuses)
-                       if st["state"].get("terminated", {}).get("exitCode") != 0]
+                       if (c.restartPolicy == "Always" and "running" not in st["state"]
+                           and "terminated" not in st.get("lastState", {}))
+                       or (c.restartPolicy != "Always"
+                           and st["state"].get("terminated", {}).get("exitCode") != 0)]
     init_done = not incomplete_init
     app_default = "ContainerCreating" if init_done else "PodInitializing"
     app_statuses = [container_status(obs(c.name), app_default) for c in pod.spec.containers]
@@ -149,7 +165,8 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         phase = previous["phase"]  # terminal phases are sticky
 
     prev_conds = {c["type"]: c for c in previous.get("conditions", [])}
-    unready = [st["name"] for st in app_statuses if not st["ready"]]
+    sidecar_statuses = [st for c, st in zip(pod.spec.initContainers, init_statuses) if c.restartPolicy == "Always"]
+    unready = [st["name"] for st in sidecar_statuses + app_statuses if not st["ready"]]
     sandbox_ok = bool(runtime.get("sandbox_ready"))
     conditions = [
         _condition("PodReadyToStartContainers", sandbox_ok, prev_conds),
@@ -168,7 +185,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         "podIP": pod_ip or None,
         "podIPs": [{"ip": pod_ip}] if pod_ip else [],
         "startTime": previous.get("startTime") or now_rfc3339(),
-        "qosClass": "BestEffort",
+        "qosClass": qos_class(pod),
         "containerStatuses": app_statuses,
     }
     if init_statuses:

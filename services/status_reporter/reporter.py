@@ -39,7 +39,8 @@ class PodStatusReporter:
                     "sync_error_reason": rt.sync_error_reason, "sync_error_message": rt.sync_error_message}
                 prev = records.get(uid)
                 status, summary = compute_status(Pod.from_manifest(d.manifest), rt_dict,
-                                                 prev.status if prev else None, deleting=d.deleting)
+                                                 prev.status if prev else None, deleting=d.deleting,
+                                                 rejection=(d.rejection_reason, d.rejection_message))
                 if prev is not None and prev.status == status and prev.summary == summary:
                     continue
                 s.merge(PodStatusRecord(uid=uid, namespace=d.namespace, name=d.name, source=d.source,

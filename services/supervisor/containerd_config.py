@@ -5,20 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-CAP_SYS_RESOURCE = 24
-
-
-def kernel_refuses_negative_oom_score_adj(status_file: str = "/proc/self/status") -> bool:
-    """Without CAP_SYS_RESOURCE, runc cannot set the negative oom_score_adj CRI asks for and every
-    sandbox fails with "can't get final child's PID from pipe: EOF"; containerd's
-    restrict_oom_score_adj avoids that."""
-    caps = {}
-    for line in Path(status_file).read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("CapEff", "CapBnd"):
-            caps[key] = int(value.strip(), 16)
-    return any(not (v >> CAP_SYS_RESOURCE) & 1 for v in caps.values())
-
 
 @dataclass
 class ContainerdLayout:

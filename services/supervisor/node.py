@@ -20,13 +20,13 @@ from pathlib import Path
 
 import httpx
 
-from services.supervisor.containerd_config import (ContainerdLayout, kernel_refuses_negative_oom_score_adj,
-                                                   write_config)
+from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.process import ManagedProcess
 from services.supervisor.teardown import remove_all_pods, remove_bridge
 from shared.admin import ADMIN_PORTS
 from shared.cni import BRIDGE, CNI_BIN_DIR, cni_conf_dir
 from shared.config import FLAG_FIELDS, NodeSettings
+from shared.host import kernel_refuses_negative_oom_score_adj
 from shared.cri import CRIClient, CRIError
 from shared.images.build import IMAGES, build_image, busybox_applets
 from shared.images.registry import push_image, wait_for_registry
@@ -203,6 +203,8 @@ class LocalNode:
             argv += ["--config", str(Path(a.config).resolve())]
         if a.hostname_override:
             argv += ["--hostname-override", a.hostname_override]
+        if a.pleg_relist_period:
+            argv += ["--pleg-relist-period", a.pleg_relist_period]
         for attr in FLAG_FIELDS:
             value = getattr(a, attr, None)
             if value is None or attr in ("container_runtime_endpoint", "pod_cidr"):

@@ -127,6 +127,17 @@ class CRIClient:
                                 cri.ContainerStatusRequest(container_id=container_id))
         return resp.status
 
+    async def exec_sync(self, container_id: str, cmd: list[str], timeout: float) -> cri.ExecSyncResponse:
+        """Run cmd in the container; the runtime enforces `timeout` (seconds), the RPC gets a margin."""
+        return await self._call("exec_sync", self._runtime.ExecSync,
+                                cri.ExecSyncRequest(container_id=container_id, cmd=cmd,
+                                                    timeout=max(1, int(timeout))),
+                                timeout=timeout + 10)
+
+    async def reopen_container_log(self, container_id: str) -> None:
+        await self._call("reopen_container_log", self._runtime.ReopenContainerLog,
+                         cri.ReopenContainerLogRequest(container_id=container_id))
+
     # ImageService
 
     async def image_status(self, image: str) -> cri.Image | None:

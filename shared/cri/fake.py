@@ -36,6 +36,8 @@ class FakeRuntime:
         self.images: dict[str, str] = {ref: f"sha256:{i:064x}" for i, ref in enumerate(images or [])}
         self.pull_errors: dict[str, str] = {}
         self.network_ready = True
+        # cmd tuple -> (exit code, stdout) for exec_sync; unknown commands succeed silently
+        self.exec_results: dict[tuple[str, ...], tuple[int, bytes]] = {}
         self._ids = itertools.count(1)
         self._ips = itertools.count(2)
 
@@ -169,6 +171,18 @@ class FakeRuntime:
     async def container_status(self, container_id: str) -> cri.ContainerStatus:
         self._record("container_status", container_id)
         return self._container("container_status", container_id)
+
+    async def exec_sync(self, container_id: str, cmd: list[str], timeout: float) -> cri.ExecSyncResponse:
+        self._record("exec_sync", " ".join(cmd))
+        st = self._container("exec_sync", container_id)
+        if st.state != cri.CONTAINER_RUNNING:
+            raise CRIError("exec_sync", grpc.StatusCode.UNKNOWN, "container is not running")
+        code, out = self.exec_results.get(tuple(cmd), (0, b""))
+        return cri.ExecSyncResponse(exit_code=code, stdout=out)
+
+    async def reopen_container_log(self, container_id: str) -> None:
+        self._record("reopen_container_log", container_id)
+        self._container("reopen_container_log", container_id)
 
     # ImageService
 

@@ -12,6 +12,7 @@ CONTAINER_NAME = "io.kubernetes.container.name"
 RESTART_COUNT = "io.kubernetes.container.restartCount"
 TERMINATION_GRACE = "io.kubernetes.pod.terminationGracePeriod"
 TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"
+TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"
 INIT_CONTAINER = "pykubelet.io/init-container"
 # Marks objects created by pykubelet, so it never touches anything else on a shared runtime.
 MANAGED_BY = "pykubelet.io/managed"

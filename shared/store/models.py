@@ -31,6 +31,10 @@ class DesiredPod(Base):
     # then deletes the row. Until then the pod shows as terminating.
     deleting: Mapped[bool] = mapped_column(Boolean, default=False)
     grace_period_seconds: Mapped[int] = mapped_column(Integer, default=30)
+    # Admission is decided once: admitted pods stay admitted, rejected ones stay Failed.
+    admitted: Mapped[bool] = mapped_column(Boolean, default=False)
+    rejection_reason: Mapped[str] = mapped_column(String, default="")
+    rejection_message: Mapped[str] = mapped_column(Text, default="")
     seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

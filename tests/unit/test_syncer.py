@@ -5,6 +5,7 @@ from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.images import ImageManager
+from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.syncer import PodSyncer
 from shared.cri.fake import FakeRuntime
 from shared.podspec import validate_pod
@@ -26,8 +27,14 @@ def rt():
 
 
 @pytest.fixture
-def syncer(rt, store, settings):
-    return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300))
+def node(settings):
+    return NodeFacts(name="node1", ip="192.0.2.10", cpu_millicores=2000, memory_bytes=4 * 2**30,
+                     oom_floor=None, pods_dir=settings.root_dir / "pods")
+
+
+@pytest.fixture
+def syncer(rt, store, settings, node):
+    return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300), node)
 
 
 def want(store, pod, deleting=False):

@@ -1,0 +1,90 @@
+"""Container log rotation, as the kubelet's container log manager does it.
+
+When a running container's log grows past containerLogMaxSize, the file is renamed with a
+timestamp, the runtime is told to reopen its log (CRI ReopenContainerLog), older rotated files
+are gzipped, and at most containerLogMaxFiles files (current included) are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+from cri_api.v1 import api_pb2 as cri
+
+from shared.cri import CRIError, RuntimeService
+from shared.cri import labels as L
+
+log = logging.getLogger(__name__)
+
+CHECK_EVERY = 10.0
+
+
+def _rotated(path: Path) -> list[Path]:
+    """Rotated files of one log, oldest first (the timestamp suffix sorts by time)."""
+    return sorted(p for p in path.parent.glob(path.name + ".*") if not p.name.endswith(".tmp"))
+
+
+def _compress(path: Path) -> None:
+    tmp = path.with_name(path.name + ".gz.tmp")
+    with open(path, "rb") as src, gzip.open(tmp, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.replace(tmp, path.with_name(path.name + ".gz"))
+    path.unlink()
+
+
+class ContainerLogRotator:
+    def __init__(self, runtime: RuntimeService, max_size: int, max_files: int) -> None:
+        self.runtime = runtime
+        self.max_size = max_size
+        self.max_files = max_files
+
+    async def rotate_if_needed(self, container_id: str, path: Path) -> bool:
+        try:
+            if path.stat().st_size < self.max_size:
+                return False
+        except FileNotFoundError:
+            return False
+        old = _rotated(path)
+        # Make room: after this rotation there is the current file plus max_files-1 rotated ones.
+        for extra in old[:max(0, len(old) - (self.max_files - 2))]:
+            extra.unlink(missing_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        target = path.with_name(f"{path.name}.{stamp}")
+        os.rename(path, target)
+        try:
+            await self.runtime.reopen_container_log(container_id)
+        except CRIError as exc:
+            os.rename(target, path)  # the runtime still writes the old file: undo
+            log.warning("log rotation of %s failed: %s", path, exc)
+            return False
+        for p in _rotated(path):
+            if p != target and not p.name.endswith(".gz"):
+                await asyncio.to_thread(_compress, p)
+        return True
+
+    async def rotate_all(self) -> int:
+        rotated = 0
+        for c in await self.runtime.list_containers({L.MANAGED_BY: "true"}):
+            if c.state != cri.CONTAINER_RUNNING:
+                continue
+            try:
+                st = await self.runtime.container_status(c.id)
+            except CRIError:
+                continue
+            if st.log_path and await self.rotate_if_needed(c.id, Path(st.log_path)):
+                rotated += 1
+        return rotated
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.rotate_all()
+            except (CRIError, OSError) as exc:
+                log.warning("container log rotation: %s", exc)
+            await asyncio.sleep(CHECK_EVERY)

@@ -1,0 +1,23 @@
+"""pod-sync's metrics, under the kubelet's names."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600,
+                  900, 1200, 1800, 2700, 3600)
+
+POD_START_DURATION = Histogram(
+    "kubelet_pod_start_duration_seconds",
+    "Duration in seconds from the kubelet seeing a pod for the first time to the pod starting to run",
+    buckets=_START_BUCKETS)
+POD_START_SLI_DURATION = Histogram(
+    "kubelet_pod_start_sli_duration_seconds",
+    "Duration in seconds to start a pod, excluding time to pull images",
+    buckets=_START_BUCKETS)
+STARTED_CONTAINERS = Counter("kubelet_started_containers_total",
+                             "Cumulative number of containers started", ["container_type"])
+STARTED_CONTAINER_ERRORS = Counter("kubelet_started_containers_errors_total",
+                                   "Cumulative number of errors when starting containers",
+                                   ["code", "container_type"])
+RUNNING_PODS = Gauge("kubelet_running_pods", "Number of pods that have a running pod sandbox")
+RUNNING_CONTAINERS = Gauge("kubelet_running_containers", "Number of containers currently running",
+                           ["container_state"])

@@ -1,0 +1,83 @@
+"""CPU, memory and OOM settings for containers, and the QoS cgroup a pod lives in (cgroupfs driver).
+
+The kubelet's layout: /kubepods (Guaranteed pods directly below), /kubepods/burstable,
+/kubepods/besteffort, then pod<uid>, then one cgroup per container that the runtime creates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from cri_api.v1 import api_pb2 as cri
+
+from shared.podspec import Container, Pod
+from shared.quantity import millicores, to_bytes
+
+log = logging.getLogger(__name__)
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+KUBEPODS = "/kubepods"
+CPU_PERIOD = 100_000
+MIN_SHARES = 2
+MIN_QUOTA = 1000
+GUARANTEED_OOM_SCORE_ADJ = -997
+BESTEFFORT_OOM_SCORE_ADJ = 1000
+
+
+def pod_cgroup_parent(pod: Pod, qos: str) -> str:
+    tier = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}[qos]
+    return f"{KUBEPODS}{tier}/pod{pod.uid}"
+
+
+def oom_score_adj(c: Container, qos: str, memory_capacity: int) -> int:
+    if qos == "Guaranteed":
+        return GUARANTEED_OOM_SCORE_ADJ
+    if qos == "BestEffort":
+        return BESTEFFORT_OOM_SCORE_ADJ
+    request = c.resources.request("memory")
+    adj = 1000 - (1000 * (to_bytes(request) if request is not None else 0)) // memory_capacity
+    if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ:
+        return 1000 + GUARANTEED_OOM_SCORE_ADJ
+    if adj == BESTEFFORT_OOM_SCORE_ADJ:
+        return adj - 1
+    return adj
+
+
+def own_oom_score_adj() -> int:
+    try:
+        return int(Path("/proc/self/oom_score_adj").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def container_resources(c: Container, qos: str, memory_capacity: int,
+                        oom_floor: int | None) -> cri.LinuxContainerResources:
+    """oom_floor: the lowest oom_score_adj the kernel lets us set here (None: no limit)."""
+    r = c.resources
+    cpu_request = r.request("cpu")
+    cpu_limit = r.limits.get("cpu")
+    memory_limit = r.limits.get("memory")
+    shares = max(MIN_SHARES, millicores(cpu_request) * 1024 // 1000) if cpu_request is not None else MIN_SHARES
+    res = cri.LinuxContainerResources(cpu_shares=shares, cpu_period=CPU_PERIOD)
+    if cpu_limit is not None:
+        res.cpu_quota = max(MIN_QUOTA, millicores(cpu_limit) * CPU_PERIOD // 1000)
+    if memory_limit is not None:
+        res.memory_limit_in_bytes = to_bytes(memory_limit)
+    adj = oom_score_adj(c, qos, memory_capacity)
+    res.oom_score_adj = max(adj, oom_floor) if oom_floor is not None else adj
+    return res
+
+
+def remove_pod_cgroups(parent: str) -> None:
+    """The runtime removes container cgroups; the pod's own cgroup is ours to remove (v1 and v2)."""
+    rel = parent.lstrip("/")
+    candidates = [CGROUP_ROOT / rel] + [d / rel for d in CGROUP_ROOT.iterdir() if d.is_dir()] \
+        if CGROUP_ROOT.is_dir() else []
+    for path in candidates:
+        if path.is_dir():
+            try:
+                os.rmdir(path)
+            except OSError as exc:
+                log.debug("pod cgroup %s not removed: %s", path, exc)

@@ -1,0 +1,44 @@
+"""Facts about this host that several services need."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+CAP_SYS_RESOURCE = 24
+
+
+def kernel_refuses_negative_oom_score_adj(status_file: str = "/proc/self/status") -> bool:
+    """Without CAP_SYS_RESOURCE the kernel refuses a negative oom_score_adj: runc then fails every
+    sandbox ("can't get final child's PID from pipe: EOF") unless containerd restricts it."""
+    caps = {}
+    for line in Path(status_file).read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("CapEff", "CapBnd"):
+            caps[key] = int(value.strip(), 16)
+    return any(not (v >> CAP_SYS_RESOURCE) & 1 for v in caps.values())
+
+
+def cpu_capacity_millicores() -> int:
+    return (len(os.sched_getaffinity(0)) or os.cpu_count() or 1) * 1000
+
+
+def memory_capacity_bytes(meminfo: str = "/proc/meminfo") -> int:
+    for line in Path(meminfo).read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no MemTotal in {meminfo}")
+
+
+def node_ip() -> str:
+    """The address of the interface that holds the default route (the kubelet's InternalIP)."""
+    try:
+        route = subprocess.run(["ip", "-o", "-4", "route", "show", "default"], capture_output=True,
+                               text=True, timeout=5).stdout.split()
+        dev = route[route.index("dev") + 1]
+        addr = subprocess.run(["ip", "-o", "-4", "addr", "show", "dev", dev], capture_output=True,
+                              text=True, timeout=5).stdout.split()
+        return addr[addr.index("inet") + 1].split("/")[0]
+    except (ValueError, IndexError, OSError, subprocess.SubprocessError):
+        return "127.0.0.1"

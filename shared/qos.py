@@ -1,0 +1,49 @@
+"""Pod QoS class and effective requests, computed as the kubelet does (pkg/apis/core/v1/helper/qos)."""
+
+from __future__ import annotations
+
+from shared.podspec import Pod
+from shared.quantity import millicores, parse_quantity, to_bytes
+
+COMPUTE = ("cpu", "memory")
+
+
+def qos_class(pod: Pod) -> str:
+    requests: dict[str, object] = {}
+    limits: dict[str, object] = {}
+    guaranteed = True
+    for c in pod.spec.initContainers + pod.spec.containers:
+        r = c.resources
+        for name in COMPUTE:
+            req = r.request(name)
+            if req is not None and parse_quantity(req) > 0:
+                requests[name] = req
+            lim = r.limits.get(name)
+            if lim is not None and parse_quantity(lim) > 0:
+                limits[name] = lim
+        if not all(n in r.limits for n in COMPUTE):
+            guaranteed = False
+        elif any(parse_quantity(r.request(n)) != parse_quantity(r.limits[n]) for n in COMPUTE):
+            guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def pod_requests(pod: Pod) -> dict[str, int]:
+    """What the pod needs from the node: max(sum of app containers, largest init container)
+    (sidecars run alongside everything, so they add to both), in millicores and bytes."""
+    def need(c, name):
+        q = c.resources.request(name)
+        if q is None:
+            return 0
+        return millicores(q) if name == "cpu" else to_bytes(q)
+
+    out = {}
+    sidecars = pod.spec.sidecars
+    for name in COMPUTE:
+        side = sum(need(c, name) for c in sidecars)
+        apps = sum(need(c, name) for c in pod.spec.containers) + side
+        inits = max((need(c, name) + side for c in pod.spec.initContainers if c not in sidecars), default=0)
+        out[name] = max(apps, inits)
+    return out
