@@ -28,11 +28,12 @@ def collect(store: Store) -> dict[str, Any]:
         rec = statuses.get(uid)
         status = rec.status if rec else {}
         containers = []
+        init_names = {st["name"] for st in status.get("initContainerStatuses", [])}
         for st in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
             state_name, detail = next(iter(st.get("state", {"waiting": {}}).items()))
             last = st.get("lastState", {}).get("terminated")
             containers.append({
-                "name": st["name"], "state": state_name, "reason": detail.get("reason", ""),
+                "name": st["name"], "init": st["name"] in init_names, "state": state_name, "reason": detail.get("reason", ""),
                 "ready": st.get("ready", False), "restartCount": st.get("restartCount", 0),
                 "lastExitCode": last.get("exitCode") if last else
                 (detail.get("exitCode") if state_name == "terminated" else None),
@@ -60,7 +61,7 @@ def render_table(data: dict[str, Any]) -> str:
         lines.append(f"{p['namespace'] + '/' + p['name']:<44} {p['source']:<6} {p['phase']:<10} "
                      f"{p['podIP'] or '-':<15}")
         for c in p["containers"]:
-            state = c["state"] + (f" ({c['reason']})" if c["reason"] else "")
+            state = ("init: " if c["init"] else "") + c["state"] + (f" ({c['reason']})" if c["reason"] else "")
             last = f", last exit {c['lastExitCode']}" if c["lastExitCode"] is not None else ""
             lines.append(f"    {c['name']:<20} {state:<34} restarts {c['restartCount']}{last}")
         if p["why"]:

@@ -41,7 +41,7 @@ def admit(pod: Pod, admitted: list[Pod], capacity: dict[str, int], max_pods: int
             used[name] += value
     for name in ("cpu", "memory"):
         if want[name] and used[name] + want[name] > capacity[name]:
-            return _reject(f"Out{name}", name, want[name], used[name], capacity[name])
+            return _reject(f"OutOf{name}", name, want[name], used[name], capacity[name])
     return Verdict(True)
 
 

@@ -128,7 +128,7 @@ def _condition(ctype: str, ok: bool, previous: dict[str, dict], reason: str = ""
 
 def rejected_status(pod: Pod, reason: str, message: str, previous: dict[str, Any] | None) -> dict[str, Any]:
     """A pod admission turned away: Failed, with the reason, and nothing ever started."""
-    return {"phase": "Failed", "reason": reason, "message": message,
+    return {"phase": "Failed", "reason": reason, "message": message, "podIP": None, "podIPs": [],
             "startTime": (previous or {}).get("startTime") or now_rfc3339(), "qosClass": qos_class(pod),
             "conditions": [], "containerStatuses": []}
 
@@ -147,9 +147,9 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
 
     init_statuses = [container_status(obs(c.name), "ContainerCreating")
                      for c in pod.spec.initContainers]
-    # Regular init containers must have succeeded; sidecars only need to be running.
+    # Regular init containers must have succeeded; sidecars only need to have started.
     incomplete_init = [c.name for c, st in zip(pod.spec.initContainers, init_statuses)
-                       if (c.restartPolicy == "Always" and "running" not in st["state"]
+                       if (c.restartPolicy == "Always" and "waiting" in st["state"]
                            and "terminated" not in st.get("lastState", {}))
                        or (c.restartPolicy != "Always"
                            and st["state"].get("terminated", {}).get("exitCode") != 0)]

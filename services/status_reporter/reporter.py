@@ -38,13 +38,18 @@ class PodStatusReporter:
                     "sandbox_ready": rt.sandbox_ready, "pod_ip": rt.pod_ip, "containers": rt.containers,
                     "sync_error_reason": rt.sync_error_reason, "sync_error_message": rt.sync_error_message}
                 prev = records.get(uid)
-                status, summary = compute_status(Pod.from_manifest(d.manifest), rt_dict,
-                                                 prev.status if prev else None, deleting=d.deleting,
-                                                 rejection=(d.rejection_reason, d.rejection_message))
+                try:
+                    status, summary = compute_status(Pod.from_manifest(d.manifest), rt_dict,
+                                                     prev.status if prev else None, deleting=d.deleting,
+                                                     rejection=(d.rejection_reason, d.rejection_message))
+                except Exception:
+                    # One pod's bad data must not stop every other pod's status.
+                    log.exception("cannot compute the status of pod %s/%s", d.namespace, d.name)
+                    continue
                 if prev is not None and prev.status == status and prev.summary == summary:
                     continue
                 s.merge(PodStatusRecord(uid=uid, namespace=d.namespace, name=d.name, source=d.source,
-                                        phase=status["phase"], pod_ip=status["podIP"] or "",
+                                        phase=status["phase"], pod_ip=status.get("podIP") or "",
                                         status=status, summary=summary, updated_at=utcnow()))
                 changed.append(uid)
             # Pods no longer desired at all have no status any more.

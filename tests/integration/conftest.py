@@ -29,6 +29,16 @@ PYKUBELET = [sys.executable, "-m", "services.cli.main"]
 NODE_NAME = "testnode"
 POD_CIDR = "10.88.0.0/24"
 START_TIMEOUT = 180
+CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX = 1, 4
+LOG_MAX_SIZE, LOG_MAX_FILES = 4096, 3
+KUBELET_CONFIG = f"""apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+crashLoopBackOff:
+  initialContainerRestartPeriod: {CRASH_BACKOFF_INITIAL}s
+  maxContainerRestartPeriod: {CRASH_BACKOFF_MAX}s
+containerLogMaxSize: {LOG_MAX_SIZE // 1024}Ki
+containerLogMaxFiles: {LOG_MAX_FILES}
+"""
 
 
 def require_node_prerequisites() -> None:
@@ -124,7 +134,8 @@ class Node:
 
     def wait_running(self, name: str, timeout: float = 60) -> dict[str, Any]:
         return self.wait_pod(name, lambda p: p["phase"] == "Running" and p["podIP"]
-                             and all(c["state"] == "running" for c in p["containers"]), timeout,
+                             and all(c["state"] == "running" for c in p["containers"] if not c["init"]),
+                             timeout,
                              f"pod {name} Running with all containers running")
 
     def image(self, name: str) -> str:
@@ -163,6 +174,22 @@ class Node:
     def containers_of(self, uid: str) -> list:
         return self.runtime(lambda cri: cri.list_containers({"io.kubernetes.pod.uid": uid}))
 
+    def container_statuses(self, uid: str) -> list:
+        """Full CRI statuses of a pod's containers, oldest first."""
+        async def go(cri):
+            cs = await cri.list_containers({"io.kubernetes.pod.uid": uid})
+            statuses = [await cri.container_status(c.id) for c in cs]
+            return sorted(statuses, key=lambda st: st.created_at)
+        return self.runtime(go)
+
+    def write_pod(self, name: str, spec: dict, **metadata) -> Path:
+        """Write a static pod manifest from a spec dict (containers given in full)."""
+        import yaml
+
+        doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **metadata},
+               "spec": {"terminationGracePeriodSeconds": 2, **spec}}
+        return self.write(f"{name}.yaml", yaml.safe_dump(doc))
+
     def sandboxes_of(self, uid: str) -> list:
         return self.runtime(lambda cri: cri.list_pod_sandbox({"io.kubernetes.pod.uid": uid}))
 
@@ -182,7 +209,11 @@ def node(tmp_path_factory) -> Node:
     manifests.mkdir()
     registry_port, nats_port, admin_base = free_port(), free_port(), free_port_range(len(SERVICES))
     log = root / "up.log"
-    argv = [*PYKUBELET, "up", "--root-dir", str(root), "--pod-manifest-path", str(manifests),
+    config = root / "kubelet-config.yaml"
+    # Short back-off and small logs so restart and rotation behaviour shows within a test.
+    config.write_text(KUBELET_CONFIG)
+    argv = [*PYKUBELET, "up", "--config", str(config), "--root-dir", str(root),
+            "--pod-manifest-path", str(manifests),
             "--pod-logs-dir", str(root / "pod-logs"), "--nats-port", str(nats_port),
             "--registry-port", str(registry_port), "--admin-port-base", str(admin_base),
             "--push-demo-images", "--wait-pods", "1", "--pod-cidr", POD_CIDR,

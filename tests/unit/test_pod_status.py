@@ -99,3 +99,25 @@ def test_transition_time_kept_while_status_unchanged():
     ready["lastTransitionTime"] = "2020-01-01T00:00:00Z"
     second, _ = compute_status(pod(), rt(running("app")), first)
     assert next(c for c in second["conditions"] if c["type"] == "Ready")["lastTransitionTime"] == "2020-01-01T00:00:00Z"
+
+
+def test_rejected_pod_is_failed_with_reason():
+    status, why = compute_status(pod(), None, None, rejection=("OutOfcpu", "Pod was rejected: cpu"))
+    assert status["phase"] == "Failed" and status["reason"] == "OutOfcpu"
+    assert status["podIP"] is None and why.startswith("rejected (OutOfcpu)")
+
+
+def test_one_broken_pod_does_not_stop_the_others(tmp_path):
+    from shared.store import DesiredPod, PodStatusRecord, Store
+    from services.status_reporter.reporter import PodStatusReporter
+
+    ps = Store(tmp_path / "s.db", writer="pod-sync")
+    ps.create_schema()
+    good = pod().to_manifest()
+    with ps.session() as s:
+        s.add(DesiredPod(uid="bad", namespace="default", name="bad", source="file", manifest={"spec": 1}))
+        s.add(DesiredPod(uid="good", namespace="default", name="good", source="file", manifest=good))
+    reporter = PodStatusReporter(Store(tmp_path / "s.db", writer="status-reporter"), bus=None)
+    assert reporter.refresh() == ["good"]
+    with ps.session() as s:
+        assert [r.uid for r in s.query(PodStatusRecord)] == ["good"]

@@ -1,0 +1,40 @@
+from services.pod_sync.admission import EVICTION_HARD_MEMORY, admit, allocatable
+from shared.podspec import validate_pod
+
+
+def pod(cpu=None, memory=None):
+    req = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}
+    return validate_pod({"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "image": "i:1", "resources": {"requests": req}}]}})
+
+
+CAP = allocatable(2000, 1024 * 2**20)
+
+
+def test_allocatable_keeps_the_hard_eviction_reserve():
+    assert CAP == {"cpu": 2000, "memory": 1024 * 2**20 - EVICTION_HARD_MEMORY}
+
+
+def test_fits():
+    assert admit(pod("500m", "100Mi"), [pod("1", "100Mi")], CAP, 110).admitted
+
+
+def test_out_of_cpu_names_numbers():
+    v = admit(pod("1500m"), [pod("1")], CAP, 110)
+    assert (v.admitted, v.reason) == (False, "OutOfcpu")
+    assert v.message == ("Pod was rejected: Node didn't have enough resource: cpu, requested: 1500, "
+                         "used: 1000, capacity: 2000")
+
+
+def test_out_of_memory():
+    v = admit(pod(memory="1Gi"), [], CAP, 110)
+    assert v.reason == "OutOfmemory"
+
+
+def test_out_of_pods():
+    v = admit(pod(), [pod(), pod()], CAP, 2)
+    assert v.reason == "OutOfpods" and "pods, requested: 1, used: 2, capacity: 2" in v.message
+
+
+def test_best_effort_pods_always_fit_resources():
+    assert admit(pod(), [pod("2")], CAP, 110).admitted
