@@ -157,7 +157,7 @@ class Node:
     def admin(self, service: str) -> str:
         return f"http://127.0.0.1:{self.admin_base + SERVICES.index(service)}"
 
-    def pid(self, service: str) -> int:
+    def service_pid(self, service: str) -> int:
         return int((self.root / "run" / f"{service}.pid").read_text())
 
     # the runtime's view
@@ -181,6 +181,23 @@ class Node:
             statuses = [await cri.container_status(c.id) for c in cs]
             return sorted(statuses, key=lambda st: st.created_at)
         return self.runtime(go)
+
+    def runtime_pid(self, kind: str, object_id: str) -> int:
+        """The host PID of a container ("container") or a sandbox's pause process ("sandbox"),
+        from the runtime's verbose status."""
+        import grpc
+        from cri_api.v1 import api_pb2 as cri
+        from cri_api.v1 import api_pb2_grpc as cri_grpc
+
+        async def go():
+            async with grpc.aio.insecure_channel(f"unix://{self.root}/containerd/containerd.sock") as ch:
+                stub = cri_grpc.RuntimeServiceStub(ch)
+                if kind == "container":
+                    resp = await stub.ContainerStatus(cri.ContainerStatusRequest(container_id=object_id, verbose=True), timeout=10)
+                else:
+                    resp = await stub.PodSandboxStatus(cri.PodSandboxStatusRequest(pod_sandbox_id=object_id, verbose=True), timeout=10)
+                return json.loads(resp.info["info"])["pid"]
+        return asyncio.run(go())
 
     def write_pod(self, name: str, spec: dict, **metadata) -> Path:
         """Write a static pod manifest from a spec dict (containers given in full)."""

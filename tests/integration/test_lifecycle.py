@@ -213,3 +213,33 @@ def test_container_logs_are_rotated(pods):
     assert (log_dir / "0.log").exists()
     assert (log_dir / "0.log").stat().st_size < LOG_MAX_SIZE * 20
     assert pods.cli("logs", "chatty", "--tail", "1").stdout.startswith("line ")
+
+
+def test_dead_sandbox_is_recreated_with_all_containers(pods):
+    import os
+    import signal
+
+    pods.write_pod("phoenix", {"containers": [sh(pods, "app", "sleep 3600")]})
+    pod = pods.wait_running("phoenix")
+    [sandbox] = pods.sandboxes_of(pod["uid"])
+    os.kill(pods.runtime_pid("sandbox", sandbox.id), signal.SIGKILL)
+    again = pods.wait_pod("phoenix", lambda p: p["containers"][0]["restartCount"] == 1
+                          and p["containers"][0]["state"] == "running" and p["podIP"], 60,
+                          "a new sandbox with the container restarted")
+    ready = [s for s in pods.sandboxes_of(pod["uid"]) if s.state == 0]
+    assert len(ready) == 1 and ready[0].id != sandbox.id and ready[0].metadata.attempt == 1
+    assert again["uid"] == pod["uid"]
+
+
+def test_oom_score_adj_and_read_only_root(pods):
+    pods.write_pod("hardened", {"containers": [sh(
+        pods, "app", "touch /probe-file 2>&1 || echo read-only-ok; sleep 3600",
+        securityContext={"readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}})]})
+    pod = pods.wait_running("hardened")
+    wait_for(lambda: "read-only-ok" in pods.cli("logs", "hardened").stdout, 15, "the write to fail")
+    cid = pod["containers"][0]["containerID"].removeprefix("containerd://")
+    pid = pods.runtime_pid("container", cid)
+    assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "1000"  # BestEffort
+    cap_eff = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("CapEff"))
+    assert int(cap_eff.split()[1], 16) == 0

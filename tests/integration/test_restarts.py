@@ -63,10 +63,10 @@ spec:
     pod = pods.wait_running("steady")
     before = {c.id: c.metadata.attempt for c in pods.containers_of(pod["uid"])}
     sandboxes_before = [s.id for s in pods.sandboxes_of(pod["uid"])]
-    old_pid = pods.pid("pod-sync")
+    old_pid = pods.service_pid("pod-sync")
 
     os.kill(old_pid, signal.SIGKILL)
-    wait_for(lambda: pods.pid("pod-sync") != old_pid, 30, "the supervisor to restart pod-sync")
+    wait_for(lambda: pods.service_pid("pod-sync") != old_pid, 30, "the supervisor to restart pod-sync")
     wait_for(lambda: httpx.get(pods.admin("pod-sync") + "/readyz", timeout=2).status_code == 200, 30,
              "the new pod-sync to be ready")
     # Let it relist and resync everything a few times.
@@ -98,9 +98,9 @@ spec:
 """)
     pod = pods.wait_running("calm")
     before = {c.id for c in pods.containers_of(pod["uid"])}
-    old_pid = pods.pid("nats")
+    old_pid = pods.service_pid("nats")
     os.kill(old_pid, signal.SIGKILL)
-    wait_for(lambda: pods.pid("nats") != old_pid, 30, "the supervisor to restart nats-server")
+    wait_for(lambda: pods.service_pid("nats") != old_pid, 30, "the supervisor to restart nats-server")
     wait_for(lambda: all(httpx.get(pods.admin(s) + "/readyz", timeout=2).status_code == 200
                          for s in ("pod-sync", "status-reporter", "network")), 30,
              "services to reconnect to the bus")

@@ -44,3 +44,25 @@ spec:
     [item] = [i for i in body["items"] if i["metadata"]["name"].startswith("listed-")]
     assert item["status"]["phase"] == "Running"
     assert item["metadata"]["annotations"]["kubernetes.io/config.source"] == "file"
+
+
+def test_pod_lifecycle_metrics(pods):
+    pods.write("metered.yaml", f"""apiVersion: v1
+kind: Pod
+metadata: {{name: metered}}
+spec:
+  containers: [{{name: web, image: "{pods.image('web')}"}}]
+""")
+    pods.wait_running("metered")
+    text = httpx.get(pods.admin("pod-sync") + "/metrics", timeout=5).text
+
+    def value(name):
+        line = next((l for l in text.splitlines() if l.startswith(name + " ") or l.startswith(name + "{")), None)
+        assert line is not None, f"{name} missing"
+        return float(line.split()[-1])
+
+    assert value("kubelet_pod_start_duration_seconds_count") >= 1
+    assert value("kubelet_pod_start_sli_duration_seconds_count") >= 1
+    assert value("kubelet_running_pods") >= 1
+    assert value('kubelet_running_containers{container_state="running"}') >= 1
+    assert value('kubelet_started_containers_total{container_type="container"}') >= 1
