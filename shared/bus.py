@@ -54,6 +54,13 @@ class PodLifecycleEvents(Event):
     events: list[ContainerEvent] = []
 
 
+class ProbeResultsChanged(Event):
+    """probe wrote new results for these pods."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.probes.results"
+    uids: list[str] = []
+
+
 class PodStatusChanged(Event):
     """status-reporter recomputed these pods' status."""
 

@@ -97,6 +97,35 @@ class SleepAction(_Model):
     seconds: int = Field(ge=0)
 
 
+class TCPSocketAction(_Model):
+    port: int | str
+    host: str | None = None
+
+
+class GRPCAction(_Model):
+    port: int = Field(ge=1, le=65535)
+    service: str | None = None
+
+
+class Probe(_Model):
+    exec: ExecAction | None = None
+    httpGet: HTTPGetAction | None = None
+    tcpSocket: TCPSocketAction | None = None
+    grpc: GRPCAction | None = None
+    initialDelaySeconds: int = Field(default=0, ge=0)
+    periodSeconds: int = Field(default=10, ge=1)
+    timeoutSeconds: int = Field(default=1, ge=1)
+    successThreshold: int = Field(default=1, ge=1)
+    failureThreshold: int = Field(default=3, ge=1)
+    terminationGracePeriodSeconds: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> "Probe":
+        if sum(x is not None for x in (self.exec, self.httpGet, self.tcpSocket, self.grpc)) != 1:
+            raise ValueError("must specify exactly one of exec, httpGet, tcpSocket or grpc")
+        return self
+
+
 class LifecycleHandler(_Model):
     exec: ExecAction | None = None
     httpGet: HTTPGetAction | None = None
@@ -151,6 +180,9 @@ class Container(_Model):
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     lifecycle: Lifecycle | None = None
     securityContext: SecurityContext | None = None
+    livenessProbe: Probe | None = None
+    readinessProbe: Probe | None = None
+    startupProbe: Probe | None = None
     stdin: bool = False
     tty: bool = False
 
@@ -169,6 +201,18 @@ class Container(_Model):
         if v != v.strip():
             raise ValueError("must not have leading or trailing whitespace")
         return v
+
+    @model_validator(mode="after")
+    def _probe_thresholds(self) -> "Container":
+        for kind in ("livenessProbe", "startupProbe"):
+            probe = getattr(self, kind)
+            if probe is not None and probe.successThreshold != 1:
+                raise ValueError(f"{kind}.successThreshold must be 1")
+        return self
+
+    def probe(self, kind: str) -> "Probe | None":
+        """kind is liveness, readiness or startup."""
+        return getattr(self, f"{kind}Probe")
 
     @model_validator(mode="after")
     def _default_pull_policy(self) -> "Container":

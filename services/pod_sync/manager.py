@@ -11,7 +11,7 @@ from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer, SyncResult
 from services.pod_sync.workers import PodWorkers
 from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, NetworkChanged, PodLifecycleEvents,
-                        PodRuntimeChanged)
+                        PodRuntimeChanged, ProbeResultsChanged)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,9 @@ class PodSyncManager:
         if event.ready:
             self._wake(set(self.syncer.desired_uids()))
 
+    async def _on_probe_results(self, event: ProbeResultsChanged) -> None:
+        self._wake(set(event.uids))
+
     async def resync_all(self) -> None:
         uids = set(self.syncer.desired_uids()) | await list_managed_uids(self.syncer.runtime)
         self._wake(uids)
@@ -66,6 +69,7 @@ class PodSyncManager:
 
     async def start(self, spawn) -> None:
         await self.bus.subscribe(NetworkChanged, self._on_network)
+        await self.bus.subscribe(ProbeResultsChanged, self._on_probe_results)
         spawn("static-pod-source", self.source.run())
         spawn("pleg", self.pleg.run())
         spawn("resync", self.run_resync())

@@ -69,7 +69,8 @@ def sandbox_config(pod: Pod, attempt: int, settings: NodeSettings) -> cri.PodSan
     ]
     cfg = cri.PodSandboxConfig(
         metadata=cri.PodSandboxMetadata(name=m.name, uid=pod.uid, namespace=m.namespace, attempt=attempt),
-        hostname=pod_hostname(pod),
+        # A host-network pod shares the node's UTS namespace: it keeps the node's hostname.
+        hostname="" if pod.spec.hostNetwork else pod_hostname(pod),
         log_directory=L.pod_log_dir(settings.kubelet.pod_logs_dir, m.namespace, m.name, pod.uid),
         port_mappings=ports,
         labels={**m.labels, **pod_identity_labels(pod)},

@@ -26,7 +26,7 @@ from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.podspec import Pod
 from shared.qos import qos_class
-from shared.store import DesiredPod, NetworkStatus, PodRuntime, Store
+from shared.store import DesiredPod, NetworkStatus, PodRuntime, ProbeResult, Store
 from shared.store.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,8 @@ class PodSyncer:
             self._record(pod, rt, {}, ("", ""))
             return SyncResult()
         progress = self._progress.setdefault(uid, _Progress(seen_at=row.seen_at.timestamp()))
+        if await self._kill_unhealthy(pod, rt):
+            rt = await get_runtime_pod(self.runtime, uid)
         actions = compute_pod_actions(pod, rt, self.backoff)
         waiting = dict(actions.waiting)
         error = ("", "")
@@ -159,6 +161,32 @@ class PodSyncer:
         self._record(pod, fresh, waiting, error)
         self._observe_start(pod, fresh, progress)
         return SyncResult(requeue_after=requeue)
+
+    async def _kill_unhealthy(self, pod: Pod, rt: RuntimePod) -> bool:
+        """Kill running containers whose liveness or startup probe failed (the probe service
+        decides; pod-sync acts). They are then restarted per restartPolicy."""
+        with self.store.session() as s:
+            failed = {(r.container_name, r.container_id): r for r in s.scalars(
+                select(ProbeResult).where(ProbeResult.pod_uid == pod.uid, ProbeResult.result == "Failure",
+                                          ProbeResult.kind.in_(("liveness", "startup"))))}
+        if not failed:
+            return False
+        specs = {c.name: c for c in pod.spec.initContainers + pod.spec.containers}
+        sandbox = rt.current_sandbox
+        killed = False
+        for c in rt.running_containers:
+            r = failed.get((c.name, c.id))
+            if r is None or c.name not in specs:
+                continue
+            probe = specs[c.name].probe(r.kind)
+            grace = (probe.terminationGracePeriodSeconds if probe and probe.terminationGracePeriodSeconds
+                     else pod.spec.terminationGracePeriodSeconds)
+            reason = f"{r.kind.capitalize()} probe failed: {r.message}".strip()
+            log.info("pod %s: container %s failed its %s probe; killing it", pod.full_name, c.name, r.kind)
+            await self.killer.kill_container(c, specs[c.name], sandbox.ip if sandbox else "",
+                                             time.monotonic() + grace, reason=reason)
+            killed = True
+        return killed
 
     async def _create_sandbox(self, pod: Pod, config) -> tuple[str, str, tuple[str, str]]:
         if not pod.spec.hostNetwork:
@@ -296,8 +324,9 @@ class PodSyncer:
         progress = self._progress.get(pod.uid)
         containers = observed_containers(pod, rt, waiting, log_dir, self.killer.reasons,
                                          progress.pull_notes if progress else {})
+        pod_ip = (self.node.ip if pod.spec.hostNetwork else sb.ip) if sb and sb.ready else ""
         row = PodRuntime(uid=pod.uid, sandbox_id=sb.id if sb else "", sandbox_ready=bool(sb and sb.ready),
-                         pod_ip=sb.ip if sb and sb.ready else "", log_dir=log_dir, containers=containers,
+                         pod_ip=pod_ip, log_dir=log_dir, containers=containers,
                          sync_error_reason=error[0], sync_error_message=error[1], updated_at=utcnow())
         with self.store.session() as s:
             s.merge(row)

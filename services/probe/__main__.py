@@ -1,4 +1,4 @@
-"""probe service entry point. No probe workers yet: it runs, reports healthy and lists none."""
+"""probe service entry point: wiring only."""
 
 from __future__ import annotations
 
@@ -6,19 +6,35 @@ import sys
 
 from fastapi import APIRouter
 
+from services.probe.manager import ProbeManager
+from shared.bus import PodLifecycleEvents, PodRuntimeChanged
+from shared.cri import CRIClient
 from shared.service import ServiceContext, service_main
 
 NAME = "probe"
 
 
 async def setup(ctx: ServiceContext) -> None:
+    cri = CRIClient(ctx.settings.kubelet.container_runtime_endpoint,
+                    timeout=ctx.settings.kubelet.runtime_request_timeout)
+    manager = ProbeManager(ctx.store, ctx.bus, cri)
+    manager.load_results()
+
+    async def wake(_event) -> None:
+        await manager.reconcile()
+
+    await ctx.bus.subscribe(PodRuntimeChanged, wake)
+    await ctx.bus.subscribe(PodLifecycleEvents, wake)
     views = APIRouter()
 
     @views.get("/probes")
     def probes() -> list[dict]:
-        return []  # one entry per probe worker once probing is implemented
+        return manager.view()
 
     ctx.app.include_router(views)
+    ctx.spawn("probe-reconcile", manager.run())
+    ctx.on_shutdown(manager.close)
+    ctx.on_shutdown(cri.close)
 
 
 if __name__ == "__main__":

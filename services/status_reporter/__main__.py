@@ -6,7 +6,7 @@ import sys
 
 from services.status_reporter.reporter import PodStatusReporter
 from services.status_reporter.views import router
-from shared.bus import DesiredPodsChanged, PodRuntimeChanged
+from shared.bus import DesiredPodsChanged, PodRuntimeChanged, ProbeResultsChanged
 from shared.service import ServiceContext, service_main
 
 NAME = "status-reporter"
@@ -20,6 +20,7 @@ async def setup(ctx: ServiceContext) -> None:
 
     await ctx.bus.subscribe(PodRuntimeChanged, on_event)
     await ctx.bus.subscribe(DesiredPodsChanged, on_event)
+    await ctx.bus.subscribe(ProbeResultsChanged, on_event)
     ctx.app.include_router(router(ctx.store))
     ctx.spawn("pod-status-resync", reporter.run_resync())
 

@@ -42,7 +42,11 @@ def _terminated(inst: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def container_status(obs: dict[str, Any], default_waiting: str) -> dict[str, Any]:
+def container_status(obs: dict[str, Any], default_waiting: str,
+                     probes: dict[str, tuple[str, str]] | None = None,
+                     probed: tuple[bool, bool] = (False, False)) -> dict[str, Any]:
+    """probes: kind -> (container id, result) from the probe service; probed: whether the spec
+    has a (readiness, startup) probe. Without a probe, running means ready and started."""
     state = obs.get("state", "")
     waiting_reason = obs.get("waiting_reason", "")
     status: dict[str, Any] = {
@@ -69,8 +73,15 @@ def container_status(obs: dict[str, Any], default_waiting: str) -> dict[str, Any
         status["state"] = {"waiting": waiting}
     elif state == "running":
         status["state"] = {"running": {"startedAt": obs.get("started_at")}}
-        status["started"] = True
-        status["ready"] = True  # readiness probes (probe service) will refine this
+        probes = probes or {}
+        cid = obs.get("container_id", "").removeprefix("containerd://")
+
+        def passed(kind: str) -> bool:
+            return probes.get(kind) == (cid, "Success")
+
+        has_readiness, has_startup = probed
+        status["started"] = passed("startup") if has_startup else True
+        status["ready"] = status["started"] and (passed("readiness") if has_readiness else True)
     elif state == "exited":
         status["state"] = {"terminated": _terminated(obs)}
     else:
@@ -134,7 +145,8 @@ def rejected_status(pod: Pod, reason: str, message: str, previous: dict[str, Any
 
 
 def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str, Any] | None,
-                   deleting: bool = False, rejection: tuple[str, str] = ("", "")) -> tuple[dict[str, Any], str]:
+                   deleting: bool = False, rejection: tuple[str, str] = ("", ""),
+                   probes: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[dict[str, Any], str]:
     """Return (v1 PodStatus, summary in words)."""
     if rejection[0]:
         return rejected_status(pod, *rejection, previous), f"rejected ({rejection[0]}): {rejection[1]}"
@@ -145,8 +157,14 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
     def obs(name: str) -> dict[str, Any]:
         return observed.get(name, {"name": name, "state": ""})
 
-    init_statuses = [container_status(obs(c.name), "ContainerCreating")
-                     for c in pod.spec.initContainers]
+    probes = probes or {}
+
+    def status_of(c, default_waiting: str) -> dict[str, Any]:
+        mine = {kind: v for (name, kind), v in probes.items() if name == c.name}
+        return container_status(obs(c.name), default_waiting, mine,
+                                (c.readinessProbe is not None, c.startupProbe is not None))
+
+    init_statuses = [status_of(c, "ContainerCreating") for c in pod.spec.initContainers]
     # Regular init containers must have succeeded; sidecars only need to have started.
     incomplete_init = [c.name for c, st in zip(pod.spec.initContainers, init_statuses)
                        if (c.restartPolicy == "Always" and "waiting" in st["state"]
@@ -155,7 +173,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
                            and st["state"].get("terminated", {}).get("exitCode") != 0)]
     init_done = not incomplete_init
     app_default = "ContainerCreating" if init_done else "PodInitializing"
-    app_statuses = [container_status(obs(c.name), app_default) for c in pod.spec.containers]
+    app_statuses = [status_of(c, app_default) for c in pod.spec.containers]
 
     phase = pod_phase(pod, app_statuses, init_done)
     if not init_done and pod.spec.restartPolicy == "Never":
@@ -210,6 +228,11 @@ def summarize(status: dict[str, Any], runtime: dict[str, Any], deleting: bool) -
         term = st["state"].get("terminated")
         if term and term.get("exitCode") and status["phase"] == "Failed":
             problems.append(f"container {st['name']} exited with code {term['exitCode']} ({term.get('reason')})")
+    if status["phase"] == "Running":
+        for st in status["containerStatuses"]:
+            if "running" in st["state"] and not st["ready"]:
+                problems.append(f"container {st['name']} is running but not ready"
+                                + ("" if st["started"] else " (startup probe has not passed yet)"))
     if problems:
         return "; ".join(problems)
     if status["phase"] == "Pending":

@@ -10,7 +10,7 @@ from sqlalchemy import delete, select
 from services.status_reporter.pod_status import compute_status
 from shared.bus import Bus, PodStatusChanged
 from shared.podspec import Pod
-from shared.store import DesiredPod, PodRuntime, PodStatusRecord, Store
+from shared.store import DesiredPod, PodRuntime, PodStatusRecord, ProbeResult, Store
 from shared.store.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,9 @@ class PodStatusReporter:
             desired = {d.uid: d for d in s.scalars(q)}
             runtime = {r.uid: r for r in s.scalars(select(PodRuntime).where(PodRuntime.uid.in_(desired)))}
             records = {r.uid: r for r in s.scalars(select(PodStatusRecord).where(PodStatusRecord.uid.in_(desired)))}
+            probes: dict[str, dict] = {}
+            for r in s.scalars(select(ProbeResult).where(ProbeResult.pod_uid.in_(desired))):
+                probes.setdefault(r.pod_uid, {})[(r.container_name, r.kind)] = (r.container_id, r.result)
             for uid, d in desired.items():
                 rt = runtime.get(uid)
                 rt_dict = None if rt is None else {
@@ -41,7 +44,8 @@ class PodStatusReporter:
                 try:
                     status, summary = compute_status(Pod.from_manifest(d.manifest), rt_dict,
                                                      prev.status if prev else None, deleting=d.deleting,
-                                                     rejection=(d.rejection_reason, d.rejection_message))
+                                                     rejection=(d.rejection_reason, d.rejection_message),
+                                                     probes=probes.get(uid))
                 except Exception:
                     # One pod's bad data must not stop every other pod's status.
                     log.exception("cannot compute the status of pod %s/%s", d.namespace, d.name)

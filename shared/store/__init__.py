@@ -7,6 +7,7 @@ from shared.store.models import (
     NetworkStatus,
     PodRuntime,
     PodStatusRecord,
+    ProbeResult,
     TABLE_OWNERS,
 )
 
@@ -18,5 +19,6 @@ __all__ = [
     "NetworkStatus",
     "PodRuntime",
     "PodStatusRecord",
+    "ProbeResult",
     "TABLE_OWNERS",
 ]

@@ -93,6 +93,19 @@ class NetworkStatus(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class ProbeResult(Base):
+    """The current result of one probe of one container instance."""
+
+    __tablename__ = "probe_results"
+    pod_uid: Mapped[str] = mapped_column(String, primary_key=True)
+    container_name: Mapped[str] = mapped_column(String, primary_key=True)
+    kind: Mapped[str] = mapped_column(String, primary_key=True)  # liveness, readiness, startup
+    container_id: Mapped[str] = mapped_column(String)
+    result: Mapped[str] = mapped_column(String)  # Success, Failure, Unknown
+    message: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 # The single writer of each table. Readers are everyone.
 TABLE_OWNERS: dict[str, str] = {
     DesiredPod.__tablename__: "pod-sync",
@@ -100,4 +113,5 @@ TABLE_OWNERS: dict[str, str] = {
     PodRuntime.__tablename__: "pod-sync",
     PodStatusRecord.__tablename__: "status-reporter",
     NetworkStatus.__tablename__: "network",
+    ProbeResult.__tablename__: "probe",
 }

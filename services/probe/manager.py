@@ -1,0 +1,138 @@
+"""Keeping exactly one worker per probed container, fed from the store, and recording results.
+
+Which containers run, their IDs, start times and pod IPs come from pod-sync's pod_runtime rows;
+probe specs from desired_pods. Results go to probe_results (this service's table) and a
+ProbeResultsChanged event wakes pod-sync (liveness kills) and status-reporter (readiness).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+
+from sqlalchemy import delete, select
+
+from services.probe.worker import SUCCESS, ProbeKey, ProbeWorker, Target
+from shared.bus import Bus, ProbeResultsChanged
+from shared.cri import RuntimeService
+from shared.podspec import Pod
+from shared.store import DesiredPod, PodRuntime, ProbeResult, Store
+from shared.store.models import utcnow
+
+log = logging.getLogger(__name__)
+
+KINDS = ("startup", "liveness", "readiness")
+
+
+def _epoch(rfc3339: str | None) -> float:
+    if not rfc3339:
+        return 0.0
+    return datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+class ProbeManager:
+    def __init__(self, store: Store, bus: Bus, runtime: RuntimeService, resync_every: float = 2.0) -> None:
+        self.store = store
+        self.bus = bus
+        self.runtime = runtime
+        self.resync_every = resync_every
+        self.workers: dict[ProbeKey, ProbeWorker] = {}
+        self._tasks: dict[ProbeKey, asyncio.Task] = {}
+        self._stored: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._lock = asyncio.Lock()
+
+    def load_results(self) -> None:
+        """Results from before a restart, so workers resume instead of starting over."""
+        with self.store.session() as s:
+            self._stored = {(r.pod_uid, r.container_name, r.kind): (r.container_id, r.result)
+                            for r in s.scalars(select(ProbeResult))}
+
+    def _desired(self) -> dict[ProbeKey, tuple]:
+        out: dict[ProbeKey, tuple] = {}
+        with self.store.session() as s:
+            runtime = {r.uid: r for r in s.scalars(select(PodRuntime))}
+            for d in s.scalars(select(DesiredPod).where(DesiredPod.deleting.is_(False))):
+                pod = Pod.from_manifest(d.manifest)
+                rt = runtime.get(d.uid)
+                observed = {c["name"]: c for c in (rt.containers if rt else [])}
+                for c in pod.spec.initContainers + pod.spec.containers:
+                    if c in pod.spec.initContainers and c.restartPolicy != "Always":
+                        continue  # only sidecars among init containers are probed
+                    obs = observed.get(c.name, {})
+                    target = None
+                    if obs.get("container_id"):
+                        target = Target(container_id=obs["container_id"].removeprefix("containerd://"),
+                                        running=obs.get("state") == "running",
+                                        started_at=_epoch(obs.get("started_at")),
+                                        pod_ip=rt.pod_ip if rt else "")
+                    for kind in KINDS:
+                        probe = c.probe(kind)
+                        if probe is not None:
+                            key = ProbeKey(d.uid, d.namespace, d.name, c.name, kind)
+                            out[key] = (c, probe, target)
+        return out
+
+    async def reconcile(self) -> None:
+        async with self._lock:
+            desired = self._desired()
+            for key in [k for k in self.workers if k not in desired]:
+                await self._stop(key)
+            for key, (container, probe, target) in desired.items():
+                worker = self.workers.get(key)
+                if worker is None:
+                    worker = ProbeWorker(key, container, probe, self.runtime, self._record,
+                                         self._startup_done(key),
+                                         resumed=self._stored.get((key.pod_uid, key.container, key.kind)))
+                    self.workers[key] = worker
+                    self._tasks[key] = asyncio.create_task(worker.run(), name=f"probe:{key.pod_name}/{key.container}/{key.kind}")
+                worker.set_target(target)
+            self._drop_orphan_results(set(desired))
+
+    def _startup_done(self, key: ProbeKey):
+        startup_key = ProbeKey(key.pod_uid, key.namespace, key.pod_name, key.container, "startup")
+
+        def done() -> bool:
+            w = self.workers.get(startup_key)
+            return w is None or w.result == SUCCESS
+        return done
+
+    async def _record(self, key: ProbeKey, container_id: str, result: str, message: str) -> None:
+        with self.store.session() as s:
+            s.merge(ProbeResult(pod_uid=key.pod_uid, container_name=key.container, kind=key.kind,
+                                container_id=container_id, result=result, message=message, updated_at=utcnow()))
+        log.info("%s probe of %s/%s: %s%s", key.kind, key.pod_name, key.container, result,
+                 f" ({message[:200]})" if message else "")
+        await self.bus.publish(ProbeResultsChanged(uids=[key.pod_uid]))
+
+    async def _stop(self, key: ProbeKey) -> None:
+        task = self._tasks.pop(key)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        self.workers.pop(key).forget_metrics()
+
+    def _drop_orphan_results(self, keys: set[ProbeKey]) -> None:
+        live = {(k.pod_uid, k.container, k.kind) for k in keys}
+        with self.store.session() as s:
+            for r in list(s.scalars(select(ProbeResult))):
+                if (r.pod_uid, r.container_name, r.kind) not in live:
+                    s.execute(delete(ProbeResult).where(ProbeResult.pod_uid == r.pod_uid,
+                                                        ProbeResult.container_name == r.container_name,
+                                                        ProbeResult.kind == r.kind))
+
+    def view(self) -> list[dict]:
+        return [{"pod": f"{k.namespace}/{k.pod_name}", "container": k.container, "kind": k.kind,
+                 "containerID": w.container_id, "result": w.result, "onHold": w.on_hold}
+                for k, w in sorted(self.workers.items(), key=lambda kv: (kv[0].pod_name, kv[0].container, kv[0].kind))]
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.reconcile()
+            except Exception:
+                log.exception("probe reconcile failed")
+            await asyncio.sleep(self.resync_every)
+
+    async def close(self) -> None:
+        for key in list(self.workers):
+            await self._stop(key)

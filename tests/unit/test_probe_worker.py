@@ -1,0 +1,84 @@
+import time
+
+from services.probe import probers
+from services.probe.worker import FAILURE, SUCCESS, UNKNOWN, ProbeKey, ProbeWorker, Target
+from shared.podspec import validate_pod
+
+
+def container(**probes):
+    pod = validate_pod({"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "image": "i:1", **probes}]}})
+    return pod.spec.containers[0]
+
+
+class Scripted:
+    """Feeds a worker a scripted sequence of probe outcomes and records what it reports."""
+
+    def __init__(self, kind, outcomes, startup_done=lambda: True, resumed=None, **probe):
+        spec = {"exec": {"command": ["true"]}, "periodSeconds": 1, **probe}
+        c = container(**{f"{kind}Probe": spec})
+        self.reported = []
+        self.worker = ProbeWorker(ProbeKey("u", "default", "p", "c", kind), c, c.probe(kind), None,
+                                  self.sink, startup_done, resumed)
+        self.outcomes = list(outcomes)
+
+        async def fake(_t):
+            return probers.Outcome(probers.SUCCESS if self.outcomes.pop(0) else probers.FAILURE, "boom")
+        self.worker._run_probe = fake
+
+    async def sink(self, key, cid, result, message):
+        self.reported.append(result)
+
+    async def run(self, n, target=None):
+        self.worker.set_target(target or Target("c1", True, time.time() - 100, "10.0.0.1"))
+        for _ in range(n):
+            await self.worker.probe_once()
+
+
+async def test_initial_results():
+    for kind, initial in (("readiness", FAILURE), ("liveness", SUCCESS), ("startup", UNKNOWN)):
+        assert Scripted(kind, []).worker.result == initial
+
+
+async def test_failure_threshold_needs_consecutive_failures():
+    s = Scripted("liveness", [False, False, True, False, False, False], failureThreshold=3)
+    await s.run(6)
+    assert s.reported == [FAILURE] and s.worker.on_hold
+
+
+async def test_readiness_success_threshold_and_flapping():
+    s = Scripted("readiness", [True, True, False, True, True], successThreshold=2, failureThreshold=1)
+    await s.run(5)
+    assert s.reported == [SUCCESS, FAILURE, SUCCESS]
+
+
+async def test_liveness_waits_for_startup():
+    started = {"done": False}
+    s = Scripted("liveness", [False] * 5, startup_done=lambda: started["done"], failureThreshold=1)
+    await s.run(3)
+    assert s.reported == [] and len(s.outcomes) == 5  # not even probed
+    started["done"] = True
+    await s.run(1)
+    assert s.reported == [FAILURE]
+
+
+async def test_initial_delay():
+    s = Scripted("liveness", [False], initialDelaySeconds=60, failureThreshold=1)
+    await s.run(1, Target("c1", True, time.time(), "10.0.0.1"))
+    assert s.reported == [] and s.outcomes == [False]
+
+
+async def test_new_container_resets_and_readiness_fails_while_not_running():
+    s = Scripted("readiness", [True, True])
+    await s.run(1)
+    assert s.worker.result == SUCCESS
+    await s.run(1, Target("c1", False, 0, ""))
+    assert s.worker.result == FAILURE
+    await s.run(1, Target("c2", True, time.time() - 100, "10.0.0.1"))
+    assert s.reported == [SUCCESS, FAILURE, SUCCESS]
+
+
+async def test_resume_after_restart_keeps_the_stored_result():
+    s = Scripted("readiness", [True], resumed=("c1", SUCCESS))
+    s.worker.set_target(Target("c1", True, time.time() - 100, "10.0.0.1"))
+    assert s.worker.result == SUCCESS  # no flap to Failure after a probe-service restart
