@@ -28,8 +28,13 @@ def test_failing_http_liveness_restarts_the_container_with_the_reason(pods):
         pods, "web", "mkdir -p /www && echo ok > /www/healthz && (sleep 4; rm /www/healthz) & "
                      "exec httpd -f -p 8080 -h /www",
         livenessProbe={"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1,
-                       "failureThreshold": 2})]})
-    pod = pods.wait_pod("sickweb", lambda p: p["containers"][0]["restartCount"] >= 1, 60, "a liveness restart")
+                       "initialDelaySeconds": 1, "failureThreshold": 2})]})
+
+    def restarted_for_404(p):
+        last = p["status"]["containerStatuses"][0]["lastState"].get("terminated", {})
+        return p["containers"][0]["restartCount"] >= 1 and "404" in last.get("message", "")
+
+    pod = pods.wait_pod("sickweb", restarted_for_404, 60, "a liveness restart after the 404s")
     last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
     assert last["message"] == "Liveness probe failed: HTTP probe failed with statuscode: 404"
     probes = httpx.get(pods.admin("probe") + "/probes", timeout=5).json()

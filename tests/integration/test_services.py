@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.integration.conftest import SERVICES, POD_CIDR
+from tests.integration.conftest import POD_CIDR, SERVICES, wait_for
 
 
 def test_every_service_is_ready(node):
@@ -54,12 +54,15 @@ spec:
   containers: [{{name: web, image: "{pods.image('web')}"}}]
 """)
     pods.wait_running("metered")
-    text = httpx.get(pods.admin("pod-sync") + "/metrics", timeout=5).text
 
     def value(name):
+        text = httpx.get(pods.admin("pod-sync") + "/metrics", timeout=5).text
         line = next((l for l in text.splitlines() if l.startswith(name + " ") or l.startswith(name + "{")), None)
         assert line is not None, f"{name} missing"
         return float(line.split()[-1])
+
+    # gauges follow the next PLEG relist
+    wait_for(lambda: value("kubelet_running_pods") >= 1, 10, "kubelet_running_pods")
 
     assert value("kubelet_pod_start_duration_seconds_count") >= 1
     assert value("kubelet_pod_start_sli_duration_seconds_count") >= 1
