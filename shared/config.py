@@ -32,14 +32,13 @@ KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
     tlsCertFile tlsPrivateKeyFile tlsCipherSuites tlsMinVersion rotateCertificates
     serverTLSBootstrap authentication authorization registryPullQPS registryBurst eventRecordQPS
     eventBurst enableDebuggingHandlers enableContentionProfiling healthzPort healthzBindAddress
-    oomScoreAdj streamingConnectionIdleTimeout nodeStatusUpdateFrequency
-    nodeStatusReportFrequency nodeLeaseDurationSeconds imageMinimumGCAge imageMaximumGCAge
+    oomScoreAdj streamingConnectionIdleTimeout imageMinimumGCAge imageMaximumGCAge
     imageGCHighThresholdPercent imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups
     systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
     cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
     topologyManagerPolicyOptions qosReserved hairpinMode podPidsLimit
     resolvConf runOnce cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles contentType
-    kubeAPIQPS kubeAPIBurst evictionHard evictionSoft
+    evictionHard evictionSoft
     evictionSoftGracePeriod evictionPressureTransitionPeriod evictionMaxPodGracePeriod
     evictionMinimumReclaim podsPerCore enableControllerAttachDetach protectKernelDefaults
     makeIPTablesUtilChains iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn
@@ -105,6 +104,11 @@ class KubeletConfiguration(BaseModel):
     max_parallel_image_pulls: int | None = 5
     container_log_max_size: str = "10Mi"
     container_log_max_files: int = 5
+    kube_api_qps: float = Field(default=50, alias="kubeAPIQPS", gt=0)
+    kube_api_burst: int = Field(default=100, alias="kubeAPIBurst", ge=1)
+    node_status_update_frequency: float = 10.0
+    node_status_report_frequency: float = 300.0
+    node_lease_duration_seconds: int = Field(default=40, ge=1)
     crash_loop_back_off: CrashLoopBackOffConfig = Field(default_factory=CrashLoopBackOffConfig)
 
     @field_validator("api_version")
@@ -158,7 +162,8 @@ class KubeletConfiguration(BaseModel):
     def image_pull_parallelism(self) -> int | None:
         return 1 if self.serialize_image_pulls else self.max_parallel_image_pulls
 
-    @field_validator("sync_frequency", "file_check_frequency", "runtime_request_timeout", mode="before")
+    @field_validator("sync_frequency", "file_check_frequency", "runtime_request_timeout",
+                     "node_status_update_frequency", "node_status_report_frequency", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return _to_seconds(v)
@@ -211,6 +216,11 @@ class NodeSettings(BaseModel):
     node_name: str = Field(default_factory=lambda: socket.gethostname().lower())
     admin_port: int = 0  # 0: the service's default admin port
     pleg_relist_period: float = 1.0
+    kubeconfig: Path | None = None  # cluster mode when set
+
+    @property
+    def cluster_mode(self) -> bool:
+        return self.kubeconfig is not None
     ignored_fields: list[str] = Field(default_factory=list)
 
     @property
@@ -276,6 +286,7 @@ def add_node_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--root-dir", help="pykubelet state directory (default /var/lib/pykubelet)")
     g.add_argument("--nats-url", help="event bus URL (default nats://127.0.0.1:4222)")
     g.add_argument("--hostname-override", help="node name (default: this host's name)")
+    g.add_argument("--kubeconfig", help="join the cluster this kubeconfig points at (cluster mode)")
     g.add_argument("--admin-port", type=int, help="loopback port of this service's admin app")
     g.add_argument("--pod-manifest-path", help="static pod manifest directory (staticPodPath)")
     g.add_argument("--pod-cidr", help="pod CIDR for standalone mode (podCIDR)")
@@ -329,6 +340,11 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
         extra["node_name"] = args.hostname_override.lower()
     if getattr(args, "admin_port", None):
         extra["admin_port"] = args.admin_port
+    if getattr(args, "kubeconfig", None):
+        path = Path(args.kubeconfig)
+        if not path.is_file():
+            raise ConfigError(f"--kubeconfig {path}: no such file")
+        extra["kubeconfig"] = path.resolve()
     if getattr(args, "pleg_relist_period", None):
         try:
             extra["pleg_relist_period"] = parse_duration(args.pleg_relist_period)

@@ -7,7 +7,9 @@ import sys
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
+from services.pod_sync.api_source import ApiPodSource
 from services.pod_sync.manager import PodSyncManager
+from services.pod_sync.node_health import NodeHealthWriter
 from services.pod_sync.resources import own_oom_score_adj
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
@@ -17,6 +19,7 @@ from shared.cri import CRIClient
 from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
                          memory_capacity_bytes, node_ip)
 from shared.runtime_check import runtime_ready_check
+from shared.kube import api_client
 from shared.quantity import to_bytes
 from shared.service import ServiceContext, service_main
 
@@ -35,8 +38,12 @@ async def setup(ctx: ServiceContext) -> None:
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
     syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node)
-    source = StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)
-    manager = PodSyncManager(syncer, source, ctx.bus, resync_every=k.sync_frequency,
+    sources: list = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
+    if ctx.settings.cluster_mode:
+        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+        sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store))
+        ctx.on_shutdown(api.close)
+    manager = PodSyncManager(syncer, sources, ctx.bus, resync_every=k.sync_frequency,
                              pleg_period=ctx.settings.pleg_relist_period)
 
     ctx.app.include_router(router(ctx.store))
@@ -45,6 +52,7 @@ async def setup(ctx: ServiceContext) -> None:
     rotator = ContainerLogRotator(cri, to_bytes(k.container_log_max_size), k.container_log_max_files)
     await manager.start(ctx.spawn)
     ctx.spawn("container-log-rotation", rotator.run())
+    ctx.spawn("node-health", NodeHealthWriter(cri, ctx.store, manager.pleg.healthy).run())
     ctx.on_shutdown(manager.close)
     ctx.on_shutdown(cri.close)
 

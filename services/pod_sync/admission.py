@@ -10,14 +10,12 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter
 
+
 from shared.podspec import Pod
 from shared.qos import pod_requests
 
 ADMISSION_REJECTIONS = Counter("kubelet_admission_rejections_total",
                                "Cumulative number pod admission rejections by the Kubelet.", ["reason"])
-
-# The kubelet's default hard eviction threshold for memory is taken off allocatable.
-EVICTION_HARD_MEMORY = 100 * 2**20
 
 
 @dataclass
@@ -25,10 +23,6 @@ class Verdict:
     admitted: bool
     reason: str = ""
     message: str = ""
-
-
-def allocatable(cpu_millicores: int, memory_bytes: int) -> dict[str, int]:
-    return {"cpu": cpu_millicores, "memory": max(0, memory_bytes - EVICTION_HARD_MEMORY)}
 
 
 def admit(pod: Pod, admitted: list[Pod], capacity: dict[str, int], max_pods: int) -> Verdict:

@@ -7,7 +7,6 @@ import logging
 
 from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_view import list_managed_uids
-from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer, SyncResult
 from services.pod_sync.workers import PodWorkers
 from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, NetworkChanged, PodLifecycleEvents,
@@ -17,15 +16,21 @@ log = logging.getLogger(__name__)
 
 
 class PodSyncManager:
-    def __init__(self, syncer: PodSyncer, source: StaticPodSource, bus: Bus, resync_every: float,
+    def __init__(self, syncer: PodSyncer, sources: list, bus: Bus, resync_every: float,
                  pleg_period: float = 1.0) -> None:
+        """sources: objects with run(), a `synced` event and an `on_change` callback slot."""
         self.syncer = syncer
-        self.source = source
+        self.sources = sources
         self.bus = bus
         self.resync_every = resync_every
         self.workers = PodWorkers(self._sync)
         self.pleg = PLEG(syncer.runtime, pleg_period, self._wake, self._publish_lifecycle)
-        self.source.on_change = self._on_source_change
+        for source in sources:
+            source.on_change = self._on_source_change
+
+    @property
+    def sources_ready(self) -> bool:
+        return all(s.synced.is_set() for s in self.sources)
 
     async def _sync(self, uid: str) -> SyncResult:
         result = await self.syncer.sync(uid)
@@ -38,7 +43,7 @@ class PodSyncManager:
     def _wake(self, uids: set[str]) -> None:
         # Until every source has reported once, a pod missing from desire may only be not yet
         # read, not deleted: leave runtime pods alone (the kubelet's "sources ready").
-        if not self.source.synced.is_set():
+        if not self.sources_ready:
             return
         for uid in uids:
             self.workers.update(uid)
@@ -59,7 +64,7 @@ class PodSyncManager:
         self._wake(uids)
 
     async def run_resync(self) -> None:
-        await self.source.synced.wait()
+        await asyncio.gather(*(s.synced.wait() for s in self.sources))
         while True:
             try:
                 await self.resync_all()
@@ -70,7 +75,8 @@ class PodSyncManager:
     async def start(self, spawn) -> None:
         await self.bus.subscribe(NetworkChanged, self._on_network)
         await self.bus.subscribe(ProbeResultsChanged, self._on_probe_results)
-        spawn("static-pod-source", self.source.run())
+        for source in self.sources:
+            spawn(f"{type(source).__name__}", source.run())
         spawn("pleg", self.pleg.run())
         spawn("resync", self.run_resync())
 

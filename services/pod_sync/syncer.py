@@ -12,7 +12,8 @@ from sqlalchemy import delete, select
 
 from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
-from services.pod_sync.admission import admit, allocatable
+from services.pod_sync.admission import admit
+from shared.node_resources import allocatable
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
@@ -310,7 +311,12 @@ class PodSyncer:
         self._progress.pop(uid, None)
         with self.store.session() as s:
             s.execute(delete(PodRuntime).where(PodRuntime.uid == uid))
-            if row is not None:
+            if row is not None and row.source == "api" and not row.api_deleted:
+                # The API object stays until status-reporter deletes it; it needs to know
+                # nothing runs any more.
+                stored = s.get(DesiredPod, uid)
+                stored.terminated = True
+            elif row is not None:
                 s.execute(delete(DesiredPod).where(DesiredPod.uid == uid))
         return SyncResult(gone=True)
 

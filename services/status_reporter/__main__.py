@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
+from services.status_reporter.api_pods import ApiPodStatusWriter
+from services.status_reporter.node_agent import NodeAgent
 from services.status_reporter.reporter import PodStatusReporter
 from services.status_reporter.views import router
-from shared.bus import DesiredPodsChanged, PodRuntimeChanged, ProbeResultsChanged
+from shared.bus import DesiredPodsChanged, PodRuntimeChanged, PodStatusChanged, ProbeResultsChanged
+from shared.kube import api_client
 from shared.service import ServiceContext, service_main
 
 NAME = "status-reporter"
+log = logging.getLogger(__name__)
 
 
 async def setup(ctx: ServiceContext) -> None:
@@ -23,6 +28,31 @@ async def setup(ctx: ServiceContext) -> None:
     await ctx.bus.subscribe(ProbeResultsChanged, on_event)
     ctx.app.include_router(router(ctx.store))
     ctx.spawn("pod-status-resync", reporter.run_resync())
+    if ctx.settings.cluster_mode:
+        await start_cluster_mode(ctx)
+
+
+async def start_cluster_mode(ctx: ServiceContext) -> None:
+    k = ctx.settings.kubelet
+    api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+    agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,
+                      k.node_lease_duration_seconds, k.node_status_update_frequency,
+                      k.node_status_report_frequency)
+    pods = ApiPodStatusWriter(api, ctx.store)
+
+    async def on_pods(event) -> None:
+        try:
+            await pods.sync(event.uids)
+        except Exception as exc:  # the periodic pass retries
+            log.warning("pod status update failed: %s", exc)
+
+    await ctx.bus.subscribe(PodStatusChanged, on_pods)
+    await ctx.bus.subscribe(DesiredPodsChanged, on_pods)
+    ctx.checks["registered"] = lambda: (agent.registered.is_set(),
+                                        "ok" if agent.registered.is_set() else "node not registered yet")
+    ctx.spawn("node-agent", agent.run())
+    ctx.spawn("api-pod-status", pods.run())
+    ctx.on_shutdown(api.close)
 
 
 if __name__ == "__main__":

@@ -205,6 +205,8 @@ class LocalNode:
             argv += ["--hostname-override", a.hostname_override]
         if a.pleg_relist_period:
             argv += ["--pleg-relist-period", a.pleg_relist_period]
+        if a.kubeconfig:
+            argv += ["--kubeconfig", str(Path(a.kubeconfig).resolve())]
         for attr in FLAG_FIELDS:
             value = getattr(a, attr, None)
             if value is None or attr in ("container_runtime_endpoint", "pod_cidr"):

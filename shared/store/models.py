@@ -31,6 +31,10 @@ class DesiredPod(Base):
     # then deletes the row. Until then the pod shows as terminating.
     deleting: Mapped[bool] = mapped_column(Boolean, default=False)
     grace_period_seconds: Mapped[int] = mapped_column(Integer, default=30)
+    # API pods: nothing of the pod runs any more (status-reporter may delete the API object),
+    # and whether the API object is already gone.
+    terminated: Mapped[bool] = mapped_column(Boolean, default=False)
+    api_deleted: Mapped[bool] = mapped_column(Boolean, default=False)
     # Admission is decided once: admitted pods stay admitted, rejected ones stay Failed.
     admitted: Mapped[bool] = mapped_column(Boolean, default=False)
     rejection_reason: Mapped[str] = mapped_column(String, default="")
@@ -93,6 +97,19 @@ class NetworkStatus(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class NodeHealth(Base):
+    """pod-sync's view of the node's runtime: what node readiness is made of."""
+
+    __tablename__ = "node_health"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, default=1)
+    runtime_ready: Mapped[bool] = mapped_column(Boolean, default=False)
+    runtime_message: Mapped[str] = mapped_column(Text, default="")
+    runtime_version: Mapped[str] = mapped_column(String, default="")
+    pleg_healthy: Mapped[bool] = mapped_column(Boolean, default=False)
+    pleg_message: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class ProbeResult(Base):
     """The current result of one probe of one container instance."""
 
@@ -114,4 +131,5 @@ TABLE_OWNERS: dict[str, str] = {
     PodStatusRecord.__tablename__: "status-reporter",
     NetworkStatus.__tablename__: "network",
     ProbeResult.__tablename__: "probe",
+    NodeHealth.__tablename__: "pod-sync",
 }

@@ -218,10 +218,9 @@ def _tail(path: Path, n: int = 60) -> str:
         return "(no log)"
 
 
-@pytest.fixture(scope="session")
-def node(tmp_path_factory) -> Node:
+def launch_node(root: Path, extra_argv: list[str] | None = None) -> Node:
+    """Start a node with `pykubelet up` in root, wait until it is ready, return it."""
     require_node_prerequisites()
-    root = tmp_path_factory.mktemp("node")
     manifests = root / "manifests"
     manifests.mkdir()
     registry_port, nats_port, admin_base = free_port(), free_port(), free_port_range(len(SERVICES))
@@ -236,24 +235,33 @@ def node(tmp_path_factory) -> Node:
             "--push-demo-images", "--wait-pods", "1", "--pod-cidr", POD_CIDR,
             "--hostname-override", NODE_NAME,
             # Long rescan period: changes must arrive through the directory watch.
-            "--file-check-frequency", "5m", "--sync-frequency", "30s"]
+            "--file-check-frequency", "5m", "--sync-frequency", "30s", *(extra_argv or [])]
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
     n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log)
+    deadline = time.monotonic() + START_TIMEOUT
+    while not (root / "run" / "ready").exists():
+        if proc.poll() is not None:
+            stop_node(n)
+            pytest.fail(f"pykubelet up exited with {proc.returncode} while starting:\n{_tail(log)}")
+        if time.monotonic() > deadline:
+            stop_node(n)
+            pytest.fail(f"pykubelet up not ready after {START_TIMEOUT}s:\n{_tail(log)}")
+        time.sleep(0.3)
+    return n
+
+
+# Package scope: this node is gone before another test package starts its own.
+@pytest.fixture(scope="package")
+def node(tmp_path_factory) -> Node:
+    n = launch_node(tmp_path_factory.mktemp("node"))
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not (root / "run" / "ready").exists():
-            if proc.poll() is not None:
-                pytest.fail(f"pykubelet up exited with {proc.returncode} while starting:\n{_tail(log)}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"pykubelet up not ready after {START_TIMEOUT}s:\n{_tail(log)}")
-            time.sleep(0.3)
         yield n
     finally:
-        _stop_node(n)
+        stop_node(n)
 
 
-def _stop_node(n: Node) -> None:
+def stop_node(n: Node) -> None:
     if n.proc.poll() is None:
         n.proc.send_signal(signal.SIGTERM)
         try:

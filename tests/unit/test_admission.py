@@ -1,4 +1,5 @@
-from services.pod_sync.admission import EVICTION_HARD_MEMORY, admit, allocatable
+from services.pod_sync.admission import admit
+from shared.node_resources import EVICTION_HARD_MEMORY, allocatable
 from shared.podspec import validate_pod
 
 

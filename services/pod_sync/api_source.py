@@ -1,0 +1,166 @@
+"""API pods: the pods bound to this node (spec.nodeName), from a list + watch on the API server.
+
+List first (the whole truth at one resourceVersion), then watch from there; on 410 Gone or any
+watch failure, list again. Every list result is applied as a whole, so nothing is missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Awaitable, Callable
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+from sqlalchemy import delete, select
+
+from shared.podspec import ManifestInvalid, validate_pod
+from shared.store import DesiredPod, ManifestError, Store
+
+log = logging.getLogger(__name__)
+
+SOURCE = "api"
+WATCH_TIMEOUT = 300  # seconds; the server ends the watch and we resume from the last version
+RETRY_INITIAL, RETRY_MAX = 1.0, 30.0
+
+
+def _error_key(pod: dict[str, Any]) -> str:
+    m = pod.get("metadata", {})
+    return f"api:{m.get('namespace', '')}/{m.get('name', '')}"
+
+
+class ApiPodSource:
+    def __init__(self, api: client.ApiClient, node_name: str, store: Store,
+                 on_change: Callable[[set[str]], Awaitable[None]] | None = None) -> None:
+        self.v1 = client.CoreV1Api(api)
+        self.node_name = node_name
+        self.store = store
+        self.on_change = on_change
+        self.synced = asyncio.Event()
+        self.field_selector = f"spec.nodeName={node_name}"
+
+    # -- applying what the API says -----------------------------------------------------------
+
+    def _upsert(self, s, pod: dict[str, Any], existing: DesiredPod | None) -> bool:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        spec_grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+        if meta.get("deletionTimestamp"):
+            grace = meta.get("deletionGracePeriodSeconds", spec_grace)
+            if existing is None:
+                s.add(DesiredPod(uid=uid, namespace=meta["namespace"], name=meta["name"], source=SOURCE,
+                                 source_path=_error_key(pod), manifest=_strip(pod), deleting=True,
+                                 grace_period_seconds=grace))
+                return True
+            if not existing.deleting or grace < existing.grace_period_seconds:
+                # A second delete may shorten the grace period, never lengthen it.
+                existing.grace_period_seconds = min(grace, existing.grace_period_seconds) \
+                    if existing.deleting else grace
+                existing.deleting = True
+                return True
+            return False
+        if existing is not None:
+            return False  # a pod's spec does not change in ways the node acts on here
+        try:
+            validate_pod(_strip(pod))
+        except ManifestInvalid as exc:
+            s.merge(ManifestError(source_path=_error_key(pod), error=f"pod invalid: {exc}"))
+            return False
+        s.add(DesiredPod(uid=uid, namespace=meta["namespace"], name=meta["name"], source=SOURCE,
+                         source_path=_error_key(pod), manifest=_strip(pod), grace_period_seconds=spec_grace))
+        log.info("API pod %s/%s bound to this node (uid %s)", meta["namespace"], meta["name"], uid)
+        return True
+
+    def apply_list(self, pods: list[dict[str, Any]]) -> set[str]:
+        changed: set[str] = set()
+        with self.store.session() as s:
+            rows = {r.uid: r for r in s.scalars(select(DesiredPod).where(DesiredPod.source == SOURCE))}
+            listed = {p["metadata"]["uid"] for p in pods}
+            for p in pods:
+                if self._upsert(s, p, rows.get(p["metadata"]["uid"])):
+                    changed.add(p["metadata"]["uid"])
+            for uid, row in rows.items():
+                if uid not in listed:
+                    changed.add(uid)
+                    self._drop(s, row)
+        return changed
+
+    def apply_event(self, kind: str, pod: dict[str, Any]) -> set[str]:
+        uid = pod["metadata"]["uid"]
+        with self.store.session() as s:
+            row = s.get(DesiredPod, uid)
+            if kind == "DELETED":
+                if row is None:
+                    return set()
+                self._drop(s, row)
+                return {uid}
+            return {uid} if self._upsert(s, pod, row) else set()
+
+    def _drop(self, s, row: DesiredPod) -> None:
+        if row.terminated:
+            s.execute(delete(DesiredPod).where(DesiredPod.uid == row.uid))
+            s.execute(delete(ManifestError).where(ManifestError.source_path == row.source_path))
+        else:
+            row.api_deleted = True
+            row.deleting = True
+
+    # -- list + watch ------------------------------------------------------------------------
+
+    async def _list(self) -> tuple[list[dict[str, Any]], str]:
+        resp = await self.v1.list_pod_for_all_namespaces(field_selector=self.field_selector,
+                                                         _preload_content=False, _request_timeout=30)
+        body = json.loads(await resp.read())
+        return body.get("items", []), body["metadata"]["resourceVersion"]
+
+    async def _notify(self, changed: set[str]) -> None:
+        if changed and self.on_change is not None:
+            await self.on_change(changed)
+
+    async def run(self) -> None:
+        delay = RETRY_INITIAL
+        while True:
+            try:
+                pods, version = await self._list()
+                await self._notify(self.apply_list(pods))
+                self.synced.set()
+                delay = RETRY_INITIAL
+                version = await self._watch(version)
+            except ApiException as exc:
+                log.warning("API pod source: %s %s; listing again in %.0fs", exc.status, exc.reason, delay)
+            except (OSError, asyncio.TimeoutError, Exception) as exc:  # aiohttp raises many kinds
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                log.warning("API pod source: %s; listing again in %.0fs", exc or type(exc).__name__, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX)
+
+    async def _watch(self, version: str) -> str:
+        """Watch until the stream ends or the version expires; return the last version seen."""
+        while True:
+            w = watch.Watch()
+            async with w:
+                async for event in w.stream(self.v1.list_pod_for_all_namespaces,
+                                            field_selector=self.field_selector, resource_version=version,
+                                            timeout_seconds=WATCH_TIMEOUT, allow_watch_bookmarks=True):
+                    kind, raw = event["type"], event["raw_object"]
+                    if kind == "ERROR":
+                        if raw.get("code") == 410:
+                            log.info("API pod watch: resourceVersion too old (410 Gone); listing again")
+                            return version
+                        raise ApiException(status=raw.get("code"), reason=raw.get("message"))
+                    version = raw.get("metadata", {}).get("resourceVersion", version)
+                    if kind == "BOOKMARK":
+                        continue
+                    await self._notify(self.apply_event(kind, raw))
+
+
+def _strip(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod without its status (the node writes that) and without server-side noise."""
+    out = {k: v for k, v in pod.items() if k != "status"}
+    out.setdefault("apiVersion", "v1")
+    out.setdefault("kind", "Pod")
+    meta = dict(out.get("metadata", {}))
+    meta.pop("managedFields", None)
+    out["metadata"] = meta
+    return out

@@ -1,0 +1,156 @@
+"""Registering this node, renewing its Lease and reporting its status to the API server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.status_reporter.node_object import conditions, node_labels, node_status_facts
+from shared.kube import REQUEST_TIMEOUT
+from shared.store import NetworkStatus, NodeHealth, Store
+
+log = logging.getLogger(__name__)
+
+LEASE_NAMESPACE = "kube-node-lease"
+# pod-sync writes node health every few seconds; older than this means it is not running.
+HEALTH_STALE_AFTER = 30.0
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def micro_time() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class NodeAgent:
+    def __init__(self, api: client.ApiClient, store: Store, name: str, root_dir: str, max_pods: int,
+                 lease_seconds: int, status_every: float, report_every: float) -> None:
+        self.core = client.CoreV1Api(api)
+        self.coord = client.CoordinationV1Api(api)
+        self.store = store
+        self.name = name
+        self.root_dir = root_dir
+        self.max_pods = max_pods
+        self.lease_seconds = lease_seconds
+        self.status_every = status_every
+        self.report_every = report_every
+        self.node_uid = ""
+        self._last_reported: dict[str, Any] | None = None
+        self._last_report_at = 0.0
+        self._conditions: list[dict] | None = None
+        self.registered = asyncio.Event()
+
+    # -- readiness ------------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, str, str]:
+        """(ready, why not, runtime version) from what pod-sync and network store."""
+        with self.store.session() as s:
+            h = s.get(NodeHealth, 1)
+            net = s.get(NetworkStatus, 1)
+        if h is None or (time.time() - h.updated_at.replace(tzinfo=timezone.utc).timestamp()) > HEALTH_STALE_AFTER:
+            return False, "pod-sync is not reporting the container runtime's health", h.runtime_version if h else ""
+        problems = []
+        if not h.runtime_ready:
+            problems.append(h.runtime_message or "container runtime is not ready")
+        if net is None or not net.ready:
+            problems.append(f"container runtime network not ready: NetworkReady=false reason:"
+                            f"{net.reason if net else 'NetworkPluginNotReady'} message:"
+                            f"{net.message if net else 'network service not reporting'}")
+        if not h.pleg_healthy:
+            problems.append(h.pleg_message or "PLEG is not healthy")
+        return not problems, "; ".join(problems), h.runtime_version
+
+    def _status(self) -> dict[str, Any]:
+        ready, why, version = self.health()
+        self._conditions = conditions(ready, why, self._conditions)
+        return {**node_status_facts(self.name, self.root_dir, self.max_pods, version), "conditions": self._conditions}
+
+    # -- registration ---------------------------------------------------------------------------
+
+    async def register(self) -> None:
+        body = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.name, "labels": node_labels(self.name)}, "spec": {}}
+        try:
+            node = await self.core.create_node(body, _request_timeout=REQUEST_TIMEOUT)
+            log.info("registered node %s", self.name)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            # Re-registration: reconcile our labels onto the existing Node.
+            node = await self.core.patch_node(self.name, {"metadata": {"labels": node_labels(self.name)}},
+                                              _request_timeout=REQUEST_TIMEOUT)
+            log.info("node %s already registered; reconciled", self.name)
+        self.node_uid = node.metadata.uid
+        await self.report_status(force=True)
+        self.registered.set()
+
+    async def report_status(self, force: bool = False) -> None:
+        status = self._status()
+        comparable = {**status, "conditions": [{k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+                                               for c in status["conditions"]]}
+        due = time.monotonic() - self._last_report_at >= self.report_every
+        if not force and not due and comparable == self._last_reported:
+            return
+        await self.core.patch_node_status(self.name, {"status": status}, _content_type=MERGE_PATCH,
+                                          _request_timeout=REQUEST_TIMEOUT)
+        if self._last_reported is None or comparable["conditions"] != self._last_reported["conditions"]:
+            ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+            log.info("node status: Ready=%s %s", ready["status"], ready.get("message", ""))
+        self._last_reported = comparable
+        self._last_report_at = time.monotonic()
+
+    # -- lease ----------------------------------------------------------------------------------
+
+    def _lease(self) -> dict[str, Any]:
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": LEASE_NAMESPACE,
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": self.name,
+                                                  "uid": self.node_uid}]},
+                "spec": {"holderIdentity": self.name, "leaseDurationSeconds": self.lease_seconds,
+                         "renewTime": micro_time()}}
+
+    async def renew_lease(self) -> None:
+        try:
+            await self.coord.patch_namespaced_lease(
+                self.name, LEASE_NAMESPACE, {"spec": {"renewTime": micro_time(), "holderIdentity": self.name,
+                                                      "leaseDurationSeconds": self.lease_seconds}},
+                _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            await self.coord.create_namespaced_lease(LEASE_NAMESPACE, self._lease(), _request_timeout=REQUEST_TIMEOUT)
+
+    # -- loops ----------------------------------------------------------------------------------
+
+    async def _loop(self, what: str, every: float, fn) -> None:
+        failing = False
+        while True:
+            try:
+                await fn()
+                if failing:
+                    log.info("%s works again", what)
+                failing = False
+            except Exception as exc:  # API down or restarting: keep trying, the pods keep running
+                if not failing:
+                    log.warning("%s failed (%s); retrying every %.0fs", what, exc, every)
+                failing = True
+            await asyncio.sleep(every)
+
+    async def run(self) -> None:
+        delay = 1.0
+        while not self.registered.is_set():
+            try:
+                await self.register()
+            except Exception as exc:
+                log.warning("node registration failed (%s); retrying in %.0fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30)
+        # The kubelet renews every quarter of the lease duration (10s for 40s).
+        await asyncio.gather(
+            self._loop("lease renewal", self.lease_seconds / 4, self.renew_lease),
+            self._loop("node status update", self.status_every, self.report_status))

@@ -1,0 +1,52 @@
+"""The Kubernetes API client every cluster-mode service uses: a maintained async client
+(kubernetes_asyncio) behind the kubelet's client-side rate limit (kubeAPIQPS / kubeAPIBurst)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from kubernetes_asyncio import client, config
+
+
+class TokenBucket:
+    """qps tokens a second, at most burst saved up; acquire() waits for a token."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.burst = burst
+        self._tokens = float(burst)
+        self._last = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+                self._last = now
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return
+                await asyncio.sleep((1 - self._tokens) / self.qps)
+
+
+class RateLimitedApiClient(client.ApiClient):
+    def __init__(self, configuration: client.Configuration, bucket: TokenBucket) -> None:
+        super().__init__(configuration=configuration)
+        self._bucket = bucket
+
+    async def call_api(self, *args, **kwargs):
+        await self._bucket.acquire()
+        return await super().call_api(*args, **kwargs)
+
+
+# Every API call is bounded (seconds); watches set their own server-side timeout.
+REQUEST_TIMEOUT = 30
+
+
+async def api_client(kubeconfig: Path, qps: float, burst: int) -> client.ApiClient:
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return RateLimitedApiClient(cfg, TokenBucket(qps, burst))

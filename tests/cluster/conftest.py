@@ -1,0 +1,70 @@
+"""Cluster tests: a real etcd + kube-apiserver, and a pykubelet node joined to it with a
+system:node client certificate, as kubeadm would set it up."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.cluster.harness import ControlPlane, HarnessError
+from tests.integration.conftest import NODE_NAME, launch_node, require_node_prerequisites, stop_node, wait_for
+
+
+class Cluster:
+    def __init__(self, cp: ControlPlane, node) -> None:
+        self.cp = cp
+        self.node = node
+
+    def kubectl(self, *args, **kw):
+        return self.cp.kubectl(*args, **kw)
+
+    def get(self, *args) -> dict:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def node_obj(self) -> dict:
+        return self.get("node", NODE_NAME)
+
+    def ready(self) -> str:
+        conds = self.node_obj()["status"].get("conditions", [])
+        return next((c["status"] for c in conds if c["type"] == "Ready"), "Unknown")
+
+    def create_pod(self, name: str, spec: dict, namespace: str = "default") -> dict:
+        doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+               "spec": {"nodeName": NODE_NAME, "terminationGracePeriodSeconds": 2, **spec}}
+        return json.loads(self.kubectl("create", "-o", "json", "-f", "-", input_text=json.dumps(doc)).stdout)
+
+    def pod(self, name: str, namespace: str = "default") -> dict | None:
+        res = self.kubectl("get", "pod", name, "-n", namespace, "-o", "json", check=False)
+        return json.loads(res.stdout) if res.returncode == 0 else None
+
+    def wait_pod(self, name: str, predicate, timeout: float = 60, what: str = "") -> dict:
+        def check():
+            p = self.pod(name)
+            return p if p is not None and predicate(p) else None
+        try:
+            return wait_for(check, timeout, what or f"pod {name}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; pod now: {json.dumps(self.pod(name), indent=1)[:3000]}") from None
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory):
+    require_node_prerequisites()
+    cp = ControlPlane(tmp_path_factory.mktemp("control-plane"), NODE_NAME)
+    try:
+        cp.start()
+    except HarnessError as exc:
+        cp.stop()
+        pytest.fail(f"cannot start the test control plane: {exc}")
+    node = None
+    try:
+        node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig)])
+        c = Cluster(cp, node)
+        wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
+        yield c
+    finally:
+        if node is not None:
+            stop_node(node)
+        cp.stop()

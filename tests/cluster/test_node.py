@@ -1,0 +1,83 @@
+"""pykubelet as a node of a real cluster."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from tests.integration.conftest import NODE_NAME, wait_for
+
+
+def _renew_time(cluster) -> datetime:
+    lease = cluster.get("lease", NODE_NAME, "-n", "kube-node-lease")
+    return datetime.strptime(lease["spec"]["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_node_registers_ready_with_the_kubelets_fields(cluster):
+    node = cluster.node_obj()
+    labels = node["metadata"]["labels"]
+    assert labels["kubernetes.io/hostname"] == NODE_NAME and labels["kubernetes.io/os"] == "linux"
+    status = node["status"]
+    assert set(status["capacity"]) >= {"cpu", "memory", "pods", "ephemeral-storage"}
+    assert status["capacity"]["pods"] == "110"
+    info = status["nodeInfo"]
+    assert info["containerRuntimeVersion"].startswith("containerd://")
+    assert info["bootID"] and info["kernelVersion"] and info["osImage"]
+    types = {a["type"] for a in status["addresses"]}
+    assert types == {"InternalIP", "Hostname"}
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["Ready"]["status"] == "True" and conds["Ready"]["reason"] == "KubeletReady"
+    assert conds["MemoryPressure"]["status"] == "False"
+    out = cluster.kubectl("get", "nodes").stdout
+    assert NODE_NAME in out and " Ready " in out
+
+
+def test_lease_is_renewed(cluster):
+    lease = cluster.get("lease", NODE_NAME, "-n", "kube-node-lease")
+    assert lease["spec"]["holderIdentity"] == NODE_NAME
+    assert lease["spec"]["leaseDurationSeconds"] == 40
+    assert lease["metadata"]["ownerReferences"][0]["kind"] == "Node"
+    first = _renew_time(cluster)
+    wait_for(lambda: _renew_time(cluster) > first, 30, "the lease to be renewed")
+
+
+def test_pod_bound_to_the_node_runs_with_kubelet_status(cluster):
+    cluster.create_pod("web", {"containers": [{"name": "web", "image": cluster.node.image("web")}]})
+    pod = cluster.wait_pod("web", lambda p: p.get("status", {}).get("phase") == "Running"
+                           and p["status"].get("podIP"), 60, "Running with an IP")
+    st = pod["status"]
+    [cs] = st["containerStatuses"]
+    assert cs["ready"] and cs["started"] and cs["restartCount"] == 0
+    assert cs["containerID"].startswith("containerd://") and cs["imageID"]
+    assert "running" in cs["state"]
+    assert st["qosClass"] == "BestEffort" and st["hostIP"] and st["startTime"]
+    conds = {c["type"]: c["status"] for c in st["conditions"]}
+    assert conds["Ready"] == "True" and conds["ContainersReady"] == "True"
+    import httpx
+
+    assert "Hello from a pykubelet pod" in httpx.get(f"http://{st['podIP']}/", timeout=5).text
+    cluster.kubectl("delete", "pod", "web", "--wait=false")
+
+
+def test_crashing_pod_shows_crash_loop_back_off(cluster):
+    cluster.create_pod("crash", {"containers": [{"name": "app", "image": cluster.node.image("busybox"),
+                                                 "command": ["sh", "-c", "exit 3"]}]})
+    wait_for(lambda: "CrashLoopBackOff" in cluster.kubectl("get", "pod", "crash").stdout, 60,
+             "kubectl get pods to show CrashLoopBackOff")
+    pod = cluster.pod("crash")
+    cs = pod["status"]["containerStatuses"][0]
+    assert cs["lastState"]["terminated"]["exitCode"] == 3 and cs["restartCount"] >= 1
+    cluster.kubectl("delete", "pod", "crash", "--wait=false")
+
+
+def test_kubectl_delete_completes_within_the_grace_period(cluster):
+    cluster.create_pod("graceful", {"terminationGracePeriodSeconds": 5, "containers": [{
+        "name": "app", "image": cluster.node.image("busybox"),
+        "command": ["sh", "-c", "trap 'sleep 1; exit 0' TERM; while true; do sleep 0.2; done"]}]})
+    pod = cluster.wait_pod("graceful", lambda p: p.get("status", {}).get("phase") == "Running", 60)
+    uid = pod["metadata"]["uid"]
+    start = time.monotonic()
+    cluster.kubectl("delete", "pod", "graceful", "--timeout=60s")  # waits until the object is gone
+    took = time.monotonic() - start
+    assert took < 5 + 10, f"deletion took {took:.1f}s"
+    assert cluster.node.containers_of(uid) == [] and cluster.node.sandboxes_of(uid) == []
