@@ -21,6 +21,7 @@ from shared.store import DesiredPod, ManifestError, Store
 log = logging.getLogger(__name__)
 
 SOURCE = "api"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 WATCH_TIMEOUT = 300  # seconds; the server ends the watch and we resume from the last version
 RETRY_INITIAL, RETRY_MAX = 1.0, 30.0
 
@@ -73,6 +74,7 @@ class ApiPodSource:
         return True
 
     def apply_list(self, pods: list[dict[str, Any]]) -> set[str]:
+        pods = [p for p in pods if not _is_mirror(p)]
         changed: set[str] = set()
         with self.store.session() as s:
             rows = {r.uid: r for r in s.scalars(select(DesiredPod).where(DesiredPod.source == SOURCE))}
@@ -87,6 +89,8 @@ class ApiPodSource:
         return changed
 
     def apply_event(self, kind: str, pod: dict[str, Any]) -> set[str]:
+        if _is_mirror(pod):
+            return set()  # the API's copy of one of our static pods: nothing to run
         uid = pod["metadata"]["uid"]
         with self.store.session() as s:
             row = s.get(DesiredPod, uid)
@@ -153,6 +157,10 @@ class ApiPodSource:
                     if kind == "BOOKMARK":
                         continue
                     await self._notify(self.apply_event(kind, raw))
+
+
+def _is_mirror(pod: dict[str, Any]) -> bool:
+    return MIRROR_ANNOTATION in (pod.get("metadata", {}).get("annotations") or {})
 
 
 def _strip(pod: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import logging
 import sys
 
 from services.status_reporter.api_pods import ApiPodStatusWriter
+from services.status_reporter.mirror_pods import MirrorPods
 from services.status_reporter.node_agent import NodeAgent
 from services.status_reporter.reporter import PodStatusReporter
 from services.status_reporter.views import router
@@ -39,6 +40,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
                       k.node_lease_duration_seconds, k.node_status_update_frequency,
                       k.node_status_report_frequency)
     pods = ApiPodStatusWriter(api, ctx.store)
+    mirrors = MirrorPods(api, ctx.store, ctx.settings.node_name, lambda: agent.node_uid)
 
     async def on_pods(event) -> None:
         try:
@@ -52,6 +54,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
                                         "ok" if agent.registered.is_set() else "node not registered yet")
     ctx.spawn("node-agent", agent.run())
     ctx.spawn("api-pod-status", pods.run())
+    ctx.spawn("mirror-pods", mirrors.run())
     ctx.on_shutdown(api.close)
 
 

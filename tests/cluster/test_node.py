@@ -81,3 +81,37 @@ def test_kubectl_delete_completes_within_the_grace_period(cluster):
     took = time.monotonic() - start
     assert took < 5 + 10, f"deletion took {took:.1f}s"
     assert cluster.node.containers_of(uid) == [] and cluster.node.sandboxes_of(uid) == []
+
+
+def test_static_pod_gets_a_mirror_pod_that_comes_back(cluster):
+    node = cluster.node
+    node.write_pod("mirrored", {"containers": [{"name": "web", "image": node.image("web")}]})
+    name = f"mirrored-{NODE_NAME}"
+    pod = cluster.wait_pod(name, lambda p: p.get("status", {}).get("phase") == "Running", 60,
+                           "the mirror pod to show Running")
+    assert "kubernetes.io/config.mirror" in pod["metadata"]["annotations"]
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "Node"
+    first_uid = pod["metadata"]["uid"]
+    cluster.kubectl("delete", "pod", name, "--wait=false")
+    again = cluster.wait_pod(name, lambda p: p["metadata"]["uid"] != first_uid, 30, "the mirror pod to be recreated")
+    static = node.pod("mirrored")
+    assert static["containers"][0]["restartCount"] == 0  # deleting the mirror does not touch the pod
+    assert again["metadata"]["annotations"]["kubernetes.io/config.mirror"] == static["uid"]
+    node.remove("mirrored.yaml")
+    wait_for(lambda: cluster.pod(name) is None, 30, "the mirror pod to go with the static pod")
+
+
+def test_apiserver_restart_keeps_node_ready_and_pods_running(cluster):
+    cluster.create_pod("survivor", {"containers": [{"name": "web", "image": cluster.node.image("web")}]})
+    pod = cluster.wait_pod("survivor", lambda p: p.get("status", {}).get("phase") == "Running", 60)
+    before = {c.id for c in cluster.node.containers_of(pod["metadata"]["uid"])}
+    cluster.cp.stop_apiserver()
+    time.sleep(5)
+    cluster.cp.start_apiserver()
+    wait_for(lambda: cluster.ready() == "True", 60, "the node to be Ready after the restart")
+    first = _renew_time(cluster)
+    wait_for(lambda: _renew_time(cluster) > first, 30, "lease renewals to continue")
+    after = {c.id for c in cluster.node.containers_of(pod["metadata"]["uid"])}
+    assert after == before
+    assert cluster.pod("survivor")["status"]["containerStatuses"][0]["restartCount"] == 0
+    cluster.kubectl("delete", "pod", "survivor", "--wait=false")

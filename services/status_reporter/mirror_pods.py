@@ -1,0 +1,133 @@
+"""Mirror pods: the API's read-only copy of each static pod, so the cluster sees it.
+
+Created with the kubelet's annotation (kubernetes.io/config.mirror = the static pod's hash) and
+owned by the Node; recreated when someone deletes it or the static pod changes; deleted with the
+static pod; its status follows the static pod's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from sqlalchemy import select
+
+from shared.host import node_ip
+from shared.kube import REQUEST_TIMEOUT
+from shared.store import DesiredPod, PodStatusRecord, Store
+
+log = logging.getLogger(__name__)
+
+MIRROR = "kubernetes.io/config.mirror"
+CONFIG_HASH = "kubernetes.io/config.hash"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def mirror_body(manifest: dict[str, Any], node_name: str, node_uid: str) -> dict[str, Any]:
+    meta = manifest["metadata"]
+    annotations = {**meta.get("annotations", {}), MIRROR: meta["annotations"].get(CONFIG_HASH, meta["uid"])}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace", "default"),
+                         "labels": meta.get("labels", {}), "annotations": annotations,
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node_name,
+                                              "uid": node_uid, "controller": True}]},
+            "spec": manifest["spec"]}
+
+
+class MirrorPods:
+    def __init__(self, api: client.ApiClient, store: Store, node_name: str, node_uid) -> None:
+        self.core = client.CoreV1Api(api)
+        self.store = store
+        self.node_name = node_name
+        self.node_uid = node_uid  # callable: the Node's UID once registered
+        self.host_ip = node_ip()
+        self._lock = asyncio.Lock()
+
+    async def _existing(self) -> dict[tuple[str, str], dict]:
+        resp = await self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node_name}",
+                                                           _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        items = json.loads(await resp.read()).get("items", [])
+        return {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in items
+                if MIRROR in (p["metadata"].get("annotations") or {})}
+
+    async def sync(self) -> None:
+        if not self.node_uid():
+            return
+        async with self._lock:
+            with self.store.session() as s:
+                static = [d for d in s.scalars(select(DesiredPod).where(DesiredPod.source == "file",
+                                                                        DesiredPod.deleting.is_(False)))]
+                statuses = {r.uid: r.status for r in s.scalars(select(PodStatusRecord))}
+            existing = await self._existing()
+            wanted = {(d.namespace, d.name): d for d in static}
+            for key, mirror in existing.items():
+                d = wanted.get(key)
+                # Someone deleted it (graceful: the node finishes that) or it is out of date.
+                if d is None or mirror["metadata"]["annotations"][MIRROR] != d.uid \
+                        or mirror["metadata"].get("deletionTimestamp"):
+                    await self._delete(mirror)
+                    if d is not None:
+                        await self._create(d)
+                    continue
+                await self._status(mirror, statuses.get(d.uid))
+            for key, d in wanted.items():
+                if key not in existing:
+                    created = await self._create(d)
+                    if created is not None:
+                        await self._status(created, statuses.get(d.uid))
+
+    async def _create(self, d: DesiredPod) -> dict | None:
+        try:
+            pod = await self.core.create_namespaced_pod(d.namespace, mirror_body(d.manifest, self.node_name,
+                                                                                  self.node_uid()),
+                                                        _request_timeout=REQUEST_TIMEOUT)
+            log.info("mirror pod %s/%s created", d.namespace, d.name)
+            return {"metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
+                                 "uid": pod.metadata.uid}}
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            log.warning("mirror pod %s/%s not created: %s %s", d.namespace, d.name, exc.status, exc.reason)
+            return None
+
+    async def _delete(self, mirror: dict) -> None:
+        m = mirror["metadata"]
+        try:
+            await self.core.delete_namespaced_pod(m["name"], m["namespace"], body=client.V1DeleteOptions(
+                grace_period_seconds=0, preconditions=client.V1Preconditions(uid=m["uid"])),
+                _request_timeout=REQUEST_TIMEOUT)
+            log.info("mirror pod %s/%s deleted", m["namespace"], m["name"])
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    async def _status(self, mirror: dict, status: dict | None) -> None:
+        if not status:
+            return
+        m = mirror["metadata"]
+        if mirror.get("status", {}).get("phase") == status["phase"] and \
+                mirror.get("status", {}).get("containerStatuses") == status.get("containerStatuses"):
+            return
+        try:
+            await self.core.patch_namespaced_pod_status(
+                m["name"], m["namespace"], {"metadata": {"uid": m["uid"]}, "status": {**status, "hostIP": self.host_ip}},
+                _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    async def run(self, every: float = 5.0) -> None:
+        failing = False
+        while True:
+            try:
+                await self.sync()
+                failing = False
+            except Exception as exc:
+                if not failing:
+                    log.warning("mirror pod sync failed (%s); retrying every %.0fs", exc, every)
+                failing = True
+            await asyncio.sleep(every)
