@@ -61,6 +61,20 @@ class ProbeResultsChanged(Event):
     uids: list[str] = []
 
 
+class KubeEvent(Event):
+    """Something a user should see in `kubectl describe` (the kubelet's events). Best effort, as
+    Kubernetes events are: a lost one is not re-sent."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.events"
+    kind: str = "Pod"  # Pod or Node
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    type: str = "Normal"  # Normal or Warning
+    reason: str = ""
+    message: str = ""
+
+
 class PodStatusChanged(Event):
     """status-reporter recomputed these pods' status."""
 

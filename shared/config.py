@@ -30,8 +30,8 @@ KIND = "KubeletConfiguration"
 KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
     """enableServer httpCheckFrequency staticPodURL staticPodURLHeader address port readOnlyPort
     tlsCertFile tlsPrivateKeyFile tlsCipherSuites tlsMinVersion rotateCertificates
-    serverTLSBootstrap authentication authorization registryPullQPS registryBurst eventRecordQPS
-    eventBurst enableDebuggingHandlers enableContentionProfiling healthzPort healthzBindAddress
+    serverTLSBootstrap authentication authorization registryPullQPS registryBurst
+    enableDebuggingHandlers enableContentionProfiling healthzPort healthzBindAddress
     oomScoreAdj streamingConnectionIdleTimeout imageMinimumGCAge imageMaximumGCAge
     imageGCHighThresholdPercent imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups
     systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
@@ -109,6 +109,8 @@ class KubeletConfiguration(BaseModel):
     node_status_update_frequency: float = 10.0
     node_status_report_frequency: float = 300.0
     node_lease_duration_seconds: int = Field(default=40, ge=1)
+    event_record_qps: float = Field(default=50, alias="eventRecordQPS", ge=0)
+    event_burst: int = Field(default=100, ge=1)
     crash_loop_back_off: CrashLoopBackOffConfig = Field(default_factory=CrashLoopBackOffConfig)
 
     @field_validator("api_version")

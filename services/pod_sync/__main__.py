@@ -16,6 +16,7 @@ from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer
 from services.pod_sync.views import router
 from shared.cri import CRIClient
+from shared.events import BusRecorder
 from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
                          memory_capacity_bytes, node_ip)
 from shared.runtime_check import runtime_ready_check
@@ -37,7 +38,7 @@ async def setup(ctx: ServiceContext) -> None:
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
-    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node)
+    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, BusRecorder(ctx.bus))
     sources: list = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
     if ctx.settings.cluster_mode:
         api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)

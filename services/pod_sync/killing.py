@@ -13,6 +13,7 @@ from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
+from shared.events import Recorder
 from shared.podspec import Container, Pod
 
 log = logging.getLogger(__name__)
@@ -22,15 +23,19 @@ MIN_GRACE = 2
 
 
 class Killer:
-    def __init__(self, runtime: RuntimeService) -> None:
+    def __init__(self, runtime: RuntimeService, events: Recorder) -> None:
         self.runtime = runtime
+        self.events = events
         # container ID -> why pykubelet killed it, shown as the terminated state's message
         self.reasons: dict[str, str] = {}
 
     async def kill_container(self, c: ContainerInfo, spec: Container | None, pod_ip: str,
-                             deadline: float, reason: str = "") -> None:
+                             deadline: float, reason: str = "", pod: Pod | None = None) -> None:
         if reason:
             self.reasons[c.id] = reason
+        if pod is not None and c.state == "running":
+            self.events.pod(pod.metadata.namespace, pod.metadata.name, pod.uid, "Normal", "Killing",
+                            f"Stopping container {c.name}")
         if spec is not None and spec.lifecycle and spec.lifecycle.preStop and c.state == "running":
             budget = deadline - time.monotonic()
             try:
@@ -52,12 +57,12 @@ class Killer:
         running = [c for c in rt.running_containers if c.sandbox_id in sandbox_ids]
         apps = [c for c in running if c.annotations.get(L.INIT_CONTAINER) != "true"]
         sidecars = [c for c in running if c.annotations.get(L.INIT_CONTAINER) == "true"]
-        await asyncio.gather(*(self.kill_container(c, specs.get(c.name), pod_ip, deadline, reason)
+        await asyncio.gather(*(self.kill_container(c, specs.get(c.name), pod_ip, deadline, reason, pod)
                                for c in apps))
         order = [c.name for c in pod.spec.initContainers] if pod else []
         sidecars.sort(key=lambda c: order.index(c.name) if c.name in order else -1, reverse=True)
         for c in sidecars:
-            await self.kill_container(c, specs.get(c.name), pod_ip, deadline, reason)
+            await self.kill_container(c, specs.get(c.name), pod_ip, deadline, reason, pod)
         for sid in sandbox_ids:
             await self.runtime.stop_pod_sandbox(sid)
 

@@ -25,6 +25,7 @@ from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
 from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
+from shared.events import Recorder
 from shared.podspec import Pod
 from shared.qos import qos_class
 from shared.store import DesiredPod, NetworkStatus, PodRuntime, ProbeResult, Store
@@ -57,14 +58,15 @@ class _Progress:
 
 class PodSyncer:
     def __init__(self, runtime: RuntimeService, images: ImageManager, store: Store,
-                 settings: NodeSettings, crash_backoff: Backoff, node: NodeFacts) -> None:
+                 settings: NodeSettings, crash_backoff: Backoff, node: NodeFacts, events: Recorder) -> None:
         self.runtime = runtime
         self.images = images
         self.store = store
         self.settings = settings
         self.backoff = crash_backoff
         self.node = node
-        self.killer = Killer(runtime)
+        self.events = events
+        self.killer = Killer(runtime, events)
         self._progress: dict[str, _Progress] = {}
         self._capacity = allocatable(node.cpu_millicores, node.memory_bytes)
 
@@ -105,6 +107,9 @@ class PodSyncer:
         if not verdict.admitted:
             log.warning("pod %s rejected: %s", pod.full_name, verdict.message)
         return verdict.admitted
+
+    def _event(self, pod: Pod, type_: str, reason: str, message: str) -> None:
+        self.events.pod(pod.metadata.namespace, pod.metadata.name, pod.uid, type_, reason, message)
 
     # -- sync --------------------------------------------------------------------------------
 
@@ -150,6 +155,10 @@ class PodSyncer:
                 if failure:
                     waiting[start.spec.name] = failure
                     requeue = min(requeue or ERROR_RETRY, ERROR_RETRY)
+        for name, (reason, _) in waiting.items():
+            if reason == "CrashLoopBackOff":
+                self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
+                                                       f"{pod.metadata.name}_{pod.metadata.namespace}({pod.uid})")
         backoff_waits = [self.backoff.remaining(f"{uid}/{name}", c.finished_at)
                          for name, (reason, _) in waiting.items()
                          if reason == "CrashLoopBackOff" and (c := rt.latest(name))]
@@ -184,6 +193,8 @@ class PodSyncer:
                      else pod.spec.terminationGracePeriodSeconds)
             reason = f"{r.kind.capitalize()} probe failed: {r.message}".strip()
             log.info("pod %s: container %s failed its %s probe; killing it", pod.full_name, c.name, r.kind)
+            self._event(pod, "Normal", "Killing",
+                        f"Container {c.name} failed {r.kind} probe, will be restarted")
             await self.killer.kill_container(c, specs[c.name], sandbox.ip if sandbox else "",
                                              time.monotonic() + grace, reason=reason)
             killed = True
@@ -198,6 +209,7 @@ class PodSyncer:
             sandbox_id = await self.runtime.run_pod_sandbox(config)
         except CRIError as exc:
             log.warning("pod %s: sandbox failed: %s", pod.full_name, exc)
+            self._event(pod, "Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc.details}")
             return "", "", ("FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc.details}")
         log.info("pod %s: sandbox %s started (attempt %d)", pod.full_name, sandbox_id[:13],
                  config.metadata.attempt)
@@ -212,14 +224,23 @@ class PodSyncer:
 
         def on_pull(note: str) -> None:
             progress.pull_notes[spec.name] = note
+            self._event(pod, "Normal", "Pulling", note)
             self._record(pod, rt, {spec.name: ("ContainerCreating", note)}, ("", ""))
 
         try:
             image = await self.images.ensure(pod.uid, spec, sb_config, on_pull)
         except ImagePullError as exc:
             progress.pull_notes[spec.name] = exc.message
+            if exc.reason == "ImagePullBackOff":
+                self._event(pod, "Normal", "BackOff", exc.message)
+            else:
+                self._event(pod, "Warning", "Failed", exc.message)
+                self._event(pod, "Warning", "Failed", f"Error: {exc.reason}")
             return exc.reason, exc.message
         progress.pull_notes[spec.name] = image.note
+        self._event(pod, "Normal", "Pulled",
+                    f'Container image "{spec.image}" already present on machine' if image.pulled_seconds is None
+                    else f'Successfully pulled image "{spec.image}" in {image.pulled_seconds:.3f}s')
         progress.pull_seconds += image.pulled_seconds or 0.0
         try:
             config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node)
@@ -231,12 +252,16 @@ class PodSyncer:
             cid = await self.runtime.create_container(sandbox_id, config, sb_config)
         except CRIError as exc:
             M.STARTED_CONTAINER_ERRORS.labels(exc.code.name if exc.code else "Unknown", kind).inc()
+            self._event(pod, "Warning", "Failed", f"Error: {exc.details}")
             return "CreateContainerError", exc.details
+        self._event(pod, "Normal", "Created", f"Created container {spec.name}")
         try:
             await self.runtime.start_container(cid)
         except CRIError as exc:
             M.STARTED_CONTAINER_ERRORS.labels(exc.code.name if exc.code else "Unknown", kind).inc()
+            self._event(pod, "Warning", "Failed", f"Error: {exc.details}")
             return "RunContainerError", exc.details
+        self._event(pod, "Normal", "Started", f"Started container {spec.name}")
         progress.started_any = True
         log.info("pod %s: container %s started (restart %d)", pod.full_name, spec.name, attempt)
         if spec.lifecycle and spec.lifecycle.postStart:
@@ -254,11 +279,12 @@ class PodSyncer:
         except (HookFailed, asyncio.TimeoutError) as exc:
             message = f"FailedPostStartHook: {exc or 'timed out'}"
             log.warning("pod %s: container %s: %s", pod.full_name, spec.name, message)
+            self._event(pod, "Warning", "FailedPostStartHook", str(exc or "timed out"))
         info = next((c for c in (await get_runtime_pod(self.runtime, pod.uid)).containers if c.id == cid), None)
         if info is not None:
             await self.killer.kill_container(info, None, pod_ip,
                                              time.monotonic() + pod.spec.terminationGracePeriodSeconds,
-                                             reason=message)
+                                             reason=message, pod=pod)
         return "PostStartHookError", message
 
     async def _collect_garbage(self, pod: Pod, rt: RuntimePod) -> None:

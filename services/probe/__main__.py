@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from services.probe.manager import ProbeManager
 from shared.bus import PodLifecycleEvents, PodRuntimeChanged
 from shared.cri import CRIClient
+from shared.events import BusRecorder
 from shared.service import ServiceContext, service_main
 
 NAME = "probe"
@@ -17,7 +18,7 @@ NAME = "probe"
 async def setup(ctx: ServiceContext) -> None:
     cri = CRIClient(ctx.settings.kubelet.container_runtime_endpoint,
                     timeout=ctx.settings.kubelet.runtime_request_timeout)
-    manager = ProbeManager(ctx.store, ctx.bus, cri)
+    manager = ProbeManager(ctx.store, ctx.bus, cri, BusRecorder(ctx.bus))
     manager.load_results()
 
     async def wake(_event) -> None:

@@ -16,6 +16,7 @@ from sqlalchemy import delete, select
 from services.probe.worker import SUCCESS, ProbeKey, ProbeWorker, Target
 from shared.bus import Bus, ProbeResultsChanged
 from shared.cri import RuntimeService
+from shared.events import Recorder
 from shared.podspec import Pod
 from shared.store import DesiredPod, PodRuntime, ProbeResult, Store
 from shared.store.models import utcnow
@@ -32,8 +33,10 @@ def _epoch(rfc3339: str | None) -> float:
 
 
 class ProbeManager:
-    def __init__(self, store: Store, bus: Bus, runtime: RuntimeService, resync_every: float = 2.0) -> None:
+    def __init__(self, store: Store, bus: Bus, runtime: RuntimeService, events: Recorder,
+                 resync_every: float = 2.0) -> None:
         self.store = store
+        self.events = events
         self.bus = bus
         self.runtime = runtime
         self.resync_every = resync_every
@@ -83,7 +86,8 @@ class ProbeManager:
                 if worker is None:
                     worker = ProbeWorker(key, container, probe, self.runtime, self._record,
                                          self._startup_done(key),
-                                         resumed=self._stored.get((key.pod_uid, key.container, key.kind)))
+                                         resumed=self._stored.get((key.pod_uid, key.container, key.kind)),
+                                         on_failure=self._unhealthy)
                     self.workers[key] = worker
                     self._tasks[key] = asyncio.create_task(worker.run(), name=f"probe:{key.pod_name}/{key.container}/{key.kind}")
                 worker.set_target(target)
@@ -96,6 +100,10 @@ class ProbeManager:
             w = self.workers.get(startup_key)
             return w is None or w.result == SUCCESS
         return done
+
+    def _unhealthy(self, key: ProbeKey, output: str) -> None:
+        self.events.pod(key.namespace, key.pod_name, key.pod_uid, "Warning", "Unhealthy",
+                        f"{key.kind.capitalize()} probe failed: {output}")
 
     async def _record(self, key: ProbeKey, container_id: str, result: str, message: str) -> None:
         with self.store.session() as s:

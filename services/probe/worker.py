@@ -58,13 +58,15 @@ ResultSink = Callable[[ProbeKey, str, str, str], Awaitable[None]]  # key, contai
 class ProbeWorker:
     def __init__(self, key: ProbeKey, container: Container, probe: Probe, runtime: RuntimeService,
                  sink: ResultSink, startup_done: Callable[[], bool],
-                 resumed: tuple[str, str] | None = None) -> None:
+                 resumed: tuple[str, str] | None = None,
+                 on_failure: Callable[[ProbeKey, str], None] | None = None) -> None:
         self.key = key
         self.container = container
         self.probe = probe
         self.runtime = runtime
         self.sink = sink
         self.startup_done = startup_done
+        self.on_failure = on_failure  # every failed run is an Unhealthy event, as in the kubelet
         self.target: Target | None = None
         self.result = INITIAL[key.kind]
         self.container_id = ""
@@ -124,6 +126,8 @@ class ProbeWorker:
             log.warning("%s probe of %s/%s: %s", self.key.kind, self.key.pod_name, self.key.container,
                         outcome.output[:200])
         raw = SUCCESS if outcome.ok else FAILURE
+        if raw == FAILURE and self.on_failure is not None:
+            self.on_failure(self.key, outcome.output.strip()[:1024])
         self._run_count = self._run_count + 1 if raw == self._last_raw else 1
         self._last_raw = raw
         threshold = self.probe.failureThreshold if raw == FAILURE else self.probe.successThreshold

@@ -6,11 +6,12 @@ import logging
 import sys
 
 from services.status_reporter.api_pods import ApiPodStatusWriter
+from services.status_reporter.events import EventPoster
 from services.status_reporter.mirror_pods import MirrorPods
 from services.status_reporter.node_agent import NodeAgent
 from services.status_reporter.reporter import PodStatusReporter
 from services.status_reporter.views import router
-from shared.bus import DesiredPodsChanged, PodRuntimeChanged, PodStatusChanged, ProbeResultsChanged
+from shared.bus import DesiredPodsChanged, KubeEvent, PodRuntimeChanged, PodStatusChanged, ProbeResultsChanged
 from shared.kube import api_client
 from shared.service import ServiceContext, service_main
 
@@ -36,9 +37,10 @@ async def setup(ctx: ServiceContext) -> None:
 async def start_cluster_mode(ctx: ServiceContext) -> None:
     k = ctx.settings.kubelet
     api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+    events = EventPoster(api, ctx.settings.node_name, k.event_record_qps, k.event_burst)
     agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,
                       k.node_lease_duration_seconds, k.node_status_update_frequency,
-                      k.node_status_report_frequency)
+                      k.node_status_report_frequency, events.node_event)
     pods = ApiPodStatusWriter(api, ctx.store)
     mirrors = MirrorPods(api, ctx.store, ctx.settings.node_name, lambda: agent.node_uid)
 
@@ -48,6 +50,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
         except Exception as exc:  # the periodic pass retries
             log.warning("pod status update failed: %s", exc)
 
+    await ctx.bus.subscribe(KubeEvent, events.submit)
     await ctx.bus.subscribe(PodStatusChanged, on_pods)
     await ctx.bus.subscribe(DesiredPodsChanged, on_pods)
     ctx.checks["registered"] = lambda: (agent.registered.is_set(),
@@ -55,6 +58,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     ctx.spawn("node-agent", agent.run())
     ctx.spawn("api-pod-status", pods.run())
     ctx.spawn("mirror-pods", mirrors.run())
+    ctx.spawn("events", events.run())
     ctx.on_shutdown(api.close)
 
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -29,7 +29,8 @@ def micro_time() -> str:
 
 class NodeAgent:
     def __init__(self, api: client.ApiClient, store: Store, name: str, root_dir: str, max_pods: int,
-                 lease_seconds: int, status_every: float, report_every: float) -> None:
+                 lease_seconds: int, status_every: float, report_every: float,
+                 node_event: Callable[[str, str, str], None]) -> None:
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
         self.store = store
@@ -39,6 +40,7 @@ class NodeAgent:
         self.lease_seconds = lease_seconds
         self.status_every = status_every
         self.report_every = report_every
+        self.node_event = node_event
         self.node_uid = ""
         self._last_reported: dict[str, Any] | None = None
         self._last_report_at = 0.0
@@ -86,6 +88,7 @@ class NodeAgent:
                                               _request_timeout=REQUEST_TIMEOUT)
             log.info("node %s already registered; reconciled", self.name)
         self.node_uid = node.metadata.uid
+        self.node_event("Normal", "Starting", "Starting kubelet.")
         await self.report_status(force=True)
         self.registered.set()
 
@@ -98,9 +101,15 @@ class NodeAgent:
             return
         await self.core.patch_node_status(self.name, {"status": status}, _content_type=MERGE_PATCH,
                                           _request_timeout=REQUEST_TIMEOUT)
-        if self._last_reported is None or comparable["conditions"] != self._last_reported["conditions"]:
-            ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        was = next((c["status"] for c in (self._last_reported or {}).get("conditions", [])
+                    if c["type"] == "Ready"), None)
+        if ready["status"] != was:
             log.info("node status: Ready=%s %s", ready["status"], ready.get("message", ""))
+            if ready["status"] == "True":
+                self.node_event("Normal", "NodeReady", f"Node {self.name} status is now: NodeReady")
+            else:
+                self.node_event("Normal", "NodeNotReady", f"Node {self.name} status is now: NodeNotReady")
         self._last_reported = comparable
         self._last_report_at = time.monotonic()
 

@@ -115,3 +115,19 @@ def test_apiserver_restart_keeps_node_ready_and_pods_running(cluster):
     assert after == before
     assert cluster.pod("survivor")["status"]["containerStatuses"][0]["restartCount"] == 0
     cluster.kubectl("delete", "pod", "survivor", "--wait=false")
+
+
+def test_events_are_recorded(cluster):
+    cluster.create_pod("eventful", {"containers": [{"name": "app", "image": cluster.node.image("busybox"),
+                                                    "command": ["sleep", "3600"]}]})
+    cluster.wait_pod("eventful", lambda p: p.get("status", {}).get("phase") == "Running", 60)
+
+    def reasons():
+        ev = cluster.get("events", "--field-selector", "involvedObject.name=eventful")["items"]
+        return {e["reason"] for e in ev}
+
+    wait_for(lambda: {"Pulled", "Created", "Started"} <= reasons(), 30, "Pulled, Created and Started events")
+    node_events = cluster.get("events", "--field-selector", f"involvedObject.kind=Node")["items"]
+    assert {"Starting", "NodeReady"} <= {e["reason"] for e in node_events}
+    cluster.kubectl("delete", "pod", "eventful", "--wait=false")
+    wait_for(lambda: "Killing" in reasons(), 30, "a Killing event")

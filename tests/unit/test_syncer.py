@@ -8,6 +8,7 @@ from services.pod_sync.images import ImageManager
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.syncer import PodSyncer
 from shared.cri.fake import FakeRuntime
+from shared.events import RecordingRecorder
 from shared.podspec import validate_pod
 from shared.store import DesiredPod, NetworkStatus, PodRuntime, Store
 
@@ -33,8 +34,13 @@ def node(settings):
 
 
 @pytest.fixture
-def syncer(rt, store, settings, node):
-    return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300), node)
+def events():
+    return RecordingRecorder()
+
+
+@pytest.fixture
+def syncer(rt, store, settings, node, events):
+    return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300), node, events)
 
 
 def want(store, pod, deleting=False):
@@ -218,3 +224,14 @@ async def test_env_field_refs(syncer, rt, store):
 
 def _container_config(rt, cid):
     return rt.created_configs[cid]
+
+
+async def test_events_tell_the_story(syncer, rt, store, events):
+    rt.pull_errors["reg/missing:1"] = "not found"
+    want(store, manifest(containers=[{"name": "app", "image": IMG, "imagePullPolicy": "Always"}]))
+    await syncer.sync("uid1")
+    assert events.reasons() == ["Pulling", "Pulled", "Created", "Started"]
+    assert events.events[1][2].startswith('Successfully pulled image "reg/app:1" in ')
+    want(store, manifest(containers=[{"name": "app", "image": IMG}]), deleting=True)
+    await syncer.sync("uid1")
+    assert events.events[-1] == ("Normal", "Killing", "Stopping container app")
