@@ -38,12 +38,16 @@ status: ## Show the local node's pods
 	@$(PYKUBELET) status --root-dir $(ROOT_DIR)
 
 .PHONY: test
-test: deps ## Run all tests: unit, then integration on real containerd + NATS + SQLite
+test: deps kube ## Run all tests: unit, integration (containerd + NATS + SQLite), cluster (etcd + kube-apiserver)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: deps ## Run only the unit tests (fakes, no root needed)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: kube
+kube: ## Build and cache kube-apiserver/kubectl/kubelet 1.20 from Debian's source package (cluster tests)
+	@deploy/build-kube.sh
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches

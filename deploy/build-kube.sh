@@ -14,10 +14,16 @@ TARGETS=(kube-apiserver kubelet kubectl)
 
 have_all() {
   for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done
+  command -v etcd >/dev/null  # the cluster tests' store, from Debian's etcd-server
 }
 
 if have_all; then
   echo "kube: cached binaries in $BIN"
+  exit 0
+fi
+if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubelet" ] && [ -x "$BIN/kubectl" ]; then
+  echo "kube: installing etcd-server"
+  apt-get install -y -q --no-install-recommends etcd-server
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then

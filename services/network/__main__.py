@@ -6,8 +6,10 @@ import sys
 
 from fastapi import APIRouter
 
+from services.network.node_cidr import NodePodCIDRWatcher
 from services.network.readiness import NetworkManager
 from shared.cri import CRIClient
+from shared.kube import api_client
 from shared.runtime_check import RuntimeHealth
 from shared.service import ServiceContext, service_main
 from shared.store import NetworkStatus
@@ -33,6 +35,11 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.app.include_router(views)
     ctx.checks["network"] = manager.ready
     ctx.spawn("network-reconcile", manager.run())
+    if ctx.settings.cluster_mode:
+        k = ctx.settings.kubelet
+        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+        ctx.spawn("node-pod-cidr", NodePodCIDRWatcher(api, ctx.settings.node_name, manager.use_node_pod_cidr).run())
+        ctx.on_shutdown(api.close)
     ctx.on_shutdown(cri.close)
 
 

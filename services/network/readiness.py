@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from services.network.cni_config import write_conflist
+from services.network.node_cidr import choose_pod_cidr
 from shared.bus import Bus, NetworkChanged
 from shared.cni import cni_conf_dir, cni_ipam_dir
 from shared.runtime_check import RuntimeHealth
@@ -22,10 +23,17 @@ class NetworkManager:
         self.store = store
         self.bus = bus
         self.health = health
+        self.configured_pod_cidr = pod_cidr
         self.pod_cidr = pod_cidr
         self.conf_dir, self.ipam_dir = cni_conf_dir(root_dir), cni_ipam_dir(root_dir)
         self.period = period
         self._last: tuple[bool, str] | None = None
+
+    def use_node_pod_cidr(self, node_cidr: str) -> None:
+        chosen = choose_pod_cidr(node_cidr, self.configured_pod_cidr)
+        if chosen != self.pod_cidr:
+            log.info("pod CIDR %s from the Node's spec.podCIDR", chosen)
+            self.pod_cidr = chosen
 
     def ensure_config(self) -> Path | None:
         if not self.pod_cidr:

@@ -86,3 +86,10 @@ def test_go_durations(text, seconds):
 def test_format_duration_round_trips():
     for s in (20, 60, 90, 3723):
         assert parse_duration(format_duration(s)) == s
+
+
+def test_node_pod_cidr_wins_over_the_configured_one():
+    from services.network.node_cidr import choose_pod_cidr
+
+    assert choose_pod_cidr("10.1.0.0/24", "10.88.0.0/24") == "10.1.0.0/24"
+    assert choose_pod_cidr("", "10.88.0.0/24") == "10.88.0.0/24"
