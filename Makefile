@@ -45,6 +45,10 @@ test: deps kube ## Run all tests: unit, integration (containerd + NATS + SQLite)
 test-unit: deps ## Run only the unit tests (fakes, no root needed)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: bench
+bench: deps kube ## Benchmarks: pod startup vs the raw CRI floor, probe load (prints a table, saves bench/results/)
+	$(PY) -m bench.run $(BENCH_ARGS)
+
 .PHONY: kube
 kube: ## Build and cache kube-apiserver/kubectl/kubelet 1.20 from Debian's source package (cluster tests)
 	@deploy/build-kube.sh

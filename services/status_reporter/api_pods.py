@@ -11,6 +11,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
+from shared import periodic
 from shared.host import node_ip
 from shared.kube import REQUEST_TIMEOUT
 from shared.store import DesiredPod, PodStatusRecord, Store
@@ -78,13 +79,4 @@ class ApiPodStatusWriter:
         self._sent.pop(pod.uid, None)
 
     async def run(self) -> None:
-        failing = False
-        while True:
-            try:
-                await self.sync()
-                failing = False
-            except Exception as exc:
-                if not failing:
-                    log.warning("pod status update failed (%s); retrying every %.0fs", exc, self.resync_every)
-                failing = True
-            await asyncio.sleep(self.resync_every)
+        await periodic.every(self.resync_every, "pod status update", self.sync, log)

@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
+from shared import periodic
 from shared.host import node_ip
 from shared.kube import REQUEST_TIMEOUT
 from shared.store import DesiredPod, PodStatusRecord, Store
@@ -120,14 +121,5 @@ class MirrorPods:
             if exc.status not in (404, 409):
                 raise
 
-    async def run(self, every: float = 5.0) -> None:
-        failing = False
-        while True:
-            try:
-                await self.sync()
-                failing = False
-            except Exception as exc:
-                if not failing:
-                    log.warning("mirror pod sync failed (%s); retrying every %.0fs", exc, every)
-                failing = True
-            await asyncio.sleep(every)
+    async def run(self, period: float = 5.0) -> None:
+        await periodic.every(period, "mirror pod sync", self.sync, log)

@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.status_reporter.node_object import conditions, node_labels, node_status_facts
+from shared import periodic
 from shared.kube import REQUEST_TIMEOUT
 from shared.store import NetworkStatus, NodeHealth, Store
 
@@ -136,20 +137,6 @@ class NodeAgent:
 
     # -- loops ----------------------------------------------------------------------------------
 
-    async def _loop(self, what: str, every: float, fn) -> None:
-        failing = False
-        while True:
-            try:
-                await fn()
-                if failing:
-                    log.info("%s works again", what)
-                failing = False
-            except Exception as exc:  # API down or restarting: keep trying, the pods keep running
-                if not failing:
-                    log.warning("%s failed (%s); retrying every %.0fs", what, exc, every)
-                failing = True
-            await asyncio.sleep(every)
-
     async def run(self) -> None:
         delay = 1.0
         while not self.registered.is_set():
@@ -161,5 +148,5 @@ class NodeAgent:
                 delay = min(delay * 2, 30)
         # The kubelet renews every quarter of the lease duration (10s for 40s).
         await asyncio.gather(
-            self._loop("lease renewal", self.lease_seconds / 4, self.renew_lease),
-            self._loop("node status update", self.status_every, self.report_status))
+            periodic.every(self.lease_seconds / 4, "lease renewal", self.renew_lease, log),
+            periodic.every(self.status_every, "node status update", self.report_status, log))

@@ -1,0 +1,23 @@
+"""Running a step periodically, forever, through failures: log when it starts and stops failing,
+not on every attempt, so an API server outage is two log lines, not hundreds."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+
+async def every(period: float, what: str, step: Callable[[], Awaitable[None]], log: logging.Logger) -> None:
+    failing = False
+    while True:
+        try:
+            await step()
+            if failing:
+                log.info("%s works again", what)
+            failing = False
+        except Exception as exc:  # the next round tries again; pods keep running meanwhile
+            if not failing:
+                log.warning("%s failed (%s); retrying every %.0fs", what, exc or type(exc).__name__, period)
+            failing = True
+        await asyncio.sleep(period)
