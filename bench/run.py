@@ -20,7 +20,7 @@ def _fmt(s: dict) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="make bench")
-    p.add_argument("--probe-targets", type=int, default=200)
+    p.add_argument("--probe-targets", type=int, default=300)
     p.add_argument("--probe-seconds", type=float, default=120)
     p.add_argument("--skip", action="append", default=[], choices=["probes", "startup"])
     args = p.parse_args()
@@ -46,7 +46,7 @@ def main() -> int:
         print(f"  probe-service CPU         {r['probe_service_cpu_cores']} cores")
         print(f"  probe latency p99         <= {r['probe_latency_p99_seconds_upper_bound']} s (histogram bucket)")
         print(f"  spurious failures         {r['spurious_failures']}")
-        print(f"  TIME-WAIT sockets left    {r['time_wait_sockets']}   (baseline prober with normal close: "
+        print(f"  TIME-WAIT sockets left    {r['time_wait_sockets']}   (baseline TCP prober with normal close: "
               f"{r['baseline_plain_prober_time_wait_sockets']})")
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{time.strftime('%Y-%m-%d-%H%M%S')}.json"
