@@ -39,9 +39,3 @@ class RuntimeHealth:
 
     def runtime_ready(self) -> tuple[bool, str]:
         return self.condition("RuntimeReady")
-
-
-def runtime_ready_check(runtime: RuntimeService, ctx) -> "callable":
-    health = RuntimeHealth(runtime)
-    ctx.spawn("runtime-health", health.run())
-    return health.runtime_ready

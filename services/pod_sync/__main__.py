@@ -19,7 +19,6 @@ from shared.cri import CRIClient
 from shared.events import BusRecorder
 from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
                          memory_capacity_bytes, node_ip)
-from shared.runtime_check import runtime_ready_check
 from shared.kube import api_client
 from shared.quantity import to_bytes
 from shared.service import ServiceContext, service_main
@@ -48,12 +47,13 @@ async def setup(ctx: ServiceContext) -> None:
                              pleg_period=ctx.settings.pleg_relist_period)
 
     ctx.app.include_router(router(ctx.store))
-    ctx.checks["runtime"] = runtime_ready_check(cri, ctx)
     ctx.checks["pleg"] = manager.pleg.healthy
     rotator = ContainerLogRotator(cri, to_bytes(k.container_log_max_size), k.container_log_max_files)
     await manager.start(ctx.spawn)
     ctx.spawn("container-log-rotation", rotator.run())
-    ctx.spawn("node-health", NodeHealthWriter(cri, ctx.store, manager.pleg.healthy).run())
+    health = NodeHealthWriter(cri, ctx.store, manager.pleg.healthy)
+    ctx.checks["runtime"] = health.runtime_ready
+    ctx.spawn("node-health", health.run())
     ctx.on_shutdown(manager.close)
     ctx.on_shutdown(cri.close)
 

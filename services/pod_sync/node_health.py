@@ -18,6 +18,7 @@ class NodeHealthWriter:
         self.runtime = runtime
         self.store = store
         self.pleg_healthy = pleg_healthy
+        self.runtime_state: tuple[bool, str] = (False, "not checked yet")
 
     async def write_once(self) -> None:
         try:
@@ -31,11 +32,16 @@ class NodeHealthWriter:
             runtime_version = f"{version.runtime_name}://{version.runtime_version}"
         except CRIError as exc:
             ready, message, runtime_version = False, f"container runtime is down: {exc}", ""
+        self.runtime_state = (ready, "ok" if ready else message)
         pleg_ok, pleg_message = self.pleg_healthy()
         with self.store.session() as s:
             s.merge(NodeHealth(id=1, runtime_ready=ready, runtime_message=message, runtime_version=runtime_version,
                                pleg_healthy=pleg_ok, pleg_message="" if pleg_ok else pleg_message,
                                updated_at=utcnow()))
+
+    def runtime_ready(self) -> tuple[bool, str]:
+        """The admin app's readiness check: the same observation the node reports."""
+        return self.runtime_state
 
     async def run(self) -> None:
         while True:
