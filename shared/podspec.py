@@ -304,6 +304,26 @@ class Pod(_Model):
         return cls.model_validate(data)
 
 
+class PodCache:
+    """Parsed pods by UID. A stored manifest never changes for its UID (an edit is a new UID),
+    and services look at the same pods on every event, so each is validated once."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._pods: dict[str, Pod] = {}
+        self.limit = limit
+
+    def get(self, uid: str, manifest: dict[str, Any]) -> Pod:
+        pod = self._pods.get(uid)
+        if pod is None:
+            if len(self._pods) >= self.limit:
+                self._pods.clear()
+            pod = self._pods[uid] = Pod.from_manifest(manifest)
+        return pod
+
+    def forget(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:

@@ -26,7 +26,7 @@ from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.events import Recorder
-from shared.podspec import Pod
+from shared.podspec import Pod, PodCache
 from shared.qos import qos_class
 from shared.store import DesiredPod, NetworkStatus, PodRuntime, ProbeResult, Store
 from shared.store.models import utcnow
@@ -68,6 +68,7 @@ class PodSyncer:
         self.events = events
         self.killer = Killer(runtime, events)
         self._progress: dict[str, _Progress] = {}
+        self._pods = PodCache()
         self._capacity = allocatable(node.cpu_millicores, node.memory_bytes)
 
     # -- reading the store -------------------------------------------------------------------
@@ -96,7 +97,7 @@ class PodSyncer:
         if row.rejection_reason:
             return False
         with self.store.session() as s:
-            others = [Pod.from_manifest(d.manifest) for d in s.scalars(
+            others = [self._pods.get(d.uid, d.manifest) for d in s.scalars(
                 select(DesiredPod).where(DesiredPod.admitted.is_(True), DesiredPod.deleting.is_(False),
                                          DesiredPod.uid != row.uid))]
             verdict = admit(pod, others, self._capacity, self.settings.kubelet.max_pods)
@@ -118,7 +119,7 @@ class PodSyncer:
         rt = await get_runtime_pod(self.runtime, uid)
         if row is None or row.deleting:
             return await self._terminate(uid, row, rt)
-        pod = Pod.from_manifest(row.manifest)
+        pod = self._pods.get(uid, row.manifest)
         if not self._admit(row, pod):
             self._record(pod, rt, {}, ("", ""))
             return SyncResult()
@@ -335,6 +336,7 @@ class PodSyncer:
         self.backoff.forget(f"{uid}/")
         self.images.forget(uid)
         self._progress.pop(uid, None)
+        self._pods.forget(uid)
         with self.store.session() as s:
             s.execute(delete(PodRuntime).where(PodRuntime.uid == uid))
             if row is not None and row.source == "api" and not row.api_deleted:

@@ -17,7 +17,7 @@ from services.probe.worker import SUCCESS, ProbeKey, ProbeWorker, Target
 from shared.bus import Bus, ProbeResultsChanged
 from shared.cri import RuntimeService
 from shared.events import Recorder
-from shared.podspec import Pod
+from shared.podspec import PodCache
 from shared.store import DesiredPod, PodRuntime, ProbeResult, Store
 from shared.store.models import utcnow
 
@@ -44,6 +44,7 @@ class ProbeManager:
         self._tasks: dict[ProbeKey, asyncio.Task] = {}
         self._stored: dict[tuple[str, str, str], tuple[str, str]] = {}
         self._lock = asyncio.Lock()
+        self._pods = PodCache()
 
     def load_results(self) -> None:
         """Results from before a restart, so workers resume instead of starting over."""
@@ -56,7 +57,7 @@ class ProbeManager:
         with self.store.session() as s:
             runtime = {r.uid: r for r in s.scalars(select(PodRuntime))}
             for d in s.scalars(select(DesiredPod).where(DesiredPod.deleting.is_(False))):
-                pod = Pod.from_manifest(d.manifest)
+                pod = self._pods.get(d.uid, d.manifest)
                 rt = runtime.get(d.uid)
                 observed = {c["name"]: c for c in (rt.containers if rt else [])}
                 for c in pod.spec.initContainers + pod.spec.containers:

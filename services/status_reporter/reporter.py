@@ -9,7 +9,7 @@ from sqlalchemy import delete, select
 
 from services.status_reporter.pod_status import compute_status
 from shared.bus import Bus, PodStatusChanged
-from shared.podspec import Pod
+from shared.podspec import PodCache
 from shared.store import DesiredPod, PodRuntime, PodStatusRecord, ProbeResult, Store
 from shared.store.models import utcnow
 
@@ -21,6 +21,7 @@ class PodStatusReporter:
         self.store = store
         self.bus = bus
         self.resync_every = resync_every
+        self._pods = PodCache()
 
     def refresh(self, uids: list[str] | None = None) -> list[str]:
         """Recompute the status of these pods (all when None); return the UIDs that changed."""
@@ -42,7 +43,7 @@ class PodStatusReporter:
                     "sync_error_reason": rt.sync_error_reason, "sync_error_message": rt.sync_error_message}
                 prev = records.get(uid)
                 try:
-                    status, summary = compute_status(Pod.from_manifest(d.manifest), rt_dict,
+                    status, summary = compute_status(self._pods.get(uid, d.manifest), rt_dict,
                                                      prev.status if prev else None, deleting=d.deleting,
                                                      rejection=(d.rejection_reason, d.rejection_message),
                                                      probes=probes.get(uid))
