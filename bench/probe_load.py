@@ -10,7 +10,6 @@ request rate from a plain prober that closes sockets normally (what leaves TIME-
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import tempfile

@@ -4,12 +4,12 @@ system:node client certificate, as kubeadm would set it up."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from tests.cluster.harness import ControlPlane, HarnessError
-from tests.integration.conftest import NODE_NAME, launch_node, require_node_prerequisites, stop_node, wait_for
+from tests.integration.conftest import (NODE_NAME, launch_node, require_node_prerequisites, stop_node, wait_for,
+                                       wait_for_object)
 
 
 class Cluster:
@@ -40,13 +40,7 @@ class Cluster:
         return json.loads(res.stdout) if res.returncode == 0 else None
 
     def wait_pod(self, name: str, predicate, timeout: float = 60, what: str = "") -> dict:
-        def check():
-            p = self.pod(name)
-            return p if p is not None and predicate(p) else None
-        try:
-            return wait_for(check, timeout, what or f"pod {name}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; pod now: {json.dumps(self.pod(name), indent=1)[:3000]}") from None
+        return wait_for_object(lambda: self.pod(name), predicate, timeout, what or f"pod {name}")
 
 
 @pytest.fixture(scope="package")

@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.cluster.pki import PKI, CertPair, kubeconfig
+from tests.cluster.pki import PKI, kubeconfig
 from tests.integration.conftest import free_port
 
 CACHE = Path(os.environ.get("PYKUBELET_CACHE", "/var/cache/pykubelet"))

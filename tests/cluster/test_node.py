@@ -127,7 +127,7 @@ def test_events_are_recorded(cluster):
         return {e["reason"] for e in ev}
 
     wait_for(lambda: {"Pulled", "Created", "Started"} <= reasons(), 30, "Pulled, Created and Started events")
-    node_events = cluster.get("events", "--field-selector", f"involvedObject.kind=Node")["items"]
+    node_events = cluster.get("events", "--field-selector", "involvedObject.kind=Node")["items"]
     assert {"Starting", "NodeReady"} <= {e["reason"] for e in node_events}
     cluster.kubectl("delete", "pod", "eventful", "--wait=false")
     wait_for(lambda: "Killing" in reasons(), 30, "a Killing event")

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import httpx
 import pytest
 
 from shared.cri import CRIClient
@@ -93,6 +92,18 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
                          + (f" (last error: {last_exc})" if last_exc else ""))
 
 
+def wait_for_object(get: Callable[[], dict | None], predicate: Callable[[dict], bool], timeout: float,
+                    what: str) -> dict:
+    """Wait until get() returns an object matching predicate; on timeout, show the object."""
+    def check():
+        obj = get()
+        return obj if obj is not None and predicate(obj) else None
+    try:
+        return wait_for(check, timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; now: {json.dumps(get(), indent=1)[:3000]}") from None
+
+
 SERVICES = ["network", "pod-sync", "status-reporter", "probe", "volume", "eviction", "node-api"]
 
 
@@ -124,13 +135,7 @@ class Node:
 
     def wait_pod(self, name: str, predicate: Callable[[dict], bool], timeout: float = 60,
                  what: str = "") -> dict[str, Any]:
-        def check():
-            p = self.pod(name)
-            return p if p is not None and predicate(p) else None
-        try:
-            return wait_for(check, timeout, what or f"pod {name}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; pod now: {json.dumps(self.pod(name), indent=1)[:3000]}") from None
+        return wait_for_object(lambda: self.pod(name), predicate, timeout, what or f"pod {name}")
 
     def wait_running(self, name: str, timeout: float = 60) -> dict[str, Any]:
         return self.wait_pod(name, lambda p: p["phase"] == "Running" and p["podIP"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import threading
@@ -12,7 +11,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from tests.integration.conftest import free_port, wait_for
+from tests.integration.conftest import free_port
 
 
 def sh(node, name, script, **extra):

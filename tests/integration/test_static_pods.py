@@ -58,9 +58,9 @@ def test_removing_a_manifest_stops_the_pod(pods):
 
 
 def test_broken_manifest_is_explained_and_good_pod_runs(pods):
-    pods.write("broken.yaml", f"""apiVersion: v1
+    pods.write("broken.yaml", """apiVersion: v1
 kind: Pod
-metadata: {{name: broken}}
+metadata: {name: broken}
 spec:
   terminationGracePeriodSeconds: 2
   containers:
