@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from bench import pod_startup, probe_load
+from bench import pod_startup, probe_load, steady_state
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -22,12 +22,16 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="make bench")
     p.add_argument("--probe-targets", type=int, default=300)
     p.add_argument("--probe-seconds", type=float, default=120)
-    p.add_argument("--skip", action="append", default=[], choices=["probes", "startup"])
+    p.add_argument("--steady-seconds", type=float, default=60)
+    p.add_argument("--skip", action="append", default=[], choices=["probes", "startup", "steady"])
     args = p.parse_args()
     started = time.time()
     out: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if "startup" not in args.skip:
         out["pod_startup"] = pod_startup.run(progress=lambda m: print(m, flush=True))
+    if "steady" not in args.skip:
+        out["steady_state"] = steady_state.run(seconds=args.steady_seconds,
+                                               progress=lambda m: print(m, flush=True))
     if "probes" not in args.skip:
         out["probe_load"] = probe_load.run(args.probe_targets, args.probe_seconds,
                                            progress=lambda m: print(m, flush=True))
@@ -40,6 +44,11 @@ def main() -> int:
             ratio = r["pykubelet"]["p50"] / r["cri_floor"]["p50"] if r["cri_floor"]["p50"] else float("nan")
             print(f"  {label:<18} {_fmt(r['pykubelet']):<24} {_fmt(r['cri_floor']):<24} {ratio:>8.1f}x  "
                   f"{r['delete_all_seconds']:.1f}s")
+    if "steady_state" in out:
+        print("\nSteady state, all pykubelet processes + NATS (containerd excluded)")
+        print(f"  {'running pods':<14} {'CPU (cores)':>12} {'PSS (MiB)':>10}")
+        for count, r in out["steady_state"].items():
+            print(f"  {count:<14} {r['cpu_cores']:>12.3f} {r['pss_mib']:>10.1f}")
     if "probe_load" in out:
         r = out["probe_load"]
         print(f"\nProbe load: {r['targets']} targets, {r['probes_per_second']} probes/s over {r['seconds']}s")
