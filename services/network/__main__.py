@@ -6,10 +6,8 @@ import sys
 
 from fastapi import APIRouter
 
-from services.network.node_cidr import NodePodCIDRWatcher
 from services.network.readiness import NetworkManager
 from shared.cri import CRIClient
-from shared.kube import api_client
 from shared.runtime_check import RuntimeHealth
 from shared.service import ServiceContext, service_main
 from shared.store import NetworkStatus
@@ -36,6 +34,10 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.checks["network"] = manager.ready
     ctx.spawn("network-reconcile", manager.run())
     if ctx.settings.cluster_mode:
+        # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
+        from services.network.node_cidr import NodePodCIDRWatcher
+        from shared.kube import api_client
+
         k = ctx.settings.kubelet
         api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
         ctx.spawn("node-pod-cidr", NodePodCIDRWatcher(api, ctx.settings.node_name, manager.use_node_pod_cidr).run())

@@ -13,10 +13,6 @@ from shared.kube import REQUEST_TIMEOUT
 log = logging.getLogger(__name__)
 
 
-def choose_pod_cidr(node_cidr: str | None, configured: str) -> str:
-    return node_cidr or configured
-
-
 class NodePodCIDRWatcher:
     def __init__(self, api: client.ApiClient, node_name: str, apply, every: float = 5.0) -> None:
         self.core = client.CoreV1Api(api)

@@ -7,7 +7,6 @@ import logging
 from pathlib import Path
 
 from services.network.cni_config import write_conflist
-from services.network.node_cidr import choose_pod_cidr
 from shared.bus import Bus, NetworkChanged
 from shared.cni import cni_conf_dir, cni_ipam_dir
 from shared.runtime_check import RuntimeHealth
@@ -15,6 +14,11 @@ from shared.store import NetworkStatus, Store
 from shared.store.models import utcnow
 
 log = logging.getLogger(__name__)
+
+
+def choose_pod_cidr(node_cidr: str | None, configured: str) -> str:
+    """In cluster mode the Node's spec.podCIDR wins; the configured one is the fallback."""
+    return node_cidr or configured
 
 
 class NetworkManager:

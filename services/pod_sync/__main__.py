@@ -7,7 +7,6 @@ import sys
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
-from services.pod_sync.api_source import ApiPodSource
 from services.pod_sync.manager import PodSyncManager
 from services.pod_sync.node_health import NodeHealthWriter
 from services.pod_sync.resources import own_oom_score_adj
@@ -19,7 +18,6 @@ from shared.cri import CRIClient
 from shared.events import BusRecorder
 from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
                          memory_capacity_bytes, node_ip)
-from shared.kube import api_client
 from shared.quantity import to_bytes
 from shared.service import ServiceContext, service_main
 
@@ -40,6 +38,10 @@ async def setup(ctx: ServiceContext) -> None:
     syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, BusRecorder(ctx.bus))
     sources: list = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
     if ctx.settings.cluster_mode:
+        # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
+        from services.pod_sync.api_source import ApiPodSource
+        from shared.kube import api_client
+
         api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
         sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store))
         ctx.on_shutdown(api.close)

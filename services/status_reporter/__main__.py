@@ -5,14 +5,9 @@ from __future__ import annotations
 import logging
 import sys
 
-from services.status_reporter.api_pods import ApiPodStatusWriter
-from services.status_reporter.events import EventPoster
-from services.status_reporter.mirror_pods import MirrorPods
-from services.status_reporter.node_agent import NodeAgent
 from services.status_reporter.reporter import PodStatusReporter
 from services.status_reporter.views import router
 from shared.bus import DesiredPodsChanged, KubeEvent, PodRuntimeChanged, PodStatusChanged, ProbeResultsChanged
-from shared.kube import api_client
 from shared.service import ServiceContext, service_main
 
 NAME = "status-reporter"
@@ -35,6 +30,13 @@ async def setup(ctx: ServiceContext) -> None:
 
 
 async def start_cluster_mode(ctx: ServiceContext) -> None:
+    # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
+    from services.status_reporter.api_pods import ApiPodStatusWriter
+    from services.status_reporter.events import EventPoster
+    from services.status_reporter.mirror_pods import MirrorPods
+    from services.status_reporter.node_agent import NodeAgent
+    from shared.kube import api_client
+
     k = ctx.settings.kubelet
     api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
     events = EventPoster(api, ctx.settings.node_name, k.event_record_qps, k.event_burst)

@@ -89,7 +89,7 @@ def test_format_duration_round_trips():
 
 
 def test_node_pod_cidr_wins_over_the_configured_one():
-    from services.network.node_cidr import choose_pod_cidr
+    from services.network.readiness import choose_pod_cidr
 
     assert choose_pod_cidr("10.1.0.0/24", "10.88.0.0/24") == "10.1.0.0/24"
     assert choose_pod_cidr("", "10.88.0.0/24") == "10.88.0.0/24"
