@@ -14,13 +14,15 @@ log = logging.getLogger(__name__)
 MANAGED_LABEL = {MANAGED_BY: "true"}
 
 
-async def remove_all_pods(endpoint: str, grace: int = 10) -> int:
+async def remove_all_pods(endpoint: str, grace: int = 10, labels: dict[str, str] | None = None) -> int:
+    """labels: which pods (default: the ones pykubelet created)."""
+    labels = MANAGED_LABEL if labels is None else labels
     cri = CRIClient(endpoint, timeout=30)
     try:
-        containers = await cri.list_containers(MANAGED_LABEL)
+        containers = await cri.list_containers(labels)
         await asyncio.gather(*(cri.stop_container(c.id, grace) for c in containers if c.state == 1),
                              return_exceptions=True)
-        sandboxes = await cri.list_pod_sandbox(MANAGED_LABEL)
+        sandboxes = await cri.list_pod_sandbox(labels)
         for sb in sandboxes:
             try:
                 await cri.stop_pod_sandbox(sb.id)

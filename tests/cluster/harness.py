@@ -45,7 +45,7 @@ class ControlPlane:
 
     def start(self) -> None:
         ensure_kube_binaries()
-        pki = PKI(self.root / "pki")
+        pki = self.pki = PKI(self.root / "pki")
         self.ca = pki.ca.cert
         serving = pki.issue("apiserver", "kube-apiserver", server=True, ips=["127.0.0.1"],
                             dns=["localhost", "kubernetes", "kubernetes.default"])
@@ -73,6 +73,11 @@ class ControlPlane:
             "--service-cluster-ip-range=10.96.0.0/24", "--allow-privileged=true",
             f"--cert-dir={self.root / 'apiserver-certs'}"]
         self.start_apiserver()
+
+    def kubeconfig_for_node(self, name: str) -> Path:
+        """A kubeconfig for another node (e.g. a real kubelet beside pykubelet in benchmarks)."""
+        cert = self.pki.issue(f"node-{name}", f"system:node:{name}", ["system:nodes"])
+        return kubeconfig(self.root / f"{name}.kubeconfig", self.server, self.ca, cert, f"system:node:{name}")
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "ab")
