@@ -61,8 +61,10 @@ spec:
         assert line is not None, f"{name} missing"
         return float(line.split()[-1])
 
-    # gauges follow the next PLEG relist
-    wait_for(lambda: value("kubelet_running_pods") >= 1, 10, "kubelet_running_pods")
+    # gauges follow the next PLEG relist after the container started
+    wait_for(lambda: value("kubelet_running_pods") >= 1
+             and value('kubelet_running_containers{container_state="running"}') >= 1, 10,
+             "the running pod and container gauges")
 
     assert value("kubelet_pod_start_duration_seconds_count") >= 1
     assert value("kubelet_pod_start_sli_duration_seconds_count") >= 1
