@@ -44,6 +44,22 @@ class RateLimitedApiClient(client.ApiClient):
 
 # Every API call is bounded (seconds); watches set their own server-side timeout.
 REQUEST_TIMEOUT = 30
+MERGE_PATCH = "application/merge-patch+json"
+
+
+async def patch_pod_status(core: client.CoreV1Api, namespace: str, name: str, uid: str,
+                           status: dict) -> bool:
+    """Write a pod's status, only to the pod with this UID; False when that pod is gone (404)
+    or the name now belongs to another pod (409)."""
+    body = {"metadata": {"uid": uid}, "status": status}
+    try:
+        await core.patch_namespaced_pod_status(name, namespace, body, _content_type=MERGE_PATCH,
+                                               _request_timeout=REQUEST_TIMEOUT)
+        return True
+    except client.exceptions.ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
 
 
 async def api_client(kubeconfig: Path, qps: float, burst: int) -> client.ApiClient:

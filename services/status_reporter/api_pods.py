@@ -13,12 +13,10 @@ from sqlalchemy import select
 
 from shared import periodic
 from shared.host import node_ip
-from shared.kube import REQUEST_TIMEOUT
+from shared.kube import REQUEST_TIMEOUT, patch_pod_status
 from shared.store import DesiredPod, PodStatusRecord, Store
 
 log = logging.getLogger(__name__)
-
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class ApiPodStatusWriter:
@@ -54,16 +52,10 @@ class ApiPodStatusWriter:
         status = {**status, "hostIP": self.host_ip}
         if self._sent.get(pod.uid) == status:
             return
-        body = {"metadata": {"uid": pod.uid}, "status": status}
-        try:
-            await self.core.patch_namespaced_pod_status(pod.name, pod.namespace, body, _content_type=MERGE_PATCH,
-                                                        _request_timeout=REQUEST_TIMEOUT)
+        if await patch_pod_status(self.core, pod.namespace, pod.name, pod.uid, status):
             self._sent[pod.uid] = status
-        except ApiException as exc:
-            if exc.status in (404, 409):  # gone, or a new pod with the same name
-                self._sent.pop(pod.uid, None)
-                return
-            raise
+        else:
+            self._sent.pop(pod.uid, None)
 
     async def _delete(self, pod: DesiredPod) -> None:
         """Nothing of the pod runs any more: remove it for good (grace 0, only this UID)."""

@@ -14,13 +14,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from shared.bus import KubeEvent
-from shared.kube import REQUEST_TIMEOUT, TokenBucket
+from shared.kube import MERGE_PATCH, REQUEST_TIMEOUT, TokenBucket
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 1000
 AGGREGATE_WINDOW = 600.0
-MERGE_PATCH = "application/merge-patch+json"
 
 
 def _now() -> str:

@@ -18,14 +18,13 @@ from sqlalchemy import select
 
 from shared import periodic
 from shared.host import node_ip
-from shared.kube import REQUEST_TIMEOUT
+from shared.kube import REQUEST_TIMEOUT, patch_pod_status
 from shared.store import DesiredPod, PodStatusRecord, Store
 
 log = logging.getLogger(__name__)
 
 MIRROR = "kubernetes.io/config.mirror"
 CONFIG_HASH = "kubernetes.io/config.hash"
-MERGE_PATCH = "application/merge-patch+json"
 
 
 def mirror_body(manifest: dict[str, Any], node_name: str, node_uid: str) -> dict[str, Any]:
@@ -113,13 +112,7 @@ class MirrorPods:
         if mirror.get("status", {}).get("phase") == status["phase"] and \
                 mirror.get("status", {}).get("containerStatuses") == status.get("containerStatuses"):
             return
-        try:
-            await self.core.patch_namespaced_pod_status(
-                m["name"], m["namespace"], {"metadata": {"uid": m["uid"]}, "status": {**status, "hostIP": self.host_ip}},
-                _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT)
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                raise
+        await patch_pod_status(self.core, m["namespace"], m["name"], m["uid"], {**status, "hostIP": self.host_ip})
 
     async def run(self, period: float = 5.0) -> None:
         await periodic.every(period, "mirror pod sync", self.sync, log)

@@ -13,7 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.status_reporter.node_object import conditions, node_labels, node_status_facts
 from shared import periodic
-from shared.kube import REQUEST_TIMEOUT
+from shared.kube import MERGE_PATCH, REQUEST_TIMEOUT
 from shared.store import NetworkStatus, NodeHealth, Store
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 LEASE_NAMESPACE = "kube-node-lease"
 # pod-sync writes node health every few seconds; older than this means it is not running.
 HEALTH_STALE_AFTER = 30.0
-MERGE_PATCH = "application/merge-patch+json"
 
 
 def micro_time() -> str:
