@@ -204,10 +204,6 @@ class KubeletConfiguration(BaseModel):
             raise ValueError("must be a unix socket URL like 'unix:///run/containerd/containerd.sock'")
         return v
 
-    @property
-    def runtime_socket(self) -> str:
-        return self.container_runtime_endpoint.removeprefix("unix://")
-
 
 class NodeSettings(BaseModel):
     """Everything a pykubelet process needs to know about its node."""

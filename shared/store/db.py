@@ -13,6 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from shared.store.models import TABLE_OWNERS, Base
 
 
+# Bump when a table changes: older stores are rebuilt at start (see Store.create_schema).
+SCHEMA_VERSION = 2
+
+
 class OwnershipError(RuntimeError):
     """A service tried to write a table another service owns."""
 
@@ -40,7 +44,22 @@ class Store:
         event.listen(self._sessions, "do_orm_execute", self._check_statement)
 
     def create_schema(self) -> None:
-        Base.metadata.create_all(self.engine)
+        """Create the tables; a store written by another schema version is rebuilt.
+
+        Everything in the store can be derived again (pods from their sources, runtime state from
+        CRI), so an upgrade drops the old tables instead of migrating them. One exclusive
+        transaction: services starting together do this once."""
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN EXCLUSIVE")
+            version = conn.exec_driver_sql("PRAGMA user_version").scalar()
+            if version != SCHEMA_VERSION:
+                tables = [r[0] for r in conn.exec_driver_sql(
+                    "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+                for table in tables:
+                    conn.exec_driver_sql(f'DROP TABLE "{table}"')
+                Base.metadata.create_all(conn)
+                conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.exec_driver_sql("COMMIT")
 
     @contextmanager
     def session(self) -> Iterator[Session]:

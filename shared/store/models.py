@@ -64,7 +64,6 @@ class PodRuntime(Base):
     containers: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     sync_error_reason: Mapped[str] = mapped_column(String, default="")
     sync_error_message: Mapped[str] = mapped_column(Text, default="")
-    terminating: Mapped[bool] = mapped_column(Boolean, default=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

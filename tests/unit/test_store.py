@@ -37,3 +37,21 @@ def test_wal_mode(tmp_path):
     store.create_schema()
     with store.engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def test_a_store_from_another_schema_version_is_rebuilt(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "state.db"
+    old = sqlite3.connect(db)
+    old.execute("CREATE TABLE desired_pods (uid TEXT PRIMARY KEY, gone_column TEXT NOT NULL)")
+    old.execute("PRAGMA user_version = 1")
+    old.commit()
+    old.close()
+    store = Store(db, writer="pod-sync")
+    store.create_schema()
+    store.create_schema()  # a second service starting: nothing to do
+    with store.session() as s:
+        s.add(DesiredPod(uid="u", namespace="n", name="p", source="file", manifest={}))
+    with store.session() as s:
+        assert s.get(DesiredPod, "u").name == "p"
