@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 PYKUBELET := $(VENV)/bin/pykubelet
 ROOT_DIR ?= /var/lib/pykubelet
 PYTEST_ARGS ?=
+CSI_STUBS := shared/csi/gen/csi_pb2_grpc.py shared/csi/gen/pluginregistration_pb2_grpc.py
 
 .DEFAULT_GOAL := help
 
@@ -13,7 +14,7 @@ help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: system-deps $(VENV)/.installed ## Install system packages and Python dependencies (skips what is there)
+deps: system-deps $(VENV)/.installed $(CSI_STUBS) ## Install system packages and Python dependencies (skips what is there)
 
 .PHONY: system-deps
 system-deps:
@@ -22,8 +23,19 @@ system-deps:
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || { echo "deps: creating $(VENV)"; python3 -m venv $(VENV); }
 	@echo "deps: installing Python packages into $(VENV)"
-	@$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
+	@$(PY) -m pip install --disable-pip-version-check -q -e '.[test,build]'
 	@touch $@
+
+# CSI and plugin-registration gRPC stubs, generated from protos/ (not committed). The virtual
+# include path makes the generated modules import each other as shared.csi.gen.*.
+$(CSI_STUBS) &: protos/csi.proto protos/pluginregistration.proto $(VENV)/.installed
+	@echo "deps: generating CSI stubs from protos/"
+	@mkdir -p shared/csi/gen && touch shared/csi/gen/__init__.py
+	@$(PY) -m grpc_tools.protoc -Ishared/csi/gen=protos --python_out=. --grpc_python_out=. \
+		shared/csi/gen/csi.proto shared/csi/gen/pluginregistration.proto
+
+.PHONY: protos
+protos: $(CSI_STUBS) ## Generate the CSI gRPC stubs from protos/
 
 .PHONY: run
 run: deps ## Start a local node running the example static pods (Ctrl-C stops everything)
