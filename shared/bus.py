@@ -82,6 +82,13 @@ class PodStatusChanged(Event):
     uids: list[str] = []
 
 
+class VolumesChanged(Event):
+    """volume wrote pod_volumes rows for these pods (set up, failed, or torn down)."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.volumes"
+    uids: list[str] = []
+
+
 class NetworkChanged(Event):
     """network wrote a new network_status row."""
 

@@ -33,7 +33,7 @@ KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
     serverTLSBootstrap authentication authorization registryPullQPS registryBurst
     enableDebuggingHandlers enableContentionProfiling healthzPort healthzBindAddress
     oomScoreAdj streamingConnectionIdleTimeout imageMinimumGCAge imageMaximumGCAge
-    imageGCHighThresholdPercent imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups
+    imageGCHighThresholdPercent imageGCLowThresholdPercent kubeletCgroups
     systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
     cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
     topologyManagerPolicyOptions qosReserved hairpinMode podPidsLimit
@@ -112,6 +112,8 @@ class KubeletConfiguration(BaseModel):
     event_record_qps: float = Field(default=50, alias="eventRecordQPS", ge=0)
     event_burst: int = Field(default=100, ge=1)
     crash_loop_back_off: CrashLoopBackOffConfig = Field(default_factory=CrashLoopBackOffConfig)
+    # How often volume usage (kubelet_volume_stats_*) is measured.
+    volume_stats_agg_period: float = 60.0
 
     @field_validator("api_version")
     @classmethod
@@ -165,7 +167,8 @@ class KubeletConfiguration(BaseModel):
         return 1 if self.serialize_image_pulls else self.max_parallel_image_pulls
 
     @field_validator("sync_frequency", "file_check_frequency", "runtime_request_timeout",
-                     "node_status_update_frequency", "node_status_report_frequency", mode="before")
+                     "node_status_update_frequency", "node_status_report_frequency",
+                     "volume_stats_agg_period", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return _to_seconds(v)

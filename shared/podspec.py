@@ -165,6 +165,76 @@ class PodSecurityContext(_Model):
     supplementalGroups: list[int] = Field(default_factory=list)
 
 
+class VolumeMount(_Model):
+    name: str
+    mountPath: str
+    readOnly: bool = False
+    subPath: str = ""
+    subPathExpr: str = ""
+    mountPropagation: Literal["None", "HostToContainer", "Bidirectional"] | None = None
+
+    @field_validator("mountPath")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"{v!r} must be an absolute path")
+        return v
+
+    @field_validator("subPath")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if v.startswith("/") or ".." in v.split("/"):
+            raise ValueError(f"{v!r} must be a relative path without '..'")
+        return v
+
+    @model_validator(mode="after")
+    def _supported(self) -> "VolumeMount":
+        if self.subPathExpr:
+            raise ValueError("subPathExpr is not supported by pykubelet; use subPath")
+        if self.mountPropagation not in (None, "None"):
+            raise ValueError(f"mountPropagation {self.mountPropagation} is not supported by pykubelet; "
+                             "only None (private) is")
+        return self
+
+
+# The volume sources pykubelet mounts (pkg/volume/* of the kubelet). Their fields stay untyped
+# dicts here: the volume service reads them and reports a bad or unsupported one as FailedMount
+# on the pod (as the kubelet does), rather than refusing the whole pod.
+VOLUME_SOURCES = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "csi",
+                  "persistentVolumeClaim")
+
+
+class Volume(_Model):
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > 63 or not DNS1123_LABEL.match(v):
+            raise ValueError(f"{v!r} must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_source(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            given = [k for k in data if k != "name"]
+            if len(given) != 1:
+                raise ValueError(f"exactly one volume source must be given, found {given or 'none'}")
+            if not isinstance(data[given[0]], dict):
+                raise ValueError(f"{given[0]} must be an object")
+        return data
+
+    @property
+    def kind(self) -> str:
+        """The volume source's field name: emptyDir, hostPath, ... (maybe one pykubelet lacks)."""
+        return next(iter(self.model_extra or {}))
+
+    @property
+    def source(self) -> dict[str, Any]:
+        return (self.model_extra or {})[self.kind]
+
+
 class Container(_Model):
     name: str
     image: str
@@ -185,6 +255,7 @@ class Container(_Model):
     startupProbe: Probe | None = None
     stdin: bool = False
     tty: bool = False
+    volumeMounts: list[VolumeMount] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -241,6 +312,7 @@ class PodSpec(_Model):
     nodeName: str | None = None
     securityContext: PodSecurityContext = Field(default_factory=PodSecurityContext)
     serviceAccountName: str | None = None
+    volumes: list[Volume] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_names(self) -> "PodSpec":
@@ -249,6 +321,17 @@ class PodSpec(_Model):
             if c.name in seen:
                 raise ValueError(f"container name {c.name!r} is used twice")
             seen.add(c.name)
+        volumes = [v.name for v in self.volumes]
+        for name in volumes:
+            if volumes.count(name) > 1:
+                raise ValueError(f"volume name {name!r} is used twice")
+        for c in self.initContainers + self.containers:
+            paths = [m.mountPath for m in c.volumeMounts]
+            for m in c.volumeMounts:
+                if m.name not in volumes:
+                    raise ValueError(f"container {c.name!r}: volumeMounts {m.name!r} is not a volume of the pod")
+                if paths.count(m.mountPath) > 1:
+                    raise ValueError(f"container {c.name!r}: mountPath {m.mountPath!r} is used twice")
         for c in self.containers:
             if c.restartPolicy is not None:
                 raise ValueError(f"containers[{c.name}].restartPolicy is only allowed on init containers")

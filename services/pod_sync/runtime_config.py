@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,9 +11,9 @@ from services.pod_sync.expansion import expand
 from services.pod_sync.resources import container_resources, pod_cgroup_parent
 from shared.config import NodeSettings
 from shared.cri import labels as L
+from shared.downward_api import metadata_field, resource_field
 from shared.podspec import Container, Pod
 from shared.qos import qos_class
-from shared.quantity import millicores, parse_quantity, to_bytes
 
 _PROTOCOLS = {"TCP": cri.TCP, "UDP": cri.UDP, "SCTP": cri.SCTP}
 
@@ -86,40 +85,12 @@ def sandbox_config(pod: Pod, attempt: int, settings: NodeSettings) -> cri.PodSan
 
 
 def _field_ref(pod: Pod, path: str, pod_ip: str, node: NodeFacts) -> str:
-    m = pod.metadata
-    simple = {"metadata.name": m.name, "metadata.namespace": m.namespace, "metadata.uid": pod.uid,
-              "spec.nodeName": pod.spec.nodeName or node.name, "status.podIP": pod_ip,
+    status = {"spec.nodeName": pod.spec.nodeName or node.name, "status.podIP": pod_ip,
               "status.podIPs": pod_ip, "status.hostIP": node.ip, "status.hostIPs": node.ip,
               "spec.serviceAccountName": pod.spec.serviceAccountName or ""}
-    if path in simple:
-        return simple[path]
-    for prefix, mapping in (("metadata.labels", m.labels), ("metadata.annotations", m.annotations)):
-        if path.startswith(prefix + "['") and path.endswith("']"):
-            return mapping.get(path[len(prefix) + 2:-2], "")
-        if path == prefix:
-            return "\n".join(f'{k}="{v}"' for k, v in sorted(mapping.items()))
-    raise ValueError(f"fieldRef.fieldPath {path!r} is not supported")
-
-
-def _resource_ref(pod: Pod, c: Container, ref: dict, node: NodeFacts) -> str:
-    """resourceFieldRef: a limit falls back to node allocatable when unset, as in the kubelet."""
-    if ref.get("containerName"):
-        c = next((x for x in pod.spec.initContainers + pod.spec.containers if x.name == ref["containerName"]), None)
-        if c is None:
-            raise ValueError(f"resourceFieldRef.containerName {ref['containerName']!r} is not in the pod")
-    resource = ref.get("resource", "")
-    kind, _, name = resource.partition(".")
-    if kind not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
-        raise ValueError(f"resourceFieldRef.resource {resource!r} is not supported")
-    value = (c.resources.limits if kind == "limits" else c.resources.requests).get(name)
-    if value is None:
-        if kind == "requests":
-            return "0"
-        value = f"{node.cpu_millicores}m" if name == "cpu" else str(node.memory_bytes)
-    divisor = parse_quantity(ref.get("divisor", "1"))
-    if name == "cpu":
-        return str(max(1, math.ceil(millicores(value) / 1000 / divisor)))
-    return str(math.ceil(to_bytes(value) / divisor))
+    if path in status:
+        return status[path]
+    return metadata_field(pod, path)
 
 
 def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts) -> dict[str, str]:
@@ -131,7 +102,8 @@ def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts) -> dict[
         elif "fieldRef" in e.valueFrom:
             env[e.name] = _field_ref(pod, e.valueFrom["fieldRef"].get("fieldPath", ""), pod_ip, node)
         elif "resourceFieldRef" in e.valueFrom:
-            env[e.name] = _resource_ref(pod, c, e.valueFrom["resourceFieldRef"], node)
+            env[e.name] = resource_field(pod, c, e.valueFrom["resourceFieldRef"], node.cpu_millicores,
+                                         node.memory_bytes)
         else:
             kind = next(iter(e.valueFrom))
             raise ValueError(f"env {e.name}: valueFrom.{kind} is not supported yet")
@@ -163,8 +135,30 @@ def termination_log_path(node: NodeFacts, pod: Pod, c: Container, attempt: int) 
     return node.pods_dir / pod.uid / "containers" / c.name / f"{attempt}.termination-log"
 
 
+# The kubelet always mounts these read-only: their content is managed by the node agent.
+_ALWAYS_READ_ONLY = ("configMap", "secret", "downwardAPI", "projected")
+
+
+def volume_mounts(pod: Pod, c: Container, volumes: dict) -> list[cri.Mount]:
+    """CRI bind mounts for the container's volumeMounts; `volumes` are the pod's pod_volumes rows
+    (all ready: pod-sync starts nothing before). Propagation is private (mountPropagation None)."""
+    kinds = {v.name: v.kind for v in pod.spec.volumes}
+    mounts = []
+    for m in c.volumeMounts:
+        row = volumes.get(m.name)
+        if row is None or not row.ready:
+            raise ValueError(f"volume {m.name!r} is not set up")
+        host = row.subpaths.get(m.subPath) if m.subPath else row.host_path
+        if not host:
+            raise ValueError(f"subPath {m.subPath!r} of volume {m.name!r} is not prepared")
+        mounts.append(cri.Mount(container_path=m.mountPath, host_path=host,
+                                readonly=m.readOnly or kinds.get(m.name) in _ALWAYS_READ_ONLY,
+                                propagation=cri.PROPAGATION_PRIVATE))
+    return mounts
+
+
 def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init: bool,
-                     pod_ip: str, node: NodeFacts) -> cri.ContainerConfig:
+                     pod_ip: str, node: NodeFacts, volumes: dict | None = None) -> cri.ContainerConfig:
     env = container_env(pod, c, pod_ip, node)
     qos = qos_class(pod)
     term_log = termination_log_path(node, pod, c, attempt)
@@ -177,7 +171,8 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         args=[expand(x, env) for x in c.args],
         working_dir=c.workingDir or "",
         envs=[cri.KeyValue(key=k, value=v) for k, v in env.items()],
-        mounts=[cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log))],
+        mounts=[*volume_mounts(pod, c, volumes or {}),
+                cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log))],
         labels={**pod_identity_labels(pod), L.CONTAINER_NAME: c.name},
         annotations={
             L.RESTART_COUNT: str(attempt),

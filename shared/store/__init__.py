@@ -8,6 +8,7 @@ from shared.store.models import (
     NodeHealth,
     PodRuntime,
     PodStatusRecord,
+    PodVolume,
     ProbeResult,
     TABLE_OWNERS,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "NodeHealth",
     "PodRuntime",
     "PodStatusRecord",
+    "PodVolume",
     "ProbeResult",
     "TABLE_OWNERS",
 ]

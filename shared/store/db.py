@@ -14,7 +14,7 @@ from shared.store.models import TABLE_OWNERS, Base
 
 
 # Bump when a table changes: older stores are rebuilt at start (see Store.create_schema).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class OwnershipError(RuntimeError):

@@ -122,6 +122,23 @@ class ProbeResult(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class PodVolume(Base):
+    """One volume of one pod as the volume service set it up: where it is on the host, and
+    whether containers may start with it."""
+
+    __tablename__ = "pod_volumes"
+    pod_uid: Mapped[str] = mapped_column(String, primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)  # the pod's volume name
+    plugin: Mapped[str] = mapped_column(String)  # kubernetes.io/empty-dir, kubernetes.io/csi:<driver>...
+    host_path: Mapped[str] = mapped_column(Text, default="")  # what containers bind-mount
+    ready: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str] = mapped_column(String, default="")  # FailedMount, FailedAttachVolume
+    message: Mapped[str] = mapped_column(Text, default="")
+    # subPath (as written in a volumeMount) -> host path inside the volume, created and checked.
+    subpaths: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 # The single writer of each table. Readers are everyone.
 TABLE_OWNERS: dict[str, str] = {
     DesiredPod.__tablename__: "pod-sync",
@@ -131,4 +148,5 @@ TABLE_OWNERS: dict[str, str] = {
     NetworkStatus.__tablename__: "network",
     ProbeResult.__tablename__: "probe",
     NodeHealth.__tablename__: "pod-sync",
+    PodVolume.__tablename__: "volume",
 }
