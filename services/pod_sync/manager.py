@@ -10,7 +10,7 @@ from services.pod_sync.runtime_view import list_managed_uids
 from services.pod_sync.syncer import PodSyncer, SyncResult
 from services.pod_sync.workers import PodWorkers
 from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, NetworkChanged, PodLifecycleEvents,
-                        PodRuntimeChanged, ProbeResultsChanged)
+                        PodRuntimeChanged, ProbeResultsChanged, VolumesChanged)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,9 @@ class PodSyncManager:
     async def _on_probe_results(self, event: ProbeResultsChanged) -> None:
         self._wake(set(event.uids))
 
+    async def _on_volumes(self, event: VolumesChanged) -> None:
+        self._wake(set(event.uids))
+
     async def resync_all(self) -> None:
         uids = set(self.syncer.desired_uids()) | await list_managed_uids(self.syncer.runtime)
         self._wake(uids)
@@ -75,6 +78,7 @@ class PodSyncManager:
     async def start(self, spawn) -> None:
         await self.bus.subscribe(NetworkChanged, self._on_network)
         await self.bus.subscribe(ProbeResultsChanged, self._on_probe_results)
+        await self.bus.subscribe(VolumesChanged, self._on_volumes)
         for source in self.sources:
             spawn(f"{type(source).__name__}", source.run())
         spawn("pleg", self.pleg.run())

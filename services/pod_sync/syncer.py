@@ -28,7 +28,7 @@ from shared.cri import labels as L
 from shared.events import Recorder
 from shared.podspec import Pod, PodCache
 from shared.qos import qos_class
-from shared.store import DesiredPod, NetworkStatus, PodRuntime, ProbeResult, Store
+from shared.store import DesiredPod, NetworkStatus, PodRuntime, PodVolume, ProbeResult, Store
 from shared.store.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,21 @@ class PodSyncer:
         with self.store.session() as s:
             return list(s.scalars(select(DesiredPod.uid)))
 
+    def _volumes(self, pod: Pod) -> tuple[dict[str, PodVolume], tuple[str, str]]:
+        """The pod's volumes as the volume service set them up, and (reason, message) while any
+        is not ready: containers start only once every volume is there."""
+        if not pod.spec.volumes:
+            return {}, ("", "")
+        with self.store.session() as s:
+            rows = {r.name: r for r in s.scalars(select(PodVolume).where(PodVolume.pod_uid == pod.uid))}
+        failed = [rows[v.name] for v in pod.spec.volumes if v.name in rows and not rows[v.name].ready]
+        if failed:
+            return rows, (failed[0].reason or "FailedMount", "; ".join(r.message for r in failed))
+        missing = [v.name for v in pod.spec.volumes if v.name not in rows]
+        if missing:
+            return rows, ("ContainerCreating", f"the volume service has not set up [{', '.join(missing)}] yet")
+        return rows, ("", "")
+
     def _network_ready(self) -> tuple[bool, str]:
         with self.store.session() as s:
             row = s.get(NetworkStatus, 1)
@@ -130,6 +145,14 @@ class PodSyncer:
         waiting = dict(actions.waiting)
         error = ("", "")
         requeue: float | None = None
+        volumes, volume_error = self._volumes(pod)
+        if volume_error[0] and (actions.create_sandbox or actions.start):
+            # Nothing new starts without its volumes; what runs keeps running (as the kubelet).
+            # The volume service's VolumesChanged wakes this pod; the requeue is the safety net.
+            actions.create_sandbox = False
+            actions.start = []
+            error = volume_error
+            requeue = ERROR_RETRY
 
         sandbox = rt.current_sandbox
         pod_ip = sandbox.ip if sandbox and sandbox.ready else ""
@@ -150,7 +173,8 @@ class PodSyncer:
 
         if sandbox_id and actions.start:
             results = await asyncio.gather(*(
-                self._start_container(pod, rt, s.spec, s.attempt, s.init, sandbox_id, sb_config, pod_ip, progress)
+                self._start_container(pod, rt, s.spec, s.attempt, s.init, sandbox_id, sb_config, pod_ip, progress,
+                                      volumes)
                 for s in actions.start))
             for start, failure in zip(actions.start, results):
                 if failure:
@@ -218,8 +242,8 @@ class PodSyncer:
         return sandbox_id, status.network.ip, ("", "")
 
     async def _start_container(self, pod: Pod, rt: RuntimePod, spec, attempt: int, init: bool,
-                               sandbox_id: str, sb_config, pod_ip: str,
-                               progress: _Progress) -> tuple[str, str] | None:
+                               sandbox_id: str, sb_config, pod_ip: str, progress: _Progress,
+                               volumes: dict[str, PodVolume]) -> tuple[str, str] | None:
         """Pull, create, start and run postStart for one container; (reason, message) on failure."""
         kind = "init_container" if init else "container"
 
@@ -244,7 +268,7 @@ class PodSyncer:
                     else f'Successfully pulled image "{spec.image}" in {image.pulled_seconds:.3f}s')
         progress.pull_seconds += image.pulled_seconds or 0.0
         try:
-            config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node)
+            config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node, volumes)
         except ValueError as exc:
             M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
             return "CreateContainerConfigError", str(exc)
@@ -332,7 +356,9 @@ class PodSyncer:
                 await self.runtime.remove_pod_sandbox(s.id)
         if pod is not None:
             remove_pod_cgroups(pod_cgroup_parent(pod, qos_class(pod)))
-        shutil.rmtree(self.node.pods_dir / uid, ignore_errors=True)
+        # Only pod-sync's own files; the pod directory (with its volumes) is the volume service's to
+        # remove, once it has unmounted them.
+        shutil.rmtree(self.node.pods_dir / uid / "containers", ignore_errors=True)
         self.backoff.forget(f"{uid}/")
         self.images.forget(uid)
         self._progress.pop(uid, None)

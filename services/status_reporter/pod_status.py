@@ -25,6 +25,9 @@ REASON_WORDS = {
     "FailedCreatePodSandBox": "sandbox failed",
     "NetworkNotReady": "pod network not ready",
     "PostStartHookError": "postStart hook failed",
+    "FailedMount": "volume could not be mounted",
+    "FailedAttachVolume": "volume not attached",
+    "ContainerCreating": "waiting for volumes",
 }
 
 

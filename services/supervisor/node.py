@@ -23,6 +23,7 @@ import httpx
 from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.process import ManagedProcess
 from services.supervisor.teardown import remove_all_pods, remove_bridge
+from shared.mounts import unmount_all_under
 from shared.admin import ADMIN_PORTS
 from shared.cni import BRIDGE, CNI_BIN_DIR, cni_conf_dir
 from shared.config import FLAG_FIELDS, NodeSettings
@@ -259,6 +260,9 @@ class LocalNode:
             try:
                 n = await asyncio.wait_for(remove_all_pods(self.containerd.endpoint), 120)
                 log.info("removed %d pod sandbox(es)", n)
+                # The volume service is stopped: unmount what it mounted for the removed pods.
+                for problem in unmount_all_under(self.root / "pods") + unmount_all_under(self.root / "plugins"):
+                    log.warning("could not unmount %s", problem)
                 remove_bridge(BRIDGE)
             except Exception as exc:
                 log.warning("could not remove pods: %s", exc)

@@ -1,24 +1,72 @@
-"""volume service entry point. No volume plugins yet: it runs, reports healthy and lists none."""
+"""volume service entry point: wiring only."""
 
 from __future__ import annotations
 
+import logging
 import sys
 
-from fastapi import APIRouter
-
+from services.volume.csi_volumes import CSIVolumes
+from services.volume.manager import VolumeManager
+from services.volume.objects import STANDALONE_OBJECTS
+from services.volume.paths import Layout
+from services.volume.projection import NodeAllocatable
+from services.volume.registry import PluginRegistry
+from services.volume.views import router
+from shared.bus import DesiredPodsChanged, PodRuntimeChanged
+from shared.cri import CRIClient
+from shared.events import BusRecorder
+from shared.host import cpu_capacity_millicores, memory_capacity_bytes
+from shared.periodic import every
 from shared.service import ServiceContext, service_main
+from shared.store import DesiredPod
 
 NAME = "volume"
+log = logging.getLogger(__name__)
+# Volumes are checked against the store and disk this often even without events (a configMap
+# change arrives by watch; this is the safety net, like the kubelet's volume reconciler).
+RESYNC_PERIOD = 10.0
 
 
 async def setup(ctx: ServiceContext) -> None:
-    views = APIRouter()
+    k = ctx.settings.kubelet
+    layout = Layout(ctx.settings.root_dir)
+    cri = CRIClient(k.container_runtime_endpoint, timeout=30.0)
+    manager_ref: list[VolumeManager] = []
+    registry = PluginRegistry(layout.registry, on_change=lambda driver: manager_ref[0].wake(None))
+    objects = STANDALONE_OBJECTS
+    if ctx.settings.cluster_mode:
+        # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
+        from services.volume.api_objects import ApiObjects
+        from shared.kube import api_client
 
-    @views.get("/volumes")
-    def volumes() -> list[dict]:
-        return []  # one entry per mounted pod volume once volumes are implemented
+        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+        objects = ApiObjects(api, on_change=lambda kind, ns, name: manager_ref[0].wake_for_object(kind, ns, name))
+        ctx.on_shutdown(objects.close)
+        ctx.on_shutdown(api.close)
+    node = NodeAllocatable(cpu_capacity_millicores(), memory_capacity_bytes())
+    manager = VolumeManager(ctx.store, ctx.bus, layout, CSIVolumes(layout, registry, objects, ctx.settings.node_name),
+                            objects, node, cri, BusRecorder(ctx.bus), RESYNC_PERIOD)
+    manager_ref.append(manager)
 
-    ctx.app.include_router(views)
+    async def on_desired(event: DesiredPodsChanged) -> None:
+        manager.wake(event.uids)
+
+    async def on_runtime(event: PodRuntimeChanged) -> None:
+        # Only pods pod-sync has finished with matter here: their volumes may now go.
+        with ctx.store.session() as s:
+            done = [uid for uid in event.uids if (row := s.get(DesiredPod, uid)) is None or row.terminated]
+        if done:
+            manager.wake(done)
+
+    await ctx.bus.subscribe(DesiredPodsChanged, on_desired)
+    await ctx.bus.subscribe(PodRuntimeChanged, on_runtime)
+    ctx.app.include_router(router(ctx.store, manager, registry))
+    ctx.checks["volumes"] = lambda: (manager.reconciled.is_set(), "first volume reconcile not done yet")
+    ctx.spawn("plugin-registry", registry.run())
+    ctx.spawn("volume-reconcile", manager.run(before_first=registry.scanned))
+    ctx.spawn("volume-stats", every(k.volume_stats_agg_period, "volume stats", manager.collect_stats, log))
+    ctx.on_shutdown(registry.close)
+    ctx.on_shutdown(cri.close)
 
 
 if __name__ == "__main__":

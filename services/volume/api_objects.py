@@ -1,0 +1,171 @@
+"""configMaps, secrets, tokens and storage objects from the API server (cluster mode).
+
+configMaps and secrets a pod's volumes use are watched one object at a time (a field selector
+on metadata.name, which the Node authorizer allows for objects of pods bound to this node), so
+a change reaches the volume within a second; reads come from that cache. Service-account tokens
+come from TokenRequest, bound to the pod, and are renewed once 80% of their lifetime has passed
+(or after 24 hours), as the kubelet's token manager does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.volume.objects import ObjectUnavailable
+from shared.kube import REQUEST_TIMEOUT
+from shared.podspec import Pod
+
+log = logging.getLogger(__name__)
+
+WATCH_TIMEOUT = 300
+RETRY = 5.0
+MAX_TOKEN_AGE = 24 * 3600
+
+
+@dataclass
+class _Token:
+    value: str
+    issued: float   # wall clock seconds
+    expires: float
+
+
+def token_needs_refresh(tok: _Token, now: float) -> bool:
+    """The kubelet's rule: older than 80% of its lifetime, or older than 24 hours."""
+    ttl = tok.expires - tok.issued
+    return now > tok.issued + 0.8 * ttl or now > tok.issued + MAX_TOKEN_AGE
+
+
+class ApiObjects:
+    def __init__(self, api: client.ApiClient, on_change: Callable[[str, str, str], None]) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.storage = client.StorageV1Api(api)
+        self.on_change = on_change  # (kind, namespace, name) of a watched object that changed
+        self._cache: dict[tuple[str, str, str], dict | None] = {}
+        self._watches: dict[tuple[str, str, str], asyncio.Task] = {}
+        self._tokens: dict[tuple, _Token] = {}
+
+    def _raw(self, obj: Any) -> dict:
+        return self.api.sanitize_for_serialization(obj)
+
+    async def _get(self, kind: str, namespace: str, name: str) -> dict | None:
+        read = self.core.read_namespaced_config_map if kind == "configmap" else self.core.read_namespaced_secret
+        try:
+            return self._raw(await read(name, namespace, _request_timeout=REQUEST_TIMEOUT))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ObjectUnavailable(f'{kind} "{name}": {exc.status} {exc.reason}') from None
+
+    async def _watched(self, kind: str, namespace: str, name: str) -> dict | None:
+        key = (kind, namespace, name)
+        if key in self._cache and key in self._watches and not self._watches[key].done():
+            return self._cache[key]
+        value = await self._get(kind, namespace, name)
+        self._cache[key] = value
+        if key not in self._watches or self._watches[key].done():
+            self._watches[key] = asyncio.create_task(self._watch(key), name=f"volume:watch-{kind}-{namespace}-{name}")
+        return value
+
+    async def _watch(self, key: tuple[str, str, str]) -> None:
+        kind, namespace, name = key
+        lister = self.core.list_namespaced_config_map if kind == "configmap" else self.core.list_namespaced_secret
+        while True:
+            try:
+                w = watch.Watch()
+                async with w.stream(lister, namespace, field_selector=f"metadata.name={name}",
+                                    timeout_seconds=WATCH_TIMEOUT) as stream:
+                    async for event in stream:
+                        raw = event["raw_object"]
+                        value = None if event["type"] == "DELETED" else raw
+                        if event["type"] in ("ADDED", "MODIFIED", "DELETED") and self._cache.get(key) != value:
+                            self._cache[key] = value
+                            self.on_change(kind, namespace, name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # watch broke: re-read (it may have changed meanwhile), watch again
+                log.warning("watch of %s %s/%s failed: %s; retrying in %.0fs", kind, namespace, name, exc, RETRY)
+                await asyncio.sleep(RETRY)
+                try:
+                    value = await self._get(kind, namespace, name)
+                    if self._cache.get(key) != value:
+                        self._cache[key] = value
+                        self.on_change(kind, namespace, name)
+                except ObjectUnavailable as exc2:
+                    log.warning("re-reading %s %s/%s failed: %s", kind, namespace, name, exc2)
+
+    async def config_map(self, namespace: str, name: str) -> dict | None:
+        return await self._watched("configmap", namespace, name)
+
+    async def secret(self, namespace: str, name: str) -> dict | None:
+        return await self._watched("secret", namespace, name)
+
+    async def service_account_token(self, pod: Pod, audience: str, expiration_seconds: int) -> str:
+        sa = pod.spec.serviceAccountName or "default"
+        key = (pod.uid, pod.metadata.namespace, sa, audience, expiration_seconds)
+        tok = self._tokens.get(key)
+        if tok is not None and not token_needs_refresh(tok, time.time()):
+            return tok.value
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"audiences": [audience] if audience else [], "expirationSeconds": expiration_seconds,
+                         "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name,
+                                            "uid": pod.uid}}}
+        try:
+            resp = await self.core.create_namespaced_service_account_token(
+                sa, pod.metadata.namespace, body, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if tok is not None and time.time() < tok.expires:
+                log.warning("token refresh for %s/%s failed (%s %s); the current token is still valid",
+                            pod.metadata.namespace, sa, exc.status, exc.reason)
+                return tok.value
+            raise ObjectUnavailable(f'failed to fetch token for service account "{sa}": {exc.status} '
+                                    f"{exc.reason}") from None
+        expires = resp.status.expiration_timestamp
+        expires_at = expires.timestamp() if isinstance(expires, datetime) else time.time() + expiration_seconds
+        self._tokens[key] = _Token(resp.status.token, time.time(), expires_at)
+        return resp.status.token
+
+    async def _read(self, fn, *args) -> dict | None:
+        try:
+            return self._raw(await fn(*args, _request_timeout=REQUEST_TIMEOUT))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ObjectUnavailable(f"{fn.__name__.removeprefix('read_')} {args[0]!r}: {exc.status} {exc.reason}") \
+                from None
+
+    async def persistent_volume_claim(self, namespace: str, name: str) -> dict | None:
+        return await self._read(self.core.read_namespaced_persistent_volume_claim, name, namespace)
+
+    async def persistent_volume(self, name: str) -> dict | None:
+        return await self._read(self.core.read_persistent_volume, name)
+
+    async def csi_driver(self, name: str) -> dict | None:
+        return await self._read(self.storage.read_csi_driver, name)
+
+    async def volume_attachment(self, name: str) -> dict | None:
+        return await self._read(self.storage.read_volume_attachment, name)
+
+    def forget_pod(self, uid: str) -> None:
+        for key in [k for k in self._tokens if k[0] == uid]:
+            del self._tokens[key]
+
+    def stop_unused_watches(self, referenced: set[tuple[str, str, str]]) -> None:
+        """Stop watching objects no pod's volumes refer to any more."""
+        for key in [k for k in self._watches if k not in referenced]:
+            self._watches.pop(key).cancel()
+            self._cache.pop(key, None)
+
+    async def close(self) -> None:
+        for task in self._watches.values():
+            task.cancel()
+        await asyncio.gather(*self._watches.values(), return_exceptions=True)
+        self._watches.clear()

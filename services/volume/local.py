@@ -1,0 +1,84 @@
+"""emptyDir and hostPath: volumes made of node directories (pkg/volume/emptydir, hostpath)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from shared.mounts import is_mount_point, mount_tmpfs, remove_tree, unmount
+from services.volume.projection import VolumeSourceError
+from shared.podspec import Pod
+from shared.quantity import to_bytes
+
+
+def memory_size(pod: Pod, source: dict[str, Any], node_memory: int) -> int:
+    """tmpfs size: sizeLimit, else the pod's memory limit when every container has one, else the
+    node's allocatable memory (so a memory-backed emptyDir cannot outgrow what the pod may use)."""
+    if source.get("sizeLimit"):
+        return to_bytes(source["sizeLimit"])
+    limits = [c.resources.limits.get("memory") for c in pod.spec.containers]
+    if limits and all(limits):
+        return sum(to_bytes(x) for x in limits)
+    return node_memory
+
+
+async def setup_empty_dir(path: Path, pod: Pod, source: dict[str, Any], node_memory: int) -> None:
+    medium = source.get("medium", "")
+    if medium not in ("", "Memory"):
+        raise VolumeSourceError(f"emptyDir medium {medium!r} is not supported (use \"\" or Memory)")
+    path.mkdir(parents=True, exist_ok=True)
+    if medium == "Memory" and not is_mount_point(path):
+        await mount_tmpfs(path, memory_size(pod, source, node_memory))
+    path.chmod(0o777)  # any container user may write, as with the kubelet
+
+
+async def teardown_mounted_dir(path: Path) -> None:
+    """An emptyDir (tmpfs or not) or a projected volume's directory: unmount, then remove."""
+    await unmount(path)
+    remove_tree(path)
+
+
+_CHECKS = {
+    "Directory": (stat.S_ISDIR, "a directory"),
+    "File": (stat.S_ISREG, "a file"),
+    "Socket": (stat.S_ISSOCK, "a socket file"),
+    "CharDevice": (stat.S_ISCHR, "a character device"),
+    "BlockDevice": (stat.S_ISBLK, "a block device"),
+}
+
+
+def setup_host_path(source: dict[str, Any]) -> Path:
+    """Check (or create) the host path per `type`; the path itself is what containers mount."""
+    raw = source.get("path", "")
+    if not raw or not raw.startswith("/"):
+        raise VolumeSourceError(f"hostPath.path {raw!r} must be an absolute path")
+    path = Path(raw)
+    kind = source.get("type") or ""
+    if kind == "DirectoryOrCreate":
+        if not path.exists():
+            path.mkdir(mode=0o755, parents=True)
+        kind = "Directory"
+    elif kind == "FileOrCreate":
+        if not path.exists():
+            # Like the kubelet, the parent directory is not created.
+            if not path.parent.is_dir():
+                raise VolumeSourceError(f"hostPath type check failed: parent directory of {path} does not exist "
+                                        "(FileOrCreate does not create parent directories)")
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            os.close(fd)
+        kind = "File"
+    if kind == "":
+        return path
+    if kind not in _CHECKS:
+        raise VolumeSourceError(f"hostPath.type {kind!r} is not one of \"\", DirectoryOrCreate, Directory, "
+                                "FileOrCreate, File, Socket, CharDevice, BlockDevice")
+    check, words = _CHECKS[kind]
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        raise VolumeSourceError(f"hostPath type check failed: {path} is not {words} (it does not exist)") from None
+    if not check(mode):
+        raise VolumeSourceError(f"hostPath type check failed: {path} is not {words}")
+    return path

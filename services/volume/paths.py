@@ -1,0 +1,59 @@
+"""Where volumes live on the node: the kubelet's directory layout under the root dir.
+
+    <root>/pods/<uid>/volumes/<plugin dir>/<volume name>          what containers bind-mount
+    <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount       CSI publish target
+    <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/vol_data.json
+    <root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount   CSI staging path
+    <root>/plugins_registry/                                       plugin registration sockets
+
+Keeping the kubelet's layout means tools and habits that know it (and reconstruction after a
+restart, which reads only the disk) keep working.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+# Volume source -> the kubelet plugin name; the directory name swaps "/" for "~".
+PLUGINS = {
+    "emptyDir": "kubernetes.io/empty-dir",
+    "hostPath": "kubernetes.io/host-path",
+    "configMap": "kubernetes.io/configmap",
+    "secret": "kubernetes.io/secret",
+    "downwardAPI": "kubernetes.io/downward-api",
+    "projected": "kubernetes.io/projected",
+    "csi": "kubernetes.io/csi",
+    "persistentVolumeClaim": "kubernetes.io/csi",
+}
+
+
+def plugin_dir_name(plugin: str) -> str:
+    return plugin.split(":", 1)[0].replace("/", "~")
+
+
+class Layout:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.pods = root / "pods"
+        self.plugins = root / "plugins"
+        self.registry = root / "plugins_registry"
+
+    def pod_dir(self, uid: str) -> Path:
+        return self.pods / uid
+
+    def volumes_dir(self, uid: str) -> Path:
+        return self.pods / uid / "volumes"
+
+    def volume_dir(self, uid: str, plugin: str, name: str) -> Path:
+        return self.volumes_dir(uid) / plugin_dir_name(plugin) / name
+
+    def csi_staging_dir(self, driver: str, volume_handle: str) -> Path:
+        """Per (driver, volume): staged once, shared by every pod that publishes it."""
+        digest = hashlib.sha256(volume_handle.encode()).hexdigest()
+        return self.plugins / "kubernetes.io" / "csi" / driver / digest
+
+    def pod_uids_on_disk(self) -> set[str]:
+        if not self.pods.is_dir():
+            return set()
+        return {p.name for p in self.pods.iterdir() if p.is_dir()}
