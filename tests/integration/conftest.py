@@ -37,6 +37,7 @@ crashLoopBackOff:
   maxContainerRestartPeriod: {CRASH_BACKOFF_MAX}s
 containerLogMaxSize: {LOG_MAX_SIZE // 1024}Ki
 containerLogMaxFiles: {LOG_MAX_FILES}
+volumeStatsAggPeriod: 2s
 """
 
 
@@ -211,6 +212,16 @@ class Node:
         doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **metadata},
                "spec": {"terminationGracePeriodSeconds": 2, **spec}}
         return self.write(f"{name}.yaml", yaml.safe_dump(doc))
+
+    def exec(self, uid: str, container: str, cmd: list[str], timeout: float = 10) -> tuple[int, str]:
+        """Run a command in the pod's running container; (exit code, stdout + stderr)."""
+        async def go(cri):
+            running = [c for c in await cri.list_containers({"io.kubernetes.pod.uid": uid})
+                       if c.metadata.name == container and c.state == 1]
+            assert running, f"container {container} of pod {uid} is not running"
+            resp = await cri.exec_sync(running[0].id, cmd, timeout)
+            return resp.exit_code, (resp.stdout + resp.stderr).decode(errors="replace")
+        return self.runtime(go)
 
     def sandboxes_of(self, uid: str) -> list:
         return self.runtime(lambda cri: cri.list_pod_sandbox({"io.kubernetes.pod.uid": uid}))

@@ -58,3 +58,36 @@ def test_parse_text():
 def test_unknown_pod_fields_pass_through():
     p = validate_pod(pod(priorityClassName="high"))
     assert p.to_manifest()["spec"]["priorityClassName"] == "high"
+
+
+def _with_mounts(volumes, mounts):
+    return {"metadata": {"name": "p"}, "spec": {"volumes": volumes, "containers": [
+        {"name": "c", "image": "reg/img:1", "volumeMounts": mounts}]}}
+
+
+def test_volumes_and_mounts():
+    p = validate_pod(_with_mounts([{"name": "d", "emptyDir": {}}, {"name": "n", "nfs": {"server": "x"}}],
+                                  [{"name": "d", "mountPath": "/d", "subPath": "a/b", "readOnly": True}]))
+    assert [(v.name, v.kind) for v in p.spec.volumes] == [("d", "emptyDir"), ("n", "nfs")], \
+        "an unsupported source is the volume service's FailedMount, not an invalid pod"
+    assert p.spec.containers[0].volumeMounts[0].readOnly
+    assert validate_pod(p.to_manifest()).to_manifest() == p.to_manifest(), "round-trips through the store"
+
+
+@pytest.mark.parametrize("volumes,mounts,error", [
+    ([{"name": "d"}], [], "spec.volumes[0]: exactly one volume source must be given, found none"),
+    ([{"name": "d", "emptyDir": {}, "hostPath": {"path": "/"}}], [], "found ['emptyDir', 'hostPath']"),
+    ([{"name": "d", "emptyDir": {}}, {"name": "d", "emptyDir": {}}], [], "volume name 'd' is used twice"),
+    ([{"name": "D", "emptyDir": {}}], [], "lowercase RFC 1123 label"),
+    ([], [{"name": "x", "mountPath": "/x"}], "volumeMounts 'x' is not a volume of the pod"),
+    ([{"name": "d", "emptyDir": {}}], [{"name": "d", "mountPath": "rel"}], "must be an absolute path"),
+    ([{"name": "d", "emptyDir": {}}], [{"name": "d", "mountPath": "/x", "subPath": "../up"}], "without '..'"),
+    ([{"name": "d", "emptyDir": {}}], [{"name": "d", "mountPath": "/x"}, {"name": "d", "mountPath": "/x"}],
+     "mountPath '/x' is used twice"),
+    ([{"name": "d", "emptyDir": {}}], [{"name": "d", "mountPath": "/x", "mountPropagation": "Bidirectional"}],
+     "only None"),
+])
+def test_invalid_volumes_name_the_field(volumes, mounts, error):
+    with pytest.raises(ManifestInvalid) as exc:
+        validate_pod(_with_mounts(volumes, mounts))
+    assert error in str(exc.value)

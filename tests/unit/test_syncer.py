@@ -235,3 +235,46 @@ async def test_events_tell_the_story(syncer, rt, store, events):
     want(store, manifest(containers=[{"name": "app", "image": IMG}]), deleting=True)
     await syncer.sync("uid1")
     assert events.events[-1] == ("Normal", "Killing", "Stopping container app")
+
+
+def _volume_pod():
+    return manifest(containers=[{"name": "app", "image": IMG, "volumeMounts": [
+        {"name": "cfg", "mountPath": "/etc/cfg"}, {"name": "data", "mountPath": "/data", "subPath": "app"},
+        {"name": "data", "mountPath": "/ro", "readOnly": True}]}],
+        volumes=[{"name": "cfg", "downwardAPI": {"items": []}}, {"name": "data", "emptyDir": {}}])
+
+
+def _volume_rows(settings, **data_row):
+    from shared.store import PodVolume
+    vol = Store(settings.store_path, writer="volume")
+    with vol.session() as s:
+        s.merge(PodVolume(pod_uid="uid1", name="cfg", plugin="kubernetes.io/downward-api", host_path="/v/cfg",
+                          ready=True))
+        s.merge(PodVolume(pod_uid="uid1", name="data", plugin="kubernetes.io/empty-dir",
+                          **{"host_path": "/v/data", "ready": True, "subpaths": {"app": "/v/data/app"}, **data_row}))
+
+
+async def test_containers_wait_for_their_volumes(syncer, rt, store, settings):
+    want(store, _volume_pod())
+    await syncer.sync("uid1")
+    assert rt.sandboxes == {} and rt.containers == {}, "nothing starts before the volume service reports"
+    row = observed(store)
+    assert row.sync_error_reason == "ContainerCreating" and "[cfg, data]" in row.sync_error_message
+
+    _volume_rows(settings, ready=False, reason="FailedMount", message='MountVolume.SetUp failed for volume "data" : x')
+    await syncer.sync("uid1")
+    assert rt.sandboxes == {}
+    row = observed(store)
+    assert row.sync_error_reason == "FailedMount" and 'volume "data"' in row.sync_error_message
+
+
+async def test_ready_volumes_become_cri_mounts(syncer, rt, store, settings):
+    want(store, _volume_pod())
+    _volume_rows(settings)
+    await syncer.sync("uid1")
+    [config] = rt.created_configs.values()
+    mounts = {m.container_path: (m.host_path, m.readonly, m.propagation) for m in config.mounts}
+    assert mounts["/etc/cfg"] == ("/v/cfg", True, cri.PROPAGATION_PRIVATE), "downwardAPI is always read-only"
+    assert mounts["/data"] == ("/v/data/app", False, cri.PROPAGATION_PRIVATE), "subPath mounts the prepared path"
+    assert mounts["/ro"] == ("/v/data", True, cri.PROPAGATION_PRIVATE)
+    assert "/dev/termination-log" in mounts

@@ -1,0 +1,197 @@
+"""Volumes in cluster mode: configMaps, secrets and tokens from the API server, and a CSI
+persistent volume staged and published through a node plugin."""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.conftest import REPO, wait_for
+
+DRIVER = "dir.csi.pykubelet.test"
+
+
+def _exec(cluster, pod: dict, cmd: str) -> str:
+    code, out = cluster.node.exec(pod["metadata"]["uid"], "app", ["sh", "-c", cmd])
+    assert code == 0, f"{cmd!r} exited {code}: {out}"
+    return out
+
+
+def _jwt_claims(token: str) -> dict:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+def _apply(cluster, obj: dict) -> None:
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(obj))
+
+
+def _running(pod: dict) -> bool:
+    return pod.get("status", {}).get("phase") == "Running" and all(
+        "running" in c["state"] for c in pod["status"].get("containerStatuses", []))
+
+
+def test_config_map_secret_and_projected_token(cluster):
+    bb = cluster.node.image("busybox")
+    cluster.kubectl("create", "serviceaccount", "app")
+    cluster.kubectl("create", "configmap", "settings", "--from-literal=greeting=hello")
+    cluster.kubectl("create", "secret", "generic", "creds", "--from-literal=password=hunter2")
+    cluster.create_pod("reader", {
+        "serviceAccountName": "app",
+        "containers": [{"name": "app", "image": bb, "command": ["sleep", "3600"],
+                        "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"},
+                                         {"name": "sec", "mountPath": "/sec"},
+                                         {"name": "proj", "mountPath": "/proj"}]}],
+        "volumes": [
+            {"name": "cfg", "configMap": {"name": "settings"}},
+            {"name": "sec", "secret": {"secretName": "creds", "defaultMode": 0o400}},
+            {"name": "proj", "projected": {"sources": [
+                {"configMap": {"name": "settings", "items": [{"key": "greeting", "path": "conf/greeting"}]}},
+                {"downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+                {"serviceAccountToken": {"audience": "pykubelet-test", "expirationSeconds": 600,
+                                         "path": "token"}}]}}]})
+    pod = cluster.wait_pod("reader", _running, 60, "pod reader Running")
+    uid = pod["metadata"]["uid"]
+
+    assert _exec(cluster, pod, "cat /cfg/greeting") == "hello"
+    assert _exec(cluster, pod, "cat /sec/password") == "hunter2"
+    assert _exec(cluster, pod, "stat -L -c %a /sec/password") == "400\n"
+    assert _exec(cluster, pod, "grep ' /sec ' /proc/mounts").startswith("tmpfs /sec tmpfs ro"), \
+        "secrets are on tmpfs and mounted read-only"
+    assert _exec(cluster, pod, "cat /proj/conf/greeting /proj/name") == "helloreader"
+    claims = _jwt_claims(_exec(cluster, pod, "cat /proj/token"))
+    assert claims["aud"] == ["pykubelet-test"]
+    assert claims["sub"] == "system:serviceaccount:default:app"
+    assert claims["kubernetes.io"]["pod"] == {"name": "reader", "uid": uid}
+    assert claims["exp"] - claims["iat"] == 600
+    secret_dir = cluster.node.root / "pods" / uid / "volumes" / "kubernetes.io~secret" / "sec"
+    assert f" {secret_dir} " in Path("/proc/self/mountinfo").read_text(), "the secret volume is a tmpfs on the host"
+
+    # An update reaches the files through the watch, swapped in atomically.
+    data_before = _exec(cluster, pod, "readlink /cfg/..data")
+    cluster.kubectl("patch", "configmap", "settings", "-p", '{"data":{"greeting":"bonjour"}}')
+    wait_for(lambda: _exec(cluster, pod, "cat /cfg/greeting") == "bonjour", 20, "the configMap update in the pod")
+    assert _exec(cluster, pod, "readlink /cfg/..data") != data_before
+    assert _exec(cluster, pod, "readlink /cfg/greeting") == "..data/greeting\n"
+    wait_for(lambda: _exec(cluster, pod, "cat /proj/conf/greeting") == "bonjour", 20, "the projected update")
+
+    cluster.kubectl("delete", "pod", "reader", "--wait=true", timeout=60)
+    wait_for(lambda: not (cluster.node.root / "pods" / uid).exists(), 30, "the pod's volumes to be removed")
+
+
+def test_missing_config_map_is_a_failed_mount_event(cluster):
+    cluster.create_pod("lost", {"containers": [{"name": "app", "image": cluster.node.image("busybox"),
+                                                "command": ["sleep", "3600"],
+                                                "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
+                                "volumes": [{"name": "cfg", "configMap": {"name": "absent"}}]})
+
+    def failed_mount():
+        events = cluster.get("events", "--field-selector", "involvedObject.name=lost")["items"]
+        return [e for e in events if e["reason"] == "FailedMount"]
+
+    [event] = wait_for(failed_mount, 30, "a FailedMount event")[:1]
+    assert event["type"] == "Warning"
+    assert event["message"] == 'MountVolume.SetUp failed for volume "cfg" : configmap "absent" not found'
+    pod = cluster.pod("lost")
+    assert pod["status"]["phase"] == "Pending"
+    assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    # Creating the configMap lets the pod start.
+    cluster.kubectl("create", "configmap", "absent", "--from-literal=k=v")
+    cluster.wait_pod("lost", _running, 60, "pod lost Running once its configMap exists")
+    cluster.kubectl("delete", "pod", "lost", "--wait=true", timeout=60)
+
+
+@pytest.fixture
+def csi_plugin(cluster, tmp_path):
+    log, backing, sock = tmp_path / "calls.jsonl", tmp_path / "backing", tmp_path / "csi.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.csi_plugin", "--name", DRIVER, "--registry-dir",
+                             str(cluster.node.root / "plugins_registry"), "--csi-socket", str(sock),
+                             "--backing", str(backing), "--log", str(log)], cwd=REPO)
+    try:
+        wait_for(lambda: any(p["driver"] == DRIVER for p in
+                             httpx.get(cluster.node.admin("volume") + "/plugins", timeout=2).json()),
+                 30, "the CSI plugin to register")
+        yield log, backing
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+def _calls(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def _bind_claim(cluster, name: str) -> None:
+    """No controller-manager runs here: mark the claim Bound as the PV controller would."""
+    cp = cluster.cp
+    tls = ssl.create_default_context(cafile=str(cp.ca))
+    tls.load_cert_chain(str(cp.admin.cert), str(cp.admin.key))
+    with httpx.Client(verify=tls, timeout=10) as api:
+        resp = api.patch(f"{cp.server}/api/v1/namespaces/default/persistentvolumeclaims/{name}/status",
+                         content=json.dumps({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"],
+                                                        "capacity": {"storage": "1Gi"}}}),
+                         headers={"Content-Type": "application/merge-patch+json"})
+    assert resp.status_code == 200, resp.text
+
+
+def test_csi_persistent_volume_is_staged_published_and_cleaned_up_in_order(cluster, csi_plugin):
+    log, backing = csi_plugin
+    _apply(cluster, {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
+                     "spec": {"attachRequired": False, "podInfoOnMount": True}})
+    _apply(cluster, {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-test"},
+                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                              "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                              "claimRef": {"namespace": "default", "name": "claim-test"},
+                              "csi": {"driver": DRIVER, "volumeHandle": "vol-1", "fsType": "ext4",
+                                      "volumeAttributes": {"tier": "fast"}}}})
+    _apply(cluster, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "claim-test"},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": "pv-test",
+                              "resources": {"requests": {"storage": "1Gi"}}}})
+    _bind_claim(cluster, "claim-test")
+    cluster.create_pod("db", {"containers": [{"name": "app", "image": cluster.node.image("busybox"),
+                                              "command": ["sh", "-c", "echo row > /data/table && sleep 3600"],
+                                              "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                              "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "claim-test"}}]})
+    pod = cluster.wait_pod("db", _running, 60, "pod db Running")
+    uid = pod["metadata"]["uid"]
+    root = cluster.node.root
+    staging = root / "plugins" / "kubernetes.io" / "csi" / DRIVER
+    target = root / "pods" / uid / "volumes" / "kubernetes.io~csi" / "pv-test" / "mount"
+
+    calls = [c for c in _calls(log) if c["method"].startswith("Node") and c["method"] != "NodeGetInfo"]
+    assert [c["method"] for c in calls] == ["NodeStageVolume", "NodePublishVolume"]
+    stage, publish = calls
+    assert stage["volume_id"] == publish["volume_id"] == "vol-1"
+    assert stage["staging_target_path"].startswith(str(staging)) and stage["staging_target_path"].endswith("/globalmount")
+    assert publish["staging_target_path"] == stage["staging_target_path"]
+    assert publish["target_path"] == str(target)
+    assert stage["capability"] == {"access_mode": "SINGLE_NODE_WRITER", "fs_type": "ext4", "mount_flags": [],
+                                   "kind": "mount"}
+    assert publish["volume_context"]["tier"] == "fast"
+    assert publish["volume_context"]["csi.storage.k8s.io/pod.name"] == "db"
+    assert publish["volume_context"]["csi.storage.k8s.io/pod.uid"] == uid
+    wait_for(lambda: (backing / "vol-1" / "table").exists(), 20, "the pod's write to reach the volume")
+
+    def stats() -> str:
+        return httpx.get(cluster.node.admin("volume") + "/metrics", timeout=5).text
+    wait_for(lambda: 'kubelet_volume_stats_capacity_bytes{namespace="default",persistentvolumeclaim="claim-test"}'
+             in stats(), 20, "volume stats for the claim")
+
+    cluster.kubectl("delete", "pod", "db", "--wait=true", timeout=60)
+    wait_for(lambda: [c["method"] for c in _calls(log)][-2:] == ["NodeUnpublishVolume", "NodeUnstageVolume"], 30,
+             "NodeUnpublishVolume then NodeUnstageVolume")
+    unpublish, unstage = _calls(log)[-2:]
+    assert unpublish == {"method": "NodeUnpublishVolume", "volume_id": "vol-1", "target_path": str(target)}
+    assert unstage == {"method": "NodeUnstageVolume", "volume_id": "vol-1",
+                       "staging_target_path": stage["staging_target_path"]}
+    wait_for(lambda: not (root / "pods" / uid).exists(), 30, "the pod directory to be removed")
+    assert not list(staging.glob("*")), "the staging directory is removed after unstaging"
+    assert (backing / "vol-1" / "table").read_text() == "row\n", "the volume's data is the plugin's, kept"
