@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Awaitable, Callable, ClassVar, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from prometheus_client import Histogram
 from pydantic import BaseModel, ValidationError
 
 log = logging.getLogger(__name__)
@@ -20,10 +22,20 @@ log = logging.getLogger(__name__)
 SUBJECT_PREFIX = "pykubelet.v1"
 
 
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+# Publish -> handler start (both ends on one host, one clock), and the handler's own time.
+BUS_DELIVERY_SECONDS = Histogram("pykubelet_bus_delivery_seconds",
+                                 "Time from publishing an event to its handler starting", ["subject"],
+                                 buckets=_LATENCY_BUCKETS)
+BUS_HANDLER_SECONDS = Histogram("pykubelet_bus_handler_seconds", "Time an event handler took", ["subject"],
+                                buckets=_LATENCY_BUCKETS)
+
+
 class Event(BaseModel):
     """Base of all bus payloads; the subject carries the version."""
 
     subject: ClassVar[str]
+    sent_at: float = 0.0  # wall-clock seconds at publish, for the delivery-latency metric
 
 
 class DesiredPodsChanged(Event):
@@ -143,7 +155,8 @@ class Bus:
         if self._nc is None:
             raise RuntimeError("bus not connected")
         try:
-            await self._nc.publish(event.subject, event.model_dump_json().encode())
+            stamped = event.model_copy(update={"sent_at": time.time()})
+            await self._nc.publish(event.subject, stamped.model_dump_json().encode())
         except Exception as exc:
             # Losing a wake-up is tolerated by design: consumers resync on a timer.
             log.warning("event %s not published: %s", event.subject, exc)
@@ -158,10 +171,15 @@ class Bus:
             except ValidationError as exc:
                 log.warning("dropping malformed %s message: %s", msg.subject, exc.errors()[:1])
                 return
+            started = time.time()
+            if event.sent_at:
+                BUS_DELIVERY_SECONDS.labels(msg.subject).observe(max(0.0, started - event.sent_at))
             try:
                 await handler(event)
             except Exception:
                 log.exception("handler for %s failed", msg.subject)
+            finally:
+                BUS_HANDLER_SECONDS.labels(msg.subject).observe(time.time() - started)
 
         await self._nc.subscribe(event_type.subject, cb=on_msg)
 
