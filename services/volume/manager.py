@@ -261,6 +261,15 @@ class VolumeManager:
             return False  # wanted again (the check above raced with pod-sync)
         if await self._runtime_has(uid):
             return False  # pod-sync has not finished stopping it; come back after its next report
+        # Withdraw the volumes first, so pod-sync cannot start anything with them, then look once
+        # more: a static pod re-added with the same content has the same UID.
+        with self.store.session() as s:
+            withdrawn = s.execute(delete(PodVolume).where(PodVolume.pod_uid == uid)).rowcount
+        with self.store.session() as s:
+            row = s.get(DesiredPod, uid)
+        if (row is not None and not row.terminated) or await self._runtime_has(uid):
+            self.wake([uid])  # set up again; nothing was unmounted
+            return bool(withdrawn)
         try:
             for vol_dir in self._volume_dirs(uid):
                 if vol_dir.parent.name == plugin_dir_name(CSI_PLUGIN):
@@ -282,10 +291,8 @@ class VolumeManager:
         self.objects.forget_pod(uid)
         for key in [k for k in self._last_event if k[0] == uid]:
             del self._last_event[key]
-        with self.store.session() as s:
-            gone = s.execute(delete(PodVolume).where(PodVolume.pod_uid == uid)).rowcount
         log.info("pod %s: volumes torn down and pod directory removed", uid)
-        return bool(gone)
+        return bool(withdrawn)
 
     def _volume_dirs(self, uid: str) -> list[Path]:
         base = self.layout.volumes_dir(uid)
