@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from services.probe.manager import ProbeManager
 from shared.bus import PodLifecycleEvents, PodRuntimeChanged
+from shared.coalesce import Coalescer
 from shared.cri import CRIClient
 from shared.events import BusRecorder
 from shared.service import ServiceContext, service_main
@@ -21,11 +22,14 @@ async def setup(ctx: ServiceContext) -> None:
     manager = ProbeManager(ctx.store, ctx.bus, cri, BusRecorder(ctx.bus))
     manager.load_results()
 
-    async def wake(_event) -> None:
-        await manager.reconcile()
+    changes = Coalescer("probe reconcile", manager.reconcile)
 
-    await ctx.bus.subscribe(PodRuntimeChanged, wake)
-    await ctx.bus.subscribe(PodLifecycleEvents, wake)
+    async def on_lifecycle(event: PodLifecycleEvents) -> None:
+        changes.add({e.pod_uid for e in event.events})
+
+    await ctx.bus.subscribe(PodRuntimeChanged, changes.handle)
+    await ctx.bus.subscribe(PodLifecycleEvents, on_lifecycle)
+    ctx.spawn("probe-changes", changes.run())
     views = APIRouter()
 
     @views.get("/probes")

@@ -52,11 +52,15 @@ class ProbeManager:
             self._stored = {(r.pod_uid, r.container_name, r.kind): (r.container_id, r.result)
                             for r in s.scalars(select(ProbeResult))}
 
-    def _desired(self) -> dict[ProbeKey, tuple]:
+    def _desired(self, uids: set[str] | None = None) -> dict[ProbeKey, tuple]:
+        """The probes that should run: of every pod, or of just these pods."""
         out: dict[ProbeKey, tuple] = {}
         with self.store.session() as s:
-            runtime = {r.uid: r for r in s.scalars(select(PodRuntime))}
-            for d in s.scalars(select(DesiredPod).where(DesiredPod.deleting.is_(False))):
+            rq, dq = select(PodRuntime), select(DesiredPod).where(DesiredPod.deleting.is_(False))
+            if uids is not None:
+                rq, dq = rq.where(PodRuntime.uid.in_(uids)), dq.where(DesiredPod.uid.in_(uids))
+            runtime = {r.uid: r for r in s.scalars(rq)}
+            for d in s.scalars(dq):
                 pod = self._pods.get(d.uid, d.manifest)
                 rt = runtime.get(d.uid)
                 observed = {c["name"]: c for c in (rt.containers if rt else [])}
@@ -77,10 +81,12 @@ class ProbeManager:
                             out[key] = (c, probe, target)
         return out
 
-    async def reconcile(self) -> None:
+    async def reconcile(self, uids: set[str] | None = None) -> None:
+        """Start, retarget and stop workers for these pods (None: every pod). Events name the pods
+        that changed, so a burst of pod starts does not re-read every pod per event."""
         async with self._lock:
-            desired = self._desired()
-            for key in [k for k in self.workers if k not in desired]:
+            desired = self._desired(uids)
+            for key in [k for k in self.workers if k not in desired and (uids is None or k.pod_uid in uids)]:
                 await self._stop(key)
             for key, (container, probe, target) in desired.items():
                 worker = self.workers.get(key)
@@ -92,7 +98,8 @@ class ProbeManager:
                     self.workers[key] = worker
                     self._tasks[key] = asyncio.create_task(worker.run(), name=f"probe:{key.pod_name}/{key.container}/{key.kind}")
                 worker.set_target(target)
-            self._drop_orphan_results(set(desired))
+            if uids is None:
+                self._drop_orphan_results(set(desired))
 
     def _startup_done(self, key: ProbeKey):
         startup_key = ProbeKey(key.pod_uid, key.namespace, key.pod_name, key.container, "startup")

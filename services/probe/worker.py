@@ -96,12 +96,20 @@ class ProbeWorker:
     async def run(self) -> None:
         # Jitter the first run so workers created together do not probe in lockstep.
         await asyncio.sleep(random.uniform(0, self.probe.periodSeconds))
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
             try:
                 await self.probe_once()
             except Exception:
                 log.exception("probe %s failed unexpectedly", self.key)
-            await asyncio.sleep(self.probe.periodSeconds)
+            # A fixed rate, like the kubelet's ticker: the probe's own time does not stretch the
+            # period. A probe that overran its slot starts the next one right away, then resyncs.
+            due += self.probe.periodSeconds
+            now = loop.time()
+            if due < now:
+                due = now
+            await asyncio.sleep(due - now)
 
     async def probe_once(self) -> None:
         t = self.target

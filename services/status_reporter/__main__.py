@@ -8,6 +8,7 @@ import sys
 from services.status_reporter.reporter import PodStatusReporter
 from services.status_reporter.views import router
 from shared.bus import DesiredPodsChanged, KubeEvent, PodRuntimeChanged, PodStatusChanged, ProbeResultsChanged
+from shared.coalesce import Coalescer
 from shared.service import ServiceContext, service_main
 
 NAME = "status-reporter"
@@ -16,13 +17,13 @@ log = logging.getLogger(__name__)
 
 async def setup(ctx: ServiceContext) -> None:
     reporter = PodStatusReporter(ctx.store, ctx.bus)
+    # Events only name pods; one task recomputes the union of what changed since its last pass.
+    changes = Coalescer("pod status refresh", lambda uids: reporter.on_pods(None if uids is None else sorted(uids)))
 
-    async def on_event(event) -> None:
-        await reporter.on_pods(event.uids)
-
-    await ctx.bus.subscribe(PodRuntimeChanged, on_event)
-    await ctx.bus.subscribe(DesiredPodsChanged, on_event)
-    await ctx.bus.subscribe(ProbeResultsChanged, on_event)
+    await ctx.bus.subscribe(PodRuntimeChanged, changes.handle)
+    await ctx.bus.subscribe(DesiredPodsChanged, changes.handle)
+    await ctx.bus.subscribe(ProbeResultsChanged, changes.handle)
+    ctx.spawn("pod-status-changes", changes.run())
     ctx.app.include_router(router(ctx.store))
     ctx.spawn("pod-status-resync", reporter.run_resync())
     if ctx.settings.cluster_mode:
@@ -46,15 +47,18 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     pods = ApiPodStatusWriter(api, ctx.store)
     mirrors = MirrorPods(api, ctx.store, ctx.settings.node_name, lambda: agent.node_uid)
 
-    async def on_pods(event) -> None:
+    async def write(uids: set[str] | None) -> None:
         try:
-            await pods.sync(event.uids)
+            await pods.sync(None if uids is None else sorted(uids))
         except Exception as exc:  # the periodic pass retries
             log.warning("pod status update failed: %s", exc)
 
+    # API writes wait for the QPS budget: batch them instead of queueing the bus behind them.
+    to_write = Coalescer("API pod status", write)
     await ctx.bus.subscribe(KubeEvent, events.submit)
-    await ctx.bus.subscribe(PodStatusChanged, on_pods)
-    await ctx.bus.subscribe(DesiredPodsChanged, on_pods)
+    await ctx.bus.subscribe(PodStatusChanged, to_write.handle)
+    await ctx.bus.subscribe(DesiredPodsChanged, to_write.handle)
+    ctx.spawn("api-pod-status-changes", to_write.run())
     ctx.checks["registered"] = lambda: (agent.registered.is_set(),
                                         "ok" if agent.registered.is_set() else "node not registered yet")
     ctx.spawn("node-agent", agent.run())

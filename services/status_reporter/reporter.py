@@ -66,7 +66,7 @@ class PodStatusReporter:
                 changed.extend(u for u in (uids or []) if u not in desired)
         return changed
 
-    async def on_pods(self, uids: list[str]) -> None:
+    async def on_pods(self, uids: list[str] | None) -> None:
         changed = self.refresh(uids)
         if changed:
             await self.bus.publish(PodStatusChanged(uids=changed))
