@@ -21,9 +21,13 @@ NAME = "kubeletnode"
 
 
 class RealKubelet:
-    def __init__(self, root: Path, cp: ControlPlane) -> None:
+    """cp None: standalone mode (static pods from `static_dir` only, no API server)."""
+
+    def __init__(self, root: Path, cp: ControlPlane | None, static_dir: Path | None = None) -> None:
         self.root = root
         self.cp = cp
+        self.static_dir = static_dir
+        self.port = free_port()
         args = argparse.Namespace(config=None, hostname_override=None, pleg_relist_period=None, kubeconfig=None)
         self.infra = LocalNode(UpOptions(args=args, settings=NodeSettings(root_dir=root), nats_port=free_port(),
                                          registry_port=free_port(), admin_port_base=None, push_images=True,
@@ -53,21 +57,33 @@ authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}
 authorization: {{mode: AlwaysAllow}}
 cgroupDriver: cgroupfs
 failSwapOn: false
-port: {free_port()}
+port: {self.port}
 healthzPort: {free_port()}
 readOnlyPort: 0
+staticPodPath: "{self.static_dir or ''}"
+fileCheckFrequency: 20s
 kubeAPIQPS: 50
 kubeAPIBurst: 100
 serializeImagePulls: false
 """)
         log = open(self.root / "kubelet.log", "w")
         self.proc = subprocess.Popen(
-            [str(KUBE_BIN / "kubelet"), f"--kubeconfig={self.cp.kubeconfig_for_node(NAME)}", f"--config={config}",
+            [str(KUBE_BIN / "kubelet"),
+             *([f"--kubeconfig={self.cp.kubeconfig_for_node(NAME)}"] if self.cp else []), f"--config={config}",
              "--container-runtime=remote", f"--container-runtime-endpoint={self.endpoint}",
              f"--root-dir={self.root / 'kubelet'}", f"--hostname-override={NAME}",
              f"--pod-infra-container-image={self.infra.sandbox_image}"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def api(self) -> str:
+        """The kubelet's own HTTPS API (anonymous, AlwaysAllow here): /pods, /metrics."""
+        return f"https://127.0.0.1:{self.port}"
 
     async def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

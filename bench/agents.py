@@ -1,0 +1,135 @@
+"""The two node agents the benchmarks compare, behind one small interface: start and stop them,
+say which processes are theirs (for CPU and memory), where their metrics are, and which of their
+static pods are Running (the standalone workloads)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+from sqlalchemy import select
+
+from bench.real_kubelet import NAME as KUBELET_NODE
+from bench.real_kubelet import RealKubelet
+from shared.store import PodStatusRecord, Store
+from tests.cluster.harness import ControlPlane
+from tests.integration.conftest import NODE_NAME, SERVICES, launch_node, stop_node
+
+BUSYBOX = "busybox"
+
+
+class Pykubelet:
+    name = "pykubelet"
+    node_name = NODE_NAME
+    sandbox_labels = {"pykubelet.io/managed": "true"}
+
+    def __init__(self, root: Path, cp: ControlPlane | None) -> None:
+        self.root = root
+        self.cp = cp
+        self.node = None
+        self._store: Store | None = None
+
+    async def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        argv = ["--kubeconfig", str(self.cp.node_kubeconfig)] if self.cp else []
+        self.node = await asyncio.to_thread(launch_node, self.root, argv)
+
+    async def stop(self) -> None:
+        if self._store is not None:
+            self._store.close()
+        if self.node is not None:
+            await asyncio.to_thread(stop_node, self.node)
+            self.node = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"unix://{self.node.root}/containerd/containerd.sock"
+
+    @property
+    def static_dir(self) -> Path:
+        return self.node.manifests
+
+    def image(self, name: str) -> str:
+        return self.node.image(name)
+
+    def pids(self) -> dict[str, int]:
+        return {name: self.node.service_pid(name) for name in [*SERVICES, "nats"]}
+
+    def metrics_urls(self) -> dict[str, str]:
+        return {name: self.node.admin(name) + "/metrics" for name in SERVICES}
+
+    def running_static(self) -> set[str]:
+        """Static pods `pykubelet status` shows Running (it reads the same store rows)."""
+        if self._store is None:
+            self._store = Store(self.node.root / "state.db", writer=None)
+        with self._store.session() as s:
+            rows = s.execute(select(PodStatusRecord.name, PodStatusRecord.phase)).all()
+        return {name.removesuffix(f"-{NODE_NAME}") for name, phase in rows if phase == "Running"}
+
+    def static_pods_left(self) -> int:
+        with self._store.session() as s:
+            return len(s.execute(select(PodStatusRecord.uid)).all())
+
+
+class Kubelet:
+    name = "kubelet"
+    node_name = KUBELET_NODE
+    sandbox_labels: dict[str, str] = {}
+
+    def __init__(self, root: Path, cp: ControlPlane | None) -> None:
+        self.root = root
+        self.manifests = root / "manifests"
+        self.real = RealKubelet(root, cp, self.manifests if cp is None else None)
+        self._http = httpx.Client(verify=False, timeout=5)
+
+    async def start(self) -> None:
+        self.manifests.mkdir(parents=True, exist_ok=True)
+        await self.real.start()
+        deadline = asyncio.get_running_loop().time() + 120
+        while True:  # its API answers once it is up
+            try:
+                if self._http.get(self.real.api + "/healthz").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"the kubelet did not come up; see {self.root / 'kubelet.log'}")
+            await asyncio.sleep(0.5)
+
+    async def stop(self) -> None:
+        self._http.close()
+        await self.real.stop()
+
+    @property
+    def endpoint(self) -> str:
+        return self.real.endpoint
+
+    @property
+    def static_dir(self) -> Path:
+        return self.manifests
+
+    def image(self, name: str) -> str:
+        return self.real.image(name)
+
+    def pids(self) -> dict[str, int]:
+        return {"kubelet": self.real.pid}
+
+    def metrics_urls(self) -> dict[str, str]:
+        # The kubelet keeps its prober counters on a separate endpoint.
+        return {"kubelet": self.real.api + "/metrics", "kubelet-probes": self.real.api + "/metrics/probes"}
+
+    def _pods(self) -> list[dict]:
+        return self._http.get(self.real.api + "/pods").json().get("items") or []
+
+    def running_static(self) -> set[str]:
+        """Static pods the kubelet's own /pods reports Running."""
+        return {p["metadata"]["name"].removesuffix(f"-{KUBELET_NODE}") for p in self._pods()
+                if p.get("status", {}).get("phase") == "Running"}
+
+    def static_pods_left(self) -> int:
+        return len(self._pods())
+
+
+def get_text(url: str) -> str:
+    return httpx.get(url, timeout=10, verify=False).text
