@@ -21,6 +21,13 @@ DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
+def dns_label(v: str) -> str:
+    """Container and volume names: RFC 1123 labels, as the API server requires."""
+    if len(v) > 63 or not DNS1123_LABEL.match(v):
+        raise ValueError(f"{v!r} must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)")
+    return v
+
+
 class ManifestInvalid(ValueError):
     """A manifest that cannot become a pod; the message names the field."""
 
@@ -210,9 +217,7 @@ class Volume(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if len(v) > 63 or not DNS1123_LABEL.match(v):
-            raise ValueError(f"{v!r} must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)")
-        return v
+        return dns_label(v)
 
     @model_validator(mode="before")
     @classmethod
@@ -260,9 +265,7 @@ class Container(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if len(v) > 63 or not DNS1123_LABEL.match(v):
-            raise ValueError(f"{v!r} must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)")
-        return v
+        return dns_label(v)
 
     @field_validator("image")
     @classmethod
