@@ -23,7 +23,7 @@ system-deps:
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || { echo "deps: creating $(VENV)"; python3 -m venv $(VENV); }
 	@echo "deps: installing Python packages into $(VENV)"
-	@$(PY) -m pip install --disable-pip-version-check -q -e '.[test,build]'
+	@$(PY) -m pip install --disable-pip-version-check -q -e '.[test,build,bench]'
 	@touch $@
 
 # CSI and plugin-registration gRPC stubs, generated from protos/ (not committed). The virtual
@@ -60,6 +60,10 @@ test-unit: deps ## Run only the unit tests (fakes, no root needed)
 .PHONY: bench
 bench: deps kube ## Benchmarks: pod startup vs the raw CRI floor, probe load (prints a table, saves bench/results/)
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+.PHONY: profile
+profile: deps ## Where pykubelet's CPU goes: py-spy on every service of a node running 100 pods (PROFILE_ARGS)
+	$(PY) -m bench.profile $(PROFILE_ARGS)
 
 .PHONY: kube
 kube: ## Build and cache kube-apiserver/kubectl/kubelet 1.20 from Debian's source package (cluster tests)

@@ -236,7 +236,7 @@ async def probe_load(agent, api, targets: Targets, seconds: float, progress) -> 
             "probes_per_second": round((ok1 - ok0 + failed1 - failed0) / (t1 - t0), 1),
             "cpu_cores": cost["cpu_cores"], "pss_mib": cost["pss_mib"],
             "spurious_failures": int(failed1 - failed0), "time_wait_sockets": tw,
-            "delete_all_seconds": round(deletion, 2)}
+            "delete_all_seconds": round(deletion, 2), "per_process": cost["per_process"]}
 
 
 async def run_agent(agent, api, steady_seconds: float, probe_seconds: float, targets: Targets, progress,

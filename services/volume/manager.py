@@ -34,6 +34,7 @@ from shared.bus import Bus, VolumesChanged
 from shared.cri import labels as L
 from shared.events import Recorder
 from shared.podspec import VOLUME_SOURCES, Pod, PodCache, Volume
+from shared.quantity import to_bytes
 from shared.store import DesiredPod, PodVolume, Store
 from shared.store.models import utcnow
 
@@ -183,8 +184,10 @@ class VolumeManager:
             try:
                 path = await self._setup_volume(pod, volume, objects)
                 subpaths = _prepare_subpaths(pod, volume.name, path)
+                limit = volume.source.get("sizeLimit") if volume.kind == "emptyDir" else None
                 results.append(PodVolume(pod_uid=pod.uid, name=volume.name, plugin=plugin, host_path=str(path),
-                                         ready=True, subpaths=subpaths))
+                                         ready=True, subpaths=subpaths,
+                                         size_limit_bytes=to_bytes(limit) if limit else 0))
             except AttachPending as exc:
                 results.append(self._failure(pod, volume, plugin, "FailedAttachVolume", str(exc)))
             except _VOLUME_ERRORS as exc:
@@ -241,6 +244,7 @@ class VolumeManager:
                 if old is not None and (old.ready, old.host_path, old.message, old.subpaths, old.reason) == \
                         (new.ready, new.host_path, new.message, new.subpaths, new.reason):
                     continue
+                new.used_bytes = old.used_bytes if old is not None else 0
                 new.updated_at = utcnow()
                 s.merge(new)
                 changed = True
@@ -303,7 +307,23 @@ class VolumeManager:
     # -- usage -----------------------------------------------------------------------------------
 
     async def collect_stats(self) -> None:
-        """kubelet_volume_stats_* for published CSI PVC volumes."""
+        """What emptyDirs hold (for eviction) and kubelet_volume_stats_* for CSI PVC volumes."""
+        await self._measure_empty_dirs()
+        await self._csi_stats()
+
+    async def _measure_empty_dirs(self) -> None:
+        with self.store.session() as s:
+            rows = [(r.pod_uid, r.name, r.host_path, r.used_bytes) for r in s.scalars(
+                select(PodVolume).where(PodVolume.plugin == PLUGINS["emptyDir"], PodVolume.ready.is_(True)))]
+        for uid, name, path, before in rows:
+            used = await asyncio.to_thread(disk_usage, Path(path))
+            if used != before:
+                with self.store.session() as s:
+                    row = s.get(PodVolume, (uid, name))
+                    if row is not None:
+                        row.used_bytes = used
+
+    async def _csi_stats(self) -> None:
         for vol_data in self.layout.pods.glob(f"*/volumes/{plugin_dir_name(CSI_PLUGIN)}/*/vol_data.json"):
             try:
                 found = await self.csi.volume_stats(vol_data.parent)
@@ -315,6 +335,31 @@ class VolumeManager:
             if found is not None:
                 data, stats = found
                 M.set_volume_stats(data.claimNamespace, data.claimName, stats)
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes a directory tree occupies (allocated blocks, like du), not following symlinks or
+    crossing into other mounts; a tmpfs emptyDir counts what its tmpfs holds."""
+    total = 0
+    try:
+        root_dev = path.stat().st_dev
+    except OSError:
+        return 0
+    stack = [str(path)]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += st.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False) and st.st_dev == root_dev:
+                stack.append(entry.path)
+    return total
 
 
 def _statvfs_stats(vol_dir: Path):

@@ -87,7 +87,7 @@ def test_local_volumes_as_containers_see_them(pods, tmp_path):
                             {"name": "ro", "mountPath": "/ro", "readOnly": True},
                             {"name": "info", "mountPath": "/etc/podinfo"}]}],
         "volumes": [
-            {"name": "shared", "emptyDir": {}},
+            {"name": "shared", "emptyDir": {"sizeLimit": "10Mi"}},
             {"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
             {"name": "host-dir", "hostPath": {"path": str(host_dir), "type": "DirectoryOrCreate"}},
             {"name": "host-file", "hostPath": {"path": str(host_file), "type": "FileOrCreate"}},
@@ -135,6 +135,15 @@ def test_local_volumes_as_containers_see_them(pods, tmp_path):
             if v["podUID"] == uid}
     assert vols["cache"]["hostPath"] == str(pods.root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "cache")
     assert vols["cache"]["plugin"] == "kubernetes.io/empty-dir" and all(v["ready"] for v in vols.values())
+    # What an emptyDir holds is measured for eviction (every volumeStatsAggPeriod, 2s here).
+    run("dd if=/dev/zero of=/shared/blob bs=1024 count=2048 2>/dev/null")
+
+    def shared_usage():
+        v = next(v for v in httpx.get(pods.admin("volume") + "/volumes", timeout=5).json()
+                 if v["podUID"] == uid and v["name"] == "shared")
+        return v if v["usedBytes"] >= 2 * 2**20 else None
+    shared = wait_for(shared_usage, 20, "the emptyDir's usage to include the 2 MiB written")
+    assert shared["sizeLimitBytes"] == 10 * 2**20 and shared["usedBytes"] < 3 * 2**20
     metrics = httpx.get(pods.admin("volume") + "/metrics", timeout=5).text
     assert 'storage_operation_duration_seconds_count{operation_name="volume_mount",status="success",' \
            'volume_plugin="kubernetes.io/empty-dir"}' in metrics

@@ -242,3 +242,14 @@ def test_registration_accepts_only_csi_v1_plugins():
                                                                              supported_versions=["v1beta1"]))
     assert "no supported CSI version" in PluginRegistry._check(registration.PluginInfo(
         type="CSIPlugin", name="d", supported_versions=["0.3.0"]))
+
+
+def test_disk_usage_counts_blocks_and_skips_symlinks(tmp_path):
+    from services.volume.manager import disk_usage
+    (tmp_path / "a").write_bytes(b"x" * 100_000)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "b").write_bytes(b"y" * 50_000)
+    os.symlink("/usr", tmp_path / "link")
+    used = disk_usage(tmp_path)
+    assert 150_000 <= used < 200_000, used
+    assert disk_usage(tmp_path / "missing") == 0
