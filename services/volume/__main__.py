@@ -31,22 +31,25 @@ async def setup(ctx: ServiceContext) -> None:
     k = ctx.settings.kubelet
     layout = Layout(ctx.settings.root_dir)
     cri = CRIClient(k.container_runtime_endpoint, timeout=30.0)
-    manager_ref: list[VolumeManager] = []
-    registry = PluginRegistry(layout.registry, on_change=lambda driver: manager_ref[0].wake(None))
+    registry = PluginRegistry(layout.registry)
     objects = STANDALONE_OBJECTS
+    api_objects = None
     if ctx.settings.cluster_mode:
         # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
         from services.volume.api_objects import ApiObjects
         from shared.kube import api_client
 
         api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
-        objects = ApiObjects(api, on_change=lambda kind, ns, name: manager_ref[0].wake_for_object(kind, ns, name))
-        ctx.on_shutdown(objects.close)
+        objects = api_objects = ApiObjects(api)
+        ctx.on_shutdown(api_objects.close)
         ctx.on_shutdown(api.close)
     node = NodeAllocatable(cpu_capacity_millicores(), memory_capacity_bytes())
     manager = VolumeManager(ctx.store, ctx.bus, layout, CSIVolumes(layout, registry, objects, ctx.settings.node_name),
                             objects, node, cri, BusRecorder(ctx.bus), RESYNC_PERIOD)
-    manager_ref.append(manager)
+    # A newly registered driver may unblock volumes; a changed configMap/secret updates its pods.
+    registry.on_change = lambda driver: manager.wake(None)
+    if api_objects is not None:
+        api_objects.on_change = manager.wake_for_object
 
     async def on_desired(event: DesiredPodsChanged) -> None:
         manager.wake(event.uids)

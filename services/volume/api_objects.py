@@ -44,7 +44,7 @@ def token_needs_refresh(tok: _Token, now: float) -> bool:
 
 
 class ApiObjects:
-    def __init__(self, api: client.ApiClient, on_change: Callable[[str, str, str], None]) -> None:
+    def __init__(self, api: client.ApiClient, on_change: Callable[[str, str, str], None] | None = None) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.storage = client.StorageV1Api(api)
@@ -88,7 +88,7 @@ class ApiObjects:
                         value = None if event["type"] == "DELETED" else raw
                         if event["type"] in ("ADDED", "MODIFIED", "DELETED") and self._cache.get(key) != value:
                             self._cache[key] = value
-                            self.on_change(kind, namespace, name)
+                            self._changed(kind, namespace, name)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # watch broke: re-read (it may have changed meanwhile), watch again
@@ -98,9 +98,13 @@ class ApiObjects:
                     value = await self._get(kind, namespace, name)
                     if self._cache.get(key) != value:
                         self._cache[key] = value
-                        self.on_change(kind, namespace, name)
+                        self._changed(kind, namespace, name)
                 except ObjectUnavailable as exc2:
                     log.warning("re-reading %s %s/%s failed: %s", kind, namespace, name, exc2)
+
+    def _changed(self, kind: str, namespace: str, name: str) -> None:
+        if self.on_change is not None:
+            self.on_change(kind, namespace, name)
 
     async def config_map(self, namespace: str, name: str) -> dict | None:
         return await self._watched("configmap", namespace, name)
