@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -64,6 +66,8 @@ staticPodPath: "{self.static_dir or ''}"
 fileCheckFrequency: 20s
 kubeAPIQPS: 50
 kubeAPIBurst: 100
+# No KUBE-* iptables chains on this host: the benchmark must leave it as it found it.
+makeIPTablesUtilChains: false
 serializeImagePulls: false
 """)
         log = open(self.root / "kubelet.log", "w")
@@ -91,7 +95,40 @@ serializeImagePulls: false
             await asyncio.to_thread(self.proc.wait, 30)
         # The kubelet's pods carry no pykubelet label: remove every sandbox of this containerd.
         await remove_all_pods(self.endpoint, grace=1, labels={})
+        remove_stale_masquerade_rules()
         remove_bridge(BRIDGE)
         await self.infra.down()
         for mount in sorted((l.split()[1] for l in open("/proc/mounts") if str(self.root) in l), reverse=True):
             subprocess.run(["umount", "-l", mount], capture_output=True)
+
+
+def remove_stale_masquerade_rules(network: str = "pykubelet") -> int:
+    """The bridge plugin's per-sandbox NAT rules (POSTROUTING -> CNI-<hash> chain) of `network`.
+
+    A kubelet 1.20 that SIGKILLs a removed static pod's processes through its cgroup leaves
+    sandboxes whose network teardown never removes these (sometimes only the POSTROUTING jump goes,
+    leaving the chain). Once this containerd has no sandbox left, every such rule and chain is
+    stale. Returns how many chains were removed."""
+    def nat(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["iptables", "-t", "nat", *args], capture_output=True, text=True, timeout=30)
+
+    marker = f'name: \\"{network}\\"'
+    for line in nat("-S").stdout.splitlines():
+        if line.startswith("-A POSTROUTING") and marker in line and " -j CNI-" in line:
+            nat("-D", *shlex.split(line)[1:])
+    lines = nat("-S").stdout.splitlines()
+    per_sandbox = {line.split()[1] for line in lines if re.fullmatch(r"-N CNI-[0-9a-f]{24}", line)}
+    rules: dict[str, list[str]] = {c: [] for c in per_sandbox}
+    referenced = set()
+    for line in lines:
+        if line.startswith("-A "):
+            chain = line.split()[1]
+            if chain in rules:
+                rules[chain].append(line)
+            if " -j CNI-" in line:
+                referenced.add(line.rsplit(" -j ", 1)[1].split()[0])
+    stale = [c for c, r in rules.items() if c not in referenced and all(marker in x for x in r)]
+    for chain in stale:
+        nat("-F", chain)
+        nat("-X", chain)
+    return len(stale)
