@@ -41,3 +41,6 @@ class FakeObjectSource:
 
     def forget_pod(self, uid: str) -> None:
         return None
+
+    def stop_unused_watches(self, referenced: set[tuple[str, str, str]]) -> None:
+        return None

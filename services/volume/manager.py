@@ -162,7 +162,7 @@ class VolumeManager:
         touched = [uid for uid, c in zip(sorted(candidates), changed) if c]
         if touched:
             await self.bus.publish(VolumesChanged(uids=touched))
-        if uids is None and hasattr(self.objects, "stop_unused_watches"):
+        if uids is None:
             refs: set[tuple[str, str, str]] = set()
             for uid, row in active.items():
                 refs |= referenced_objects(self._pods.get(uid, row.manifest))

@@ -35,6 +35,9 @@ class ObjectSource(Protocol):
     def forget_pod(self, uid: str) -> None:
         """The pod is gone: drop what was kept for it (watches, tokens)."""
 
+    def stop_unused_watches(self, referenced: set[tuple[str, str, str]]) -> None:
+        """Stop watching (kind, namespace, name) objects no pod's volumes refer to any more."""
+
 
 class NoApiObjects:
     """No API objects for these pods: standalone mode (no API server), or static pods, which the
@@ -69,6 +72,9 @@ class NoApiObjects:
 
     def forget_pod(self, uid: str) -> None:
         return None
+
+    def stop_unused_watches(self, referenced: set[tuple[str, str, str]]) -> None:
+        return None  # nothing is watched
 
 
 # What static pods (from the manifest directory) may read, in either mode.
