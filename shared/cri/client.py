@@ -15,6 +15,10 @@ from shared.cri.metrics import RUNTIME_OPERATION_DURATION, RUNTIME_OPERATION_ERR
 PULL_TIMEOUT = 30 * 60.0
 # StopContainer waits the grace period inside the runtime; give the RPC that plus this margin.
 STOP_MARGIN = 30.0
+# Stats back user-facing reads (stats/summary, metrics-server scrapes): fail fast, not in 2 min.
+STATS_TIMEOUT = 10.0
+# Exec/Attach/PortForward only hand out a URL; the stream itself has no RPC deadline.
+STREAM_URL_TIMEOUT = 10.0
 
 
 class CRIError(RuntimeError):
@@ -138,6 +142,33 @@ class CRIClient:
         await self._call("reopen_container_log", self._runtime.ReopenContainerLog,
                          cri.ReopenContainerLogRequest(container_id=container_id))
 
+    async def list_container_stats(self, sandbox_id: str | None = None) -> list[cri.ContainerStats]:
+        flt = cri.ContainerStatsFilter(pod_sandbox_id=sandbox_id or "")
+        resp = await self._call("list_container_stats", self._runtime.ListContainerStats,
+                                cri.ListContainerStatsRequest(filter=flt), timeout=STATS_TIMEOUT)
+        return list(resp.stats)
+
+    async def list_pod_sandbox_stats(self) -> list[cri.PodSandboxStats]:
+        resp = await self._call("list_podsandbox_stats", self._runtime.ListPodSandboxStats,
+                                cri.ListPodSandboxStatsRequest(), timeout=STATS_TIMEOUT)
+        return list(resp.stats)
+
+    # Streaming: the runtime answers with a one-time URL on its streaming server.
+
+    async def exec(self, request: cri.ExecRequest) -> str:
+        resp = await self._call("exec", self._runtime.Exec, request, timeout=STREAM_URL_TIMEOUT)
+        return resp.url
+
+    async def attach(self, request: cri.AttachRequest) -> str:
+        resp = await self._call("attach", self._runtime.Attach, request, timeout=STREAM_URL_TIMEOUT)
+        return resp.url
+
+    async def port_forward(self, sandbox_id: str, ports: list[int]) -> str:
+        resp = await self._call("port_forward", self._runtime.PortForward,
+                                cri.PortForwardRequest(pod_sandbox_id=sandbox_id, port=ports),
+                                timeout=STREAM_URL_TIMEOUT)
+        return resp.url
+
     # ImageService
 
     async def image_status(self, image: str) -> cri.Image | None:
@@ -155,3 +186,7 @@ class CRIClient:
     async def list_images(self) -> list[cri.Image]:
         resp = await self._call("list_images", self._images.ListImages, cri.ListImagesRequest())
         return list(resp.images)
+
+    async def image_fs_info(self) -> cri.ImageFsInfoResponse:
+        return await self._call("image_fs_info", self._images.ImageFsInfo, cri.ImageFsInfoRequest(),
+                                timeout=STATS_TIMEOUT)

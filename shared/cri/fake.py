@@ -38,6 +38,11 @@ class FakeRuntime:
         self.network_ready = True
         # cmd tuple -> (exit code, stdout) for exec_sync; unknown commands succeed silently
         self.exec_results: dict[tuple[str, ...], tuple[int, bytes]] = {}
+        # container id -> ContainerStats a test wants list_container_stats to report
+        self.container_stats: dict[str, cri.ContainerStats] = {}
+        self.sandbox_stats: dict[str, cri.PodSandboxStats] = {}
+        self.image_fs = cri.ImageFsInfoResponse()
+        self.streaming_url = "http://127.0.0.1:1"
         self._ids = itertools.count(1)
         self._ips = itertools.count(2)
 
@@ -184,6 +189,32 @@ class FakeRuntime:
         self._record("reopen_container_log", container_id)
         self._container("reopen_container_log", container_id)
 
+    async def list_container_stats(self, sandbox_id: str | None = None) -> list[cri.ContainerStats]:
+        self._record("list_container_stats", sandbox_id or "")
+        return [st for cid, st in self.container_stats.items()
+                if not sandbox_id or self.container_sandbox.get(cid) == sandbox_id]
+
+    async def list_pod_sandbox_stats(self) -> list[cri.PodSandboxStats]:
+        self._record("list_podsandbox_stats")
+        return list(self.sandbox_stats.values())
+
+    async def exec(self, request: cri.ExecRequest) -> str:
+        self._record("exec", " ".join(request.cmd))
+        st = self._container("exec", request.container_id)
+        if st.state != cri.CONTAINER_RUNNING:
+            raise CRIError("exec", grpc.StatusCode.UNKNOWN, "container is not running")
+        return f"{self.streaming_url}/exec/{request.container_id}"
+
+    async def attach(self, request: cri.AttachRequest) -> str:
+        self._record("attach", request.container_id)
+        self._container("attach", request.container_id)
+        return f"{self.streaming_url}/attach/{request.container_id}"
+
+    async def port_forward(self, sandbox_id: str, ports: list[int]) -> str:
+        self._record("port_forward", sandbox_id)
+        self._sandbox("port_forward", sandbox_id)
+        return f"{self.streaming_url}/portforward/{sandbox_id}"
+
     # ImageService
 
     async def image_status(self, image: str) -> cri.Image | None:
@@ -200,3 +231,7 @@ class FakeRuntime:
     async def list_images(self) -> list[cri.Image]:
         self._record("list_images")
         return [cri.Image(id=ref, repo_tags=[tag]) for tag, ref in self.images.items()]
+
+    async def image_fs_info(self) -> cri.ImageFsInfoResponse:
+        self._record("image_fs_info")
+        return self.image_fs
