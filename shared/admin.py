@@ -11,6 +11,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 # A check returns (ok, message); readiness is the conjunction of all checks.
 Check = Callable[[], tuple[bool, str]]
 
+# The services in start order: network first so pods find the network ready, node-api last.
+SERVICES = ["network", "pod-sync", "status-reporter", "probe", "volume", "eviction", "node-api"]
+
 # Default loopback admin ports, one per service (overridable with --admin-port).
 ADMIN_PORTS = {
     "pod-sync": 10260,
@@ -21,6 +24,12 @@ ADMIN_PORTS = {
     "status-reporter": 10265,
     "node-api": 10266,
 }
+
+
+def admin_port(service: str, base: int = 0) -> int:
+    """A service's loopback admin port: its default, or base + its place in SERVICES when a node
+    runs with --admin-port-base (so every service can find every other one)."""
+    return base + SERVICES.index(service) if base else ADMIN_PORTS[service]
 
 
 def create_admin_app(service: str, checks: dict[str, Check]) -> FastAPI:

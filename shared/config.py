@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from shared.durations import parse_duration
+from shared.server_config import ServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +29,9 @@ KIND = "KubeletConfiguration"
 
 # Every other top-level field of KubeletConfiguration v1beta1: valid in the file, not used yet.
 KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
-    """enableServer httpCheckFrequency staticPodURL staticPodURLHeader address port readOnlyPort
-    tlsCertFile tlsPrivateKeyFile tlsCipherSuites tlsMinVersion rotateCertificates
-    serverTLSBootstrap authentication authorization registryPullQPS registryBurst
-    enableDebuggingHandlers enableContentionProfiling healthzPort healthzBindAddress
-    oomScoreAdj streamingConnectionIdleTimeout imageMinimumGCAge imageMaximumGCAge
+    """httpCheckFrequency staticPodURL staticPodURLHeader rotateCertificates
+    registryPullQPS registryBurst enableContentionProfiling healthzPort healthzBindAddress
+    oomScoreAdj imageMinimumGCAge imageMaximumGCAge
     imageGCHighThresholdPercent imageGCLowThresholdPercent kubeletCgroups
     systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
     cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
@@ -82,7 +81,7 @@ def _to_seconds(v: Any) -> float:
     return seconds
 
 
-class KubeletConfiguration(BaseModel):
+class KubeletConfiguration(ServerConfig):
     """The implemented subset of KubeletConfiguration, with the kubelet's defaults."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
@@ -114,6 +113,18 @@ class KubeletConfiguration(BaseModel):
     crash_loop_back_off: CrashLoopBackOffConfig = Field(default_factory=CrashLoopBackOffConfig)
     # How often volume usage (kubelet_volume_stats_*) is measured.
     volume_stats_agg_period: float = 60.0
+    # Requesting the serving certificate from the API (a kubelet-serving CSR) is not built:
+    # refused rather than silently serving a self-signed certificate the user did not ask for.
+    server_tls_bootstrap: bool = Field(default=False, alias="serverTLSBootstrap")
+
+    @field_validator("server_tls_bootstrap")
+    @classmethod
+    def _bootstrap(cls, v: bool) -> bool:
+        if v:
+            raise ValueError("true is not supported by pykubelet: give tlsCertFile/tlsPrivateKeyFile "
+                             "(a certificate signed by your cluster CA), or leave both unset for a "
+                             "self-signed one generated in <root-dir>/pki")
+        return v
 
     @field_validator("api_version")
     @classmethod
@@ -216,6 +227,7 @@ class NodeSettings(BaseModel):
     nats_url: str = "nats://127.0.0.1:4222"
     node_name: str = Field(default_factory=lambda: socket.gethostname().lower())
     admin_port: int = 0  # 0: the service's default admin port
+    admin_port_base: int = 0  # set: every service's admin port is base + its place (shared.admin)
     pleg_relist_period: float = 1.0
     kubeconfig: Path | None = None  # cluster mode when set
 
@@ -289,6 +301,8 @@ def add_node_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--hostname-override", help="node name (default: this host's name)")
     g.add_argument("--kubeconfig", help="join the cluster this kubeconfig points at (cluster mode)")
     g.add_argument("--admin-port", type=int, help="loopback port of this service's admin app")
+    g.add_argument("--admin-port-base", type=int,
+                   help="admin ports of all services are this + their place in the start order")
     g.add_argument("--pod-manifest-path", help="static pod manifest directory (staticPodPath)")
     g.add_argument("--pod-cidr", help="pod CIDR for standalone mode (podCIDR)")
     g.add_argument("--cluster-dns", help="comma-separated DNS server IPs (clusterDNS)")
@@ -302,14 +316,21 @@ def add_node_flags(parser: argparse.ArgumentParser) -> None:
 
 
 # Path fields that, like the kubelet's, are relative to the config file's directory.
-PATH_FIELDS = ("staticPodPath", "podLogsDir")
+PATH_FIELDS = ("staticPodPath", "podLogsDir", "tlsCertFile", "tlsPrivateKeyFile",
+               "authentication.x509.clientCAFile")
 
 
 def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
     for name in PATH_FIELDS:
-        value = data.get(name)
+        *parents, leaf = name.split(".")
+        section: Any = data
+        for p in parents:
+            section = section.get(p) if isinstance(section, dict) else None
+        if not isinstance(section, dict):
+            continue
+        value = section.get(leaf)
         if isinstance(value, str) and value and not value.startswith("/"):
-            data[name] = str(base / value)
+            section[leaf] = str(base / value)
 
 
 def settings_from_args(args: argparse.Namespace) -> NodeSettings:
@@ -341,6 +362,8 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
         extra["node_name"] = args.hostname_override.lower()
     if getattr(args, "admin_port", None):
         extra["admin_port"] = args.admin_port
+    if getattr(args, "admin_port_base", None):
+        extra["admin_port_base"] = args.admin_port_base
     if getattr(args, "kubeconfig", None):
         path = Path(args.kubeconfig)
         if not path.is_file():

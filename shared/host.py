@@ -42,3 +42,32 @@ def node_ip() -> str:
         return addr[addr.index("inet") + 1].split("/")[0]
     except (ValueError, IndexError, OSError, subprocess.SubprocessError):
         return "127.0.0.1"
+
+
+def read_fact(path: str) -> str:
+    """A one-line host fact file (machine id, boot id, ...); empty when absent."""
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def machine_id() -> str:
+    return read_fact("/etc/machine-id")
+
+
+def boot_id() -> str:
+    return read_fact("/proc/sys/kernel/random/boot_id")
+
+
+def system_uuid() -> str:
+    """DMI product UUID (lower case, as the kubelet reports it); empty on machines without DMI."""
+    return read_fact("/sys/class/dmi/id/product_uuid").lower()
+
+
+def boot_time(stat_file: str = "/proc/stat") -> float:
+    """When this host booted, in seconds since the epoch (btime in /proc/stat)."""
+    for line in Path(stat_file).read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    raise RuntimeError(f"no btime in {stat_file}")

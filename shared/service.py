@@ -13,7 +13,7 @@ from typing import Awaitable, Callable, Coroutine
 import uvicorn
 from fastapi import FastAPI
 
-from shared.admin import ADMIN_PORTS, Check, create_admin_app
+from shared.admin import Check, admin_port, create_admin_app
 from shared.bus import Bus
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
 from shared.store import Store
@@ -104,7 +104,7 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     ctx = ServiceContext(name=name, settings=settings, store=store, bus=bus, app=app,
                          checks=checks, stopping=stopping)
     await setup(ctx)
-    port = settings.admin_port or ADMIN_PORTS[name]
+    port = settings.admin_port or admin_port(name, settings.admin_port_base)
     admin = asyncio.create_task(_serve_admin(ctx, port), name=f"{name}:admin")
     log.info("%s running (admin http://127.0.0.1:%d, store %s, bus %s)", name, port,
              settings.store_path, settings.nats_url)
@@ -142,6 +142,9 @@ def service_main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
         return 2
     try:
         return asyncio.run(run_service(name, settings, setup))
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
     except ConnectionError as exc:
         log.error("%s", exc)
         return 1

@@ -26,8 +26,6 @@ def up(argv: list[str]) -> int:
                    help="run a local image registry on 127.0.0.1:PORT (5000); 0 for none")
     g.add_argument("--push-demo-images", action="store_true",
                    help="build the busybox-based demo/pause images and push them to the local registry")
-    g.add_argument("--admin-port-base", type=int, default=None,
-                   help="give services consecutive admin ports from here (default: 10260..10266)")
     g.add_argument("--keep-pods", action="store_true", help="leave pods running when the node stops")
     g.add_argument("--wait-pods", type=float, default=120.0,
                    help="seconds to wait for pods to start before printing the summary (120)")

@@ -1,4 +1,5 @@
-"""node-api service entry point: the kubelet's read-only views (HTTPS on 10250 comes later)."""
+"""node-api service entry point: the kubelet API (HTTPS on `port`, the read-only port when set)
+plus the loopback admin views."""
 
 from __future__ import annotations
 
@@ -6,13 +7,24 @@ import sys
 
 from fastapi import APIRouter
 
+from services.node_api.kubelet_api import KubeletAPI
+from services.node_api.listeners import node_metrics_source, start_listeners
 from services.node_api.pods import pod_list
+from services.node_api.stats import StatsProvider
+from shared.cri import CRIClient
 from shared.service import ServiceContext, service_main
 
 NAME = "node-api"
 
 
 async def setup(ctx: ServiceContext) -> None:
+    k = ctx.settings.kubelet
+    runtime = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
+    ctx.on_shutdown(runtime.close)
+    stats = StatsProvider(runtime, runtime, ctx.store, ctx.settings)
+    kubelet = KubeletAPI(ctx.settings, ctx.store, runtime, stats, node_metrics_source(ctx))
+    await start_listeners(ctx, kubelet)
+
     views = APIRouter()
 
     @views.get("/pods")

@@ -43,7 +43,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     events = EventPoster(api, ctx.settings.node_name, k.event_record_qps, k.event_burst)
     agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,
                       k.node_lease_duration_seconds, k.node_status_update_frequency,
-                      k.node_status_report_frequency, events.node_event)
+                      k.node_status_report_frequency, events.node_event, kubelet_port=k.port)
     pods = ApiPodStatusWriter(api, ctx.store)
     mirrors = MirrorPods(api, ctx.store, ctx.settings.node_name, lambda: agent.node_uid)
 

@@ -30,7 +30,7 @@ def micro_time() -> str:
 class NodeAgent:
     def __init__(self, api: client.ApiClient, store: Store, name: str, root_dir: str, max_pods: int,
                  lease_seconds: int, status_every: float, report_every: float,
-                 node_event: Callable[[str, str, str], None]) -> None:
+                 node_event: Callable[[str, str, str], None], kubelet_port: int = 10250) -> None:
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
         self.store = store
@@ -41,6 +41,7 @@ class NodeAgent:
         self.status_every = status_every
         self.report_every = report_every
         self.node_event = node_event
+        self.kubelet_port = kubelet_port
         self.node_uid = ""
         self._last_reported: dict[str, Any] | None = None
         self._last_report_at = 0.0
@@ -70,7 +71,7 @@ class NodeAgent:
     def _status(self) -> dict[str, Any]:
         ready, why, version = self.health()
         self._conditions = conditions(ready, why, self._conditions)
-        return {**node_status_facts(self.name, self.root_dir, self.max_pods, version), "conditions": self._conditions}
+        return {**node_status_facts(self.name, self.root_dir, self.max_pods, version, self.kubelet_port), "conditions": self._conditions}
 
     # -- registration ---------------------------------------------------------------------------
 

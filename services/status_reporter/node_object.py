@@ -11,7 +11,6 @@ from shared.host import node_ip
 from shared.node_resources import node_capacity
 
 KUBELET_VERSION = "v1.20.2-pykubelet"
-KUBELET_PORT = 10250
 
 
 def now() -> str:
@@ -41,14 +40,15 @@ def node_labels(name: str) -> dict[str, str]:
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": _arch()}
 
 
-def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: str) -> dict[str, Any]:
+def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: str,
+                      kubelet_port: int) -> dict[str, Any]:
     """Everything in NodeStatus except conditions."""
     capacity, allocatable = node_capacity(root_dir, max_pods)
     return {
         "capacity": capacity,
         "allocatable": allocatable,
         "addresses": [{"type": "InternalIP", "address": node_ip()}, {"type": "Hostname", "address": name}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
             "machineID": _read("/etc/machine-id"),
             "systemUUID": _read("/sys/class/dmi/id/product_uuid").lower(),

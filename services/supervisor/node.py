@@ -24,7 +24,7 @@ from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.process import ManagedProcess
 from services.supervisor.teardown import remove_all_pods, remove_bridge
 from shared.mounts import unmount_all_under
-from shared.admin import ADMIN_PORTS
+from shared.admin import SERVICES, admin_port
 from shared.cni import BRIDGE, CNI_BIN_DIR, cni_conf_dir
 from shared.config import FLAG_FIELDS, NodeSettings
 from shared.host import kernel_refuses_negative_oom_score_adj
@@ -34,8 +34,6 @@ from shared.images.registry import push_image, wait_for_registry
 
 log = logging.getLogger("pykubelet.up")
 
-# Services in start order: network first so pods find the network ready, node-api last.
-SERVICES = ["network", "pod-sync", "status-reporter", "probe", "volume", "eviction", "node-api"]
 DEFAULT_POD_CIDR = "10.88.0.0/24"
 REQUIRED_TOOLS = {"containerd": "containerd", "runc": "runc", "nats-server": "nats-server"}
 
@@ -195,11 +193,13 @@ class LocalNode:
         finally:
             await cri.close()
 
-    def service_argv(self, service: str, port: int) -> list[str]:
+    def service_argv(self, service: str) -> list[str]:
         argv = [sys.executable, "-m", module_of(service), "--root-dir", str(self.root),
-                "--nats-url", self.nats_url, "--admin-port", str(port),
+                "--nats-url", self.nats_url,
                 "--container-runtime-endpoint", self.containerd.endpoint, "--pod-cidr", self.pod_cidr]
         a = self.opts.args
+        if self.opts.admin_port_base:
+            argv += ["--admin-port-base", str(self.opts.admin_port_base)]
         if a.config:
             argv += ["--config", str(Path(a.config).resolve())]
         if a.hostname_override:
@@ -218,16 +218,15 @@ class LocalNode:
         return argv
 
     async def start_services(self) -> None:
-        for i, service in enumerate(SERVICES):
-            base = self.opts.admin_port_base
-            port = base + i if base else ADMIN_PORTS[service]
+        for service in SERVICES:
+            port = admin_port(service, self.opts.admin_port_base or 0)
             self.admin_ports[service] = port
 
             async def ready(port: int = port) -> bool:
                 async with httpx.AsyncClient(timeout=1) as c:
                     return (await c.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
 
-            p = self._proc(service, self.service_argv(service, port), ready)
+            p = self._proc(service, self.service_argv(service), ready)
             await p.start(ready_timeout=60)
             log.info("%-15s running (pid %d, admin http://127.0.0.1:%d)", service, p.pid, port)
 

@@ -54,7 +54,8 @@ def cluster(tmp_path_factory):
         pytest.fail(f"cannot start the test control plane: {exc}")
     node = None
     try:
-        node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig)])
+        node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig)],
+                           extra_config=f"authentication:\n  x509:\n    clientCAFile: {cp.ca}\n")
         c = Cluster(cp, node)
         wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
         yield c

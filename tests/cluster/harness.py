@@ -52,6 +52,9 @@ class ControlPlane:
         sa_key = pki.service_account_key()
         self.admin = pki.issue("admin", "kubernetes-admin", ["system:masters"])
         self.node_cert = pki.issue("node", f"system:node:{self.node_name}", ["system:nodes"])
+        # How the API server authenticates to kubelets (kubeadm's apiserver-kubelet-client).
+        self.kubelet_client = pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                                        ["system:masters"])
         self.etcd_port, peer = free_port(), free_port()
         self.api_port = free_port()
         self.server = f"https://127.0.0.1:{self.api_port}"
@@ -71,6 +74,9 @@ class ControlPlane:
             # No controller-manager runs here to create service accounts.
             "--disable-admission-plugins=ServiceAccount",
             "--service-cluster-ip-range=10.96.0.0/24", "--allow-privileged=true",
+            f"--kubelet-client-certificate={self.kubelet_client.cert}",
+            f"--kubelet-client-key={self.kubelet_client.key}",
+            "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
             f"--cert-dir={self.root / 'apiserver-certs'}"]
         self.start_apiserver()
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
+from shared.admin import SERVICES
 from shared.cri import CRIClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,7 +106,6 @@ def wait_for_object(get: Callable[[], dict | None], predicate: Callable[[dict], 
         raise AssertionError(f"{exc}; now: {json.dumps(get(), indent=1)[:3000]}") from None
 
 
-SERVICES = ["network", "pod-sync", "status-reporter", "probe", "volume", "eviction", "node-api"]
 
 
 @dataclass
@@ -116,6 +116,7 @@ class Node:
     admin_base: int
     proc: subprocess.Popen
     log: Path
+    kubelet_port: int = 0  # the kubelet API (node-api), HTTPS
     written: list[Path] = field(default_factory=list)
 
     # the user's view
@@ -234,16 +235,19 @@ def _tail(path: Path, n: int = 60) -> str:
         return "(no log)"
 
 
-def launch_node(root: Path, extra_argv: list[str] | None = None) -> Node:
-    """Start a node with `pykubelet up` in root, wait until it is ready, return it."""
+def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: str = "") -> Node:
+    """Start a node with `pykubelet up` in root, wait until it is ready, return it.
+    extra_config: more KubeletConfiguration fields (YAML lines)."""
     require_node_prerequisites()
     manifests = root / "manifests"
     manifests.mkdir()
     registry_port, nats_port, admin_base = free_port(), free_port(), free_port_range(len(SERVICES))
+    kubelet_port = free_port()
     log = root / "up.log"
     config = root / "kubelet-config.yaml"
-    # Short back-off and small logs so restart and rotation behaviour shows within a test.
-    config.write_text(KUBELET_CONFIG)
+    # Short back-off and small logs so restart and rotation behaviour shows within a test; the
+    # kubelet API on a free port so a node on this machine keeps its 10250.
+    config.write_text(KUBELET_CONFIG + f"port: {kubelet_port}\n" + extra_config)
     argv = [*PYKUBELET, "up", "--config", str(config), "--root-dir", str(root),
             "--pod-manifest-path", str(manifests),
             "--pod-logs-dir", str(root / "pod-logs"), "--nats-port", str(nats_port),
@@ -254,7 +258,7 @@ def launch_node(root: Path, extra_argv: list[str] | None = None) -> Node:
             "--file-check-frequency", "5m", "--sync-frequency", "30s", *(extra_argv or [])]
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-    n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log)
+    n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log, kubelet_port=kubelet_port)
     deadline = time.monotonic() + START_TIMEOUT
     while not (root / "run" / "ready").exists():
         if proc.poll() is not None:

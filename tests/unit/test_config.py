@@ -57,8 +57,8 @@ def test_bad_values_name_the_field(field, value, needle):
 
 
 def test_known_but_unimplemented_fields_are_accepted_and_reported():
-    cfg, ignored = load_kubelet_config({"address": "0.0.0.0", "evictionHard": {"memory.available": "100Mi"}})
-    assert ignored == ["address", "evictionHard"]
+    cfg, ignored = load_kubelet_config({"registryPullQPS": 5, "evictionHard": {"memory.available": "100Mi"}})
+    assert ignored == ["evictionHard", "registryPullQPS"]
 
 
 def test_configurable_crash_loop_back_off():
@@ -93,3 +93,38 @@ def test_node_pod_cidr_wins_over_the_configured_one():
 
     assert choose_pod_cidr("10.1.0.0/24", "10.88.0.0/24") == "10.1.0.0/24"
     assert choose_pod_cidr("", "10.88.0.0/24") == "10.88.0.0/24"
+
+
+def test_kubelet_api_defaults_are_the_secure_ones():
+    cfg, _ = load_kubelet_config({})
+    assert (cfg.address, cfg.port, cfg.read_only_port) == ("0.0.0.0", 10250, 0)
+    assert cfg.authentication.anonymous.enabled is False
+    assert cfg.authentication.webhook.enabled is True and cfg.authentication.webhook.cache_ttl == 120
+    assert cfg.authorization.mode == "Webhook"
+    assert cfg.authorization.webhook.cache_authorized_ttl == 300
+    assert cfg.authorization.webhook.cache_unauthorized_ttl == 30
+
+
+@pytest.mark.parametrize("data,needle", [
+    ({"authorization": {"mode": "RBAC"}}, "authorization.mode"),
+    ({"authentication": {"x509": {"clientCAfile": "/ca"}}}, "authentication.x509.clientCAfile: unknown field"),
+    ({"port": 70000}, "port"),
+    ({"address": "any"}, "address: 'any' is not an IP address"),
+    ({"tlsMinVersion": "TLS1.2"}, "tlsMinVersion: must be one of"),
+    ({"tlsCipherSuites": ["TLS_RSA_WITH_RC4_128_SHA"]}, "tlsCipherSuites: unknown or insecure"),
+    ({"serverTLSBootstrap": True}, "serverTLSBootstrap: true is not supported"),
+    ({"authentication": {"webhook": {"cacheTTL": "soon"}}}, "authentication.webhook.cacheTTL"),
+])
+def test_kubelet_api_fields_are_validated(data, needle):
+    with pytest.raises(ConfigError) as exc:
+        load_kubelet_config(data)
+    assert needle in str(exc.value)
+
+
+def test_tls_and_ca_paths_are_relative_to_the_config_file(tmp_path):
+    f = tmp_path / "kubelet.yaml"
+    f.write_text("tlsCertFile: pki/k.crt\ntlsPrivateKeyFile: pki/k.key\n"
+                 "authentication:\n  x509:\n    clientCAFile: pki/ca.crt\n")
+    s = parse(["--config", str(f)])
+    assert s.kubelet.tls_cert_file == str(tmp_path / "pki/k.crt")
+    assert s.kubelet.authentication.x509.client_ca_file == str(tmp_path / "pki/ca.crt")

@@ -1,0 +1,197 @@
+"""Who is asking, and may they: the kubelet API's authentication and authorization.
+
+Authentication as the kubelet: an x509 client certificate that chained to clientCAFile (the
+TLS handshake checked it; CN is the user, O the groups), else a bearer token reviewed by the
+API server (TokenReview, cached for authentication.webhook.cacheTTL), else system:anonymous when
+anonymous access is enabled. Authorization maps the request to the attributes of a `nodes`
+subresource the way the kubelet does and asks the API server (SubjectAccessReview, cached), or
+allows everything in AlwaysAllow mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Generic, Hashable, Protocol, TypeVar
+
+from shared.server_config import Authentication, Authorization
+
+log = logging.getLogger(__name__)
+
+ANONYMOUS = "system:anonymous"
+UNAUTHENTICATED = "system:unauthenticated"
+AUTHENTICATED = "system:authenticated"
+CACHE_SIZE = 4096
+
+VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+         "DELETE": "delete"}
+# Path prefixes with their own subresource; everything else is nodes/proxy.
+SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"), ("/spec", "spec"))
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class Attributes:
+    verb: str
+    subresource: str
+    node: str
+    path: str
+
+    def describe(self, user: User) -> str:
+        # The kubelet's wording, so operators recognise the message.
+        return (f"Forbidden (user={user.name}, verb={self.verb}, resource=nodes, "
+                f"subresource={self.subresource})")
+
+
+class AuthError(Exception):
+    """401 (authentication failed or missing) or 403 (not allowed); message for the client."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ReviewAPI(Protocol):
+    """The two API server reviews the kubelet API delegates to."""
+
+    async def token_review(self, token: str) -> tuple[bool, User | None, str]: ...
+    async def access_review(self, user: User, attrs: Attributes) -> tuple[bool, str]: ...
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+@dataclass
+class TTLCache(Generic[K, V]):
+    size: int = CACHE_SIZE
+    _items: OrderedDict = field(default_factory=OrderedDict)
+
+    def get(self, key: K) -> V | None:
+        hit = self._items.get(key)
+        if hit is None:
+            return None
+        value, expires = hit
+        if time.monotonic() >= expires:
+            del self._items[key]
+            return None
+        return value
+
+    def put(self, key: K, value: V, ttl: float) -> None:
+        if ttl <= 0:
+            return
+        self._items[key] = (value, time.monotonic() + ttl)
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
+def user_from_peercert(peercert: dict[str, Any] | None) -> User | None:
+    """ssl's getpeercert() of a verified client certificate -> CN user with O groups."""
+    if not peercert:
+        return None
+    cn, orgs = "", []
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                cn = value
+            elif key == "organizationName":
+                orgs.append(value)
+    return User(cn, tuple(orgs)) if cn else None
+
+
+def request_attributes(method: str, path: str, node: str) -> Attributes:
+    sub = "proxy"
+    for prefix, name in SUBRESOURCES:
+        if path == prefix or path.startswith(prefix + "/"):
+            sub = name
+            break
+    return Attributes(VERBS.get(method.upper(), method.lower()), sub, node, path)
+
+
+class Authenticator:
+    def __init__(self, cfg: Authentication, reviews: ReviewAPI | None) -> None:
+        self.cfg = cfg
+        self.reviews = reviews if cfg.webhook.enabled else None
+        self._tokens: TTLCache[str, tuple[bool, User | None, str]] = TTLCache()
+
+    def describe(self) -> str:
+        methods = []
+        if self.cfg.x509.client_ca_file:
+            methods.append(f"x509 ({self.cfg.x509.client_ca_file})")
+        if self.cfg.webhook.enabled:
+            methods.append("webhook" if self.reviews else "webhook (unavailable: no API server in standalone mode)")
+        if self.cfg.anonymous.enabled:
+            methods.append("anonymous")
+        return ", ".join(methods) or "none: every request is refused"
+
+    async def authenticate(self, peercert: dict[str, Any] | None, authorization: str | None) -> User:
+        user = user_from_peercert(peercert)
+        if user is not None:
+            return User(user.name, (*user.groups, AUTHENTICATED))
+        if authorization:
+            scheme, _, token = authorization.partition(" ")
+            token = token.strip()
+            if scheme.lower() == "bearer" and token and self.reviews is not None:
+                return await self._review_token(token)
+            raise AuthError(401, "Unauthorized")
+        if self.cfg.anonymous.enabled:
+            return User(ANONYMOUS, (UNAUTHENTICATED,))
+        raise AuthError(401, "Unauthorized")
+
+    async def _review_token(self, token: str) -> User:
+        assert self.reviews is not None
+        key = hashlib.sha256(token.encode()).hexdigest()
+        result = self._tokens.get(key)
+        if result is None:
+            try:
+                result = await self.reviews.token_review(token)
+            except Exception as exc:  # an unreachable API server must not let anyone in
+                log.warning("TokenReview failed: %s", exc)
+                raise AuthError(401, "Unauthorized") from None
+            self._tokens.put(key, result, self.cfg.webhook.cache_ttl)
+        ok, user, error = result
+        if not ok or user is None:
+            raise AuthError(401, "Unauthorized")
+        return user
+
+
+class Authorizer:
+    def __init__(self, cfg: Authorization, reviews: ReviewAPI | None, node: str) -> None:
+        self.cfg = cfg
+        self.reviews = reviews
+        self.node = node
+        self._decisions: TTLCache[tuple, tuple[bool, str]] = TTLCache()
+
+    async def authorize(self, user: User, method: str, path: str) -> Attributes:
+        attrs = request_attributes(method, path, self.node)
+        if self.cfg.mode == "AlwaysAllow":
+            return attrs
+        if self.reviews is None:
+            raise AuthError(403, f"{attrs.describe(user)}: authorization mode Webhook needs an API "
+                                 f"server (set authorization.mode: AlwaysAllow in standalone mode)")
+        # The path is part of the attributes the kubelet sends, but not of the resource decision.
+        key = (user, attrs.verb, attrs.subresource)
+        decision = self._decisions.get(key)
+        if decision is None:
+            try:
+                decision = await self.reviews.access_review(user, attrs)
+            except Exception as exc:
+                log.warning("SubjectAccessReview failed: %s", exc)
+                raise AuthError(403, f"{attrs.describe(user)}: authorization check failed") from None
+            w = self.cfg.webhook
+            self._decisions.put(key, decision, w.cache_authorized_ttl if decision[0] else w.cache_unauthorized_ttl)
+        allowed, reason = decision
+        if not allowed:
+            raise AuthError(403, attrs.describe(user) + (f": {reason}" if reason else ""))
+        return attrs

@@ -1,0 +1,201 @@
+"""Node facts from /proc and statvfs that the stats endpoints report: filesystems, network
+interfaces, process limits. Small synchronous reads; nothing here walks a large tree."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# cAdvisor leaves these out of the node's interfaces (a pod's host-side veth is the pod's).
+IGNORED_INTERFACE_PREFIXES = ("lo", "veth", "docker")
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+@dataclass(frozen=True)
+class FsInfo:
+    time: float
+    capacity: int
+    available: int
+    used: int
+    inodes: int
+    inodes_free: int
+
+    @property
+    def inodes_used(self) -> int:
+        return self.inodes - self.inodes_free
+
+
+def statfs(path: str | Path) -> FsInfo | None:
+    """The filesystem holding path; None if it cannot be read."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return FsInfo(time=time.time(), capacity=st.f_blocks * st.f_frsize, available=st.f_bavail * st.f_frsize,
+                  used=(st.f_blocks - st.f_bfree) * st.f_frsize, inodes=st.f_files, inodes_free=st.f_ffree)
+
+
+def statfs_nearest(path: str | Path) -> FsInfo | None:
+    """statfs of path, or of its nearest existing parent (a log dir not made yet)."""
+    p = Path(path)
+    for candidate in (p, *p.parents):
+        if candidate.exists():
+            return statfs(candidate)
+    return None
+
+
+@dataclass(frozen=True)
+class TreeUsage:
+    bytes: int
+    inodes: int
+    complete: bool  # False: the walk stopped at its entry limit
+
+
+def tree_usage(path: str | Path, max_entries: int = 10_000) -> TreeUsage | None:
+    """What a directory tree occupies, like du (allocated blocks) and find | wc -l (inodes,
+    the directory itself included), without following symlinks or leaving the filesystem.
+    Bounded: at most max_entries entries are looked at."""
+    try:
+        top = os.lstat(path)
+    except OSError:
+        return None
+    total, inodes, seen = top.st_blocks * 512, 1, 0
+    stack = [str(path)] if os.path.isdir(path) and not os.path.islink(path) else []
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > max_entries:
+                return TreeUsage(total, inodes, False)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += st.st_blocks * 512
+            inodes += 1
+            if entry.is_dir(follow_symlinks=False) and st.st_dev == top.st_dev:
+                stack.append(entry.path)
+    return TreeUsage(total, inodes, True)
+
+
+@dataclass(frozen=True)
+class InterfaceCounters:
+    name: str
+    rx_bytes: int
+    rx_packets: int
+    rx_errors: int
+    tx_bytes: int
+    tx_packets: int
+    tx_errors: int
+
+
+def read_net_dev(path: str | Path = "/proc/net/dev") -> list[InterfaceCounters]:
+    out = []
+    try:
+        lines = Path(path).read_text().splitlines()[2:]
+    except OSError:
+        return out
+    for line in lines:
+        name, sep, rest = line.partition(":")
+        fields = rest.split()
+        if not sep or len(fields) < 11:
+            continue
+        try:
+            v = [int(f) for f in fields]
+        except ValueError:
+            continue
+        out.append(InterfaceCounters(name.strip(), rx_bytes=v[0], rx_packets=v[1], rx_errors=v[2],
+                                     tx_bytes=v[8], tx_packets=v[9], tx_errors=v[10]))
+    return out
+
+
+def node_interfaces(path: str | Path = "/proc/net/dev") -> list[InterfaceCounters]:
+    return [i for i in read_net_dev(path) if not i.name.startswith(IGNORED_INTERFACE_PREFIXES)]
+
+
+def default_route_interface(path: str | Path = "/proc/net/route") -> str | None:
+    """The interface of the IPv4 default route with the lowest metric."""
+    best: tuple[int, str] | None = None
+    try:
+        lines = Path(path).read_text().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        f = line.split()
+        if len(f) >= 8 and f[1] == "00000000" and f[7] == "00000000":
+            try:
+                metric = int(f[6])
+            except ValueError:
+                continue
+            if best is None or metric < best[0]:
+                best = (metric, f[0])
+    return best[1] if best else None
+
+
+def rlimit(proc: str | Path = "/proc") -> dict[str, int]:
+    """The kubelet's RlimitStats: pid_max and the number of tasks (sysinfo's procs, which is
+    the second number of the fourth field of /proc/loadavg)."""
+    out: dict[str, int] = {}
+    try:
+        out["maxpid"] = int((Path(proc) / "sys/kernel/pid_max").read_text().strip())
+    except (OSError, ValueError):
+        pass
+    try:
+        out["curproc"] = int((Path(proc) / "loadavg").read_text().split()[3].split("/")[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+@dataclass(frozen=True)
+class Mount:
+    major: int
+    minor: int
+    mount_point: str
+    fs_type: str
+    source: str
+
+
+def read_mounts(path: str | Path = "/proc/self/mountinfo") -> list[Mount]:
+    out = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        f, r = left.split(), right.split()
+        if not sep or len(f) < 5 or len(r) < 2:
+            continue
+        try:
+            major, minor = (int(x) for x in f[2].split(":"))
+        except ValueError:
+            continue
+        out.append(Mount(major, minor, _unescape(f[4]), r[0], _unescape(r[1])))
+    return out
+
+
+def _unescape(s: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), s)
+
+
+def device_of(path: str | Path, mounts: list[Mount]) -> str:
+    """The source device of the filesystem holding path ("/dev/vda1"), as cAdvisor labels
+    filesystems; the mount's major:minor when the source is not a device."""
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return ""
+    major, minor = os.major(dev), os.minor(dev)
+    for m in mounts:
+        if (m.major, m.minor) == (major, minor):
+            return m.source if m.source.startswith("/dev/") else f"{major}:{minor}"
+    return f"{major}:{minor}"

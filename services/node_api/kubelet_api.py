@@ -1,0 +1,221 @@
+"""The kubelet API's endpoints (what `kubectl logs/exec/attach/port-forward/top` and
+`.../nodes/NAME/proxy/...` reach through the API server), on top of the small HTTP server.
+
+Read-only toward the store and the runtime, except the streaming calls that hand out a URL.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol
+
+from cri_api.v1 import api_pb2 as cri
+
+from services.node_api import logs, streaming
+from services.node_api.metrics_merge import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from services.node_api.metrics_merge import PROBES_FAMILIES, filter_families
+from services.node_api.http import Connection, HTTPError, Request, Response, Router, json_response, text_response
+from services.node_api.stats import StatsError
+from services.node_api.pods import PodRef, find_pod, pod_list, runtime_id
+from shared.config import NodeSettings
+from shared.cri import CRIError, RuntimeService, StreamingService
+from shared.durations import format_duration
+from shared.store import Store
+
+
+class Stats(Protocol):
+    async def summary(self) -> dict[str, Any]: ...
+    async def resource_metrics(self) -> bytes: ...
+    async def cadvisor_metrics(self) -> bytes: ...
+    def machine_spec(self) -> dict[str, Any]: ...
+
+
+class Runtime(RuntimeService, StreamingService, Protocol):
+    pass
+
+
+# The node's /metrics: every service's exposition merged (services/node_api/metrics_merge.py).
+NodeMetrics = Callable[[], Awaitable[str]]
+
+# KubeletConfiguration fields held as seconds, shown as Go durations the way the kubelet's /configz does.
+DURATION_FIELDS = {"syncFrequency", "fileCheckFrequency", "runtimeRequestTimeout", "nodeStatusUpdateFrequency",
+                   "nodeStatusReportFrequency", "volumeStatsAggPeriod", "streamingConnectionIdleTimeout",
+                   "cacheTTL", "cacheAuthorizedTTL", "cacheUnauthorizedTTL", "maxContainerRestartPeriod",
+                   "initialContainerRestartPeriod"}
+
+
+def configz(settings: NodeSettings) -> dict[str, Any]:
+    def render(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {k: format_duration(v) if k in DURATION_FIELDS and isinstance(v, (int, float)) else render(v)
+                    for k, v in obj.items()}
+        return obj
+    return {"kubeletconfig": render(settings.kubelet.model_dump(by_alias=True))}
+
+
+@dataclass
+class KubeletAPI:
+    settings: NodeSettings
+    store: Store
+    runtime: Runtime
+    stats: Stats
+    node_metrics: NodeMetrics
+
+    def routes(self, read_only: bool = False) -> Router:
+        """All endpoints; the read-only port gets only those that reveal no container data."""
+        r = Router()
+        r.add("GET", "/healthz", self.healthz)
+        r.add("GET", "/pods", self.pods)
+        r.add("GET", "/spec", self.spec)
+        r.add("GET", "/stats/summary", self.summary)
+        r.add("GET", "/metrics", self.metrics)
+        r.add("GET", "/metrics/cadvisor", self.metrics_cadvisor)
+        r.add("GET", "/metrics/resource", self.metrics_resource)
+        r.add("GET", "/metrics/probes", self.metrics_probes)
+        if read_only:
+            return r
+        r.add("GET", "/configz", self.configz)
+        if not self.settings.kubelet.enable_debugging_handlers:
+            return r
+        r.add("GET", "/containerLogs/{namespace}/{pod}/{container}", self.container_logs)
+        for verb, upgrade in (("exec", self.exec), ("attach", self.attach)):
+            r.add("GET POST", f"/{verb}/{{namespace}}/{{pod}}/{{container}}", self.needs_upgrade, upgrade)
+            r.add("GET POST", f"/{verb}/{{namespace}}/{{pod}}/{{uid}}/{{container}}", self.needs_upgrade, upgrade)
+        r.add("GET POST", "/portForward/{namespace}/{pod}", self.needs_upgrade, self.port_forward)
+        r.add("GET POST", "/portForward/{namespace}/{pod}/{uid}", self.needs_upgrade, self.port_forward)
+        r.add("POST", "/run/{namespace}/{pod}/{container}", self.run)
+        r.add("POST", "/run/{namespace}/{pod}/{uid}/{container}", self.run)
+        return r
+
+    # -- plain endpoints ------------------------------------------------------------------------
+
+    async def healthz(self, req: Request) -> Response:
+        return text_response("ok")
+
+    async def pods(self, req: Request) -> Response:
+        return json_response(pod_list(self.store))
+
+    async def configz(self, req: Request) -> Response:
+        return json_response(configz(self.settings))
+
+    async def spec(self, req: Request) -> Response:
+        return json_response(self.stats.machine_spec())
+
+    async def summary(self, req: Request) -> Response:
+        try:
+            return json_response(await self.stats.summary())
+        except StatsError as exc:
+            raise HTTPError(500, f"stats not available: {exc}") from None
+
+    async def metrics(self, req: Request) -> Response:
+        return Response(200, (await self.node_metrics()).encode(), METRICS_CONTENT_TYPE)
+
+    async def metrics_probes(self, req: Request) -> Response:
+        return Response(200, filter_families(await self.node_metrics(), PROBES_FAMILIES).encode(),
+                        METRICS_CONTENT_TYPE)
+
+    async def metrics_cadvisor(self, req: Request) -> Response:
+        return Response(200, await self.stats.cadvisor_metrics(), METRICS_CONTENT_TYPE)
+
+    async def metrics_resource(self, req: Request) -> Response:
+        return Response(200, await self.stats.resource_metrics(), METRICS_CONTENT_TYPE)
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    async def container_logs(self, req: Request) -> Response:
+        try:
+            opts = logs.parse_log_options(req.query)
+        except logs.LogQueryError as exc:
+            # 400 for undecodable and invalid values alike, naming the parameter (the kubelet
+            # answers 422 "Invalid request." for the latter, which helps nobody).
+            raise HTTPError(400, str(exc)) from None
+        pod = find_pod(self.store, req.params["namespace"], req.params["pod"])
+        name = req.params["container"]
+        if name not in pod.spec_container_names():
+            raise HTTPError(404, f'container "{name}" not found in pod "{pod.name}"')
+        instance = log_instance(pod, name, opts.previous)
+        cid = runtime_id(instance["container_id"])
+
+        async def still_running() -> bool:
+            try:
+                return (await self.runtime.container_status(cid)).state == cri.CONTAINER_RUNNING
+            except CRIError:
+                return False
+
+        try:
+            body = logs.read_log(Path(instance["log_path"]), opts, still_running)
+        except FileNotFoundError:
+            raise HTTPError(404, f'log of container "{name}" in pod "{pod.name}" is gone '
+                                 f'(the container was removed)') from None
+        return Response(200, body, "text/plain; charset=utf-8")
+
+    # -- streaming ------------------------------------------------------------------------------
+
+    async def needs_upgrade(self, req: Request) -> Response:
+        raise HTTPError(400, "Upgrade request required")
+
+    def _pod(self, req: Request) -> PodRef:
+        return find_pod(self.store, req.params["namespace"], req.params["pod"], req.params.get("uid"))
+
+    async def _proxy(self, req: Request, conn: Connection, get_url: Callable[[], Awaitable[str]]) -> None:
+        try:
+            url = await get_url()
+        except CRIError as exc:
+            raise HTTPError(404 if exc.not_found else 500, exc.details) from None
+        await streaming.proxy_upgrade(req, conn, url, self.settings.kubelet.streaming_connection_idle_timeout)
+
+    async def exec(self, req: Request, conn: Connection) -> None:
+        opts = streaming.stream_options(req, need_command=True)
+        cid = self._pod(req).running_container_id(req.params["container"])
+        request = cri.ExecRequest(container_id=cid, cmd=opts.command, tty=opts.tty, stdin=opts.stdin,
+                                  stdout=opts.stdout, stderr=opts.stderr)
+        await self._proxy(req, conn, lambda: self.runtime.exec(request))
+
+    async def attach(self, req: Request, conn: Connection) -> None:
+        opts = streaming.stream_options(req, need_command=False)
+        cid = self._pod(req).running_container_id(req.params["container"])
+        request = cri.AttachRequest(container_id=cid, tty=opts.tty, stdin=opts.stdin, stdout=opts.stdout,
+                                    stderr=opts.stderr)
+        await self._proxy(req, conn, lambda: self.runtime.attach(request))
+
+    async def port_forward(self, req: Request, conn: Connection) -> None:
+        pod = self._pod(req)
+        if not pod.sandbox_id or not pod.sandbox_ready:
+            raise HTTPError(404, f'pod not found ("{pod.name}_{pod.namespace}")')
+        ports = []
+        for p in req.query.get("port", []):
+            if not p.isdigit() or not 0 < int(p) < 65536:
+                raise HTTPError(400, f"port: {p!r} is not a port number")
+            ports.append(int(p))
+        await self._proxy(req, conn, lambda: self.runtime.port_forward(pod.sandbox_id, ports))
+
+    async def run(self, req: Request) -> Response:
+        cmd = shlex.split(req.arg("cmd") or "") if req.arg("cmd") else []
+        if not cmd:
+            raise HTTPError(400, "cmd: a command is required")
+        cid = self._pod(req).running_container_id(req.params["container"])
+        try:
+            result = await self.runtime.exec_sync(cid, cmd, self.settings.kubelet.runtime_request_timeout)
+        except CRIError as exc:
+            raise HTTPError(500, exc.details) from None
+        return Response(200, result.stdout + result.stderr, "text/plain; charset=utf-8")
+
+
+def log_instance(pod: PodRef, name: str, previous: bool) -> dict[str, Any]:
+    """Which instance's log file to read, with the kubelet's answers when there is none."""
+    entry = pod.container(name) or {}
+    last = entry.get("last_terminated")
+    if previous:
+        if not last or not last.get("container_id") or not last.get("log_path"):
+            raise HTTPError(400, f'previous terminated container "{name}" in pod "{pod.name}" not found')
+        return last
+    if entry.get("container_id") and entry.get("log_path") and entry.get("state") in ("running", "exited", "unknown"):
+        return entry
+    if last and last.get("container_id") and last.get("log_path"):
+        return last
+    reason = entry.get("waiting_reason") or "ContainerCreating"
+    detail = {"ErrImagePull": "image can't be pulled",
+              "ImagePullBackOff": "trying and failing to pull image"}.get(reason, reason)
+    raise HTTPError(400, f'container "{name}" in pod "{pod.name}" is waiting to start: {detail}')

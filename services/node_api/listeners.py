@@ -1,0 +1,91 @@
+"""Bringing up the kubelet API's listeners: the authenticated HTTPS port and, only when
+configured, the unauthenticated read-only port."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+from prometheus_client import generate_latest
+
+from services.node_api.auth import Authenticator, AuthError, Authorizer
+from services.node_api.http import HTTPError, HTTPServer, Request
+from services.node_api.kubelet_api import KubeletAPI, NodeMetrics
+from services.node_api.metrics_merge import merge_expositions, scrape_all
+from services.node_api.tls import server_context, serving_cert_paths
+from shared.admin import SERVICES, admin_port
+from shared.config import ConfigError
+from shared.host import node_ip
+from shared.service import ServiceContext
+
+log = logging.getLogger(__name__)
+
+SCRAPE_TIMEOUT = 5.0
+
+
+def node_metrics_source(ctx: ServiceContext) -> NodeMetrics:
+    """The node's /metrics: each service's loopback exposition, merged with node-api's own."""
+    base = ctx.settings.admin_port_base
+    targets = {s: f"http://127.0.0.1:{admin_port(s, base)}/metrics" for s in SERVICES if s != "node-api"}
+    client = httpx.AsyncClient(timeout=SCRAPE_TIMEOUT)
+    ctx.on_shutdown(client.aclose)
+
+    async def gather() -> str:
+        texts = await scrape_all(targets, client, SCRAPE_TIMEOUT)
+        return merge_expositions(texts, own=generate_latest().decode())
+    return gather
+
+
+async def _reviews(ctx: ServiceContext):
+    if not ctx.settings.cluster_mode:
+        return None
+    from services.node_api.reviews import KubeReviews
+    from shared.kube import api_client
+
+    k = ctx.settings.kubelet
+    api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+    ctx.on_shutdown(api.close)
+    return KubeReviews(api)
+
+
+async def _listen(server: HTTPServer, address: str, port: int, what: str) -> None:
+    try:
+        await server.start(address, port)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot listen on {address}:{port}: {exc.strerror}; is another "
+                          f"kubelet running? Set `port`/`readOnlyPort` in the config to use another") from None
+
+
+async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
+    k = ctx.settings.kubelet
+    if not k.enable_server:
+        log.info("kubelet API disabled (enableServer: false)")
+        return
+    reviews = await _reviews(ctx)
+    authn = Authenticator(k.authentication, reviews)
+    authz = Authorizer(k.authorization, reviews, ctx.settings.node_name)
+
+    async def gate(req: Request) -> None:
+        try:
+            req.user = await authn.authenticate(req.peercert, req.header("authorization"))
+            await authz.authorize(req.user, req.method, req.path)
+        except AuthError as exc:
+            raise HTTPError(exc.status, str(exc)) from None
+
+    cert, key = serving_cert_paths(k, ctx.settings.root_dir / "pki", ctx.settings.node_name, [node_ip()])
+    server = HTTPServer(kubelet.routes(), gate, server_context(k, cert, key), "kubelet-api")
+    await _listen(server, k.address, k.port, "kubelet API")
+    ctx.on_shutdown(server.stop)
+    log.info("kubelet API on https://%s:%d (authentication: %s; authorization: %s)", k.address, server.port,
+             authn.describe(), k.authorization.mode)
+    ctx.checks["kubelet-api"] = lambda: (True, f"listening on {k.address}:{server.port}")
+
+    if k.read_only_port:
+        async def open_gate(req: Request) -> None:
+            return None
+
+        ro = HTTPServer(kubelet.routes(read_only=True), open_gate, None, "kubelet-read-only")
+        await _listen(ro, k.address, k.read_only_port, "read-only port")
+        ctx.on_shutdown(ro.stop)
+        log.warning("read-only kubelet API on http://%s:%d: unauthenticated (readOnlyPort)", k.address,
+                    k.read_only_port)

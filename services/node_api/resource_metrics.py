@@ -1,0 +1,221 @@
+"""Prometheus text expositions of a stats snapshot: /metrics/resource (the kubelet 1.20 resource
+metrics collector, what metrics-server scrapes) and /metrics/cadvisor (cAdvisor's series).
+
+Names, help texts, label names and sample timestamps are the kubelet's and cAdvisor's: resource
+metrics are ALPHA in 1.20, so component-base prefixes their help with "[ALPHA]"; cAdvisor's are
+registered raw, without it. Families come out sorted by name and samples by label values, as
+the Go registry writes them. Families with no samples are left out.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from services.node_api.snapshot import Snapshot
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+NS_PER_S = 1e9
+
+
+class _Families:
+    """A one-shot collector: families are filled, then rendered once."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, tuple[Metric, list[str]]] = {}
+
+    def family(self, kind: str, name: str, help_: str, labels: list[str]) -> None:
+        cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        self._families[name] = (cls(name, help_, labels=sorted(labels)), sorted(labels))
+
+    def add(self, name: str, labels: dict[str, str], value: float, timestamp: float | None = None) -> None:
+        fam, names = self._families[name]
+        fam.add_metric([labels.get(n, "") for n in names], value, timestamp=timestamp)
+
+    def collect(self) -> Iterator[Metric]:
+        for name in sorted(self._families):
+            fam, names = self._families[name]
+            if fam.samples:
+                fam.samples.sort(key=lambda s: tuple(s.labels.get(n, "") for n in names))
+                yield fam
+
+    def render(self) -> bytes:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        return generate_latest(registry)
+
+
+# -- /metrics/resource ---------------------------------------------------------------------------
+
+_CONTAINER = ["container", "pod", "namespace"]
+_POD = ["pod", "namespace"]
+
+
+def render_resource(summary: dict[str, Any] | None) -> bytes:
+    """summary: the snapshot's summary (float times); None when gathering failed."""
+    f = _Families()
+    f.family("counter", "node_cpu_usage_seconds_total",
+             "[ALPHA] Cumulative cpu time consumed by the node in core-seconds", [])
+    f.family("gauge", "node_memory_working_set_bytes", "[ALPHA] Current working set of the node in bytes", [])
+    f.family("counter", "container_cpu_usage_seconds_total",
+             "[ALPHA] Cumulative cpu time consumed by the container in core-seconds", _CONTAINER)
+    f.family("gauge", "container_memory_working_set_bytes",
+             "[ALPHA] Current working set of the container in bytes", _CONTAINER)
+    f.family("counter", "pod_cpu_usage_seconds_total",
+             "[ALPHA] Cumulative cpu time consumed by the pod in core-seconds", _POD)
+    f.family("gauge", "pod_memory_working_set_bytes", "[ALPHA] Current working set of the pod in bytes", _POD)
+    f.family("gauge", "scrape_error",
+             "[ALPHA] 1 if there was an error while getting container metrics, 0 otherwise", [])
+    f.add("scrape_error", {}, 1 if summary is None else 0)
+    if summary is None:
+        return f.render()
+
+    def cpu(name: str, labels: dict[str, str], stats: dict[str, Any]) -> None:
+        c = stats.get("cpu")
+        if c and c.get("usageCoreNanoSeconds") is not None:
+            f.add(name, labels, c["usageCoreNanoSeconds"] / NS_PER_S, c["time"])
+
+    def memory(name: str, labels: dict[str, str], stats: dict[str, Any]) -> None:
+        m = stats.get("memory")
+        if m and m.get("workingSetBytes") is not None:
+            f.add(name, labels, m["workingSetBytes"], m["time"])
+
+    node = summary["node"]
+    cpu("node_cpu_usage_seconds_total", {}, node)
+    memory("node_memory_working_set_bytes", {}, node)
+    for pod in summary["pods"]:
+        ref = {"pod": pod["podRef"]["name"], "namespace": pod["podRef"]["namespace"]}
+        for c in pod["containers"]:
+            cpu("container_cpu_usage_seconds_total", ref | {"container": c["name"]}, c)
+            memory("container_memory_working_set_bytes", ref | {"container": c["name"]}, c)
+        cpu("pod_cpu_usage_seconds_total", ref, pod)
+        memory("pod_memory_working_set_bytes", ref, pod)
+    return f.render()
+
+
+# -- /metrics/cadvisor ---------------------------------------------------------------------------
+
+_BASE = ["container", "id", "image", "name", "namespace", "pod"]
+_MACHINE = ["boot_id", "machine_id", "system_uuid"]
+
+
+def _cadvisor_families() -> _Families:
+    f = _Families()
+    for kind, name, help_, extra in (
+        ("counter", "container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", ["cpu"]),
+        ("gauge", "container_memory_usage_bytes",
+         "Current memory usage in bytes, including all memory regardless of when it was accessed", []),
+        ("gauge", "container_memory_working_set_bytes", "Current working set in bytes.", []),
+        ("gauge", "container_memory_rss", "Size of RSS in bytes.", []),
+        ("gauge", "container_fs_usage_bytes",
+         "Number of bytes that are consumed by the container on this filesystem.", ["device"]),
+        ("gauge", "container_fs_limit_bytes",
+         "Number of bytes that can be consumed by the container on this filesystem.", ["device"]),
+        ("counter", "container_network_receive_bytes_total", "Cumulative count of bytes received", ["interface"]),
+        ("counter", "container_network_receive_errors_total",
+         "Cumulative count of errors encountered while receiving", ["interface"]),
+        ("counter", "container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", ["interface"]),
+        ("counter", "container_network_transmit_errors_total",
+         "Cumulative count of errors encountered while transmitting", ["interface"]),
+        ("gauge", "container_start_time_seconds", "Start time of the container since unix epoch in seconds.", []),
+        ("gauge", "container_last_seen", "Last time a container was seen by the exporter", []),
+    ):
+        f.family(kind, name, help_, _BASE + extra)
+    f.family("gauge", "container_scrape_error",
+             "1 if there was an error while getting container metrics, 0 otherwise", [])
+    for name, help_ in (("machine_cpu_cores", "Number of logical CPU cores."),
+                        ("machine_cpu_physical_cores", "Number of physical CPU cores."),
+                        ("machine_cpu_sockets", "Number of CPU sockets."),
+                        ("machine_memory_bytes", "Amount of memory installed on the machine.")):
+        f.family("gauge", name, help_, _MACHINE)
+    f.family("gauge", "machine_scrape_error",
+             "1 if there was an error while getting machine metrics, 0 otherwise.", [])
+    return f
+
+
+def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float) -> bytes:
+    """snap None: the containers could not be listed (container_scrape_error 1); spec None:
+    the machine facts could not be read (machine_scrape_error 1)."""
+    f = _cadvisor_families()
+    now = time.time()
+    f.add("machine_scrape_error", {}, 0 if spec else 1)
+    if spec:
+        machine = {"boot_id": spec["boot_id"], "machine_id": spec["machine_id"], "system_uuid": spec["system_uuid"]}
+        for name, key in (("machine_cpu_cores", "num_cores"), ("machine_cpu_physical_cores", "num_physical_cores"),
+                          ("machine_cpu_sockets", "num_sockets"), ("machine_memory_bytes", "memory_capacity")):
+            f.add(name, machine, spec[key], spec_time or None)
+    f.add("container_scrape_error", {}, 0 if snap else 1)
+    if snap is None:
+        return f.render()
+
+    def series(labels: dict[str, str], stats: dict[str, Any]) -> None:
+        """cpu, memory, start time and last seen of one cgroup."""
+        c = stats.get("cpu") or {}
+        if c.get("usageCoreNanoSeconds"):
+            f.add("container_cpu_usage_seconds_total", labels | {"cpu": "total"},
+                  c["usageCoreNanoSeconds"] / NS_PER_S, c["time"])
+        m = stats.get("memory") or {}
+        for name, key in (("container_memory_usage_bytes", "usageBytes"),
+                          ("container_memory_working_set_bytes", "workingSetBytes"),
+                          ("container_memory_rss", "rssBytes")):
+            if m.get(key) is not None:
+                f.add(name, labels, m[key], m["time"])
+        started(labels, stats)
+
+    def started(labels: dict[str, str], stats: dict[str, Any]) -> None:
+        if stats.get("startTime"):
+            f.add("container_start_time_seconds", labels, int(stats["startTime"]))
+        f.add("container_last_seen", labels, int(now), now)
+
+    def fs(labels: dict[str, str], device: str, stats: dict[str, Any]) -> None:
+        if stats.get("usedBytes") is not None:
+            f.add("container_fs_usage_bytes", labels | {"device": device}, stats["usedBytes"], stats["time"])
+        if stats.get("capacityBytes") is not None:
+            f.add("container_fs_limit_bytes", labels | {"device": device}, stats["capacityBytes"], stats["time"])
+
+    def network(labels: dict[str, str], net: dict[str, Any]) -> None:
+        interfaces = net.get("interfaces") or ([net] if net.get("name") else [])
+        for i in interfaces:
+            il = labels | {"interface": i["name"]}
+            for name, key in (("container_network_receive_bytes_total", "rxBytes"),
+                              ("container_network_receive_errors_total", "rxErrors"),
+                              ("container_network_transmit_bytes_total", "txBytes"),
+                              ("container_network_transmit_errors_total", "txErrors")):
+                if i.get(key) is not None:
+                    f.add(name, il, i[key], net["time"])
+
+    node = snap.summary["node"]
+    root = {"id": "/"}
+    series(root, node)
+    for device, stats in snap.node_fs:
+        fs(root, device, stats)
+    if node.get("network"):
+        network(root, node["network"])
+    for sc in node.get("systemContainers", []):
+        if sc["name"] == "pods":
+            series({"id": "/kubepods"}, sc)
+
+    for pod in snap.summary["pods"]:
+        uid = pod["podRef"]["uid"]
+        ref = {"pod": pod["podRef"]["name"], "namespace": pod["podRef"]["namespace"]}
+        ids = snap.pods.get(uid)
+        if ids is None:
+            continue
+        series(ref | {"id": ids.cgroup}, pod)
+        if pod.get("network"):
+            # cAdvisor finds a pod's network in its sandbox (pause) container's cgroup
+            sandbox = ref | {"id": f"{ids.cgroup}/{ids.sandbox_id}", "name": ids.sandbox_id}
+            network(sandbox, pod["network"])
+            started(sandbox, pod)
+        for c in pod["containers"]:
+            cids = snap.containers.get((uid, c["name"]))
+            if cids is None:
+                continue
+            labels = ref | {"container": c["name"], "id": cids.cgroup, "image": cids.image, "name": cids.id}
+            series(labels, c)
+            if c.get("rootfs"):
+                fs(labels, snap.image_device, c["rootfs"])
+    return f.render()

@@ -1,0 +1,36 @@
+"""TokenReview and SubjectAccessReview through the API server, with the node's credentials (the
+Node authorizer allows nodes to create both, which is how the kubelet delegates its API auth)."""
+
+from __future__ import annotations
+
+from kubernetes_asyncio import client
+
+from services.node_api.auth import Attributes, User
+from shared.kube import REQUEST_TIMEOUT
+
+
+class KubeReviews:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.authn = client.AuthenticationV1Api(api)
+        self.authz = client.AuthorizationV1Api(api)
+
+    async def token_review(self, token: str) -> tuple[bool, User | None, str]:
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        review = await self.authn.create_token_review(body, _request_timeout=REQUEST_TIMEOUT)
+        st = review.status
+        if st is None or not st.authenticated or st.user is None:
+            return False, None, (st.error if st else "") or "token not authenticated"
+        u = st.user
+        extra = tuple(sorted((k, tuple(v)) for k, v in (u.extra or {}).items()))
+        return True, User(u.username or "", tuple(u.groups or ()), u.uid or "", extra), ""
+
+    async def access_review(self, user: User, attrs: Attributes) -> tuple[bool, str]:
+        spec = {"user": user.name, "groups": list(user.groups), "uid": user.uid,
+                "extra": {k: list(v) for k, v in user.extra},
+                "resourceAttributes": {"verb": attrs.verb, "group": "", "version": "v1",
+                                       "resource": "nodes", "subresource": attrs.subresource,
+                                       "name": attrs.node}}
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        review = await self.authz.create_subject_access_review(body, _request_timeout=REQUEST_TIMEOUT)
+        st = review.status
+        return bool(st and st.allowed and not st.denied), (st.reason if st else "") or ""

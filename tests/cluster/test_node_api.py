@@ -1,0 +1,315 @@
+"""The kubelet API (node-api) in a real cluster: kubectl logs / exec / attach / port-forward / cp
+and the node proxy endpoints through the API server, and its authentication and authorization
+called directly."""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.cluster.harness import KUBE_BIN
+from tests.integration.conftest import NODE_NAME, free_port, wait_for
+
+LONG = 20000  # longer than containerd's 16 KiB line buffer: written as partial records
+TALKER = ("echo one; sleep 0.2; echo two >&2; sleep 0.2; head -c %d /dev/zero | tr '\\0' x; echo; sleep 0.2; "
+          "echo three; exec sleep 3600") % LONG
+EXPECTED = "one\ntwo\n" + "x" * LONG + "\nthree\n"
+
+
+def running(p: dict) -> bool:
+    st = p.get("status", {})
+    return st.get("phase") == "Running" and all("running" in c.get("state", {})
+                                                 for c in st.get("containerStatuses", []))
+
+
+@pytest.fixture(scope="module")
+def talker(cluster):
+    busybox = cluster.node.image("busybox")
+    cluster.create_pod("talker", {"containers": [
+        {"name": "main", "image": busybox, "command": ["sh", "-c", TALKER]},
+        {"name": "second", "image": busybox, "command": ["sh", "-c", "echo from-second; exec sleep 3600"]}]})
+    pod = cluster.wait_pod("talker", running, 60, "talker Running")
+    wait_for(lambda: cluster.kubectl("logs", "talker", "-c", "main").stdout == EXPECTED, 20,
+             "talker to write its lines")
+    yield pod
+    cluster.kubectl("delete", "pod", "talker", "--wait=false", check=False)
+
+
+def kubelet_get(cluster, path: str, cert=None, token: str | None = None, method: str = "GET") -> tuple[int, str]:
+    """Call the node's kubelet API directly (not through the API server)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the kubelet's self-signed serving certificate
+    if cert is not None:
+        ctx.load_cert_chain(str(cert.cert), str(cert.key))
+    req = urllib.request.Request(f"https://127.0.0.1:{cluster.node.kubelet_port}{path}", method=method)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=15) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def raw(cluster, path: str) -> str:
+    return cluster.kubectl("get", "--raw", f"/api/v1/nodes/{NODE_NAME}/proxy{path}").stdout
+
+
+# -- kubectl logs ---------------------------------------------------------------------------------
+
+def test_logs_with_the_kubectl_options(cluster, talker):
+    k = cluster.kubectl
+    assert k("logs", "talker", "-c", "second").stdout == "from-second\n"
+    assert k("logs", "talker", "-c", "main", "--tail=1").stdout == "three\n"
+    assert k("logs", "talker", "-c", "main", "--tail=2").stdout == "x" * LONG + "\nthree\n"
+    assert k("logs", "talker", "-c", "main", "--limit-bytes=6").stdout == "one\ntw"
+    assert k("logs", "talker", "-c", "main", "--since=1h").stdout == EXPECTED
+    assert k("logs", "talker", "-c", "main", "--since-time=2099-01-01T00:00:00Z").stdout == ""
+    stamped = k("logs", "talker", "-c", "main", "--timestamps").stdout.splitlines()
+    assert [line.split(" ", 1)[1] for line in stamped] == EXPECTED.splitlines()
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ", line) for line in stamped)
+    bad = k("logs", "talker", "-c", "nope", check=False)
+    assert bad.returncode != 0 and "nope" in bad.stderr
+    prev = k("logs", "talker", "-c", "main", "--previous", check=False)
+    assert prev.returncode != 0 and 'previous terminated container "main" in pod "talker" not found' in prev.stderr
+
+
+def test_logs_previous_instance(cluster):
+    cluster.create_pod("crasher", {"containers": [
+        {"name": "c", "image": cluster.node.image("busybox"),
+         "command": ["sh", "-c", "echo attempt-$(cat /proc/sys/kernel/random/uuid); sleep 1; exit 1"]}]})
+    try:
+        cluster.wait_pod("crasher", lambda p: any(c.get("restartCount", 0) >= 1 and c.get("lastState", {}).get("terminated")
+                                                  for c in p.get("status", {}).get("containerStatuses", [])),
+                         60, "crasher to restart once")
+        prev = cluster.kubectl("logs", "crasher", "--previous").stdout
+        assert re.fullmatch(r"attempt-[0-9a-f-]{36}\n", prev), prev
+        current = cluster.kubectl("logs", "crasher").stdout
+        assert current != prev or current == ""  # another instance, another uuid
+    finally:
+        cluster.kubectl("delete", "pod", "crasher", "--wait=false", check=False)
+
+
+def test_logs_follow_survives_rotation(cluster):
+    """`kubectl logs -f` of a fast writer across pod-sync's log rotations (4 KiB files here):
+    every line exactly once, in order."""
+    cluster.create_pod("ticker", {"containers": [
+        {"name": "t", "image": cluster.node.image("busybox"),
+         "command": ["sh", "-c", 'i=0; while true; do echo "tick $i"; i=$((i+1)); usleep 3000; done']}]})
+    try:
+        cluster.wait_pod("ticker", running, 60, "ticker Running")
+        uid = cluster.pod("ticker")["metadata"]["uid"]
+        log_dir = cluster.node.root / "pod-logs" / f"default_ticker_{uid}" / "t"
+        started = time.time()
+        proc = subprocess.Popen([str(KUBE_BIN / "kubectl"), f"--kubeconfig={cluster.cp.admin_kubeconfig}",
+                                 "logs", "-f", "ticker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: any(p.stat().st_mtime > started and ".log." in p.name for p in log_dir.iterdir()),
+                     40, "a log rotation while following")
+            time.sleep(2)
+        finally:
+            proc.terminate()
+            out, err = proc.communicate(timeout=20)
+        lines = out.splitlines()[:-1]  # the last one may be cut by the kill
+        numbers = [int(line.split()[1]) for line in lines]
+        assert len(numbers) > 100, (out[-500:], err)
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), "lines lost or repeated"
+    finally:
+        cluster.kubectl("delete", "pod", "ticker", "--wait=false", check=False)
+
+
+# -- exec, cp, attach, port-forward -----------------------------------------------------------------
+
+def test_exec_propagates_output_and_exit_code(cluster, talker):
+    res = cluster.kubectl("exec", "talker", "-c", "main", "--", "sh", "-c", "echo out; echo err >&2; exit 3",
+                          check=False)
+    assert (res.returncode, res.stdout, res.stderr.splitlines()[0]) == (3, "out\n", "err")
+    res = cluster.kubectl("exec", "-i", "talker", "-c", "main", "--", "cat", input_text="hello\nworld\n")
+    assert res.stdout == "hello\nworld\n"
+    missing = cluster.kubectl("exec", "talker", "-c", "nope", "--", "true", check=False)
+    assert missing.returncode != 0 and "nope" in missing.stderr
+
+
+def test_cp_into_and_out_of_a_container(cluster, talker, tmp_path):
+    src = tmp_path / "payload.txt"
+    src.write_text("copied through exec and tar\n" * 100)
+    cluster.kubectl("cp", str(src), "default/talker:/tmp/payload.txt", "-c", "main")
+    assert cluster.kubectl("exec", "talker", "-c", "main", "--", "cat", "/tmp/payload.txt").stdout == src.read_text()
+    back = tmp_path / "back.txt"
+    cluster.kubectl("cp", "default/talker:/tmp/payload.txt", str(back), "-c", "main")
+    assert back.read_text() == src.read_text()
+
+
+def test_attach_streams_the_containers_stdio(cluster):
+    cluster.create_pod("echoer", {"containers": [
+        {"name": "cat", "image": cluster.node.image("busybox"), "command": ["cat"], "stdin": True}]})
+    try:
+        cluster.wait_pod("echoer", running, 60, "echoer Running")
+        proc = subprocess.Popen([str(KUBE_BIN / "kubectl"), f"--kubeconfig={cluster.cp.admin_kubeconfig}",
+                                 "attach", "-i", "echoer"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        got: list[str] = []
+        reader = threading.Thread(target=lambda: got.extend(iter(proc.stdout.readline, "")), daemon=True)
+        reader.start()
+        try:
+            # attach may take a moment to connect: send until the echo comes back
+            def echoed() -> bool:
+                proc.stdin.write("ping\n")
+                proc.stdin.flush()
+                return any("ping" in line for line in got)
+            wait_for(echoed, 30, "the attached container to echo stdin", interval=1)
+        finally:
+            proc.kill()
+            proc.wait(10)
+    finally:
+        cluster.kubectl("delete", "pod", "echoer", "--wait=false", check=False)
+
+
+def test_port_forward_carries_parallel_connections(cluster):
+    cluster.create_pod("fwd", {"containers": [{"name": "web", "image": cluster.node.image("web")}]})
+    try:
+        cluster.wait_pod("fwd", running, 60, "fwd Running")
+        port = free_port()
+        proc = subprocess.Popen([str(KUBE_BIN / "kubectl"), f"--kubeconfig={cluster.cp.admin_kubeconfig}",
+                                 "port-forward", "pod/fwd", f"{port}:80"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert "Forwarding from" in proc.stdout.readline()
+
+            def fetch(_):
+                return httpx.get(f"http://127.0.0.1:{port}/", timeout=15).text
+            with ThreadPoolExecutor(3) as pool:
+                pages = list(pool.map(fetch, range(3)))
+            assert all("Hello from a pykubelet pod" in p for p in pages)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    finally:
+        cluster.kubectl("delete", "pod", "fwd", "--wait=false", check=False)
+
+
+# -- the node proxy endpoints -------------------------------------------------------------------------
+
+def _cgroup_value(path: Path) -> int:
+    return int(path.read_text().split()[0])
+
+
+def test_stats_summary_matches_the_pods_cgroups(cluster, talker):
+    uid = talker["metadata"]["uid"]
+    summary = json.loads(raw(cluster, "/stats/summary"))
+    node = summary["node"]
+    assert node["nodeName"] == NODE_NAME
+    assert node["cpu"]["usageCoreNanoSeconds"] > 0 and node["memory"]["workingSetBytes"] > 0
+    assert node["fs"]["capacityBytes"] > node["fs"]["availableBytes"] > 0
+    assert node["runtime"]["imageFs"]["capacityBytes"] > 0
+    pod = next(p for p in summary["pods"] if p["podRef"]["uid"] == uid)
+    assert pod["podRef"] == {"name": "talker", "namespace": "default", "uid": uid}
+    assert {c["name"] for c in pod["containers"]} == {"main", "second"}
+    main = next(c for c in pod["containers"] if c["name"] == "main")
+    assert main["logs"]["usedBytes"] >= LONG  # the 20 000-character line is in its log
+    # cross-check with the pod's cgroup (v1, cgroupfs driver, BestEffort QoS)
+    cg_cpu = next(Path("/sys/fs/cgroup/cpuacct").glob(f"kubepods*/**/pod{uid}"))
+    cg_mem = next(Path("/sys/fs/cgroup/memory").glob(f"kubepods*/**/pod{uid}"))
+    cpu_after = _cgroup_value(cg_cpu / "cpuacct.usage")
+    assert 0 < pod["cpu"]["usageCoreNanoSeconds"] <= cpu_after
+    usage = _cgroup_value(cg_mem / "memory.usage_in_bytes")
+    stat = dict(line.split() for line in (cg_mem / "memory.stat").read_text().splitlines())
+    working_set = usage - int(stat["total_inactive_file"])
+    assert abs(pod["memory"]["workingSetBytes"] - working_set) <= max(2 << 20, working_set // 2)
+    assert pod["ephemeral-storage"]["usedBytes"] >= main["logs"]["usedBytes"]
+
+
+def test_resource_metrics_as_metrics_server_scrapes_them(cluster, talker):
+    families = {f.name: f for f in text_string_to_metric_families(raw(cluster, "/metrics/resource"))}
+    for name in ("node_cpu_usage_seconds", "node_memory_working_set_bytes", "container_cpu_usage_seconds",
+                 "container_memory_working_set_bytes", "pod_cpu_usage_seconds", "pod_memory_working_set_bytes"):
+        assert name in families, sorted(families)
+    mem = [s for s in families["container_memory_working_set_bytes"].samples
+           if s.labels == {"container": "main", "pod": "talker", "namespace": "default"}]
+    assert mem and mem[0].value > 0
+    assert families["node_cpu_usage_seconds"].samples[0].value > 0
+
+
+def test_proxy_endpoints_answer_in_the_kubelets_formats(cluster, talker):
+    assert raw(cluster, "/healthz") == "ok"
+    pods = json.loads(raw(cluster, "/pods"))
+    assert pods["kind"] == "PodList" and "talker" in {p["metadata"]["name"] for p in pods["items"]}
+    cfg = json.loads(raw(cluster, "/configz"))["kubeletconfig"]
+    assert cfg["port"] == cluster.node.kubelet_port and cfg["authorization"]["mode"] == "Webhook"
+    assert cfg["syncFrequency"] == "30s"
+    spec = json.loads(raw(cluster, "/spec"))
+    assert spec["num_cores"] >= 1 and spec["memory_capacity"] > 0
+    metrics = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics"))}
+    assert {"kubelet_running_pods", "kubelet_runtime_operations", "pykubelet_service_up"} <= metrics
+    cadvisor = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics/cadvisor"))}
+    assert {"container_memory_working_set_bytes", "machine_cpu_cores"} <= cadvisor
+    probes = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics/probes"))}
+    assert "prober_probe" in probes and "kubelet_running_pods" not in probes
+
+
+# -- authentication, authorization, bad input ---------------------------------------------------------
+
+STATS_ONLY = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+              "metadata": {"name": "node-stats-reader"},
+              "rules": [{"apiGroups": [""], "resources": ["nodes/stats"], "verbs": ["get"]}]}
+
+
+@pytest.fixture(scope="module")
+def stats_reader(cluster):
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(STATS_ONLY))
+    cluster.kubectl("create", "clusterrolebinding", "stats-reader", "--clusterrole=node-stats-reader",
+                    "--user=viewer", "--serviceaccount=default:reader")
+    cluster.kubectl("create", "serviceaccount", "reader")
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"audiences": [], "expirationSeconds": 600}}
+    path = Path(cluster.cp.root) / "token-request.json"
+    path.write_text(json.dumps(request))
+    out = cluster.kubectl("create", "--raw", "/api/v1/namespaces/default/serviceaccounts/reader/token",
+                          "-f", str(path)).stdout
+    token = json.loads(out)["status"]["token"]
+    cert = cluster.cp.pki.issue("viewer", "viewer")
+    return cert, token
+
+
+def test_no_credentials_is_401(cluster):
+    assert kubelet_get(cluster, "/stats/summary")[0] == 401
+    assert kubelet_get(cluster, "/pods", token="not-a-real-token")[0] == 401
+
+
+def test_rbac_decides_per_subresource(cluster, stats_reader, talker):
+    cert, token = stats_reader
+    for creds in ({"cert": cert}, {"token": token}):
+        status, body = kubelet_get(cluster, "/stats/summary", **creds)
+        assert status == 200 and json.loads(body)["node"]["nodeName"] == NODE_NAME
+        status, body = kubelet_get(cluster, "/exec/default/talker/main?command=true&output=1",
+                                   method="POST", **creds)
+        assert status == 403 and "verb=create, resource=nodes, subresource=proxy" in body
+        assert kubelet_get(cluster, "/pods", **creds)[0] == 403
+
+
+def test_bad_requests_get_clear_answers(cluster, talker):
+    admin = cluster.cp.kubelet_client
+    assert kubelet_get(cluster, "/no/such/path", cert=admin)[0] == 404
+    assert kubelet_get(cluster, "/containerLogs/default/nopod/c", cert=admin) == (404, 'pod "nopod" does not exist\n')
+    status, body = kubelet_get(cluster, "/containerLogs/default/talker/nope", cert=admin)
+    assert status == 404 and 'container "nope" not found in pod "talker"' in body
+    status, body = kubelet_get(cluster, "/containerLogs/default/talker/main?tailLines=-3", cert=admin)
+    assert status == 400 and "tailLines" in body
+    status, body = kubelet_get(cluster, "/containerLogs/default/talker/main?sinceTime=yesterday", cert=admin)
+    assert status == 400 and "sinceTime" in body
+    # a path-like name is just a name that matches no pod
+    assert kubelet_get(cluster, "/containerLogs/default/..%2F..%2Fetc/main", cert=admin)[0] == 404
+    assert kubelet_get(cluster, "/healthz", cert=admin) == (200, "ok")

@@ -1,0 +1,527 @@
+"""The kubelet's stats endpoints: /stats/summary, /metrics/resource, /metrics/cadvisor and /spec,
+gathered from a fake cgroup tree and /proc, the recording fake runtime and a real store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import grpc
+import pytest
+from cri_api.v1 import api_pb2 as cri
+from prometheus_client.parser import text_string_to_metric_families
+
+from services.node_api.cgroups import CgroupReader
+from services.node_api.machine import MachineFacts, MachineSpec
+from services.node_api.snapshot import rfc3339
+from services.node_api.stats import CpuRates, StatsProvider
+from shared.cri import labels as L
+from shared.cri.client import CRIError
+from shared.cri.fake import FakeRuntime
+from shared.store import DesiredPod, PodRuntime, PodVolume, Store
+
+GIB = 2**30
+T0 = 1_700_000_000  # wall clock of the first CRI sample, seconds
+BOOT = 1_699_990_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def du(*paths: Path) -> int:
+    return sum(os.lstat(p).st_blocks * 512 for p in paths)
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A cgroup v1 tree and a /proc with the files the node stats read."""
+    cg, proc = tmp_path / "cgroup", tmp_path / "proc"
+    write(cg / "cpuacct/cpuacct.usage", "100000000000\n")
+    write(cg / "memory/memory.usage_in_bytes", str(3 * GIB))
+    write(cg / "memory/memory.stat", f"pgfault 500\npgmajfault 7\ntotal_rss {GIB}\n"
+                                     f"total_inactive_file {GIB // 2}\ninactive_file 1\n")
+    write(cg / "memory/memory.limit_in_bytes", "9223372036854771712")
+    write(cg / "cpuacct/kubepods/cpuacct.usage", "40000000000")
+    write(cg / "memory/kubepods/memory.usage_in_bytes", str(GIB))
+    write(cg / "memory/kubepods/memory.stat", f"total_inactive_file {GIB // 4}\ntotal_rss {GIB // 2}\n")
+    write(cg / "memory/kubepods/memory.limit_in_bytes", str(6 * GIB))
+    write(proc / "meminfo", f"MemTotal:       {8 * GIB // 1024} kB\nMemFree:        100 kB\n")
+    write(proc / "stat", f"cpu  1 2 3 4 5 6 7 8 0 0\nbtime {BOOT}\n")
+    write(proc / "net/dev",
+          "Inter-|   Receive                                                |  Transmit\n"
+          " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n"
+          "    lo:    3193      29    0    0    0     0          0         0     3193      29    0    0    0     0       0          0\n"
+          "  eth0: 1000       10    1    0    0     0          0         0     2000      20    2    0    0     0       0          0\n"
+          "  ens4: 300        3     0    0    0     0          0         0     400        4    0    0    0     0       0          0\n"
+          "vethab12: 5        1     0    0    0     0          0         0     6          1    0    0    0     0       0          0\n")
+    write(proc / "net/route", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+                              "eth0\t0000FEA9\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"
+                              "ens4\t00000000\t010200C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
+                              "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n")
+    write(proc / "loadavg", "0.10 0.20 0.30 2/345 6789\n")
+    write(proc / "sys/kernel/pid_max", "4194304\n")
+    write(proc / "self/mountinfo", "")
+    return cg, proc
+
+
+def machine(tmp_path) -> MachineSpec:
+    sys = tmp_path / "sys"
+    for cpu, core in ((0, 0), (1, 0), (2, 1), (3, 1)):
+        write(sys / f"devices/system/cpu/cpu{cpu}/topology/core_id", f"{core}\n")
+        write(sys / f"devices/system/cpu/cpu{cpu}/topology/physical_package_id", "0\n")
+        write(sys / f"devices/system/cpu/cpu{cpu}/cache/index0/size", "32K\n")
+        write(sys / f"devices/system/cpu/cpu{cpu}/cache/index0/type", "Data\n")
+        write(sys / f"devices/system/cpu/cpu{cpu}/cache/index0/level", "1\n")
+        write(sys / f"devices/system/cpu/cpu{cpu}/cache/index3/size", "8192K\n")
+        write(sys / f"devices/system/cpu/cpu{cpu}/cache/index3/type", "Unified\n")
+        write(sys / f"devices/system/cpu/cpu{cpu}/cache/index3/level", "3\n")
+    write(sys / "devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "2500000\n")
+    write(sys / "class/net/eth0/address", "02:00:00:00:00:01\n")
+    write(sys / "class/net/eth0/mtu", "1500\n")
+    write(sys / "class/net/eth0/speed", "1000\n")
+    write(sys / "class/net/lo/mtu", "65536\n")
+    write(sys / "class/net/veth1/mtu", "1500\n")
+    write(sys / "block/vda/dev", "254:0\n")
+    write(sys / "block/vda/size", "2048\n")
+    write(sys / "block/vda/queue/scheduler", "[mq-deadline] none\n")
+    write(sys / "block/loop0/dev", "7:0\n")
+    return MachineSpec(MachineFacts(sys=sys, proc=tmp_path / "proc"))
+
+
+def u64(v: int) -> cri.UInt64Value:
+    return cri.UInt64Value(value=v)
+
+
+def container_stats(cid: str, name: str, t: int, cpu_ns: int, ws: int, layer: Path, used: int) -> cri.ContainerStats:
+    return cri.ContainerStats(
+        attributes=cri.ContainerAttributes(id=cid, metadata=cri.ContainerMetadata(name=name)),
+        cpu=cri.CpuUsage(timestamp=t * 10**9, usage_core_nano_seconds=u64(cpu_ns)),
+        memory=cri.MemoryUsage(timestamp=t * 10**9, working_set_bytes=u64(ws), usage_bytes=u64(ws + 100),
+                               rss_bytes=u64(ws // 2)),
+        writable_layer=cri.FilesystemUsage(timestamp=t * 10**9, fs_id=cri.FilesystemIdentifier(mountpoint=str(layer)),
+                                           used_bytes=u64(used), inodes_used=u64(3)))
+
+
+def sandbox_stats(sid: str, t: int, cpu_ns: int, ws: int) -> cri.PodSandboxStats:
+    eth0 = cri.NetworkInterfaceUsage(name="eth0", rx_bytes=u64(111), rx_errors=u64(0), tx_bytes=u64(222),
+                                     tx_errors=u64(1))
+    return cri.PodSandboxStats(
+        attributes=cri.PodSandboxAttributes(id=sid),
+        linux=cri.LinuxPodSandboxStats(
+            cpu=cri.CpuUsage(timestamp=t * 10**9, usage_core_nano_seconds=u64(cpu_ns)),
+            memory=cri.MemoryUsage(timestamp=t * 10**9, working_set_bytes=u64(ws), available_bytes=u64(5 * GIB)),
+            network=cri.NetworkUsage(timestamp=t * 10**9, default_interface=eth0, interfaces=[eth0]),
+            process=cri.ProcessUsage(timestamp=t * 10**9, process_count=u64(4))))
+
+
+class Node:
+    """A node with one managed pod "web" (containers app and sidecar), the store rows the other
+    services would have written, and a stats provider over all of it."""
+
+    def __init__(self, tmp_path: Path, settings, store: Store, host) -> None:
+        self.tmp = tmp_path
+        self.settings = settings
+        self.runtime = FakeRuntime(images=["busybox"])
+        self.clock = Clock()
+        self.layer = tmp_path / "snapshots"
+        self.layer.mkdir()
+        cg, proc = host
+        self.cgroup_root = cg
+        self.stats = StatsProvider(self.runtime, self.runtime, store, settings, cgroups=CgroupReader(cg),
+                                   proc=proc, machine=machine(tmp_path), clock=self.clock)
+        self.runtime.image_fs = cri.ImageFsInfoResponse(image_filesystems=[cri.FilesystemUsage(
+            timestamp=T0 * 10**9, fs_id=cri.FilesystemIdentifier(mountpoint=str(self.layer)),
+            used_bytes=u64(12345), inodes_used=u64(67))])
+        self.store = store
+
+    async def start_pod(self, name="web", namespace="ns1", uid="uid-1", managed=True):
+        meta = cri.PodSandboxMetadata(name=name, namespace=namespace, uid=uid)
+        labels = {L.POD_NAME: name, L.POD_NAMESPACE: namespace, L.POD_UID: uid}
+        if managed:
+            labels[L.MANAGED_BY] = "true"
+        config = cri.PodSandboxConfig(metadata=meta, labels=labels)
+        sid = await self.runtime.run_pod_sandbox(config)
+        cids = {}
+        for cname in ("app", "sidecar"):
+            cid = await self.runtime.create_container(sid, cri.ContainerConfig(
+                metadata=cri.ContainerMetadata(name=cname), image=cri.ImageSpec(image="busybox"),
+                labels=labels | {L.CONTAINER_NAME: cname}), config)
+            await self.runtime.start_container(cid)
+            cids[cname] = cid
+        return sid, cids
+
+    def record_pod(self, uid: str, cids: dict[str, str], log_dir: Path) -> None:
+        with self.store.session() as s:
+            s.add(DesiredPod(uid=uid, namespace="ns1", name="web", source="api", manifest={
+                "metadata": {"name": "web", "namespace": "ns1", "uid": uid},
+                "spec": {"containers": [{"name": "app", "image": "busybox"}, {"name": "sidecar", "image": "busybox"}],
+                         "volumes": [{"name": "cache", "emptyDir": {}},
+                                     {"name": "data", "persistentVolumeClaim": {"claimName": "claim-1"}},
+                                     {"name": "cfg", "configMap": {"name": "settings"}},
+                                     {"name": "host", "hostPath": {"path": "/etc"}},
+                                     {"name": "ram", "emptyDir": {"medium": "Memory"}}]}}))
+            s.add(PodRuntime(uid=uid, sandbox_ready=True, log_dir=str(log_dir), containers=[
+                {"name": n, "container_id": f"containerd://{cid}", "image": "docker.io/library/busybox:1.36",
+                 "log_path": f"{log_dir}/{n}/0.log"} for n, cid in cids.items()]))
+
+    def record_volumes(self, uid: str) -> dict[str, Path]:
+        base = self.settings.root_dir / "pods" / uid / "volumes"
+        paths = {"cache": base / "kubernetes.io~empty-dir/cache", "data": base / "kubernetes.io~csi/data/mount",
+                 "cfg": base / "kubernetes.io~configmap/cfg", "ram": base / "kubernetes.io~empty-dir/ram"}
+        for p in paths.values():
+            p.mkdir(parents=True)
+        write(paths["cfg"] / "..2024_01_01/key", "value\n")
+        os.symlink("..2024_01_01", paths["cfg"] / "..data")
+        os.symlink("..data/key", paths["cfg"] / "key")
+        vstore = Store(self.settings.store_path, writer="volume")
+        with vstore.session() as s:
+            s.add(PodVolume(pod_uid=uid, name="cache", plugin="kubernetes.io/empty-dir", host_path=str(paths["cache"]),
+                            ready=True, used_bytes=40960))
+            s.add(PodVolume(pod_uid=uid, name="data", plugin="kubernetes.io/csi:csi.example.com",
+                            host_path=str(paths["data"]), ready=True))
+            s.add(PodVolume(pod_uid=uid, name="cfg", plugin="kubernetes.io/configmap", host_path=str(paths["cfg"]),
+                            ready=True))
+            s.add(PodVolume(pod_uid=uid, name="host", plugin="kubernetes.io/host-path", host_path="/etc", ready=True))
+            s.add(PodVolume(pod_uid=uid, name="ram", plugin="kubernetes.io/empty-dir", host_path=str(paths["ram"]),
+                            ready=True, used_bytes=8192))
+            s.add(PodVolume(pod_uid=uid, name="escape", plugin="kubernetes.io/configmap", host_path="/etc",
+                            ready=True))
+            s.add(PodVolume(pod_uid=uid, name="pending", plugin="kubernetes.io/empty-dir",
+                            host_path=str(paths["cache"]), ready=False))
+        vstore.close()
+        return paths
+
+    def sample(self, sid: str, cids: dict[str, str], t: int, app_cpu: int, sidecar_cpu: int, pod_cpu: int) -> None:
+        self.runtime.container_stats = {
+            cids["app"]: container_stats(cids["app"], "app", t, app_cpu, 100 * 2**20, self.layer, 8192),
+            cids["sidecar"]: container_stats(cids["sidecar"], "sidecar", t, sidecar_cpu, 20 * 2**20, self.layer, 4096),
+        }
+        self.runtime.sandbox_stats = {sid: sandbox_stats(sid, t, pod_cpu, 130 * 2**20)}
+
+
+@pytest.fixture
+def node(tmp_path, settings, store, host):
+    return Node(tmp_path, settings, store, host)
+
+
+async def two_samples(node: Node):
+    """The pod's stats at T0 and, 10 s and one bump of every counter later, at T0+10."""
+    sid, cids = await node.start_pod()
+    log_dir = Path(L.pod_log_dir(node.settings.kubelet.pod_logs_dir, "ns1", "web", "uid-1"))
+    node.record_pod("uid-1", cids, log_dir)
+    node.sample(sid, cids, T0, app_cpu=10 * 10**9, sidecar_cpu=10**9, pod_cpu=12 * 10**9)
+    first = await node.stats.summary()
+    node.sample(sid, cids, T0 + 10, app_cpu=15 * 10**9, sidecar_cpu=2 * 10**9, pod_cpu=18 * 10**9)
+    (node.cgroup_root / "cpuacct/cpuacct.usage").write_text("105000000000\n")
+    node.clock.now += 10
+    second = await node.stats.summary()
+    return sid, cids, log_dir, first, second
+
+
+# -- node ------------------------------------------------------------------------------------
+
+
+async def test_node_summary_from_the_root_cgroup_and_proc(node, settings):
+    await node.stats.summary()
+    (node.cgroup_root / "cpuacct/cpuacct.usage").write_text("105000000000\n")
+    node.clock.now += 10
+    n = (await node.stats.summary())["node"]
+
+    assert n["nodeName"] == "node1"
+    assert n["startTime"] == rfc3339(BOOT)
+    assert n["cpu"]["usageCoreNanoSeconds"] == 105 * 10**9
+    assert n["cpu"]["usageNanoCores"] == 500_000_000, "5 core-seconds over 10 s: half a core"
+    mem = n["memory"]
+    assert mem["usageBytes"] == 3 * GIB
+    assert mem["workingSetBytes"] == 3 * GIB - GIB // 2, "usage minus total_inactive_file"
+    assert mem["availableBytes"] == 8 * GIB - mem["workingSetBytes"], "MemTotal minus working set"
+    assert (mem["rssBytes"], mem["pageFaults"], mem["majorPageFaults"]) == (GIB, 500, 7)
+    net = n["network"]
+    assert (net["name"], net["rxBytes"], net["rxErrors"], net["txBytes"], net["txErrors"]) == ("eth0", 1000, 1, 2000, 2)
+    assert [i["name"] for i in net["interfaces"]] == ["eth0", "ens4"], "no loopback or pod veths"
+    st = os.statvfs(settings.root_dir)
+    assert n["fs"]["capacityBytes"] == st.f_blocks * st.f_frsize and n["fs"]["inodes"] == st.f_files
+    assert n["fs"]["usedBytes"] == (st.f_blocks - st.f_bfree) * st.f_frsize
+    image_fs = n["runtime"]["imageFs"]
+    assert image_fs["usedBytes"] == 12345 and image_fs["inodesUsed"] == 67
+    assert image_fs["capacityBytes"] == st.f_blocks * st.f_frsize, "statvfs of the image fs mountpoint"
+    assert image_fs["time"] == rfc3339(T0)
+    assert n["rlimit"]["maxpid"] == 4194304 and n["rlimit"]["curproc"] == 345
+    pods_cg = n["systemContainers"][0]
+    assert pods_cg["name"] == "pods" and pods_cg["memory"]["workingSetBytes"] == GIB - GIB // 4
+    assert pods_cg["memory"]["availableBytes"] == 6 * GIB - (GIB - GIB // 4), "the /kubepods limit"
+
+
+def test_cgroup_v2_is_detected_and_read(tmp_path):
+    root = tmp_path / "cg2"
+    write(root / "cgroup.controllers", "cpu memory pids\n")
+    write(root / "kubepods/burstable/podabc/cpu.stat", "usage_usec 2500\nuser_usec 2000\n")
+    write(root / "kubepods/burstable/podabc/memory.current", "1000\n")
+    write(root / "kubepods/burstable/podabc/memory.stat", "anon 300\ninactive_file 400\npgfault 9\npgmajfault 1\n")
+    write(root / "kubepods/burstable/podabc/memory.max", "max\n")
+    write(root / "kubepods/burstable/podabc/pids.current", "3\n")
+    proc = tmp_path / "proc"
+    write(proc / "stat", "cpu  100 0 50 1000 10 0 0 0 0 0\n")
+    write(proc / "meminfo", "MemTotal: 1000 kB\nMemFree: 200 kB\nInactive(file): 100 kB\nActive(anon): 50 kB\n")
+    write(proc / "vmstat", "pgfault 77\npgmajfault 2\n")
+    reader = CgroupReader(root, proc)
+    assert reader.version == 2
+    assert reader.pod_cgroup("abc") == "/kubepods/burstable/podabc"
+    s = reader.sample("/kubepods/burstable/podabc")
+    assert (s.cpu_usage_ns, s.memory_usage, s.working_set, s.rss, s.page_faults, s.major_page_faults) == \
+        (2_500_000, 1000, 600, 300, 9, 1)
+    assert s.memory_limit is None and reader.process_count("/kubepods/burstable/podabc") == 3
+    r = reader.sample("/")  # the v2 root has neither cpu.stat nor memory.current here: /proc
+    assert r.cpu_usage_ns == 150 * 10**7, "busy ticks (not idle or iowait) at 100 Hz"
+    assert (r.memory_usage, r.working_set, r.page_faults) == (800 * 1024, 700 * 1024, 77)
+    with pytest.raises(ValueError):
+        reader.sample("/../etc")
+
+
+def test_cpu_rate_needs_two_samples_and_a_real_window():
+    clock = Clock()
+    rates = CpuRates(clock)
+    assert rates.update("c", 1_000, 10.0) is None, "nothing to compare the first sample with"
+    assert rates.update("c", 2 * 10**9, 12.0) == 10**9 - 500
+    assert rates.update("c", 3 * 10**9, 12.2) == 10**9 - 500, "a tiny window keeps the last rate"
+    assert rates.update("c", 5, 20.0) is None, "a counter that went back (restart) starts over"
+    clock.now += 601
+    rates.expire()
+    assert len(rates) == 0
+
+
+# -- pods ------------------------------------------------------------------------------------
+
+
+async def test_pod_summary_with_two_containers(node, settings):
+    sid, cids, log_dir, first, second = await two_samples(node)
+    write(log_dir / "app/0.log", "x" * 5000)
+    write(log_dir / "sidecar/0.log", "y" * 10)
+    paths = node.record_volumes("uid-1")
+    summary = await node.stats.summary()
+
+    [pod0] = first["pods"]
+    assert "usageNanoCores" not in pod0["containers"][0]["cpu"], "one sample: no rate yet"
+    [pod] = summary["pods"]
+    assert pod["podRef"] == {"name": "web", "namespace": "ns1", "uid": "uid-1"}
+    assert pod["startTime"] == rfc3339(node.runtime.sandboxes[sid].created_at / 1e9)
+    app, sidecar = pod["containers"]
+    assert (app["name"], sidecar["name"]) == ("app", "sidecar")
+    [second_app, _] = second["pods"][0]["containers"]
+    assert second_app["cpu"]["usageCoreNanoSeconds"] == 15 * 10**9
+    assert second_app["cpu"]["usageNanoCores"] == 500_000_000, "5 s of CPU over 10 s"
+    assert second["pods"][0]["containers"][1]["cpu"]["usageNanoCores"] == 100_000_000
+    assert second["pods"][0]["cpu"]["usageNanoCores"] == 600_000_000, "the pod's own rate, from sandbox stats"
+    assert app["memory"]["workingSetBytes"] == 100 * 2**20 and app["memory"]["usageBytes"] == 100 * 2**20 + 100
+    assert app["startTime"] == rfc3339(node.runtime.containers[cids["app"]].created_at / 1e9)
+    assert app["rootfs"]["usedBytes"] == 8192 and app["rootfs"]["inodesUsed"] == 3
+    st = os.statvfs(node.layer)
+    assert app["rootfs"]["capacityBytes"] == st.f_blocks * st.f_frsize
+    assert app["logs"]["usedBytes"] == du(log_dir / "app", log_dir / "app/0.log")
+    assert app["logs"]["inodesUsed"] == 2
+
+    assert pod["memory"]["workingSetBytes"] == 130 * 2**20 and pod["memory"]["availableBytes"] == 5 * GIB
+    assert pod["network"]["name"] == "eth0" and pod["network"]["rxBytes"] == 111
+    assert pod["network"]["interfaces"] == [{"name": "eth0", "rxBytes": 111, "rxErrors": 0, "txBytes": 222,
+                                             "txErrors": 1}]
+    assert pod["process_stats"] == {"process_count": 4}
+
+    volumes = {v["name"]: v for v in pod["volume"]}
+    assert sorted(volumes) == ["cache", "cfg", "data", "ram"], "hostPath has no metrics; rows outside the root dir " \
+                                                               "and volumes not ready are left out"
+    assert [v["name"] for v in pod["volume"]][:2] == ["cache", "cfg"], "ephemeral volumes first"
+    assert volumes["cache"]["usedBytes"] == 40960 and "pvcRef" not in volumes["cache"]
+    assert volumes["data"]["pvcRef"] == {"name": "claim-1", "namespace": "ns1"}
+    vst = os.statvfs(paths["data"])
+    assert volumes["data"]["capacityBytes"] == vst.f_blocks * vst.f_frsize
+    assert volumes["data"]["usedBytes"] == (vst.f_blocks - vst.f_bfree) * vst.f_frsize
+    cfg_used = du(paths["cfg"], paths["cfg"] / "..2024_01_01", paths["cfg"] / "..2024_01_01/key",
+                  paths["cfg"] / "..data", paths["cfg"] / "key")
+    assert volumes["cfg"]["usedBytes"] == cfg_used and volumes["cfg"]["inodesUsed"] == 5
+    assert set(volumes["cfg"]) == {"time", "availableBytes", "capacityBytes", "usedBytes", "inodesFree", "inodes",
+                                   "inodesUsed", "name"}
+
+    eph = pod["ephemeral-storage"]
+    expected = (8192 + 4096 + app["logs"]["usedBytes"] + sidecar["logs"]["usedBytes"]
+                + 40960 + cfg_used)  # not the Memory-medium emptyDir, not the PVC
+    assert eph["usedBytes"] == expected
+    assert eph["inodesUsed"] == 3 + 3 + 2 + 2 + volumes["cache"]["inodesUsed"] + 5
+    assert eph["capacityBytes"] == os.statvfs(settings.root_dir).f_blocks * os.statvfs(settings.root_dir).f_frsize
+
+
+async def test_only_ready_managed_pods_and_running_containers(node):
+    sid, cids = await node.start_pod()
+    other_sid, other = await node.start_pod(name="foreign", uid="uid-2", managed=False)
+    gone_sid, _ = await node.start_pod(name="gone", uid="uid-3")
+    await node.runtime.stop_pod_sandbox(gone_sid)
+    node.sample(sid, cids, T0, 1, 1, 1)
+    node.runtime.exit_container(cids["sidecar"], 0)
+    [pod] = (await node.stats.summary())["pods"]
+    assert pod["podRef"]["name"] == "web"
+    assert [c["name"] for c in pod["containers"]] == ["app"], "an exited container is not measured"
+
+
+async def test_pod_cpu_and_memory_summed_when_the_runtime_lacks_sandbox_stats(node):
+    sid, cids = await node.start_pod()
+    node.sample(sid, cids, T0, app_cpu=10 * 10**9, sidecar_cpu=10**9, pod_cpu=0)
+
+    async def unimplemented():
+        node.runtime.calls.append(("list_podsandbox_stats", ""))
+        raise CRIError("list_podsandbox_stats", grpc.StatusCode.UNIMPLEMENTED, "not implemented")
+
+    node.runtime.list_pod_sandbox_stats = unimplemented
+    [pod] = (await node.stats.summary())["pods"]
+    assert pod["cpu"]["usageCoreNanoSeconds"] == 11 * 10**9
+    assert pod["memory"]["workingSetBytes"] == 120 * 2**20
+    assert pod["memory"]["rssBytes"] == 60 * 2**20
+    assert "network" not in pod and "process_stats" not in pod
+    await node.stats.summary()
+    assert len(node.runtime.ops("list_podsandbox_stats")) == 1, "UNIMPLEMENTED is remembered"
+    node.clock.now += 601
+    await node.stats.summary()
+    assert len(node.runtime.ops("list_podsandbox_stats")) == 2, "and asked again later (a runtime upgrade)"
+
+
+async def test_a_hung_volume_mount_does_not_stall_the_stats(monkeypatch, tmp_path):
+    import threading
+
+    from services.node_api import stats as stats_module
+    from services.node_api.stats import _MountProbe
+
+    release = threading.Event()
+    real_statfs = stats_module.statfs
+
+    def hanging(path):
+        if "nfs" in str(path):
+            release.wait(5)
+        return real_statfs(path)
+
+    monkeypatch.setattr(stats_module, "statfs", hanging)
+    (tmp_path / "nfs").mkdir()
+    (tmp_path / "local").mkdir()
+    probe = _MountProbe(timeout=0.2)
+    found = await probe.statfs([str(tmp_path / "nfs"), str(tmp_path / "local")], tmp_path)
+    assert found == {str(tmp_path / "nfs"): None, str(tmp_path / "local"): None}, "the deadline passed"
+    again = await probe.statfs([str(tmp_path / "local")], tmp_path)
+    assert again == {str(tmp_path / "local"): None}, "no second thread while the first is stuck"
+    release.set()
+    await asyncio.wait_for(asyncio.shield(probe._pending), 5)
+    found = await probe.statfs([str(tmp_path / "local"), "/etc"], tmp_path)
+    assert found[str(tmp_path / "local")].capacity > 0
+    assert found["/etc"] is None, "a path outside the root dir is not measured"
+
+
+async def test_summary_fails_when_the_runtime_cannot_list(node):
+    from services.node_api.stats import StatsError
+
+    async def broken(labels=None):
+        raise CRIError("list_podsandbox", grpc.StatusCode.UNAVAILABLE, "connection refused")
+
+    node.runtime.list_pod_sandbox = broken
+    with pytest.raises(StatsError, match="connection refused"):
+        await node.stats.summary()
+    text = (await node.stats.resource_metrics()).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert list(families) == ["scrape_error"] and families["scrape_error"].samples[0].value == 1
+
+
+async def test_log_dir_outside_the_logs_root_is_not_measured(node, tmp_path):
+    sid, cids = await node.start_pod()
+    outside = tmp_path / "elsewhere"
+    write(outside / "app/0.log", "secret")
+    node.record_pod("uid-1", cids, outside)
+    node.sample(sid, cids, T0, 1, 1, 1)
+    [pod] = (await node.stats.summary())["pods"]
+    assert "logs" not in pod["containers"][0]
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+
+async def test_resource_metrics_as_metrics_server_reads_them(node):
+    await two_samples(node)
+    text = (await node.stats.resource_metrics()).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert sorted(families) == ["container_cpu_usage_seconds", "container_memory_working_set_bytes",
+                                "node_cpu_usage_seconds", "node_memory_working_set_bytes",
+                                "pod_cpu_usage_seconds", "pod_memory_working_set_bytes", "scrape_error"]
+    assert "# TYPE node_cpu_usage_seconds_total counter" in text
+    assert "# HELP node_cpu_usage_seconds_total [ALPHA] Cumulative cpu time consumed by the node in core-seconds" in text
+
+    by = {(s.name, tuple(sorted(s.labels.items()))): s for f in families.values() for s in f.samples}
+    app = by[("container_cpu_usage_seconds_total", (("container", "app"), ("namespace", "ns1"), ("pod", "web")))]
+    assert app.value == 15.0 and app.timestamp == T0 + 10, "core-seconds, at the sample's own time"
+    ws = by[("container_memory_working_set_bytes", (("container", "sidecar"), ("namespace", "ns1"), ("pod", "web")))]
+    assert ws.value == 20 * 2**20
+    pod = by[("pod_cpu_usage_seconds_total", (("namespace", "ns1"), ("pod", "web")))]
+    assert pod.value == 18.0
+    assert by[("pod_memory_working_set_bytes", (("namespace", "ns1"), ("pod", "web")))].value == 130 * 2**20
+    assert by[("node_cpu_usage_seconds_total", ())].value == 105.0
+    assert by[("node_memory_working_set_bytes", ())].value == 3 * GIB - GIB // 2
+    assert by[("scrape_error", ())].value == 0 and by[("scrape_error", ())].timestamp is None
+    assert [line.split("{")[0] for line in text.splitlines() if line.startswith("# TYPE")] == \
+        sorted(line.split("{")[0] for line in text.splitlines() if line.startswith("# TYPE")), "sorted like Go"
+
+
+async def test_cadvisor_metrics_labels(node):
+    sid, cids, *_ = await two_samples(node)
+    text = (await node.stats.cadvisor_metrics()).decode()
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+
+    def find(name, **labels):
+        return [s for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+
+    [root_cpu] = find("container_cpu_usage_seconds_total", id="/")
+    assert root_cpu.labels == {"container": "", "cpu": "total", "id": "/", "image": "", "name": "", "namespace": "",
+                               "pod": ""}
+    assert root_cpu.value == 105.0
+    [app_cpu] = find("container_cpu_usage_seconds_total", container="app")
+    assert app_cpu.labels == {"container": "app", "cpu": "total", "id": f"/kubepods/poduid-1/{cids['app']}",
+                              "image": "docker.io/library/busybox:1.36", "name": cids["app"], "namespace": "ns1",
+                              "pod": "web"}
+    [pod_ws] = find("container_memory_working_set_bytes", pod="web", container="", id="/kubepods/poduid-1")
+    assert pod_ws.value == 130 * 2**20
+    [rx] = find("container_network_receive_bytes_total", pod="web", interface="eth0")
+    assert rx.value == 111 and rx.labels["id"] == f"/kubepods/poduid-1/{sid}"
+    assert find("container_network_receive_bytes_total", id="/", interface="eth0")[0].value == 1000
+    assert find("container_memory_rss", container="app")[0].value == 50 * 2**20
+    assert find("container_fs_usage_bytes", container="app")[0].value == 8192
+    assert find("container_start_time_seconds", container="app")[0].timestamp is None
+    assert find("container_last_seen", container="sidecar")
+    assert find("container_memory_working_set_bytes", id="/kubepods")[0].value == GIB - GIB // 4
+    [cores] = find("machine_cpu_cores")
+    assert cores.value == 4 and set(cores.labels) == {"boot_id", "machine_id", "system_uuid"}
+    assert find("machine_cpu_physical_cores")[0].value == 2
+    assert find("container_scrape_error")[0].value == 0
+
+
+def test_machine_spec(node):
+    spec = node.stats.machine_spec()
+    assert list(spec) == ["timestamp", "num_cores", "num_physical_cores", "num_sockets", "cpu_frequency_khz",
+                          "memory_capacity", "memory_by_type", "nvm", "hugepages", "machine_id", "system_uuid",
+                          "boot_id", "filesystems", "disk_map", "network_devices", "topology", "cloud_provider",
+                          "instance_type", "instance_id"]
+    assert (spec["num_cores"], spec["num_physical_cores"], spec["num_sockets"]) == (4, 2, 1)
+    assert spec["cpu_frequency_khz"] == 2_500_000 and spec["memory_capacity"] == 8 * GIB
+    assert spec["network_devices"] == [{"name": "eth0", "mac_address": "02:00:00:00:00:01", "speed": 1000,
+                                        "mtu": 1500}]
+    assert spec["disk_map"] == {"254:0": {"name": "vda", "major": 254, "minor": 0, "size": 2048 * 512,
+                                          "scheduler": "mq-deadline"}}
+    [numa] = spec["topology"]
+    assert [c["thread_ids"] for c in numa["cores"]] == [[0, 1], [2, 3]]
+    assert numa["cores"][0]["caches"] == [{"size": 32768, "type": "Data", "level": 1}]
+    assert numa["caches"] == [{"size": 8 * 2**20, "type": "Unified", "level": 3}]
+    assert (spec["cloud_provider"], spec["instance_type"], spec["instance_id"]) == ("Unknown", "Unknown", "None")
+    assert node.stats.machine_spec() is spec, "gathered once, then cached"
