@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
+from bench.node_api import CONTAINER_LOG_MAX_SIZE
 from bench.real_kubelet import NAME as KUBELET_NODE
 from bench.real_kubelet import RealKubelet
 from shared.store import PodStatusRecord, Store
@@ -33,7 +34,14 @@ class Pykubelet:
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         argv = ["--kubeconfig", str(self.cp.node_kubeconfig)] if self.cp else []
-        self.node = await asyncio.to_thread(launch_node, self.root, argv)
+        # launch_node writes the tests' config (logs rotated at 4Ki); these later keys override it
+        # (PyYAML keeps the last) so both agents rotate logs alike (bench/real_kubelet.py). In
+        # cluster mode the kubelet API trusts the cluster CA for client certificates, as the
+        # kubelet's does; webhook authentication and authorization are pykubelet's defaults.
+        extra = f"containerLogMaxSize: {CONTAINER_LOG_MAX_SIZE}\ncontainerLogMaxFiles: 5\n"
+        if self.cp:
+            extra += f"authentication:\n  x509:\n    clientCAFile: {self.cp.ca}\n"
+        self.node = await asyncio.to_thread(launch_node, self.root, argv, extra)
 
     async def stop(self) -> None:
         if self._store is not None:
@@ -59,6 +67,9 @@ class Pykubelet:
     def metrics_urls(self) -> dict[str, str]:
         return {name: self.node.admin(name) + "/metrics" for name in SERVICES}
 
+    def get_text(self, url: str) -> str:
+        return httpx.get(url, timeout=10).text  # the services' admin apps: plain HTTP on loopback
+
     def running_static(self) -> set[str]:
         """Static pods `pykubelet status` shows Running (it reads the same store rows)."""
         if self._store is None:
@@ -81,7 +92,10 @@ class Kubelet:
         self.root = root
         self.manifests = root / "manifests"
         self.real = RealKubelet(root, cp, self.manifests if cp is None else None)
-        self._http = httpx.Client(verify=False, timeout=5)
+        # In cluster mode its API wants a client certificate (the API server's); standalone it is
+        # anonymous. Its serving certificate is self-signed.
+        cert = (str(cp.kubelet_client.cert), str(cp.kubelet_client.key)) if cp else None
+        self._http = httpx.Client(verify=False, timeout=5, cert=cert)
 
     async def start(self) -> None:
         self.manifests.mkdir(parents=True, exist_ok=True)
@@ -119,6 +133,9 @@ class Kubelet:
         # The kubelet keeps its prober counters on a separate endpoint.
         return {"kubelet": self.real.api + "/metrics", "kubelet-probes": self.real.api + "/metrics/probes"}
 
+    def get_text(self, url: str) -> str:
+        return self._http.get(url, timeout=10).text
+
     def _pods(self) -> list[dict]:
         return self._http.get(self.real.api + "/pods").json().get("items") or []
 
@@ -129,7 +146,3 @@ class Kubelet:
 
     def static_pods_left(self) -> int:
         return len(self._pods())
-
-
-def get_text(url: str) -> str:
-    return httpx.get(url, timeout=10, verify=False).text

@@ -3,8 +3,9 @@ same workloads, created through the API with spec.nodeName set (no scheduler).
 
 Per agent: pod startup the SIG-scalability way (created -> a watch sees Running, warm image) for
 one pod, 30 at once and 100 at 5/s, each followed by deleting them all (until gone from the API
-and from containerd); steady-state CPU and PSS at 0, 30 and 100 running pods; the probe load.
-For pykubelet also the CRI floor (the same pods straight through CRI on its containerd, at the
+and from containerd); steady-state CPU and PSS at 0, 30 and 100 running pods; the probe load;
+the kubelet API (bench/node_api.py: kubectl logs and exec, stats/summary with the 100 pods). For
+pykubelet also the CRI floor (the same pods straight through CRI on its containerd, at the
 same concurrency) and what the bus and store did during the 100-pod startup. The agents run one
 after the other, each on its own containerd from the same build and config: two agents on one
 containerd would remove each other's pods."""
@@ -18,8 +19,8 @@ from pathlib import Path
 from cri_api.v1 import api_pb2 as cri
 from kubernetes_asyncio import client, config, watch
 
-from bench import prom
-from bench.agents import Kubelet, Pykubelet, get_text
+from bench import node_api, prom
+from bench.agents import Kubelet, Pykubelet
 from bench.probe_load import CONTAINERS, PODS, Targets, probe_pod
 from bench.stats import summary, time_wait_to_ports
 from bench.steady_state import CpuWindow, measure
@@ -30,6 +31,7 @@ from tests.integration.conftest import NODE_NAME
 NAMESPACE = "default"
 WORKLOADS = [("1 pod", 1, None), ("30 pods at once", 30, None), ("100 pods at 5/s", 100, 5.0)]
 STEADY_AT = (30, 100)  # besides 0: measured while these workloads' pods run
+STATS_AT = 100  # the kubelet API's stats/summary is timed while this workload's pods run
 
 
 def pod_manifest(name: str, image: str, node_name: str | None, label: str = "startup") -> dict:
@@ -169,7 +171,7 @@ async def cri_floor(endpoint: str, log_root: Path, image: str, count: int, rate:
 
 
 def scrape(agent) -> dict[str, prom.Samples]:
-    return {name: prom.parse(get_text(url)) for name, url in agent.metrics_urls().items()}
+    return {name: prom.parse(agent.get_text(url)) for name, url in agent.metrics_urls().items()}
 
 
 def bus_and_store(before: dict[str, prom.Samples], after: dict[str, prom.Samples], seconds: float) -> dict:
@@ -239,41 +241,72 @@ async def probe_load(agent, api, targets: Targets, seconds: float, progress) -> 
             "delete_all_seconds": round(deletion, 2), "per_process": cost["per_process"]}
 
 
-async def run_agent(agent, api, steady_seconds: float, probe_seconds: float, targets: Targets, progress,
-                    with_floor: bool) -> dict:
+async def node_api_logs_exec(agent, api, cp: ControlPlane, progress) -> dict:
+    """kubectl logs and exec through the API server, on a pod of their own that is removed after."""
+    pod = "node-api-logs"
+    await create_and_wait(api, [node_api.log_pod(pod, agent.image("busybox"), agent.node_name)], None,
+                          "node-api")
+    try:
+        progress(f"{agent.name}: kubelet API: kubectl logs of a {node_api.LOG_BYTES // 2**20} MiB log "
+                 f"x{node_api.LOG_RUNS} ...")
+        logs = await asyncio.to_thread(node_api.logs_throughput, cp, pod)
+        progress(f"{agent.name}: kubelet API: kubectl exec -- true x{node_api.EXEC_RUNS} ...")
+        exec_ = await asyncio.to_thread(node_api.exec_round_trip, cp, pod)
+    finally:
+        await delete_all(api, agent.endpoint, agent.sandbox_labels, "node-api")
+    return {"logs": logs, "exec": exec_}
+
+
+async def run_agent(agent, api, cp: ControlPlane, steady_seconds: float, probe_seconds: float, targets: Targets,
+                    progress, with_floor: bool, only: str | None = None) -> dict:
+    """All phases; only="node-api": just the kubelet API figures (the 100 pods for stats/summary
+    are started, but no startup, steady-state or probe figures are taken)."""
+    full = only is None
     progress(f"{agent.name}: starting a node joined to the API server ...")
     await agent.start()
     await wait_node_ready(api, agent.node_name)
     image = agent.image("busybox")
-    out: dict = {"startup": {}, "steady": {}}
+    out: dict = {"startup": {}, "steady": {}, "node_api": {}} if full else {"node_api": {}}
     await create_and_wait(api, [pod_manifest("warm", image, agent.node_name)], None, "startup")
     await delete_all(api, agent.endpoint, agent.sandbox_labels, "startup")
-    progress(f"{agent.name}: steady state with 0 pods for {steady_seconds:.0f}s ...")
-    out["steady"]["0"] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
+    if full:
+        progress(f"{agent.name}: steady state with 0 pods for {steady_seconds:.0f}s ...")
+        out["steady"]["0"] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
     for label, count, rate in WORKLOADS:
+        if not full and count != STATS_AT:
+            continue
         progress(f"{agent.name}: pod startup, {label} ...")
         pods = [pod_manifest(f"s{count}-{i}", image, agent.node_name) for i in range(count)]
-        before, t0 = (scrape(agent), time.monotonic()) if agent.name == "pykubelet" and count == 100 else (None, 0)
+        before, t0 = ((scrape(agent), time.monotonic()) if full and agent.name == "pykubelet" and count == 100
+                      else (None, 0))
         times = await create_and_wait(api, pods, rate, "startup")
         if before is not None:
             out["bus_store_100_pods"] = bus_and_store(before, scrape(agent), time.monotonic() - t0)
         result = {"startup": summary(times)}
-        if count in STEADY_AT:
-            progress(f"{agent.name}: steady state with {count} pods for {steady_seconds:.0f}s ...")
+        if count in STEADY_AT or count == STATS_AT:
             await asyncio.sleep(5)  # let the start-up work drain
+        if full and count in STEADY_AT:
+            progress(f"{agent.name}: steady state with {count} pods for {steady_seconds:.0f}s ...")
             out["steady"][str(count)] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
+        if count == STATS_AT:  # after the steady-state window, which it would disturb
+            out["node_api"][f"stats_summary_{count}_pods"] = await node_api.stats_summary_latency(
+                cp, api, agent, progress)
         result["delete_all_seconds"] = round(await delete_all(api, agent.endpoint, agent.sandbox_labels,
                                                               "startup"), 2)
+        if not full:
+            continue
         if with_floor:
             progress(f"{agent.name}: {label} straight through CRI (the floor) ...")
             floor = await cri_floor(agent.endpoint, agent.root / "floor-logs", image, count, rate)
             result["cri_floor"] = summary(floor)
         out["startup"][label] = result
-    out["probe_load"] = await probe_load(agent, api, targets, probe_seconds, progress)
+    if full:
+        out["probe_load"] = await probe_load(agent, api, targets, probe_seconds, progress)
+    out["node_api"].update(await node_api_logs_exec(agent, api, cp, progress))
     return out
 
 
-def run(root: Path, steady_seconds: float, probe_seconds: float, progress=print) -> dict:
+def run(root: Path, steady_seconds: float, probe_seconds: float, progress=print, only: str | None = None) -> dict:
     (root / "cp").mkdir(parents=True)
     cp = ControlPlane(root / "cp", NODE_NAME)
     targets = Targets()
@@ -284,8 +317,9 @@ def run(root: Path, steady_seconds: float, probe_seconds: float, progress=print)
         try:
             for agent in (Pykubelet(root / "pykubelet", cp), Kubelet(root / "kubelet", cp)):
                 try:
-                    results[agent.name] = await run_agent(agent, api, steady_seconds, probe_seconds, targets,
-                                                          progress, with_floor=agent.name == "pykubelet")
+                    results[agent.name] = await run_agent(agent, api, cp, steady_seconds, probe_seconds, targets,
+                                                          progress, with_floor=agent.name == "pykubelet" and not only,
+                                                          only=only)
                 finally:
                     await agent.stop()
         finally:

@@ -11,15 +11,19 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from bench.node_api import CONTAINER_LOG_MAX_SIZE
 from services.network.cni_config import write_conflist
 from services.supervisor.node import LocalNode, UpOptions
 from services.supervisor.teardown import remove_all_pods, remove_bridge
 from shared.cni import BRIDGE, cni_conf_dir, cni_ipam_dir
 from shared.config import NodeSettings
+from shared.mounts import MountError, remove_tree
 from tests.cluster.harness import KUBE_BIN, ControlPlane
 from tests.integration.conftest import POD_CIDR, free_port
 
 NAME = "kubeletnode"
+# The kubelet 1.20 opens its device-plugin socket here whatever --root-dir says.
+HARD_CODED_DIR = Path("/var/lib/kubelet")
 
 
 class RealKubelet:
@@ -35,6 +39,7 @@ class RealKubelet:
                                          registry_port=free_port(), admin_port_base=None, push_images=True,
                                          keep_pods=True, wait_pods=0))
         self.proc: subprocess.Popen | None = None
+        self._made_hard_coded_dir = False
 
     @property
     def endpoint(self) -> str:
@@ -52,11 +57,18 @@ class RealKubelet:
         write_conflist(cni_conf_dir(self.root), POD_CIDR, cni_ipam_dir(self.root))
         config = self.root / "kubelet.yaml"
         # Today's defaults for the API client (kubeAPIQPS 50 / burst 100), parallel pulls like
-        # pykubelet; anonymous read-only auth on its own ports (nothing else talks to it here).
+        # pykubelet. Its API on its own port: in cluster mode secured as pykubelet's is (and a
+        # kubeadm node's): client certificates of the cluster CA, webhook authentication and
+        # authorization; standalone (no API server to ask) anonymous and AlwaysAllow.
+        if self.cp:
+            auth = (f"authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: true}}, "
+                    f"x509: {{clientCAFile: \"{self.cp.ca}\"}}}}\nauthorization: {{mode: Webhook}}")
+        else:
+            auth = ("authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\n"
+                    "authorization: {mode: AlwaysAllow}")
         config.write_text(f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}
-authorization: {{mode: AlwaysAllow}}
+{auth}
 cgroupDriver: cgroupfs
 failSwapOn: false
 port: {self.port}
@@ -69,13 +81,18 @@ kubeAPIBurst: 100
 # No KUBE-* iptables chains on this host: the benchmark must leave it as it found it.
 makeIPTablesUtilChains: false
 serializeImagePulls: false
+# As pykubelet's in the benchmarks: large enough that the kubelet API's 50 MiB log is one file.
+containerLogMaxSize: {CONTAINER_LOG_MAX_SIZE}
+containerLogMaxFiles: 5
 """)
+        self._made_hard_coded_dir = not HARD_CODED_DIR.exists()
         log = open(self.root / "kubelet.log", "w")
         self.proc = subprocess.Popen(
             [str(KUBE_BIN / "kubelet"),
              *([f"--kubeconfig={self.cp.kubeconfig_for_node(NAME)}"] if self.cp else []), f"--config={config}",
              "--container-runtime=remote", f"--container-runtime-endpoint={self.endpoint}",
-             f"--root-dir={self.root / 'kubelet'}", f"--hostname-override={NAME}",
+             f"--root-dir={self.root / 'kubelet'}", f"--cert-dir={self.root / 'pki'}",
+             f"--hostname-override={NAME}",
              f"--pod-infra-container-image={self.infra.sandbox_image}"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
@@ -86,7 +103,7 @@ serializeImagePulls: false
 
     @property
     def api(self) -> str:
-        """The kubelet's own HTTPS API (anonymous, AlwaysAllow here): /pods, /metrics."""
+        """The kubelet's own HTTPS API: /pods, /metrics."""
         return f"https://127.0.0.1:{self.port}"
 
     async def stop(self) -> None:
@@ -100,6 +117,11 @@ serializeImagePulls: false
         await self.infra.down()
         for mount in sorted((l.split()[1] for l in open("/proc/mounts") if str(self.root) in l), reverse=True):
             subprocess.run(["umount", "-l", mount], capture_output=True)
+        if self._made_hard_coded_dir:  # it was not there before this kubelet: everything in it is its
+            try:
+                remove_tree(HARD_CODED_DIR)
+            except MountError as exc:
+                print(f"bench: {exc}")
 
 
 def remove_stale_masquerade_rules(network: str = "pykubelet") -> int:

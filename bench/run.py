@@ -36,20 +36,53 @@ def _startup_table(title: str, py: dict, kube: dict, floor: dict) -> list[str]:
     return lines
 
 
+def _node_api_table(py: dict, kube: dict) -> list[str]:
+    def logs(r: dict | None) -> str:
+        if not r:
+            return "-"
+        return f"{r['best_mb_per_s']:.1f} / {r['median_mb_per_s']:.1f}" + ("" if r["complete"] else " (short!)")
+
+    def lat(r: dict | None) -> str:
+        if not r or not r["n"]:
+            return "-"
+        return f"{r['p50']:.3f} / {r['p99']:.3f}" + (f" ({r['failures']} failed)" if r.get("failures") else "")
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{a / b:.2f}x" if a and b else "-"
+
+    stats = next((k for k in py if k.startswith("stats_summary_")), None) or \
+        next((k for k in kube if k.startswith("stats_summary_")), "stats_summary_100_pods")
+    pods = stats.removeprefix("stats_summary_").removesuffix("_pods")
+    pl, kl = py.get("logs"), kube.get("logs")
+    pe, ke = py.get("exec"), kube.get("exec")
+    ps, ks = py.get(stats), kube.get(stats)
+    rows = [
+        ("kubectl logs, 50 MiB log: MB/s, best / median", logs(pl), logs(kl),
+         ratio(pl and pl["median_mb_per_s"], kl and kl["median_mb_per_s"])),
+        ("kubectl exec POD -- true: s, p50 / p99", lat(pe), lat(ke), ratio(pe and pe["p50"], ke and ke["p50"])),
+        (f"stats/summary, {pods} pods: s, p50 / p99", lat(ps), lat(ks), ratio(ps and ps["p50"], ks and ks["p50"])),
+    ]
+    lines = ["", "Kubelet API, cluster mode (logs and exec through the API server with kubectl; stats/summary "
+                 "straight to the node with the API server's client certificate)",
+             f"  {'':<46} {'pykubelet':<22} {'kubelet 1.20':<22} {'pykubelet / kubelet':>20}"]
+    lines += [f"  {label:<46} {p:<22} {k:<22} {r:>20}" for label, p, k, r in rows]
+    return lines
+
+
 def render(out: dict) -> str:
     lines: list[str] = []
     c, s = out.get("cluster", {}), out.get("standalone", {})
     py, kube = c.get("pykubelet", {}), c.get("kubelet", {})
     floor = {label: r.get("cri_floor") for label, r in py.get("startup", {}).items()}
-    if py or s:
+    if py.get("startup") or s:
         lines.append("Pod startup, warm image (seconds, p50 / p90 / p99)")
-    if py:
+    if py.get("startup"):
         lines += _startup_table("cluster mode: pod created -> a watch sees it Running", py["startup"],
                                 kube.get("startup", {}), floor)
     if s:
         lines += _startup_table("standalone: static pod file written -> the agent reports it Running",
                                 s.get("pykubelet", {}), s.get("kubelet", {}), floor)
-    if py:
+    if py.get("steady"):
         lines += ["", "Steady state, cluster mode (pykubelet: all its processes + NATS; kubelet: its process; "
                       "containerd excluded for both)",
                   f"  {'running pods':<13} {'CPU pykubelet':>14} {'CPU kubelet':>12} {'PSS pykubelet':>14} "
@@ -58,6 +91,7 @@ def render(out: dict) -> str:
             k = kube.get("steady", {}).get(count, {})
             lines.append(f"  {count:<13} {r['cpu_cores']:>11.3f} c {k.get('cpu_cores', float('nan')):>9.3f} c "
                          f"{r['pss_mib']:>10.1f} MiB {k.get('pss_mib', float('nan')):>8.1f} MiB")
+    if py.get("probe_load"):
         lines += ["", "Probe load, cluster mode (100 host-network pods x 3 containers, readiness httpGet + liveness "
                       "tcpSocket every 1s each)",
                   f"  {'agent':<10} {'probes/s':>9} {'CPU':>8} {'PSS':>10} {'spurious failures':>18} "
@@ -67,6 +101,8 @@ def render(out: dict) -> str:
                 lines.append(f"  {name:<10} {r['probes_per_second']:>9.1f} {r['cpu_cores']:>6.3f} c "
                              f"{r['pss_mib']:>6.1f} MiB {r['spurious_failures']:>18} {r['time_wait_sockets']:>15} "
                              f"{r['delete_all_seconds']:>10.1f}s")
+    if py.get("node_api") or kube.get("node_api"):
+        lines += _node_api_table(py.get("node_api", {}), kube.get("node_api", {}))
     bs = py.get("bus_store_100_pods")
     if bs:
         lines += ["", f"Bus and store during the 100-pod startup (pykubelet, {bs['seconds']:.0f}s; "
@@ -90,9 +126,15 @@ def main() -> int:
     p.add_argument("--steady-seconds", type=float, default=60, help="steady-state window per pod count")
     p.add_argument("--probe-seconds", type=float, default=60, help="probe load window")
     p.add_argument("--skip", action="append", default=[], choices=["cluster", "standalone"])
+    p.add_argument("--only", choices=["node-api"],
+                   help="node-api: only the kubelet API figures (cluster mode, both agents; a few minutes)")
     args = p.parse_args()
+    if args.only:
+        args.skip = [*args.skip, "standalone"]
     started = time.time()
     out: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if args.only:
+        out["only"] = args.only
     root = Path(tempfile.mkdtemp(prefix="pykubelet-bench-"))
 
     def progress(message: str) -> None:
@@ -100,7 +142,8 @@ def main() -> int:
 
     try:
         if "cluster" not in args.skip:
-            out["cluster"] = cluster.run(root / "cluster", args.steady_seconds, args.probe_seconds, progress)
+            out["cluster"] = cluster.run(root / "cluster", args.steady_seconds, args.probe_seconds, progress,
+                                         only=args.only)
         if "standalone" not in args.skip:
             out["standalone"] = standalone.run(root / "standalone", progress)
     finally:
