@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from shared.durations import parse_duration
+from shared.durations import parse_duration, to_seconds
 from shared.server_config import ServerConfig
 
 log = logging.getLogger(__name__)
@@ -68,17 +68,7 @@ class CrashLoopBackOffConfig(BaseModel):
     @field_validator("max_container_restart_period", "initial_container_restart_period", mode="before")
     @classmethod
     def _dur(cls, v: Any) -> float:
-        return _to_seconds(v)
-
-
-def _to_seconds(v: Any) -> float:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        seconds = float(v)
-    else:
-        seconds = parse_duration(v)
-    if seconds < 0:
-        raise ValueError("must not be negative")
-    return seconds
+        return to_seconds(v)
 
 
 class KubeletConfiguration(ServerConfig):
@@ -113,18 +103,8 @@ class KubeletConfiguration(ServerConfig):
     crash_loop_back_off: CrashLoopBackOffConfig = Field(default_factory=CrashLoopBackOffConfig)
     # How often volume usage (kubelet_volume_stats_*) is measured.
     volume_stats_agg_period: float = 60.0
-    # Requesting the serving certificate from the API (a kubelet-serving CSR) is not built:
-    # refused rather than silently serving a self-signed certificate the user did not ask for.
+    # The kubelet API's serving certificate from a kubernetes.io/kubelet-serving CSR (cluster mode).
     server_tls_bootstrap: bool = Field(default=False, alias="serverTLSBootstrap")
-
-    @field_validator("server_tls_bootstrap")
-    @classmethod
-    def _bootstrap(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("true is not supported by pykubelet: give tlsCertFile/tlsPrivateKeyFile "
-                             "(a certificate signed by your cluster CA), or leave both unset for a "
-                             "self-signed one generated in <root-dir>/pki")
-        return v
 
     @field_validator("api_version")
     @classmethod
@@ -182,7 +162,7 @@ class KubeletConfiguration(ServerConfig):
                      "volume_stats_agg_period", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
-        return _to_seconds(v)
+        return to_seconds(v)
 
     @field_validator("max_pods")
     @classmethod

@@ -45,3 +45,14 @@ def format_duration(seconds: float) -> str:
     if m:
         return f"{m}m{sec}"
     return sec
+
+
+def to_seconds(v: object) -> float:
+    """A config value in seconds: a number as is, or a Go duration string; never negative."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        seconds = float(v)
+    else:
+        seconds = parse_duration(v)  # type: ignore[arg-type]
+    if seconds < 0:
+        raise ValueError("must not be negative")
+    return seconds

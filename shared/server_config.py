@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from shared.durations import parse_duration
+from shared.durations import to_seconds
 
 # Go's crypto/tls names (what the kubelet's tlsCipherSuites takes) -> OpenSSL names.
 # TLS 1.3 suites are not configurable, in Go or here.
@@ -34,13 +34,6 @@ GO_CIPHER_SUITES = {
 TLS_VERSIONS = ("VersionTLS10", "VersionTLS11", "VersionTLS12", "VersionTLS13")
 
 
-def _seconds(v: Any) -> float:
-    seconds = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else parse_duration(v)
-    if seconds < 0:
-        raise ValueError("must not be negative")
-    return seconds
-
-
 class _Section(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -56,7 +49,7 @@ class WebhookAuthentication(_Section):
     @field_validator("cache_ttl", mode="before")
     @classmethod
     def _ttl(cls, v: Any) -> float:
-        return _seconds(v)
+        return to_seconds(v)
 
 
 class AnonymousAuthentication(_Section):
@@ -76,7 +69,7 @@ class WebhookAuthorization(_Section):
     @field_validator("cache_authorized_ttl", "cache_unauthorized_ttl", mode="before")
     @classmethod
     def _ttl(cls, v: Any) -> float:
-        return _seconds(v)
+        return to_seconds(v)
 
 
 class Authorization(_Section):
@@ -130,4 +123,4 @@ class ServerConfig(_Section):
     @field_validator("streaming_connection_idle_timeout", mode="before")
     @classmethod
     def _idle(cls, v: Any) -> float:
-        return _seconds(v)
+        return to_seconds(v)

@@ -147,6 +147,10 @@ class HTTPServer:
                                                   reuse_address=True, **kwargs)
 
     @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    @property
     def port(self) -> int:
         assert self._server is not None
         return self._server.sockets[0].getsockname()[1]

@@ -6,7 +6,6 @@ Read-only toward the store and the runtime, except the streaming calls that hand
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
@@ -144,8 +143,12 @@ class KubeletAPI:
             except CRIError:
                 return False
 
+        path = Path(instance["log_path"]).resolve()
+        if not path.is_relative_to(Path(self.settings.kubelet.pod_logs_dir).resolve()):
+            # pod-sync's record names a file outside the log dir: never open it.
+            raise HTTPError(500, f'log of container "{name}" is not under podLogsDir')
         try:
-            body = logs.read_log(Path(instance["log_path"]), opts, still_running)
+            body = logs.read_log(path, opts, still_running)
         except FileNotFoundError:
             raise HTTPError(404, f'log of container "{name}" in pod "{pod.name}" is gone '
                                  f'(the container was removed)') from None
@@ -192,7 +195,7 @@ class KubeletAPI:
         await self._proxy(req, conn, lambda: self.runtime.port_forward(pod.sandbox_id, ports))
 
     async def run(self, req: Request) -> Response:
-        cmd = shlex.split(req.arg("cmd") or "") if req.arg("cmd") else []
+        cmd = (req.arg("cmd") or "").split()  # split on white space, as the kubelet does
         if not cmd:
             raise HTTPError(400, "cmd: a command is required")
         cid = self._pod(req).running_container_id(req.params["container"])

@@ -36,16 +36,15 @@ def node_metrics_source(ctx: ServiceContext) -> NodeMetrics:
     return gather
 
 
-async def _reviews(ctx: ServiceContext):
+async def _api_client(ctx: ServiceContext):
     if not ctx.settings.cluster_mode:
         return None
-    from services.node_api.reviews import KubeReviews
     from shared.kube import api_client
 
     k = ctx.settings.kubelet
     api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
     ctx.on_shutdown(api.close)
-    return KubeReviews(api)
+    return api
 
 
 async def _listen(server: HTTPServer, address: str, port: int, what: str) -> None:
@@ -61,7 +60,15 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
     if not k.enable_server:
         log.info("kubelet API disabled (enableServer: false)")
         return
-    reviews = await _reviews(ctx)
+    if k.server_tls_bootstrap and not ctx.settings.cluster_mode:
+        raise ConfigError("serverTLSBootstrap: true needs an API server to sign the certificate "
+                          "(--kubeconfig); in standalone mode set tlsCertFile/tlsPrivateKeyFile or "
+                          "leave them unset for a self-signed certificate")
+    api = await _api_client(ctx)
+    reviews = None
+    if api is not None:
+        from services.node_api.apiserver import KubeReviews
+        reviews = KubeReviews(api)
     authn = Authenticator(k.authentication, reviews)
     authz = Authorizer(k.authorization, reviews, ctx.settings.node_name)
 
@@ -72,13 +79,41 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
         except AuthError as exc:
             raise HTTPError(exc.status, str(exc)) from None
 
-    cert, key = serving_cert_paths(k, ctx.settings.root_dir / "pki", ctx.settings.node_name, [node_ip()])
-    server = HTTPServer(kubelet.routes(), gate, server_context(k, cert, key), "kubelet-api")
-    await _listen(server, k.address, k.port, "kubelet API")
+    cert_dir = ctx.settings.root_dir / "pki"
+    if k.server_tls_bootstrap:
+        from services.node_api.apiserver import KubeCSRs
+        from services.node_api.serving_csr import ServingCertificate
+
+        tls = server_context(k, None, None)
+        serving = ServingCertificate(KubeCSRs(api), tls, cert_dir, ctx.settings.node_name, [node_ip()])
+        ctx.spawn("serving-certificate", serving.run())
+    else:
+        cert, key = serving_cert_paths(k, cert_dir, ctx.settings.node_name, [node_ip()])
+        tls = server_context(k, cert, key)
+        serving = None
+    server = HTTPServer(kubelet.routes(), gate, tls, "kubelet-api")
     ctx.on_shutdown(server.stop)
-    log.info("kubelet API on https://%s:%d (authentication: %s; authorization: %s)", k.address, server.port,
-             authn.describe(), k.authorization.mode)
-    ctx.checks["kubelet-api"] = lambda: (True, f"listening on {k.address}:{server.port}")
+
+    async def listen() -> None:
+        if serving is not None:
+            # Like the kubelet, nothing is served before there is a certificate to serve with.
+            await serving.ready.wait()
+        await _listen(server, k.address, k.port, "kubelet API")
+        log.info("kubelet API on https://%s:%d (authentication: %s; authorization: %s)", k.address,
+                 server.port, authn.describe(), k.authorization.mode)
+    if serving is None:
+        await listen()
+    else:
+        async def listen_when_issued() -> None:
+            await listen()
+            await ctx.stopping.wait()
+        ctx.spawn("kubelet-api-listen", listen_when_issued())
+
+    def check() -> tuple[bool, str]:
+        if not server.listening:
+            return False, serving.state if serving else "not listening"
+        return True, f"listening on {k.address}:{server.port}" + (f"; {serving.state}" if serving else "")
+    ctx.checks["kubelet-api"] = check
 
     if k.read_only_port:
         async def open_gate(req: Request) -> None:

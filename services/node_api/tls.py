@@ -64,14 +64,16 @@ def write_self_signed(cert_path: Path, key_path: Path, hostname: str, addresses:
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
-def server_context(cfg: KubeletConfiguration, cert: Path, key: Path) -> ssl.SSLContext:
+def server_context(cfg: KubeletConfiguration, cert: Path | None, key: Path | None) -> ssl.SSLContext:
     """TLS 1.2+ unless tlsMinVersion says otherwise; client certificates are requested and, when
-    presented, must chain to authentication.x509.clientCAFile (else the handshake fails)."""
+    presented, must chain to authentication.x509.clientCAFile (else the handshake fails).
+    Without cert, the certificate is loaded later (serverTLSBootstrap)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        ctx.load_cert_chain(str(cert), str(key))
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"cannot load the serving certificate {cert} / key {key}: {exc}") from None
+    if cert is not None:
+        try:
+            ctx.load_cert_chain(str(cert), str(key) if key else None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load the serving certificate {cert} / key {key}: {exc}") from None
     ctx.minimum_version = _TLS_VERSIONS.get(cfg.tls_min_version, ssl.TLSVersion.TLSv1_2)
     if cfg.tls_cipher_suites:
         ctx.set_ciphers(":".join(GO_CIPHER_SUITES[c] for c in cfg.tls_cipher_suites))

@@ -7,15 +7,17 @@ import json
 
 import pytest
 
+from tests.cluster.csr_signer import KubeletServingSigner
 from tests.cluster.harness import ControlPlane, HarnessError
 from tests.integration.conftest import (NODE_NAME, launch_node, require_node_prerequisites, stop_node, wait_for,
                                        wait_for_object)
 
 
 class Cluster:
-    def __init__(self, cp: ControlPlane, node) -> None:
+    def __init__(self, cp: ControlPlane, node, signer: KubeletServingSigner | None = None) -> None:
         self.cp = cp
         self.node = node
+        self.signer = signer
 
     def kubectl(self, *args, **kw):
         return self.cp.kubectl(*args, **kw)
@@ -46,20 +48,26 @@ class Cluster:
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory):
     require_node_prerequisites()
-    cp = ControlPlane(tmp_path_factory.mktemp("control-plane"), NODE_NAME)
+    # The API server checks the node's serving certificate, which the node gets through a CSR
+    # (serverTLSBootstrap) that the signer below approves and issues with the cluster CA.
+    cp = ControlPlane(tmp_path_factory.mktemp("control-plane"), NODE_NAME, verify_kubelets=True)
     try:
         cp.start()
     except HarnessError as exc:
         cp.stop()
         pytest.fail(f"cannot start the test control plane: {exc}")
     node = None
+    signer = KubeletServingSigner(cp)
+    signer.start()
     try:
         node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig)],
-                           extra_config=f"authentication:\n  x509:\n    clientCAFile: {cp.ca}\n")
-        c = Cluster(cp, node)
+                           extra_config=f"serverTLSBootstrap: true\nauthentication:\n  x509:\n"
+                                        f"    clientCAFile: {cp.ca}\n")
+        c = Cluster(cp, node, signer)
         wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
         yield c
     finally:
         if node is not None:
             stop_node(node)
+        signer.stop()
         cp.stop()

@@ -42,6 +42,8 @@ class ControlPlane:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     api_port: int = 0
     etcd_port: int = 0
+    # Verify kubelets' serving certificates against the cluster CA (--kubelet-certificate-authority).
+    verify_kubelets: bool = False
 
     def start(self) -> None:
         ensure_kube_binaries()
@@ -77,6 +79,7 @@ class ControlPlane:
             f"--kubelet-client-certificate={self.kubelet_client.cert}",
             f"--kubelet-client-key={self.kubelet_client.key}",
             "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+            *([f"--kubelet-certificate-authority={self.ca}"] if self.verify_kubelets else []),
             f"--cert-dir={self.root / 'apiserver-certs'}"]
         self.start_apiserver()
 

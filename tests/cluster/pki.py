@@ -68,6 +68,22 @@ class PKI:
             b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         return _write(self.dir / filename, key, b.sign(self._ca_key, hashes.SHA256()))
 
+    def sign_csr(self, csr_pem: bytes, seconds: float, server: bool = True) -> bytes:
+        """Issue a certificate for a CSR (subject and SANs as requested), valid for `seconds`."""
+        csr = x509.load_pem_x509_csr(csr_pem)
+        now = dt.datetime.now(dt.timezone.utc)
+        b = (x509.CertificateBuilder().subject_name(csr.subject).issuer_name(self._ca_cert.subject)
+             .public_key(csr.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(now - dt.timedelta(seconds=5)).not_valid_after(now + dt.timedelta(seconds=seconds))
+             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
+                                                   else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
+        try:
+            b = b.add_extension(csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value,
+                                critical=False)
+        except x509.ExtensionNotFound:
+            pass
+        return b.sign(self._ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
     def service_account_key(self) -> Path:
         key = _key()
         path = self.dir / "sa.key"

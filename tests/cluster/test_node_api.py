@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import ssl
 import subprocess
 import threading
@@ -74,13 +75,16 @@ def test_logs_with_the_kubectl_options(cluster, talker):
     k = cluster.kubectl
     assert k("logs", "talker", "-c", "second").stdout == "from-second\n"
     assert k("logs", "talker", "-c", "main", "--tail=1").stdout == "three\n"
-    assert k("logs", "talker", "-c", "main", "--tail=2").stdout == "x" * LONG + "\nthree\n"
+    # tail counts records in the file, as the kubelet does: the long line is two (partial + full)
+    assert k("logs", "talker", "-c", "main", "--tail=3").stdout == "x" * LONG + "\nthree\n"
     assert k("logs", "talker", "-c", "main", "--limit-bytes=6").stdout == "one\ntw"
     assert k("logs", "talker", "-c", "main", "--since=1h").stdout == EXPECTED
     assert k("logs", "talker", "-c", "main", "--since-time=2099-01-01T00:00:00Z").stdout == ""
-    stamped = k("logs", "talker", "-c", "main", "--timestamps").stdout.splitlines()
-    assert [line.split(" ", 1)[1] for line in stamped] == EXPECTED.splitlines()
-    assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ", line) for line in stamped)
+    # every record gets its timestamp, the partial one too (as the kubelet writes them)
+    stamped = k("logs", "talker", "-c", "main", "--timestamps").stdout
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ")
+    assert stamp.sub("", stamped) == EXPECTED
+    assert len(stamp.findall(stamped)) == 5 and all(stamp.match(line) for line in stamped.splitlines())
     bad = k("logs", "talker", "-c", "nope", check=False)
     assert bad.returncode != 0 and "nope" in bad.stderr
     prev = k("logs", "talker", "-c", "main", "--previous", check=False)
@@ -258,6 +262,34 @@ def test_proxy_endpoints_answer_in_the_kubelets_formats(cluster, talker):
     assert {"container_memory_working_set_bytes", "machine_cpu_cores"} <= cadvisor
     probes = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics/probes"))}
     assert "prober_probe" in probes and "kubelet_running_pods" not in probes
+
+
+# -- serving certificate ----------------------------------------------------------------------------
+
+def served_certificate(cluster):
+    """The node's serving certificate, verified against the cluster CA for the node's IP."""
+    from cryptography import x509
+
+    from shared.host import node_ip
+
+    ctx = ssl.create_default_context(cafile=str(cluster.cp.ca))
+    with socket.create_connection(("127.0.0.1", cluster.node.kubelet_port), timeout=10) as raw_sock:
+        with ctx.wrap_socket(raw_sock, server_hostname=node_ip()) as tls:
+            return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+
+
+def test_serving_certificate_comes_from_a_csr_and_rotates(cluster):
+    """serverTLSBootstrap: the first certificate (60 s here) is renewed through a new CSR before
+    it expires, and the new one is served without a restart."""
+    signer = cluster.signer
+    wait_for(lambda: len(signer.issued) >= 2, 120, f"a second CSR (signer errors: {signer.errors[-3:]})")
+    cert = wait_for(lambda: (c := served_certificate(cluster)).serial_number == signer.issued[-1][1] and c,
+                    30, "the renewed certificate to be served")
+    assert cert.subject.rfc4514_string() == f"CN=system:node:{NODE_NAME},O=system:nodes"
+    key_file = cluster.node.root / "pki" / "kubelet-server-current.pem"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    # the API server (which verifies kubelets' certificates here) still reaches the node
+    assert raw(cluster, "/healthz") == "ok"
 
 
 # -- authentication, authorization, bad input ---------------------------------------------------------

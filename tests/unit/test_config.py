@@ -112,7 +112,6 @@ def test_kubelet_api_defaults_are_the_secure_ones():
     ({"address": "any"}, "address: 'any' is not an IP address"),
     ({"tlsMinVersion": "TLS1.2"}, "tlsMinVersion: must be one of"),
     ({"tlsCipherSuites": ["TLS_RSA_WITH_RC4_128_SHA"]}, "tlsCipherSuites: unknown or insecure"),
-    ({"serverTLSBootstrap": True}, "serverTLSBootstrap: true is not supported"),
     ({"authentication": {"webhook": {"cacheTTL": "soon"}}}, "authentication.webhook.cacheTTL"),
 ])
 def test_kubelet_api_fields_are_validated(data, needle):

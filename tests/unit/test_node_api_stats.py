@@ -253,7 +253,7 @@ async def test_node_summary_from_the_root_cgroup_and_proc(node, settings):
     assert [i["name"] for i in net["interfaces"]] == ["eth0", "ens4"], "no loopback or pod veths"
     st = os.statvfs(settings.root_dir)
     assert n["fs"]["capacityBytes"] == st.f_blocks * st.f_frsize and n["fs"]["inodes"] == st.f_files
-    assert n["fs"]["usedBytes"] == (st.f_blocks - st.f_bfree) * st.f_frsize
+    assert abs(n["fs"]["usedBytes"] - (st.f_blocks - st.f_bfree) * st.f_frsize) < 256 * 2**20  # shared fs moves
     image_fs = n["runtime"]["imageFs"]
     assert image_fs["usedBytes"] == 12345 and image_fs["inodesUsed"] == 67
     assert image_fs["capacityBytes"] == st.f_blocks * st.f_frsize, "statvfs of the image fs mountpoint"
@@ -346,7 +346,8 @@ async def test_pod_summary_with_two_containers(node, settings):
     assert volumes["data"]["pvcRef"] == {"name": "claim-1", "namespace": "ns1"}
     vst = os.statvfs(paths["data"])
     assert volumes["data"]["capacityBytes"] == vst.f_blocks * vst.f_frsize
-    assert volumes["data"]["usedBytes"] == (vst.f_blocks - vst.f_bfree) * vst.f_frsize
+    # the filesystem is shared with whatever else runs: its usage moves between the two reads
+    assert abs(volumes["data"]["usedBytes"] - (vst.f_blocks - vst.f_bfree) * vst.f_frsize) < 256 * 2**20
     cfg_used = du(paths["cfg"], paths["cfg"] / "..2024_01_01", paths["cfg"] / "..2024_01_01/key",
                   paths["cfg"] / "..data", paths["cfg"] / "key")
     assert volumes["cfg"]["usedBytes"] == cfg_used and volumes["cfg"]["inodesUsed"] == 5

@@ -1,7 +1,10 @@
-"""TokenReview and SubjectAccessReview through the API server, with the node's credentials (the
-Node authorizer allows nodes to create both, which is how the kubelet delegates its API auth)."""
+"""What node-api asks the API server, with the node's credentials: TokenReview and
+SubjectAccessReview (the Node authorizer allows nodes to create both, which is how the kubelet
+delegates its API auth) and its serving certificate's CSRs."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from kubernetes_asyncio import client
 
@@ -34,3 +37,17 @@ class KubeReviews:
         review = await self.authz.create_subject_access_review(body, _request_timeout=REQUEST_TIMEOUT)
         st = review.status
         return bool(st and st.allowed and not st.denied), (st.reason if st else "") or ""
+
+
+class KubeCSRs:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.certs = client.CertificatesV1Api(api)
+
+    async def create(self, body: dict[str, Any]) -> str:
+        csr = await self.certs.create_certificate_signing_request(body, _request_timeout=REQUEST_TIMEOUT)
+        return csr.metadata.name
+
+    async def get(self, name: str) -> dict[str, Any]:
+        csr = await self.certs.read_certificate_signing_request(name, _request_timeout=REQUEST_TIMEOUT)
+        return self.api.sanitize_for_serialization(csr)

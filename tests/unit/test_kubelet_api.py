@@ -1,0 +1,111 @@
+"""The kubelet API's handlers over a real store file and the fake runtime: which log instance is
+read, the kubelet's messages when there is none, and store rows that point outside podLogsDir."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.node_api.http import HTTPError, Request
+from services.node_api.kubelet_api import KubeletAPI, configz
+from shared.cri.fake import FakeRuntime
+from shared.store import DesiredPod, PodRuntime
+
+MANIFEST = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+
+
+def request(path_params: dict, query: dict | None = None, method: str = "GET") -> Request:
+    return Request(method, "/x", {k: [v] for k, v in (query or {}).items()}, {}, [], None, params=path_params)
+
+
+@pytest.fixture
+def api(settings, store):
+    async def no_metrics() -> str:
+        return ""
+    return KubeletAPI(settings, store, FakeRuntime(), stats=None, node_metrics=no_metrics)  # type: ignore[arg-type]
+
+
+def put(store, containers: list[dict]) -> None:
+    with store.session() as s:
+        s.merge(DesiredPod(uid="u1", namespace="ns", name="p", source="api", manifest=MANIFEST))
+        s.merge(PodRuntime(uid="u1", containers=containers))
+
+
+async def read_all(resp) -> bytes:
+    return b"".join([chunk async for chunk in resp.body])
+
+
+async def test_current_and_previous_instance(api, store, settings):
+    logs = settings.root_dir / "logs" / "ns_p_u1" / "c"
+    logs.mkdir(parents=True)
+    (logs / "0.log").write_text("2026-01-01T00:00:00.000000001Z stdout F first\n")
+    (logs / "1.log").write_text("2026-01-01T00:00:01.000000001Z stdout F second\n")
+    previous = {"container_id": "containerd://a", "log_path": str(logs / "0.log"), "state": "exited"}
+    put(store, [{"name": "c", "container_id": "containerd://b", "state": "running",
+                 "log_path": str(logs / "1.log"), "last_terminated": previous}])
+    params = {"namespace": "ns", "pod": "p", "container": "c"}
+    assert await read_all(await api.container_logs(request(params))) == b"second\n"
+    assert await read_all(await api.container_logs(request(params, {"previous": "true"}))) == b"first\n"
+
+
+async def test_waiting_container_gets_the_kubelets_message(api, store):
+    put(store, [{"name": "c", "state": "", "waiting_reason": "ImagePullBackOff", "last_terminated": None}])
+    with pytest.raises(HTTPError) as exc:
+        await api.container_logs(request({"namespace": "ns", "pod": "p", "container": "c"}))
+    assert exc.value.status == 400
+    assert exc.value.message == 'container "c" in pod "p" is waiting to start: trying and failing to pull image'
+
+
+async def test_a_log_path_outside_pod_logs_dir_is_never_opened(api, store, tmp_path):
+    secret = tmp_path / "secret.log"
+    secret.write_text("2026-01-01T00:00:00.000000001Z stdout F do not show\n")
+    put(store, [{"name": "c", "container_id": "containerd://b", "state": "running", "log_path": str(secret)}])
+    with pytest.raises(HTTPError) as exc:
+        await api.container_logs(request({"namespace": "ns", "pod": "p", "container": "c"}))
+    assert exc.value.status == 500 and "not under podLogsDir" in exc.value.message
+
+
+async def test_unknown_pod_container_and_bad_query(api, store):
+    put(store, [])
+    with pytest.raises(HTTPError, match='pod "q" does not exist'):
+        await api.container_logs(request({"namespace": "ns", "pod": "q", "container": "c"}))
+    with pytest.raises(HTTPError, match='container "z" not found in pod "p"'):
+        await api.container_logs(request({"namespace": "ns", "pod": "p", "container": "z"}))
+    with pytest.raises(HTTPError) as exc:
+        await api.container_logs(request({"namespace": "ns", "pod": "p", "container": "c"}, {"limitBytes": "-1"}))
+    assert exc.value.status == 400 and "limitBytes" in exc.value.message
+
+
+async def test_exec_needs_a_running_container(api, store):
+    put(store, [{"name": "c", "container_id": "containerd://b", "state": "exited"}])
+    with pytest.raises(HTTPError, match='container not found \\("c"\\)'):
+        await api.exec(request({"namespace": "ns", "pod": "p", "container": "c"},
+                               {"command": "true", "output": "1"}), None)  # type: ignore[arg-type]
+
+
+def test_configz_shows_durations_as_the_kubelet(settings):
+    cfg = configz(settings)["kubeletconfig"]
+    assert cfg["syncFrequency"] == "1m0s" and cfg["authentication"]["webhook"]["cacheTTL"] == "2m0s"
+    assert cfg["port"] == 10250 and cfg["readOnlyPort"] == 0
+
+
+def test_read_only_port_serves_no_container_data(api):
+    ro = api.routes(read_only=True)
+    for path in ("/healthz", "/pods", "/spec", "/stats/summary", "/metrics", "/metrics/resource"):
+        ro.match("GET", path)
+    for method, path in (("GET", "/containerLogs/ns/p/c"), ("POST", "/exec/ns/p/c"), ("GET", "/configz"),
+                         ("POST", "/run/ns/p/c"), ("GET", "/portForward/ns/p")):
+        with pytest.raises(HTTPError) as exc:
+            ro.match(method, path)
+        assert exc.value.status == 404
+
+
+def test_debugging_handlers_off_removes_logs_and_streams(settings, store):
+    settings.kubelet.enable_debugging_handlers = False
+
+    async def no_metrics() -> str:
+        return ""
+    routes = KubeletAPI(settings, store, FakeRuntime(), None, no_metrics).routes()  # type: ignore[arg-type]
+    routes.match("GET", "/configz")
+    with pytest.raises(HTTPError):
+        routes.match("POST", "/exec/ns/p/c")
