@@ -9,7 +9,7 @@ import httpx
 from prometheus_client import generate_latest
 
 from services.node_api.auth import Authenticator, AuthError, Authorizer
-from services.node_api.http import HTTPError, HTTPServer, Request
+from services.node_api.http import Gate, HTTPError, HTTPServer, Request
 from services.node_api.kubelet_api import KubeletAPI, NodeMetrics
 from services.node_api.metrics_merge import merge_expositions, scrape_all
 from services.node_api.tls import server_context, serving_cert_paths
@@ -34,6 +34,17 @@ def node_metrics_source(ctx: ServiceContext) -> NodeMetrics:
         texts = await scrape_all(targets, client, SCRAPE_TIMEOUT)
         return merge_expositions(texts, own=generate_latest().decode())
     return gather
+
+
+def auth_gate(authn: Authenticator, authz: Authorizer) -> Gate:
+    """Every request on the authenticated port: who is asking, and may they (401/403 otherwise)."""
+    async def gate(req: Request) -> None:
+        try:
+            req.user = await authn.authenticate(req.peercert, req.header("authorization"))
+            await authz.authorize(req.user, req.method, req.path)
+        except AuthError as exc:
+            raise HTTPError(exc.status, str(exc)) from None
+    return gate
 
 
 async def _api_client(ctx: ServiceContext):
@@ -72,13 +83,7 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
     authn = Authenticator(k.authentication, reviews)
     authz = Authorizer(k.authorization, reviews, ctx.settings.node_name)
 
-    async def gate(req: Request) -> None:
-        try:
-            req.user = await authn.authenticate(req.peercert, req.header("authorization"))
-            await authz.authorize(req.user, req.method, req.path)
-        except AuthError as exc:
-            raise HTTPError(exc.status, str(exc)) from None
-
+    gate = auth_gate(authn, authz)
     cert_dir = ctx.settings.root_dir / "pki"
     if k.server_tls_bootstrap:
         from services.node_api.apiserver import KubeCSRs

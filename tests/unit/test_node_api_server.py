@@ -11,6 +11,7 @@ import pytest
 
 from services.node_api import streaming
 from services.node_api.auth import Attributes, Authenticator, AuthError, Authorizer, User, request_attributes
+from services.node_api.listeners import auth_gate
 from services.node_api.http import HTTPError, HTTPServer, Request, Response, Router, text_response
 from services.node_api.tls import server_context, serving_cert_paths
 from shared.config import KubeletConfiguration
@@ -72,15 +73,8 @@ async def server(tmp_path, pki):
     router.add("GET", "/pods", whoami)
     router.add("GET", "/exec/{ns}/{pod}/{container}", boom)
 
-    async def gate(req: Request) -> None:
-        try:
-            req.user = await authn.authenticate(req.peercert, req.header("authorization"))
-            await authz.authorize(req.user, req.method, req.path)
-        except AuthError as exc:
-            raise HTTPError(exc.status, str(exc)) from None
-
     cert, key = serving_cert_paths(cfg, tmp_path / "certs", "node1", ["127.0.0.1"])
-    srv = HTTPServer(router, gate, server_context(cfg, cert, key), "test")
+    srv = HTTPServer(router, auth_gate(authn, authz), server_context(cfg, cert, key), "test")
     await srv.start("127.0.0.1", 0)
     srv.reviews = reviews  # type: ignore[attr-defined]
     yield srv
