@@ -22,6 +22,7 @@ async def setup(ctx: ServiceContext) -> None:
     runtime = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
     ctx.on_shutdown(runtime.close)
     stats = StatsProvider(runtime, runtime, ctx.store, ctx.settings)
+    ctx.on_shutdown(stats.close)
     kubelet = KubeletAPI(ctx.settings, ctx.store, runtime, stats, node_metrics_source(ctx))
     await start_listeners(ctx, kubelet)
 

@@ -2,7 +2,7 @@
 /metrics/cadvisor and /spec.
 
 The node's figures come from the root cgroup and /proc, each pod's from CRI (ListContainerStats,
-and ListPodSandboxStats where the runtime has it), volumes and logs from the store and a look at
+and ListPodSandboxStats where the runtime has it, sampled in the background: sandbox_stats.py), volumes and logs from the store and a look at
 the filesystem. Like the kubelet's CRI stats provider, usageNanoCores is the rate between the
 previous cumulative CPU sample and this one, so the first read after a start has none.
 """
@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-import grpc
 from cri_api.v1 import api_pb2 as cri
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
@@ -27,6 +26,7 @@ from services.node_api import resource_metrics
 from services.node_api.cgroups import KUBEPODS, CgroupReader, CgroupSample
 from services.node_api.hostfs import (FsInfo, TreeUsage, default_route_interface, device_of, node_interfaces,
                                       read_mounts, rlimit, statfs, statfs_nearest, tree_usage)
+from services.node_api.sandbox_stats import SandboxStatsCache
 from services.node_api.machine import MachineFacts, MachineSpec
 from services.node_api.snapshot import ContainerIds, PodIds, Snapshot, summary_json
 from shared.config import NodeSettings
@@ -50,8 +50,6 @@ VOLUME_WALK_LIMIT = 10_000
 LOG_WALK_LIMIT = 1_000
 # A volume with a filesystem of its own (CSI, PVC) may be a network mount that hangs statvfs.
 MOUNT_STATFS_TIMEOUT = 5.0
-# How long an UNIMPLEMENTED ListPodSandboxStats is believed before asking again (runtime upgrade).
-SANDBOX_STATS_RECHECK = 600.0
 # The kubelet's CRI provider drops CPU samples not refreshed for this long.
 CPU_CACHE_MAX_AGE = 600.0
 # Two reads closer than this keep the previous rate instead of a noisy one from a tiny window.
@@ -210,12 +208,14 @@ class StatsProvider:
         self.machine = machine or MachineSpec(MachineFacts(proc=self.proc))
         self.rates = CpuRates(clock)
         self._clock = clock
-        # When the runtime last answered UNIMPLEMENTED to ListPodSandboxStats (containerd < 1.6).
-        self._sandbox_stats_unimplemented_at: float | None = None
+        self.sandbox_stats = SandboxStatsCache(runtime, clock=clock)
         self._mounts = _MountProbe()
         self._walks: dict[str, tuple[TreeUsage | None, float]] = {}
 
     # -- public API --------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        await self.sandbox_stats.close()
 
     async def summary(self) -> dict[str, Any]:
         """GET /stats/summary: the Summary (stats/v1alpha1) as JSON-ready data."""
@@ -257,7 +257,7 @@ class StatsProvider:
         try:
             sandboxes, containers, cstats, sandbox_stats, image_fs = await asyncio.gather(
                 self.runtime.list_pod_sandbox(MANAGED), self.runtime.list_containers(MANAGED),
-                self.runtime.list_container_stats(), self._sandbox_stats(),
+                self.runtime.list_container_stats(), self.sandbox_stats.get(),
                 self._image_fs(now) if full else _no_image_fs())
         except CRIError as exc:
             raise StatsError(f"failed to list pod stats: {exc}") from exc
@@ -275,24 +275,6 @@ class StatsProvider:
         g.snap.summary = {"node": node, "pods": pods}
         self.rates.expire()
         return g.snap
-
-    async def _sandbox_stats(self) -> dict[str, cri.PodSandboxStats] | None:
-        since = self._sandbox_stats_unimplemented_at
-        if since is not None and self._clock() - since < SANDBOX_STATS_RECHECK:
-            return None
-        try:
-            stats = await self.runtime.list_pod_sandbox_stats()
-        except CRIError as exc:
-            if exc.code == grpc.StatusCode.UNIMPLEMENTED:
-                if since is None:
-                    log.info("the runtime has no ListPodSandboxStats: pod CPU and memory are the sum of "
-                             "their containers' and pod network stats are left out")
-                self._sandbox_stats_unimplemented_at = self._clock()
-            else:
-                log.warning("pod sandbox stats: %s", exc)
-            return None
-        self._sandbox_stats_unimplemented_at = None
-        return {s.attributes.id: s for s in stats}
 
     async def _image_fs(self, now: float) -> tuple[dict[str, Any] | None, str]:
         """(imageFs stats, its mountpoint): CRI's usage, statvfs of its mountpoint for the rest."""

@@ -212,8 +212,10 @@ class Node:
 
 
 @pytest.fixture
-def node(tmp_path, settings, store, host):
-    return Node(tmp_path, settings, store, host)
+async def node(tmp_path, settings, store, host):
+    n = Node(tmp_path, settings, store, host)
+    yield n
+    await n.stats.close()
 
 
 async def two_samples(node: Node):
