@@ -70,7 +70,7 @@ def container_status(obs: dict[str, Any], default_waiting: str,
     if waiting_reason or state in ("", "created"):
         reason = waiting_reason or default_waiting
         waiting = {"reason": reason}
-        message = obs.get("waiting_message") or (obs.get("image_pull", "") if reason == "ContainerCreating" else "")
+        message = obs.get("waiting_message") or (obs.get("image_pull", "") if reason in PROGRESS_REASONS else "")
         if message:
             waiting["message"] = message
         status["state"] = {"waiting": waiting}
@@ -157,17 +157,21 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
     runtime = runtime or {}
     observed = {c["name"]: c for c in runtime.get("containers", [])}
 
-    def obs(name: str) -> dict[str, Any]:
-        return observed.get(name, {"name": name, "state": ""})
+    def obs(name: str, image: str) -> dict[str, Any]:
+        # Not created yet: the kubelet still names the spec's image.
+        return observed.get(name, {"name": name, "state": "", "image": image})
 
     probes = probes or {}
 
     def status_of(c, default_waiting: str) -> dict[str, Any]:
         mine = {kind: v for (name, kind), v in probes.items() if name == c.name}
-        return container_status(obs(c.name), default_waiting, mine,
+        return container_status(obs(c.name, c.image), default_waiting, mine,
                                 (c.readinessProbe is not None, c.startupProbe is not None))
 
-    init_statuses = [status_of(c, "ContainerCreating") for c in pod.spec.initContainers]
+    # The kubelet's default for every container not created yet: PodInitializing in a pod with
+    # init containers (init ones included), ContainerCreating otherwise.
+    not_created = "PodInitializing" if pod.spec.initContainers else "ContainerCreating"
+    init_statuses = [status_of(c, not_created) for c in pod.spec.initContainers]
     # Regular init containers must have succeeded; sidecars only need to have started.
     incomplete_init = [c.name for c, st in zip(pod.spec.initContainers, init_statuses)
                        if (c.restartPolicy == "Always" and "waiting" in st["state"]
@@ -175,8 +179,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
                        or (c.restartPolicy != "Always"
                            and st["state"].get("terminated", {}).get("exitCode") != 0)]
     init_done = not incomplete_init
-    app_default = "ContainerCreating" if init_done else "PodInitializing"
-    app_statuses = [status_of(c, app_default) for c in pod.spec.containers]
+    app_statuses = [status_of(c, not_created) for c in pod.spec.containers]
 
     phase = pod_phase(pod, app_statuses, init_done)
     if not init_done and pod.spec.restartPolicy == "Never":

@@ -93,6 +93,24 @@ def test_init_containers_gate_phase_and_conditions():
     assert status["phase"] == "Running" and cond(status, "Initialized") == "True"
 
 
+def test_failed_first_init_container_of_a_never_restarting_pod_as_the_kubelet_reports_it():
+    # e2e "InitContainer should not start app containers and fail the pod if init containers fail
+    # on a RestartNever pod": statuses in spec order, the ones never created waiting
+    # PodInitializing with their spec image.
+    p = validate_pod({"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "restartPolicy": "Never",
+        "initContainers": [{"name": "init1", "image": "busybox:1.29"}, {"name": "init2", "image": "busybox:1.29"}],
+        "containers": [{"name": "run1", "image": "pause:3.2"}]}})
+    status, _ = compute_status(p, rt(exited("init1", 1)), None)
+    assert status["phase"] == "Failed"
+    init1, init2 = status["initContainerStatuses"]
+    assert (init1["name"], init2["name"]) == ("init1", "init2")
+    assert init1["state"]["terminated"]["exitCode"] == 1
+    assert init2["state"] == {"waiting": {"reason": "PodInitializing"}} and init2["image"] == "busybox:1.29"
+    [run1] = status["containerStatuses"]
+    assert run1["state"] == {"waiting": {"reason": "PodInitializing"}} and run1["image"] == "pause:3.2"
+
+
 def test_transition_time_kept_while_status_unchanged():
     first, _ = compute_status(pod(), rt(running("app")), None)
     ready = next(c for c in first["conditions"] if c["type"] == "Ready")
