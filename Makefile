@@ -65,6 +65,11 @@ bench: deps kube ## Benchmarks: pod startup vs the raw CRI floor, probe load (pr
 profile: deps ## Where pykubelet's CPU goes: py-spy on every service of a node running 100 pods (PROFILE_ARGS)
 	$(PY) -m bench.profile $(PROFILE_ARGS)
 
+.PHONY: conformance
+conformance: deps kube ## Upstream e2e [NodeConformance] specs on pykubelet and the kubelet 1.20, side by side (CONFORMANCE_AGENT=pykubelet|kubelet|both, CONFORMANCE_ARGS)
+	@deploy/build-kube.sh e2e
+	$(PY) -m tests.conformance.run --agent $(or $(CONFORMANCE_AGENT),both) $(CONFORMANCE_ARGS)
+
 .PHONY: kube
 kube: ## Build and cache kube-apiserver/kubectl/kubelet 1.20 from Debian's source package (cluster tests)
 	@deploy/build-kube.sh

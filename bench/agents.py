@@ -25,9 +25,10 @@ class Pykubelet:
     node_name = NODE_NAME
     sandbox_labels = {"pykubelet.io/managed": "true"}
 
-    def __init__(self, root: Path, cp: ControlPlane | None) -> None:
+    def __init__(self, root: Path, cp: ControlPlane | None, extra_config: str = "") -> None:
         self.root = root
         self.cp = cp
+        self.extra_config = extra_config
         self.node = None
         self._store: Store | None = None
 
@@ -41,6 +42,7 @@ class Pykubelet:
         extra = f"containerLogMaxSize: {CONTAINER_LOG_MAX_SIZE}\ncontainerLogMaxFiles: 5\n"
         if self.cp:
             extra += f"authentication:\n  x509:\n    clientCAFile: {self.cp.ca}\n"
+        extra += self.extra_config
         self.node = await asyncio.to_thread(launch_node, self.root, argv, extra)
 
     async def stop(self) -> None:
@@ -57,6 +59,10 @@ class Pykubelet:
     @property
     def static_dir(self) -> Path:
         return self.node.manifests
+
+    @property
+    def registry(self) -> str:
+        return self.node.registry
 
     def image(self, name: str) -> str:
         return self.node.image(name)
@@ -122,6 +128,10 @@ class Kubelet:
     @property
     def static_dir(self) -> Path:
         return self.manifests
+
+    @property
+    def registry(self) -> str:
+        return self.real.infra.registry
 
     def image(self, name: str) -> str:
         return self.real.image(name)

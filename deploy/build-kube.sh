@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Build kube-apiserver, kubelet and kubectl 1.20 from Debian's kubernetes source package, once.
+# `build-kube.sh e2e` builds, from the same tree, what `make conformance` needs: the upstream e2e
+# suite (e2e.test), its parallel runner (ginkgo), its test-image binary (agnhost), and the
+# scheduler and controller-manager a conformance cluster runs.
 #
 # No Kubernetes binaries are published in the package registries these machines reach, but the
 # Debian source package carries the whole tree with vendor/. The binaries are cached outside the
@@ -10,7 +13,15 @@ set -euo pipefail
 
 CACHE=${PYKUBELET_CACHE:-/var/cache/pykubelet}
 BIN=$CACHE/kube-1.20/bin
-TARGETS=(kube-apiserver kubelet kubectl)
+SET=${1:-kube}
+case "$SET" in
+  kube) PKGS=(cmd/kube-apiserver cmd/kubelet cmd/kubectl) ;;
+  e2e) PKGS=(cmd/kube-scheduler cmd/kube-controller-manager test/e2e/e2e.test test/images/agnhost
+             vendor/github.com/onsi/ginkgo/ginkgo) ;;
+  *) echo "usage: $0 [kube|e2e]" >&2; exit 2 ;;
+esac
+TARGETS=()
+for p in "${PKGS[@]}"; do TARGETS+=("$(basename "$p")"); done
 
 have_all() {
   for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done
@@ -18,11 +29,13 @@ have_all() {
 }
 
 if have_all; then
-  echo "kube: cached binaries in $BIN"
+  echo "$SET: cached binaries in $BIN"
   exit 0
 fi
-if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubelet" ] && [ -x "$BIN/kubectl" ]; then
-  echo "kube: installing etcd-server"
+built=1
+for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || built=0; done
+if [ "$built" = 1 ]; then
+  echo "$SET: installing etcd-server"
   apt-get install -y -q --no-install-recommends etcd-server
   exit 0
 fi
@@ -65,11 +78,11 @@ export HOME=${HOME:-/root}
 mkdir -p .go/src/k8s.io
 [ -L .go/src/k8s.io/kubernetes ] || ln -s ../../.. .go/src/k8s.io/kubernetes
 
-echo "kube: compiling ${TARGETS[*]} (10-20 minutes on 2 cores the first time; progress below)"
+echo "$SET: compiling ${TARGETS[*]} (10-20 minutes on 2 cores the first time; progress below)"
 start=$(date +%s)
-make WHAT="$(printf 'cmd/%s ' "${TARGETS[@]}")"
+make WHAT="${PKGS[*]}"
 mkdir -p "$BIN"
 for t in "${TARGETS[@]}"; do
   install -m 0755 "_output/bin/$t" "$BIN/$t"
 done
-echo "kube: built in $(( $(date +%s) - start ))s into $BIN"
+echo "$SET: built in $(( $(date +%s) - start ))s into $BIN"

@@ -37,6 +37,10 @@ class ImageSpec:
     files: dict[str, str] = field(default_factory=dict)  # path in image -> content
     env: list[str] = field(default_factory=lambda: ["PATH=/bin:/sbin:/usr/bin:/usr/sbin"])
     workdir: str = "/"
+    entrypoint: list[str] | None = None
+    binaries: dict[str, Path] = field(default_factory=dict)  # path in image -> executable on the host
+    symlinks: dict[str, str] = field(default_factory=dict)  # path in image -> target
+    dirs: list[str] = field(default_factory=list)  # extra empty directories (0755)
 
 
 # The images pykubelet's demo, tests and sandboxes use.
@@ -106,13 +110,27 @@ def build_layer(spec: ImageSpec, applets: list[str]) -> tuple[bytes, bytes]:
             _add(tar, f"bin/{applet}", kind=tarfile.SYMTYPE, link="busybox", mode=0o777)
         _add(tar, "etc/passwd", data=b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
         _add(tar, "etc/group", data=b"root:x:0:\nnogroup:x:65534:\n")
-        dirs_done: set[str] = set()
+        dirs_done: set[str] = {"bin", "etc", "tmp", "root", "proc", "sys", "dev", "var"}
+
+        def parents(path: str) -> None:
+            parts = path.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                d = "/".join(parts[:i])
+                if d not in dirs_done:
+                    _add(tar, d, mode=0o755, kind=tarfile.DIRTYPE)
+                    dirs_done.add(d)
+
+        for d in sorted(spec.dirs):
+            parents(f"{d}/.")
         for path, content in sorted(spec.files.items()):
-            parent = path.rsplit("/", 1)[0] if "/" in path else ""
-            if parent and parent not in dirs_done:
-                _add(tar, parent, mode=0o755, kind=tarfile.DIRTYPE)
-                dirs_done.add(parent)
+            parents(path)
             _add(tar, path, data=content.encode())
+        for path, host in sorted(spec.binaries.items()):
+            parents(path)
+            _add(tar, path, data=Path(host).read_bytes(), mode=0o755)
+        for path, target in sorted(spec.symlinks.items()):
+            parents(path)
+            _add(tar, path, kind=tarfile.SYMTYPE, link=target, mode=0o777)
     out = io.BytesIO()
     with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as gz:
         gz.write(raw.getvalue())
@@ -125,7 +143,8 @@ def build_image(spec: ImageSpec, applets: list[str] | None = None) -> BuiltImage
     config = {
         "architecture": _oci_arch(),
         "os": "linux",
-        "config": {"Cmd": spec.cmd, "Env": spec.env, "WorkingDir": spec.workdir},
+        "config": {"Cmd": spec.cmd, "Env": spec.env, "WorkingDir": spec.workdir,
+                   **({"Entrypoint": spec.entrypoint} if spec.entrypoint else {})},
         "rootfs": {"type": "layers",
                    "diff_ids": ["sha256:" + hashlib.sha256(uncompressed).hexdigest()]},
         "history": [{"created_by": "pykubelet image builder (busybox-static)"}],

@@ -44,6 +44,9 @@ class ControlPlane:
     etcd_port: int = 0
     # Verify kubelets' serving certificates against the cluster CA (--kubelet-certificate-authority).
     verify_kubelets: bool = False
+    # A whole cluster (the conformance runs): ServiceAccount admission, and start_controllers()
+    # runs the scheduler and the controller-manager (service accounts and their token secrets).
+    full: bool = False
 
     def start(self) -> None:
         ensure_kube_binaries()
@@ -73,8 +76,8 @@ class ControlPlane:
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-            # No controller-manager runs here to create service accounts.
-            "--disable-admission-plugins=ServiceAccount",
+            # Without a controller-manager nobody creates service accounts.
+            *([] if self.full else ["--disable-admission-plugins=ServiceAccount"]),
             "--service-cluster-ip-range=10.96.0.0/24", "--allow-privileged=true",
             f"--kubelet-client-certificate={self.kubelet_client.cert}",
             f"--kubelet-client-key={self.kubelet_client.key}",
@@ -82,6 +85,28 @@ class ControlPlane:
             *([f"--kubelet-certificate-authority={self.ca}"] if self.verify_kubelets else []),
             f"--cert-dir={self.root / 'apiserver-certs'}"]
         self.start_apiserver()
+        self.sa_key = sa_key
+
+    def start_controllers(self) -> None:
+        """kube-scheduler and kube-controller-manager 1.20 (`make conformance` builds them), each
+        with its own identity as kubeadm gives them, serving nothing."""
+        missing = [b for b in ("kube-scheduler", "kube-controller-manager") if not (KUBE_BIN / b).exists()]
+        if missing:
+            raise HarnessError(f"missing {', '.join(missing)} in {KUBE_BIN}: run `deploy/build-kube.sh e2e`")
+        for name, user in (("kube-scheduler", "system:kube-scheduler"),
+                           ("kube-controller-manager", "system:kube-controller-manager")):
+            cert = self.pki.issue(name, user)
+            conf = kubeconfig(self.root / f"{name}.kubeconfig", self.server, self.ca, cert, user)
+            argv = [str(KUBE_BIN / name), f"--kubeconfig={conf}", "--leader-elect=false", "--port=0",
+                    "--secure-port=0"]
+            if name == "kube-controller-manager":
+                argv += [f"--service-account-private-key-file={self.sa_key}", f"--root-ca-file={self.ca}",
+                         "--use-service-account-credentials=true"]
+            self._spawn(name, argv)
+        # Ready when the default namespace has its service account (the token controller ran).
+        self._wait(lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default",
+                                        check=False, timeout=10).returncode == 0,
+                   "kube-controller-manager", 120)
 
     def kubeconfig_for_node(self, name: str) -> Path:
         """A kubeconfig for another node (e.g. a real kubelet beside pykubelet in benchmarks)."""
@@ -143,7 +168,7 @@ class ControlPlane:
             proc.wait()
 
     def stop(self) -> None:
-        for name in ("kube-apiserver", "etcd"):
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self._stop(name)
 
     def kubectl(self, *args: str, check: bool = True, timeout: float = 60,

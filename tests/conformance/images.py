@@ -1,0 +1,61 @@
+"""The images the [NodeConformance] specs pull, built locally and pushed to the node's registry.
+
+The specs name their images through registries (test/utils/image/manifest.go) that
+KUBE_TEST_REPO_LIST can point anywhere; these machines reach no public registry, so every
+registry the node specs use becomes a path in the local one. agnhost is the real binary built
+from the same source tree as e2e.test (its image's Entrypoint and Cmd as upstream's Dockerfile);
+busybox is busybox-static; httpd and nginx are stand-ins serving HTTP on port 80.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from shared.images.build import ImageSpec, build_image, busybox_applets
+from shared.images.registry import push_image
+from tests.cluster.harness import KUBE_BIN
+
+# registry key in KUBE_TEST_REPO_LIST -> path under the local registry.
+REGISTRIES = {
+    "dockerLibraryRegistry": "library",
+    "e2eRegistry": "kubernetes-e2e-test-images",
+    "e2eVolumeRegistry": "kubernetes-e2e-test-images/volume",
+    "promoterE2eRegistry": "e2e-test-images",
+    "gcRegistry": "k8s-gcr",
+    "buildImageRegistry": "build-image",
+    "sigStorageRegistry": "sig-storage",
+    "sampleRegistry": "google-samples",
+}
+
+# httpd as PID 1 would ignore SIGTERM: every stop would wait out the grace period.
+_HTTPD = ["/bin/sh", "-c", "httpd -f -p 80 -h /www & trap 'kill $!; exit 0' TERM INT; wait $!"]
+_INDEX = {"www/index.html": "<html><body><h1>It works!</h1></body></html>\n"}
+
+
+def image_specs(agnhost: Path) -> list[ImageSpec]:
+    return [
+        ImageSpec("e2e-test-images/agnhost", "2.21", ["pause"], entrypoint=["/agnhost"],
+                  binaries={"agnhost": agnhost}, symlinks={"agnhost-2": "agnhost"}, dirs=["uploads"]),
+        ImageSpec("library/busybox", "1.29", ["sh"]),
+        *(ImageSpec(f"library/{name}", tag, _HTTPD, files=_INDEX)
+          for name, tag in (("httpd", "2.4.38-alpine"), ("httpd", "2.4.39-alpine"),
+                            ("nginx", "1.14-alpine"), ("nginx", "1.15-alpine"))),
+        ImageSpec("k8s-gcr/pause", "3.2", ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]),
+    ]
+
+
+def push_all(registry: str) -> list[str]:
+    """Build and push every image; return their references."""
+    agnhost = KUBE_BIN / "agnhost"
+    if not agnhost.exists():
+        raise FileNotFoundError(f"{agnhost} missing: run `deploy/build-kube.sh e2e`")
+    applets = busybox_applets()
+    return [push_image(registry, build_image(spec, applets)) for spec in image_specs(agnhost)]
+
+
+def write_repo_list(path: Path, registry: str) -> Path:
+    """KUBE_TEST_REPO_LIST: every registry the specs use, pointed at the local one."""
+    path.write_text(yaml.safe_dump({key: f"{registry}/{sub}" for key, sub in REGISTRIES.items()}))
+    return path

@@ -1,0 +1,189 @@
+"""`make conformance`: the upstream e2e [NodeConformance] [Conformance] specs (e2e.test 1.20) on
+pykubelet and on the real kubelet 1.20, each on a fresh cluster of its own on this machine, and
+their results side by side.
+
+Each run: etcd + kube-apiserver (Node,RBAC, ServiceAccount admission) + kube-scheduler +
+kube-controller-manager, one node agent with its own containerd and local registry, the specs'
+images pushed there (images.py), then `ginkgo -nodes=N e2e.test` with KUBE_TEST_REPO_LIST pointing
+every image registry at the local one. Results (JUnit per ginkgo node, logs, a JSON summary) go
+to tests/conformance/results/<time>-<agent>/; a single-agent run is compared with the latest
+saved run of the other agent.
+
+    python -m tests.conformance.run [--agent pykubelet|kubelet|both] [--focus REGEX] [--nodes 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.agents import Kubelet, Pykubelet
+from bench.cluster import k8s, wait_node_ready
+from tests.cluster.harness import KUBE_BIN, ControlPlane, HarnessError
+from tests.conformance.images import push_all, write_repo_list
+from tests.conformance.report import Result, parse_junit, side_by_side
+from tests.integration.conftest import NODE_NAME
+
+RESULTS = Path(__file__).parent / "results"
+FOCUS = r"\[NodeConformance\].*\[Conformance\]"
+# Each agent's run stops here: both fit the hour `make conformance` promises.
+SUITE_TIMEOUT_MIN = 28
+PROGRESS_EVERY = 60.0
+# pykubelet with the kubelet's defaults, not the integration tests' short back-off and tiny logs
+# (the later keys override launch_node's; PyYAML keeps the last).
+PYKUBELET_DEFAULTS = """crashLoopBackOff:
+  initialContainerRestartPeriod: 10s
+  maxContainerRestartPeriod: 300s
+containerLogMaxSize: 10Mi
+volumeStatsAggPeriod: 1m
+"""
+
+
+def _log(msg: str, t0: float) -> None:
+    print(f"[{time.monotonic() - t0:6.0f}s] {msg}", flush=True)
+
+
+class Progress(threading.Thread):
+    """Prints how far ginkgo got, from its output file: one dot-like mark per finished spec."""
+
+    def __init__(self, path: Path, agent: str, t0: float) -> None:
+        super().__init__(name=f"conformance-progress-{agent}", daemon=True)
+        self.path, self.agent, self.t0 = path, agent, t0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(PROGRESS_EVERY):
+            try:
+                text = self.path.read_text(errors="replace")
+            except OSError:
+                continue
+            finished = text.count("\n•") + text.count("•\n")
+            failed = len(re.findall(r"• Failure", text))
+            _log(f"{self.agent}: {finished} specs finished so far, {failed} failed", self.t0)
+
+
+def _ginkgo(cp: ControlPlane, out: Path, repo_list: Path, focus: str, nodes: int, t0: float,
+            agent: str) -> tuple[int, str]:
+    report = out / "junit"
+    report.mkdir(parents=True, exist_ok=True)
+    argv = [str(KUBE_BIN / "ginkgo"), f"-nodes={nodes}", "-noColor", f"-timeout={SUITE_TIMEOUT_MIN}m",
+            str(KUBE_BIN / "e2e.test"), "--",
+            "--provider=skeleton", f"--kubeconfig={cp.admin_kubeconfig}", f"--ginkgo.focus={focus}",
+            f"--report-dir={report}", "--ginkgo.noColor", "--ginkgo.flakeAttempts=1",
+            "--allowed-not-ready-nodes=0", "--system-pods-startup-timeout=1m"]
+    env = {**os.environ, "KUBE_TEST_REPO_LIST": str(repo_list), "KUBECONFIG": str(cp.admin_kubeconfig)}
+    log = out / "ginkgo.log"
+    progress = Progress(log, agent, t0)
+    with open(log, "w") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=out,
+                                start_new_session=True)
+        progress.start()
+        try:
+            code = proc.wait(timeout=(SUITE_TIMEOUT_MIN + 5) * 60)
+            why = ""
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+            why = f"ginkgo did not stop within {SUITE_TIMEOUT_MIN + 5} minutes and was killed"
+        finally:
+            progress.done.set()
+    tail = log.read_text(errors="replace")[-3000:]
+    if not why and "Test Suite Failed" in tail and not list(report.glob("junit_*.xml")):
+        why = f"ginkgo wrote no report; the end of {log}:\n{tail[-1500:]}"
+    if not why and f"timed out after {SUITE_TIMEOUT_MIN}m" in tail.lower():
+        why = f"the suite hit its {SUITE_TIMEOUT_MIN}-minute timeout; unfinished specs are not counted"
+    return code, why
+
+
+async def run_agent(kind: str, out: Path, focus: str, nodes: int, t0: float) -> Result:
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    work = Path(tempfile.mkdtemp(prefix=f"conformance-{kind}-", dir="/var/tmp"))
+    cp = ControlPlane(work / "cp", NODE_NAME, full=True, verify_kubelets=False)
+    (work / "cp").mkdir()
+    agent = None
+    begin = time.monotonic()
+    try:
+        _log(f"{kind}: starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager ...", t0)
+        await asyncio.to_thread(cp.start)
+        await asyncio.to_thread(cp.start_controllers)
+        _log(f"{kind}: starting the node ...", t0)
+        agent = Pykubelet(work / "node", cp, PYKUBELET_DEFAULTS) if kind == "pykubelet" else Kubelet(work / "node", cp)
+        await agent.start()
+        api = await k8s(cp.admin_kubeconfig)
+        try:
+            await wait_node_ready(api, agent.node_name, timeout=180)
+        finally:
+            await api.close()
+        registry = agent.registry
+        _log(f"{kind}: node {agent.node_name} Ready; pushing the specs' images to {registry} ...", t0)
+        await asyncio.to_thread(push_all, registry)
+        repo_list = write_repo_list(out / "repo-list.yaml", registry)
+        _log(f"{kind}: running the specs ({nodes} in parallel, at most {SUITE_TIMEOUT_MIN} minutes) ...", t0)
+        code, why = await asyncio.to_thread(_ginkgo, cp, out, repo_list, focus, nodes, t0, kind)
+        res = parse_junit(out / "junit", kind)
+        res.incomplete = why
+        _log(f"{kind}: ginkgo exited {code}: {len(res.passed)} passed, {len(res.failed)} failed", t0)
+    except (HarnessError, TimeoutError, OSError, RuntimeError) as exc:
+        res = Result(kind, incomplete=f"{type(exc).__name__}: {exc}")
+        _log(f"{kind}: could not run: {exc}", t0)
+    finally:
+        res_seconds = time.monotonic() - begin
+        _log(f"{kind}: stopping (logs of the control plane and node kept in {work}) ...", t0)
+        if agent is not None:
+            await agent.stop()
+        await asyncio.to_thread(cp.stop)
+    res.seconds = res_seconds
+    res.started = started
+    (out / "result.json").write_text(res.to_json())
+    return res
+
+
+def latest(agent: str) -> Result | None:
+    runs = sorted(RESULTS.glob(f"*-{agent}/result.json"))
+    return Result.load(runs[-1]) if runs else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="make conformance", description=__doc__.split("\n\n")[0])
+    p.add_argument("--agent", choices=["pykubelet", "kubelet", "both"],
+                   default=os.environ.get("CONFORMANCE_AGENT", "both"))
+    p.add_argument("--focus", default=FOCUS, help="ginkgo focus regex (default: %(default)s)")
+    p.add_argument("--nodes", type=int, default=3, help="ginkgo parallel nodes (default: %(default)s)")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("conformance: runs containers and a node agent: run as root", file=sys.stderr)
+        return 2
+    missing = [b for b in ("e2e.test", "ginkgo", "agnhost", "kube-scheduler", "kube-controller-manager",
+                           "kube-apiserver", "kubelet", "kubectl") if not (KUBE_BIN / b).exists()]
+    if missing:
+        print(f"conformance: missing {', '.join(missing)} in {KUBE_BIN}: run `make kube` and "
+              f"`deploy/build-kube.sh e2e` (make conformance does both)", file=sys.stderr)
+        return 2
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    t0 = time.monotonic()
+    agents = ["pykubelet", "kubelet"] if args.agent == "both" else [args.agent]
+    results: list[Result] = []
+    for kind in agents:
+        out = RESULTS / f"{stamp}-{kind}"
+        out.mkdir(parents=True)
+        results.append(asyncio.run(run_agent(kind, out, args.focus, args.nodes, t0)))
+    if len(results) == 1:
+        other = latest("kubelet" if agents[0] == "pykubelet" else "pykubelet")
+        if other is not None:
+            other.agent = f"{other.agent} ({other.started})"
+            results = [results[0], other] if agents[0] == "pykubelet" else [other, results[0]]
+    print(side_by_side(results))
+    print(f"\nresults: {RESULTS}/{stamp}-*")
+    return 0 if all(not r.incomplete for r in results[:len(agents)]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""make conformance's reading of ginkgo's JUnit reports, its comparison, and the image set."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import yaml
+
+from shared.images.build import build_image
+from tests.conformance.images import image_specs, write_repo_list
+from tests.conformance.report import Result, parse_junit, side_by_side
+
+JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="Kubernetes e2e suite" tests="4" failures="1" errors="0" time="100">
+  <testcase name="[BeforeSuite]" classname="Kubernetes e2e suite" time="1"></testcase>
+  <testcase name="[k8s.io] Pods should get a host IP [NodeConformance] [Conformance]" classname="x" time="3"></testcase>
+  <testcase name="[k8s.io] Probing container should be restarted   [NodeConformance] [Conformance]" classname="x">
+    <failure type="Failure">/go/src/probe.go:123
+Timed out after 300s waiting for restart
+more detail</failure>
+  </testcase>
+  <testcase name="[sig-storage] Volumes NFS [Slow]" classname="x"><skipped></skipped></testcase>
+  <testcase name="[k8s.io] Pods needs docker [NodeConformance]" classname="x"><skipped message="skipped: runtime is not docker"></skipped></testcase>
+</testsuite>
+"""
+
+
+def test_junit_from_every_parallel_node(tmp_path):
+    (tmp_path / "junit_01.xml").write_text(JUNIT)
+    (tmp_path / "junit_02.xml").write_text(JUNIT.replace("get a host IP", "get a pod IP"))
+    r = parse_junit(tmp_path, "pykubelet")
+    assert r.passed == ["[BeforeSuite]", "[BeforeSuite]",
+                        "[k8s.io] Pods should get a host IP [NodeConformance] [Conformance]",
+                        "[k8s.io] Pods should get a pod IP [NodeConformance] [Conformance]"]
+    name = "[k8s.io] Probing container should be restarted [NodeConformance] [Conformance]"
+    assert r.failed == {name: "/go/src/probe.go:123"}, "whitespace in names normalised, first failure line"
+    assert r.skipped == ["[k8s.io] Pods needs docker [NodeConformance]"] * 2, "unfocused specs are not counted"
+
+
+def test_side_by_side_names_what_passes_only_on_the_kubelet(tmp_path):
+    py = Result("pykubelet", passed=["[BeforeSuite]", "a"], failed={"b": "timed out"}, seconds=600)
+    kl = Result("kubelet", passed=["[BeforeSuite]", "a", "b"], failed={"c": "no"}, seconds=960)
+    text = side_by_side([py, kl])
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip()
+            and line.split()[0] in ("passed", "failed", "minutes")}
+    assert rows == {"passed": ["1", "2"], "failed": ["1", "1"], "minutes": ["10.0", "16.0"]}
+    assert "pass on kubelet, fail on pykubelet: 1\n  - b" in text
+
+
+def test_result_round_trips_through_json(tmp_path):
+    r = Result("kubelet", passed=["a"], failed={"b": "x"}, skipped=["c"], seconds=5, incomplete="timeout")
+    (tmp_path / "r.json").write_text(r.to_json())
+    assert Result.load(tmp_path / "r.json") == r
+    assert json.loads(r.to_json())["agent"] == "kubelet"
+
+
+def test_repo_list_points_every_registry_the_specs_use_at_the_local_one(tmp_path):
+    repo = yaml.safe_load(write_repo_list(tmp_path / "repo.yaml", "127.0.0.1:5000").read_text())
+    assert repo["promoterE2eRegistry"] == "127.0.0.1:5000/e2e-test-images"
+    assert repo["dockerLibraryRegistry"] == "127.0.0.1:5000/library"
+    assert "invalidRegistry" not in repo, "the unreachable-registry specs keep their invalid name"
+
+
+def test_agnhost_image_keeps_upstream_entrypoint_and_cmd(tmp_path):
+    binary = tmp_path / "agnhost"
+    binary.write_bytes(b"\x7fELF-not-really")
+    specs = {f"{s.repository}:{s.tag}": s for s in image_specs(binary)}
+    assert {"e2e-test-images/agnhost:2.21", "library/busybox:1.29", "library/httpd:2.4.38-alpine",
+            "library/nginx:1.14-alpine", "k8s-gcr/pause:3.2"} <= set(specs)
+    img = build_image(specs["e2e-test-images/agnhost:2.21"], applets=["sh"])
+    config = json.loads(img.config.data)["config"]
+    assert config["Entrypoint"] == ["/agnhost"] and config["Cmd"] == ["pause"]
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(img.layers[0].data))) as tar:
+        agnhost, link = tar.getmember("agnhost"), tar.getmember("agnhost-2")
+        assert agnhost.mode == 0o755 and tar.extractfile(agnhost).read() == binary.read_bytes()
+        assert link.issym() and link.linkname == "agnhost"
+        assert tar.getmember("uploads").isdir()
