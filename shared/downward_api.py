@@ -42,7 +42,11 @@ def resource_field(pod: Pod, c: Container | None, ref: dict, node_millicores: in
         if kind == "requests":
             return "0"
         value = f"{node_millicores}m" if name == "cpu" else str(node_memory)
-    divisor = float(parse_quantity(ref.get("divisor", "1")))
+    divisor = float(parse_quantity(ref.get("divisor") or "1"))
+    if divisor < 0:
+        raise ValueError(f"resourceFieldRef.divisor {ref.get('divisor')!r} must not be negative")
+    if divisor == 0:  # the API server defaults an unset divisor to "0": the kubelet reads it as 1
+        divisor = 1.0
     if name == "cpu":
         return str(max(1, math.ceil(millicores(value) / 1000 / divisor)))
     return str(math.ceil(to_bytes(value) / divisor))

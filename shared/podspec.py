@@ -36,6 +36,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
+ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+
+
 class EnvVar(_Model):
     name: str
     value: str | None = None
@@ -47,6 +50,41 @@ class EnvVar(_Model):
         if not ENV_NAME.match(v):
             raise ValueError(f"{v!r} is not a valid environment variable name")
         return v
+
+    @field_validator("valueFrom")
+    @classmethod
+    def _one_source(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        unknown = sorted(set(v) - set(ENV_SOURCES))
+        if unknown:
+            raise ValueError(f"{unknown[0]} is not supported by pykubelet (supported: {', '.join(ENV_SOURCES)})")
+        if len(v) != 1:
+            raise ValueError(f"must have exactly one of {', '.join(ENV_SOURCES)}")
+        for kind in ("configMapKeyRef", "secretKeyRef"):
+            ref = v.get(kind)
+            if ref is not None and (not isinstance(ref, dict) or not ref.get("name") or not ref.get("key")):
+                raise ValueError(f"{kind} needs a name and a key")
+        return v
+
+
+class LocalObjectRef(_Model):
+    name: str = Field(min_length=1)
+    optional: bool = False
+
+
+class EnvFromSource(_Model):
+    prefix: str = ""
+    configMapRef: LocalObjectRef | None = None
+    secretRef: LocalObjectRef | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "EnvFromSource":
+        if (self.configMapRef is None) == (self.secretRef is None):
+            raise ValueError("must have exactly one of configMapRef, secretRef")
+        if self.prefix and not ENV_NAME.match(self.prefix):
+            raise ValueError(f"prefix {self.prefix!r} is not a valid environment variable name")
+        return self
 
 
 class ContainerPort(_Model):
@@ -247,6 +285,7 @@ class Container(_Model):
     args: list[str] = Field(default_factory=list)
     workingDir: str | None = None
     env: list[EnvVar] = Field(default_factory=list)
+    envFrom: list[EnvFromSource] = Field(default_factory=list)
     ports: list[ContainerPort] = Field(default_factory=list)
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
     terminationMessagePath: str = "/dev/termination-log"
@@ -303,6 +342,31 @@ def image_tag(image: str) -> str:
     return last.split(":", 1)[1] if ":" in last else "latest"
 
 
+class HostAlias(_Model):
+    ip: str
+    hostnames: list[str] = Field(default_factory=list)
+
+    @field_validator("ip")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IP address") from None
+        return v
+
+    @field_validator("hostnames")
+    @classmethod
+    def _hostnames(cls, v: list[str]) -> list[str]:
+        # Each becomes a field of a line in the pod's /etc/hosts: no whitespace, no newlines.
+        for h in v:
+            if len(h) > 253 or not DNS1123_SUBDOMAIN.match(h):
+                raise ValueError(f"{h[:80]!r} must be a lowercase RFC 1123 subdomain")
+        return v
+
+
 class PodSpec(_Model):
     containers: list[Container] = Field(min_length=1)
     initContainers: list[Container] = Field(default_factory=list)
@@ -316,6 +380,8 @@ class PodSpec(_Model):
     securityContext: PodSecurityContext = Field(default_factory=PodSecurityContext)
     serviceAccountName: str | None = None
     volumes: list[Volume] = Field(default_factory=list)
+    enableServiceLinks: bool = True
+    hostAliases: list[HostAlias] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_names(self) -> "PodSpec":
@@ -346,12 +412,23 @@ class PodSpec(_Model):
         return [c for c in self.initContainers if c.restartPolicy == "Always"]
 
 
+# A UID names per-pod directories on the node (<root>/pods/<uid>): one path component, no more.
+POD_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
 class ObjectMeta(_Model):
     name: str
     namespace: str = "default"
     uid: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("uid")
+    @classmethod
+    def _uid(cls, v: str | None) -> str | None:
+        if v is not None and (not POD_UID.match(v) or v.strip(".") == ""):
+            raise ValueError(f"{v[:80]!r} is not a UID (letters, digits, '-', '_', '.'; at most 128)")
+        return v
 
     @field_validator("name")
     @classmethod

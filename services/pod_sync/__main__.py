@@ -35,16 +35,20 @@ async def setup(ctx: ServiceContext) -> None:
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
-    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, BusRecorder(ctx.bus))
     sources: list = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
+    env_source = None
     if ctx.settings.cluster_mode:
         # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
         from services.pod_sync.api_source import ApiPodSource
+        from services.pod_sync.env_sources import ApiEnvSource
         from shared.kube import api_client
 
         api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
         sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store))
+        env_source = ApiEnvSource(api)
+        ctx.spawn("watch-services", env_source.watch_services())
         ctx.on_shutdown(api.close)
+    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, BusRecorder(ctx.bus), env_source)
     manager = PodSyncManager(syncer, sources, ctx.bus, resync_every=k.sync_frequency,
                              pleg_period=ctx.settings.pleg_relist_period)
 

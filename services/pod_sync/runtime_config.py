@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from cri_api.v1 import api_pb2 as cri
 
+from services.pod_sync.env_sources import EnvObjects
+from services.pod_sync.etc_hosts import ETC_HOSTS
 from services.pod_sync.expansion import expand
 from services.pod_sync.resources import container_resources, pod_cgroup_parent
 from shared.config import NodeSettings
 from shared.cri import labels as L
 from shared.downward_api import metadata_field, resource_field
-from shared.podspec import Container, Pod
+from shared.podspec import ENV_NAME, Container, Pod
 from shared.qos import qos_class
 
 _PROTOCOLS = {"TCP": cri.TCP, "UDP": cri.UDP, "SCTP": cri.SCTP}
@@ -93,21 +96,68 @@ def _field_ref(pod: Pod, path: str, pod_ip: str, node: NodeFacts) -> str:
     return metadata_field(pod, path)
 
 
-def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts) -> dict[str, str]:
-    """The container's environment in order; later values may use $(EARLIER) references."""
+def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts, objects: EnvObjects | None = None,
+                  warn: Callable[[str, str], None] | None = None) -> dict[str, str]:
+    """The container's environment as the kubelet builds it: envFrom first, then env (a later
+    value overrides; $(NAME) expands from what is defined so far and the service variables),
+    then the service variables nothing overrode. warn(reason, message) gets the envFrom keys
+    skipped for being invalid names."""
+    objects = objects or EnvObjects()
+    ns = pod.metadata.namespace
+    services = dict(objects.services)
     env: dict[str, str] = {}
+    for src in c.envFrom:
+        kind, ref, data = (("configMap", src.configMapRef, objects.config_maps) if src.configMapRef is not None
+                           else ("secret", src.secretRef, objects.secrets))
+        values = data.get(ref.name)
+        if values is None:
+            if ref.optional:
+                continue
+            raise ValueError(f'{kind.lower()}s "{ref.name}" not found')
+        invalid = []
+        for key, value in values.items():
+            name = src.prefix + key
+            if not ENV_NAME.match(name):
+                invalid.append(name)
+                continue
+            env[name] = value
+        if invalid and warn is not None:
+            warn("InvalidEnvironmentVariableNames",
+                 f"Keys [{', '.join(sorted(invalid))}] from the EnvFrom {kind} {ns}/{ref.name} were skipped "
+                 f"since they are considered invalid environment variable names.")
     for e in c.env:
-        if e.value is not None or not e.valueFrom:
-            env[e.name] = expand(e.value or "", env)
-        elif "fieldRef" in e.valueFrom:
-            env[e.name] = _field_ref(pod, e.valueFrom["fieldRef"].get("fieldPath", ""), pod_ip, node)
-        elif "resourceFieldRef" in e.valueFrom:
-            env[e.name] = resource_field(pod, c, e.valueFrom["resourceFieldRef"], node.cpu_millicores,
-                                         node.memory_bytes)
-        else:
-            kind = next(iter(e.valueFrom))
-            raise ValueError(f"env {e.name}: valueFrom.{kind} is not supported yet")
+        value = _env_value(pod, c, e, env | services, pod_ip, node, objects)
+        if value is None:
+            continue  # an optional key or object that is missing
+        services.pop(e.name, None)
+        env[e.name] = value
+    for name, value in services.items():
+        env.setdefault(name, value)
     return env
+
+
+def _env_value(pod: Pod, c: Container, e, defined: dict[str, str], pod_ip: str, node: NodeFacts,
+               objects: EnvObjects) -> str | None:
+    if e.value or not e.valueFrom:
+        return expand(e.value or "", defined)
+    src = e.valueFrom
+    if "fieldRef" in src:
+        return _field_ref(pod, src["fieldRef"].get("fieldPath", ""), pod_ip, node)
+    if "resourceFieldRef" in src:
+        return resource_field(pod, c, src["resourceFieldRef"], node.cpu_millicores, node.memory_bytes)
+    kind, ref = next(iter(src.items()))
+    label, data = ("ConfigMap", objects.config_maps) if kind == "configMapKeyRef" else ("Secret", objects.secrets)
+    optional = bool(ref.get("optional"))
+    values = data.get(ref["name"])
+    if values is None:
+        if optional:
+            return None
+        raise ValueError(f'{label.lower()}s "{ref["name"]}" not found')
+    if ref["key"] not in values:
+        if optional:
+            return None
+        raise ValueError(f"couldn't find key {ref['key']} in {label} {pod.metadata.namespace}/{ref['name']}")
+    return values[ref["key"]]
 
 
 def _security_context(pod: Pod, c: Container) -> cri.LinuxContainerSecurityContext:
@@ -158,8 +208,12 @@ def volume_mounts(pod: Pod, c: Container, volumes: dict) -> list[cri.Mount]:
 
 
 def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init: bool,
-                     pod_ip: str, node: NodeFacts, volumes: dict | None = None) -> cri.ContainerConfig:
-    env = container_env(pod, c, pod_ip, node)
+                     pod_ip: str, node: NodeFacts, volumes: dict | None = None,
+                     objects: EnvObjects | None = None,
+                     warn: Callable[[str, str], None] | None = None,
+                     etc_hosts: Path | None = None) -> cri.ContainerConfig:
+    """etc_hosts: the pod's managed hosts file, bind-mounted at /etc/hosts (etc_hosts.py)."""
+    env = container_env(pod, c, pod_ip, node, objects, warn)
     qos = qos_class(pod)
     term_log = termination_log_path(node, pod, c, attempt)
     term_log.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +226,8 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         working_dir=c.workingDir or "",
         envs=[cri.KeyValue(key=k, value=v) for k, v in env.items()],
         mounts=[*volume_mounts(pod, c, volumes or {}),
-                cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log))],
+                cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log)),
+                *([cri.Mount(container_path=ETC_HOSTS, host_path=str(etc_hosts))] if etc_hosts else [])],
         labels={**pod_identity_labels(pod), L.CONTAINER_NAME: c.name},
         annotations={
             L.RESTART_COUNT: str(attempt),

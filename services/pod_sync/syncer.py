@@ -7,6 +7,7 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy import delete, select
 
@@ -15,12 +16,14 @@ from services.pod_sync.actions import compute_pod_actions
 from services.pod_sync.admission import admit
 from shared.node_resources import allocatable
 from services.pod_sync.backoff import Backoff
+from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
 from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
 from services.pod_sync.killing import Killer
 from services.pod_sync.observed import observed_containers
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
-from services.pod_sync.runtime_config import NodeFacts, container_config, sandbox_config
+from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_managed_hosts, write_hosts_file
+from services.pod_sync.runtime_config import NodeFacts, container_config, pod_hostname, sandbox_config
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
 from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
@@ -58,8 +61,11 @@ class _Progress:
 
 class PodSyncer:
     def __init__(self, runtime: RuntimeService, images: ImageManager, store: Store,
-                 settings: NodeSettings, crash_backoff: Backoff, node: NodeFacts, events: Recorder) -> None:
+                 settings: NodeSettings, crash_backoff: Backoff, node: NodeFacts, events: Recorder,
+                 env_source: EnvSource | None = None) -> None:
         self.runtime = runtime
+        # Standalone: no API server to read configMaps, secrets or services from.
+        self.env_source = env_source or StaticEnvSource(api=False)
         self.images = images
         self.store = store
         self.settings = settings
@@ -268,9 +274,13 @@ class PodSyncer:
                     else f'Successfully pulled image "{spec.image}" in {image.pulled_seconds:.3f}s')
         progress.pull_seconds += image.pulled_seconds or 0.0
         try:
-            config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node, volumes)
-        except ValueError as exc:
+            objects = await self.env_source.gather(pod, spec)
+            config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node, volumes, objects,
+                                      warn=lambda reason, message: self._event(pod, "Warning", reason, message),
+                                      etc_hosts=self._etc_hosts(pod, spec, pod_ip))
+        except (ValueError, EnvSourceError) as exc:
             M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
+            self._event(pod, "Warning", "Failed", f"Error: {exc}")
             return "CreateContainerConfigError", str(exc)
         M.STARTED_CONTAINERS.labels(kind).inc()
         try:
@@ -294,6 +304,18 @@ class PodSyncer:
             if failure:
                 return failure
         return None
+
+    def _etc_hosts(self, pod: Pod, spec, pod_ip: str) -> Path | None:
+        """Write the pod's managed /etc/hosts for this container, or None when it gets none."""
+        ip = pod_ip or (self.node.ip if pod.spec.hostNetwork else "")
+        if not wants_managed_hosts(spec, ip):
+            return None
+        node_hosts = node_hosts_file() if pod.spec.hostNetwork else None
+        content = hosts_content(pod, ip, pod_hostname(pod), self.settings.kubelet.cluster_domain, node_hosts)
+        try:
+            return write_hosts_file(self.node.pods_dir / pod.uid, content)
+        except OSError as exc:
+            raise ValueError(f"cannot write the pod's /etc/hosts: {exc}") from None
 
     async def _post_start(self, pod: Pod, spec, cid: str, pod_ip: str) -> tuple[str, str] | None:
         """A failed postStart hook kills the container, which then restarts per restartPolicy."""

@@ -172,6 +172,10 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
     # init containers (init ones included), ContainerCreating otherwise.
     not_created = "PodInitializing" if pod.spec.initContainers else "ContainerCreating"
     init_statuses = [status_of(c, not_created) for c in pod.spec.initContainers]
+    for c, st in zip(pod.spec.initContainers, init_statuses):
+        if c.restartPolicy != "Always":
+            # As the kubelet's prober manager: an init container is ready once it exited 0.
+            st["ready"] = st["state"].get("terminated", {}).get("exitCode") == 0
     # Regular init containers must have succeeded; sidecars only need to have started.
     incomplete_init = [c.name for c, st in zip(pod.spec.initContainers, init_statuses)
                        if (c.restartPolicy == "Always" and "waiting" in st["state"]

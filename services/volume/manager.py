@@ -152,10 +152,16 @@ class VolumeManager:
         async def one(uid: str) -> bool:
             async with sem:
                 row = active.get(uid)
-                if row is not None:
-                    return await self._setup_pod(row)
-                if uid in rows or uid in recorded or self.layout.pod_dir(uid).exists():
-                    return await self._teardown_pod(uid)
+                try:
+                    if row is not None:
+                        return await self._setup_pod(row)
+                    if uid in rows or uid in recorded or self.layout.pod_dir(uid).exists():
+                        return await self._teardown_pod(uid)
+                except Exception:
+                    # One pod's failure must not hold back the others' volumes: retry it alone.
+                    delay = min(RETRY_MAX, self._retry.get(uid, (RETRY_INITIAL / 2, 0))[0] * 2)
+                    log.exception("volumes of pod %s failed; retrying it in %.0fs", uid, delay)
+                    self._retry[uid] = (delay, time.monotonic() + delay)
                 return False
 
         changed = await asyncio.gather(*(one(uid) for uid in sorted(candidates)))
@@ -193,6 +199,11 @@ class VolumeManager:
             except _VOLUME_ERRORS as exc:
                 results.append(self._failure(pod, volume, plugin, "FailedMount",
                                              f'MountVolume.SetUp failed for volume "{volume.name}" : {exc}'))
+            except Exception as exc:  # a defect, but the user still learns which volume and why
+                log.exception("pod %s: volume %s", pod.full_name, volume.name)
+                results.append(self._failure(pod, volume, plugin, "FailedMount",
+                                             f'MountVolume.SetUp failed for volume "{volume.name}" : '
+                                             f"internal error: {type(exc).__name__}: {exc}"))
         failed = [r for r in results if not r.ready]
         if failed:
             delay = min(RETRY_MAX, self._retry.get(pod.uid, (RETRY_INITIAL / 2, 0))[0] * 2)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,12 +47,31 @@ volumeStatsAggPeriod: 1m
 """
 
 
+# ginkgo runs in its own session (its e2e.test workers with it): a stop request ends them first,
+# then the run tears its cluster and node down as after a normal end.
+_GINKGO: set[subprocess.Popen] = set()
+_STOP = threading.Event()
+
+
+def _on_stop(signum: int, _frame) -> None:
+    _STOP.set()
+    if _GINKGO:
+        for proc in list(_GINKGO):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        return
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _log(msg: str, t0: float) -> None:
     print(f"[{time.monotonic() - t0:6.0f}s] {msg}", flush=True)
 
 
 class Progress(threading.Thread):
-    """Prints how far ginkgo got, from its output file: one dot-like mark per finished spec."""
+    """Prints how far ginkgo got, from its output file: the e2e framework prints one JSON line
+    per finished spec ({"msg":"PASSED ..."} or {"msg":"FAILED ..."})."""
 
     def __init__(self, path: Path, agent: str, t0: float) -> None:
         super().__init__(name=f"conformance-progress-{agent}", daemon=True)
@@ -65,9 +84,8 @@ class Progress(threading.Thread):
                 text = self.path.read_text(errors="replace")
             except OSError:
                 continue
-            finished = text.count("\n•") + text.count("•\n")
-            failed = len(re.findall(r"• Failure", text))
-            _log(f"{self.agent}: {finished} specs finished so far, {failed} failed", self.t0)
+            passed, failed = text.count('{"msg":"PASSED '), text.count('{"msg":"FAILED ')
+            _log(f"{self.agent}: {passed + failed} specs finished so far, {failed} failed", self.t0)
 
 
 def _ginkgo(cp: ControlPlane, out: Path, repo_list: Path, focus: str, nodes: int, t0: float,
@@ -85,16 +103,20 @@ def _ginkgo(cp: ControlPlane, out: Path, repo_list: Path, focus: str, nodes: int
     with open(log, "w") as f:
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=out,
                                 start_new_session=True)
+        _GINKGO.add(proc)
         progress.start()
         try:
             code = proc.wait(timeout=(SUITE_TIMEOUT_MIN + 5) * 60)
             why = ""
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             code = proc.wait()
             why = f"ginkgo did not stop within {SUITE_TIMEOUT_MIN + 5} minutes and was killed"
         finally:
+            _GINKGO.discard(proc)
             progress.done.set()
+    if _STOP.is_set():
+        why = "stopped on request (SIGINT/SIGTERM); the specs finished so far are counted"
     tail = log.read_text(errors="replace")[-3000:]
     if not why and "Test Suite Failed" in tail and not list(report.glob("junit_*.xml")):
         why = f"ginkgo wrote no report; the end of {log}:\n{tail[-1500:]}"
@@ -171,7 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     agents = ["pykubelet", "kubelet"] if args.agent == "both" else [args.agent]
     results: list[Result] = []
+    signal.signal(signal.SIGTERM, _on_stop)
+    signal.signal(signal.SIGINT, _on_stop)
     for kind in agents:
+        if _STOP.is_set():
+            break
         out = RESULTS / f"{stamp}-{kind}"
         out.mkdir(parents=True)
         results.append(asyncio.run(run_agent(kind, out, args.focus, args.nodes, t0)))

@@ -89,8 +89,10 @@ def test_init_containers_gate_phase_and_conditions():
     assert status["phase"] == "Pending"
     assert cond(status, "Initialized") == "False"
     assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    assert not status["initContainerStatuses"][0]["ready"]
     status, _ = compute_status(p, rt(exited("init", 0), running("app")), None)
     assert status["phase"] == "Running" and cond(status, "Initialized") == "True"
+    assert status["initContainerStatuses"][0]["ready"], "an init container that exited 0 is ready"
 
 
 def test_failed_first_init_container_of_a_never_restarting_pod_as_the_kubelet_reports_it():

@@ -253,3 +253,49 @@ def test_disk_usage_counts_blocks_and_skips_symlinks(tmp_path):
     used = disk_usage(tmp_path)
     assert 150_000 <= used < 200_000, used
     assert disk_usage(tmp_path / "missing") == 0
+
+
+# -- one pod's failure ------------------------------------------------------------------------
+
+
+class _RecordingBus:
+    """Stands in for shared.bus.Bus: the manager only publishes."""
+
+    def __init__(self) -> None:
+        self.published: list = []
+
+    async def publish(self, event) -> None:
+        self.published.append(event)
+
+
+async def test_an_unexpected_failure_in_one_pod_does_not_hold_back_the_others(tmp_path, settings):
+    from shared.events import RecordingRecorder
+    from shared.store import DesiredPod, PodVolume, Store
+    from services.volume.manager import VolumeManager
+
+    class Broken(FakeObjectSource):
+        async def config_map(self, namespace, name):
+            if name == "boom":
+                raise RuntimeError("boom")
+            return await super().config_map(namespace, name)
+
+    objects = Broken()
+    objects.config_maps[("ns", "good")] = {"data": {"k": "v"}}
+    pod_store = Store(settings.store_path, writer="pod-sync")
+    pod_store.create_schema()
+    with pod_store.session() as s:
+        for uid, cm in (("bad", "boom"), ("good", "good")):
+            p = pod(volumes=[{"name": "cfg", "configMap": {"name": cm}}], uid=uid)
+            s.add(DesiredPod(uid=uid, namespace="ns", name=f"p-{uid}", source="api", manifest=p.to_manifest()))
+    events = RecordingRecorder()
+    layout = Layout(tmp_path)
+    manager = VolumeManager(Store(settings.store_path, writer="volume"), _RecordingBus(), layout,
+                            CSIVolumes(layout, PluginRegistry(tmp_path / "reg"), objects, "node1"), objects, NODE,
+                            None, events, resync_every=60)
+    await manager.reconcile(None)
+    with pod_store.session() as s:
+        rows = {r.pod_uid: r for r in s.query(PodVolume)}
+    assert rows["good"].ready and (layout.volume_dir("good", "kubernetes.io~configmap", "cfg") / "k").read_text() == "v"
+    assert not rows["bad"].ready and rows["bad"].reason == "FailedMount"
+    assert rows["bad"].message == 'MountVolume.SetUp failed for volume "cfg" : internal error: RuntimeError: boom'
+    assert ("Warning", "FailedMount") in [(e[0], e[1]) for e in events.events]

@@ -1,0 +1,167 @@
+"""What a container's environment needs from the API server: the configMaps and secrets its
+env and envFrom name, and the services whose variables the kubelet injects.
+
+`ApiEnvSource` (cluster mode) reads configMaps and secrets when a container is created, as the
+kubelet does (the Node authorizer lets a node read those of pods bound to it), and keeps every
+service in a cache fed by a watch. `StaticEnvSource` holds fixed objects: the standalone node
+(none, and a reference to one is an error naming it) and the unit tests' fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.podspec import Container, Pod
+from services.pod_sync.service_env import service_env
+
+log = logging.getLogger(__name__)
+
+WATCH_TIMEOUT = 300
+RETRY = 5.0
+# A container created right after pod-sync starts waits this long for the first service list.
+SERVICES_SYNC_WAIT = 10.0
+
+
+class EnvSourceError(Exception):
+    """An object the environment needs could not be read; becomes CreateContainerConfigError."""
+
+
+@dataclass
+class EnvObjects:
+    """configMap / secret name -> its data (None: not found), and the service variables."""
+
+    config_maps: dict[str, dict[str, str] | None] = field(default_factory=dict)
+    secrets: dict[str, dict[str, str] | None] = field(default_factory=dict)
+    services: dict[str, str] = field(default_factory=dict)
+
+
+class EnvSource(Protocol):
+    async def gather(self, pod: Pod, c: Container) -> EnvObjects: ...
+
+
+def referenced(c: Container) -> tuple[set[str], set[str]]:
+    """(configMap names, secret names) the container's env and envFrom use."""
+    cms: set[str] = set()
+    secrets: set[str] = set()
+    for e in c.envFrom:
+        if e.configMapRef is not None:
+            cms.add(e.configMapRef.name)
+        if e.secretRef is not None:
+            secrets.add(e.secretRef.name)
+    for e in c.env:
+        if e.valueFrom and "configMapKeyRef" in e.valueFrom:
+            cms.add(e.valueFrom["configMapKeyRef"]["name"])
+        if e.valueFrom and "secretKeyRef" in e.valueFrom:
+            secrets.add(e.valueFrom["secretKeyRef"]["name"])
+    return cms, secrets
+
+
+def secret_data(raw: dict[str, Any]) -> dict[str, str]:
+    """A Secret's data, base64-decoded; stringData never reaches a reader."""
+    out = {}
+    for k, v in (raw.get("data") or {}).items():
+        out[k] = base64.b64decode(v or "").decode("utf-8", errors="replace")
+    return out
+
+
+class StaticEnvSource:
+    """Fixed objects. api=False: the node has no API server, and a reference to a configMap or
+    secret fails with a message saying so (the kubelet's "no kubeClient defined")."""
+
+    def __init__(self, config_maps: dict[tuple[str, str], dict[str, str]] | None = None,
+                 secrets: dict[tuple[str, str], dict[str, str]] | None = None,
+                 services: list[dict[str, Any]] | None = None, api: bool = True) -> None:
+        self.config_maps = config_maps or {}
+        self.secrets = secrets or {}
+        self.services = services or []
+        self.api = api
+
+    async def gather(self, pod: Pod, c: Container) -> EnvObjects:
+        ns = pod.metadata.namespace
+        cms, secrets = referenced(c)
+        if not self.api and (cms or secrets):
+            kind, name = ("configMap", sorted(cms)[0]) if cms else ("secret", sorted(secrets)[0])
+            raise EnvSourceError(f"couldn't get {kind} {ns}/{name}: this node has no API server "
+                                 f"(standalone mode); put the value in env[].value instead")
+        return EnvObjects({n: self.config_maps.get((ns, n)) for n in cms},
+                          {n: self.secrets.get((ns, n)) for n in secrets},
+                          service_env(self.services, ns, pod.spec.enableServiceLinks) if self.api else {})
+
+
+class ApiEnvSource:
+    def __init__(self, api: Any) -> None:
+        from kubernetes_asyncio import client  # cluster mode only: the client is large
+
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self._services: dict[tuple[str, str], dict[str, Any]] = {}
+        self._synced = asyncio.Event()
+
+    async def gather(self, pod: Pod, c: Container) -> EnvObjects:
+        ns = pod.metadata.namespace
+        cms, secrets = referenced(c)
+        objs = EnvObjects()
+        for name in sorted(cms):
+            raw = await self._read("configMap", self.core.read_namespaced_config_map, ns, name)
+            objs.config_maps[name] = None if raw is None else {k: str(v) for k, v in (raw.get("data") or {}).items()}
+        for name in sorted(secrets):
+            raw = await self._read("secret", self.core.read_namespaced_secret, ns, name)
+            objs.secrets[name] = None if raw is None else secret_data(raw)
+        try:
+            await asyncio.wait_for(self._synced.wait(), SERVICES_SYNC_WAIT)
+        except asyncio.TimeoutError:
+            log.warning("pod %s/%s: services not listed yet; its containers start without service variables",
+                        ns, pod.metadata.name)
+        objs.services = service_env(list(self._services.values()), ns, pod.spec.enableServiceLinks)
+        return objs
+
+    async def _read(self, kind: str, read: Any, ns: str, name: str) -> dict[str, Any] | None:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        from shared.kube import REQUEST_TIMEOUT
+        try:
+            return self.api.sanitize_for_serialization(await read(name, ns, _request_timeout=REQUEST_TIMEOUT))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise EnvSourceError(f"couldn't get {kind} {ns}/{name}: {exc.status} {exc.reason}") from None
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise EnvSourceError(f"couldn't get {kind} {ns}/{name}: API server unreachable: {exc}") from None
+
+    async def watch_services(self) -> None:
+        """Long-running: list every service, then follow changes; relist after any failure."""
+        from kubernetes_asyncio import watch
+
+        from shared.kube import REQUEST_TIMEOUT
+        while True:
+            try:
+                listed = self.api.sanitize_for_serialization(
+                    await self.core.list_service_for_all_namespaces(_request_timeout=REQUEST_TIMEOUT))
+                self._services = {_key(s): s for s in listed.get("items") or []}
+                self._synced.set()
+                w = watch.Watch()
+                async with w.stream(self.core.list_service_for_all_namespaces,
+                                    resource_version=listed["metadata"]["resourceVersion"],
+                                    timeout_seconds=WATCH_TIMEOUT) as stream:
+                    async for event in stream:
+                        obj = event["raw_object"]
+                        if event["type"] == "DELETED":
+                            self._services.pop(_key(obj), None)
+                        elif event["type"] in ("ADDED", "MODIFIED"):
+                            self._services[_key(obj)] = obj
+                        else:  # ERROR, e.g. 410 Gone: start over from a fresh list
+                            break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("watching services failed: %s; listing again in %.0fs", exc, RETRY)
+                await asyncio.sleep(RETRY)
+
+
+def _key(svc: dict[str, Any]) -> tuple[str, str]:
+    meta = svc.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
