@@ -381,6 +381,7 @@ class PodSpec(_Model):
     serviceAccountName: str | None = None
     volumes: list[Volume] = Field(default_factory=list)
     enableServiceLinks: bool = True
+    activeDeadlineSeconds: int | None = Field(default=None, ge=1)
     hostAliases: list[HostAlias] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -468,19 +469,24 @@ class Pod(_Model):
 
 
 class PodCache:
-    """Parsed pods by UID. A stored manifest never changes for its UID (an edit is a new UID),
-    and services look at the same pods on every event, so each is validated once."""
+    """Parsed pods by UID, so services looking at the same pods on every event validate each
+    once. A static pod's manifest never changes for its UID (an edit is a new UID); an API pod's
+    mutable fields (labels, annotations, images, activeDeadlineSeconds) change with its
+    resourceVersion, which invalidates the entry."""
 
     def __init__(self, limit: int = 4096) -> None:
-        self._pods: dict[str, Pod] = {}
+        self._pods: dict[str, tuple[str, Pod]] = {}
         self.limit = limit
 
     def get(self, uid: str, manifest: dict[str, Any]) -> Pod:
-        pod = self._pods.get(uid)
-        if pod is None:
-            if len(self._pods) >= self.limit:
-                self._pods.clear()
-            pod = self._pods[uid] = Pod.from_manifest(manifest)
+        version = str((manifest.get("metadata") or {}).get("resourceVersion", ""))
+        cached = self._pods.get(uid)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        if len(self._pods) >= self.limit:
+            self._pods.clear()
+        pod = Pod.from_manifest(manifest)
+        self._pods[uid] = (version, pod)
         return pod
 
     def forget(self, uid: str) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
+from shared.cri import labels as L
 from shared.podspec import Container, Pod
 
 
@@ -28,6 +29,8 @@ class PodActions:
     sandbox_attempt: int = 0
     start: list[StartContainer] = field(default_factory=list)
     remove_containers: list[str] = field(default_factory=list)
+    # Running containers whose spec changed (a new image): killed, then started again.
+    kill_containers: list[tuple[ContainerInfo, Container]] = field(default_factory=list)
     # container name -> (reason, message) for containers deliberately not started now
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
     # The pod is finished (nothing will run again): its sandbox can be stopped.
@@ -35,7 +38,8 @@ class PodActions:
 
     @property
     def noop(self) -> bool:
-        return not (self.kill_sandboxes or self.create_sandbox or self.start or self.remove_containers)
+        return not (self.kill_sandboxes or self.create_sandbox or self.start or self.remove_containers
+                    or self.kill_containers)
 
 
 def backoff_key(pod: Pod, name: str) -> str:
@@ -53,6 +57,13 @@ def should_restart(pod: Pod, c: ContainerInfo | None) -> bool:
     if policy == "OnFailure" and c.exit_code == 0:
         return False
     return True
+
+
+def definition_changed(c: ContainerInfo, spec: Container) -> bool:
+    """A running container created from another image than the spec names now. Containers
+    without the annotation (created before it existed) are taken as unchanged."""
+    recorded = c.annotations.get(L.CONTAINER_HASH)
+    return bool(recorded) and recorded != L.container_hash(spec.image)
 
 
 def _all_succeeded(pod: Pod, rt: RuntimePod) -> bool:
@@ -145,6 +156,10 @@ def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodAction
         c = in_sandbox.latest(spec.name)
         if c is None:
             actions.start.append(StartContainer(spec, _next_attempt(rt, spec.name)))
+            continue
+        if c.state == "running" and definition_changed(c, spec):
+            actions.kill_containers.append((c, spec))
+            actions.start.append(StartContainer(spec, c.attempt + 1))
             continue
         if not should_restart(pod, c):
             if c.state == "exited":

@@ -62,7 +62,7 @@ class ApiPodSource:
                 return True
             return False
         if existing is not None:
-            return False  # a pod's spec does not change in ways the node acts on here
+            return self._update(s, pod, existing)
         try:
             validate_pod(_strip(pod))
         except ManifestInvalid as exc:
@@ -71,6 +71,23 @@ class ApiPodSource:
         s.add(DesiredPod(uid=uid, namespace=meta["namespace"], name=meta["name"], source=SOURCE,
                          source_path=_error_key(pod), manifest=_strip(pod), grace_period_seconds=spec_grace))
         log.info("API pod %s/%s bound to this node (uid %s)", meta["namespace"], meta["name"], uid)
+        return True
+
+    def _update(self, s, pod: dict[str, Any], existing: DesiredPod) -> bool:
+        """An update of a running pod: labels and annotations (downward API volumes), container
+        images, activeDeadlineSeconds. Writes of the pod's status by this node change only its
+        resourceVersion: those are not updates."""
+        new = _strip(pod)
+        if existing.deleting or _comparable(new) == _comparable(existing.manifest):
+            return False
+        try:
+            validate_pod(new)
+        except ManifestInvalid as exc:
+            s.merge(ManifestError(source_path=_error_key(pod), error=f"pod update invalid, still running the "
+                                                                     f"previous version: {exc}"))
+            return False
+        existing.manifest = new
+        log.info("API pod %s/%s updated", pod["metadata"]["namespace"], pod["metadata"]["name"])
         return True
 
     def apply_list(self, pods: list[dict[str, Any]]) -> set[str]:
@@ -161,6 +178,11 @@ class ApiPodSource:
 
 def _is_mirror(pod: dict[str, Any]) -> bool:
     return MIRROR_ANNOTATION in (pod.get("metadata", {}).get("annotations") or {})
+
+
+def _comparable(manifest: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in (manifest.get("metadata") or {}).items() if k not in ("resourceVersion", "generation")}
+    return {**manifest, "metadata": meta}
 
 
 def _strip(pod: dict[str, Any]) -> dict[str, Any]:

@@ -231,6 +231,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         labels={**pod_identity_labels(pod), L.CONTAINER_NAME: c.name},
         annotations={
             L.RESTART_COUNT: str(attempt),
+            L.CONTAINER_HASH: L.container_hash(c.image),
             L.TERMINATION_GRACE: str(pod.spec.terminationGracePeriodSeconds),
             L.TERMINATION_MESSAGE_PATH: c.terminationMessagePath,
             L.TERMINATION_MESSAGE_POLICY: c.terminationMessagePolicy,

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import shutil
 import time
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,9 @@ from shared.store import DesiredPod, NetworkStatus, PodRuntime, PodVolume, Probe
 from shared.store.models import utcnow
 
 log = logging.getLogger(__name__)
+
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 
 # A failed sync (runtime error, network not ready) is retried after this long.
 ERROR_RETRY = 2.0
@@ -144,6 +148,9 @@ class PodSyncer:
         if not self._admit(row, pod):
             self._record(pod, rt, {}, ("", ""))
             return SyncResult()
+        left = self._deadline_left(row, pod)
+        if row.rejection_reason == DEADLINE_EXCEEDED or (left is not None and left <= 0):
+            return await self._deadline_exceeded(pod, row, rt)
         progress = self._progress.setdefault(uid, _Progress(seen_at=row.seen_at.timestamp()))
         if await self._kill_unhealthy(pod, rt):
             rt = await get_runtime_pod(self.runtime, uid)
@@ -165,6 +172,10 @@ class PodSyncer:
         if actions.kill_sandboxes:
             await self.killer.kill_sandboxes(pod, rt, actions.kill_sandboxes,
                                              pod.spec.terminationGracePeriodSeconds, pod_ip)
+        for c, spec in actions.kill_containers:
+            self._event(pod, "Normal", "Killing", f"Container {c.name} definition changed, will be restarted")
+            await self.killer.kill_container(c, spec, pod_ip, time.monotonic() + pod.spec.terminationGracePeriodSeconds,
+                                             reason="definition changed")
         for cid in actions.remove_containers:
             await self._remove_container(cid)
 
@@ -197,11 +208,39 @@ class PodSyncer:
             wait = min(w for w in backoff_waits if w > 0)
             requeue = min(requeue or wait, wait)
 
+        if left is not None:
+            requeue = min(requeue or left, left)
         fresh = await get_runtime_pod(self.runtime, uid) if not actions.noop else rt
         await self._collect_garbage(pod, fresh)
         self._record(pod, fresh, waiting, error)
         self._observe_start(pod, fresh, progress)
         return SyncResult(requeue_after=requeue)
+
+    @staticmethod
+    def _deadline_left(row: DesiredPod, pod: Pod) -> float | None:
+        """Seconds until spec.activeDeadlineSeconds runs out, counted as the kubelet counts it
+        from the pod's start on this node (when the node first saw it)."""
+        if pod.spec.activeDeadlineSeconds is None:
+            return None
+        seen = row.seen_at if row.seen_at.tzinfo else row.seen_at.replace(tzinfo=timezone.utc)
+        return pod.spec.activeDeadlineSeconds - (datetime.now(timezone.utc) - seen).total_seconds()
+
+    async def _deadline_exceeded(self, pod: Pod, row: DesiredPod, rt: RuntimePod) -> SyncResult:
+        """The pod fails (phase Failed, reason DeadlineExceeded) and everything of it stops."""
+        if row.rejection_reason != DEADLINE_EXCEEDED:
+            with self.store.session() as s:
+                stored = s.get(DesiredPod, row.uid)
+                stored.rejection_reason, stored.rejection_message = DEADLINE_EXCEEDED, DEADLINE_MESSAGE
+            log.info("pod %s: %s", pod.full_name, DEADLINE_MESSAGE)
+            self._event(pod, "Normal", DEADLINE_EXCEEDED, DEADLINE_MESSAGE)
+        ready = [sb.id for sb in rt.sandboxes if sb.ready]
+        if ready:
+            sandbox = rt.current_sandbox
+            await self.killer.kill_sandboxes(pod, rt, ready, pod.spec.terminationGracePeriodSeconds,
+                                             sandbox.ip if sandbox else "")
+            rt = await get_runtime_pod(self.runtime, row.uid)
+        self._record(pod, rt, {}, ("", ""))
+        return SyncResult()
 
     async def _kill_unhealthy(self, pod: Pod, rt: RuntimePod) -> bool:
         """Kill running containers whose liveness or startup probe failed (the probe service

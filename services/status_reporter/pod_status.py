@@ -151,7 +151,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
                    deleting: bool = False, rejection: tuple[str, str] = ("", ""),
                    probes: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[dict[str, Any], str]:
     """Return (v1 PodStatus, summary in words)."""
-    if rejection[0]:
+    if rejection[0] and not (runtime or {}).get("containers"):
         return rejected_status(pod, *rejection, previous), f"rejected ({rejection[0]}): {rejection[1]}"
     previous = previous or {}
     runtime = runtime or {}
@@ -218,6 +218,13 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
     }
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
+    if rejection[0]:
+        # Failed after it ran (activeDeadlineSeconds): its containers' statuses stay.
+        status.update(phase="Failed", reason=rejection[0], message=rejection[1])
+        for cond in status["conditions"]:
+            if cond["type"] in ("Ready", "ContainersReady") and cond["status"] == "True":
+                cond.update(_condition(cond["type"], False, {}, "PodFailed", ""))
+        return status, f"{rejection[0]}: {rejection[1]}"
     return status, summarize(status, runtime, deleting)
 
 

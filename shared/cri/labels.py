@@ -14,6 +14,9 @@ TERMINATION_GRACE = "io.kubernetes.pod.terminationGracePeriod"
 TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"
 TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"
 INIT_CONTAINER = "pykubelet.io/init-container"
+# What of the container's spec it was created from may change on a running pod (its image): a
+# different value on a running container means "definition changed, restart it".
+CONTAINER_HASH = "io.kubernetes.container.hash"
 # Marks objects created by pykubelet, so it never touches anything else on a shared runtime.
 MANAGED_BY = "pykubelet.io/managed"
 
@@ -25,3 +28,9 @@ def pod_log_dir(logs_root: str, namespace: str, name: str, uid: str) -> str:
 def container_log_path(container_name: str, attempt: int) -> str:
     """Relative to the pod log dir, as the kubelet lays it out."""
     return f"{container_name}/{attempt}.log"
+
+
+def container_hash(image: str) -> str:
+    import zlib
+
+    return format(zlib.crc32(image.encode()), "x")

@@ -1,0 +1,94 @@
+"""Updates of a running API pod: labels and annotations, a new image (the container is
+restarted), activeDeadlineSeconds (the pod fails with DeadlineExceeded)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import select
+
+from services.pod_sync.api_source import ApiPodSource
+from services.status_reporter.pod_status import compute_status
+from shared.podspec import PodCache
+from shared.store import DesiredPod, ManifestError
+from shared.store.models import utcnow
+from tests.unit.test_syncer import IMG, manifest, observed, want  # noqa: F401
+from tests.unit.test_syncer import events, node, rt, syncer  # noqa: F401
+
+
+def api_pod(rv="1", labels=None, image="busybox:1.29", **spec):
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "ns1", "uid": "u1", "resourceVersion": rv,
+                         "labels": labels or {"app": "web"}},
+            "spec": {"nodeName": "node1", "containers": [{"name": "app", "image": image}], **spec},
+            "status": {"phase": "Running"}}
+
+
+def stored(store) -> dict:
+    with store.session() as s:
+        return s.get(DesiredPod, "u1").manifest
+
+
+def test_status_writes_are_not_updates_but_label_changes_are(store):
+    source = ApiPodSource(object(), "node1", store)
+    assert source.apply_event("ADDED", api_pod()) == {"u1"}
+    assert source.apply_event("MODIFIED", api_pod(rv="2")) == set(), "only the resourceVersion moved"
+    assert source.apply_event("MODIFIED", api_pod(rv="3", labels={"app": "web", "v": "2"})) == {"u1"}
+    assert stored(store)["metadata"]["labels"] == {"app": "web", "v": "2"}
+    assert stored(store)["metadata"]["resourceVersion"] == "3"
+
+
+def test_an_invalid_update_keeps_the_running_version_and_says_why(store):
+    source = ApiPodSource(object(), "node1", store)
+    source.apply_event("ADDED", api_pod())
+    assert source.apply_event("MODIFIED", api_pod(rv="2", image=" ")) == set()
+    assert stored(store)["spec"]["containers"][0]["image"] == "busybox:1.29"
+    with store.session() as s:
+        [err] = s.scalars(select(ManifestError)).all()
+    assert err.error.startswith("pod update invalid, still running the previous version: ")
+
+
+def test_pod_cache_reparses_a_new_resource_version():
+    cache = PodCache()
+    first = cache.get("u1", api_pod())
+    assert cache.get("u1", api_pod()) is first
+    assert cache.get("u1", api_pod(rv="2", image="busybox:1.36")).spec.containers[0].image == "busybox:1.36"
+
+
+async def test_a_new_image_restarts_the_container(syncer, rt, store, events):  # noqa: F811
+    rt.images["reg/app:2"] = "sha256:" + "2" * 64
+    want(store, manifest())
+    await syncer.sync("uid1")
+    [old] = rt.running()
+    want(store, manifest(containers=[{"name": "app", "image": "reg/app:2"}]).model_copy(
+        update={"metadata": manifest().metadata.model_copy(update={"resourceVersion": "2"})}))
+    await syncer.sync("uid1")
+    [new] = rt.running()
+    assert new.id != old.id and new.metadata.attempt == 1
+    assert rt.created_configs[new.id].image.user_specified_image == "reg/app:2"
+    assert ("Normal", "Killing", "Container app definition changed, will be restarted") in events.events
+    await syncer.sync("uid1")
+    assert rt.running()[0].id == new.id, "no restart once it runs the new image"
+
+
+async def test_active_deadline_fails_the_pod_and_stops_it(syncer, rt, store, events):  # noqa: F811
+    want(store, manifest(activeDeadlineSeconds=30))
+    result = await syncer.sync("uid1")
+    assert rt.running() and 0 < result.requeue_after <= 30, "woken when the deadline runs out"
+    with store.session() as s:
+        s.get(DesiredPod, "uid1").seen_at = utcnow() - timedelta(seconds=31)
+    await syncer.sync("uid1")
+    assert not rt.running() and not any(sb.state == 0 for sb in rt.sandboxes.values())
+    with store.session() as s:
+        row = s.get(DesiredPod, "uid1")
+        assert (row.rejection_reason, row.rejection_message) == (
+            "DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
+    assert ("Normal", "DeadlineExceeded", "Pod was active on the node longer than the specified deadline") \
+        in events.events
+    obs = observed(store)
+    status, why = compute_status(manifest(activeDeadlineSeconds=30),
+                                 {"sandbox_ready": False, "pod_ip": "", "containers": obs.containers},
+                                 None, rejection=(row.rejection_reason, row.rejection_message))
+    assert status["phase"] == "Failed" and status["reason"] == "DeadlineExceeded"
+    assert "terminated" in status["containerStatuses"][0]["state"], "the container's status stays"
+    assert why.startswith("DeadlineExceeded: ")
