@@ -17,7 +17,7 @@ SET=${1:-kube}
 case "$SET" in
   kube) PKGS=(cmd/kube-apiserver cmd/kubelet cmd/kubectl) ;;
   e2e) PKGS=(cmd/kube-scheduler cmd/kube-controller-manager test/e2e/e2e.test test/images/agnhost
-             vendor/github.com/onsi/ginkgo/ginkgo) ;;
+             test/images/nonewprivs vendor/github.com/onsi/ginkgo/ginkgo) ;;
   *) echo "usage: $0 [kube|e2e]" >&2; exit 2 ;;
 esac
 TARGETS=()

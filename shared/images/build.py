@@ -41,6 +41,7 @@ class ImageSpec:
     binaries: dict[str, Path] = field(default_factory=dict)  # path in image -> executable on the host
     symlinks: dict[str, str] = field(default_factory=dict)  # path in image -> target
     dirs: list[str] = field(default_factory=list)  # extra empty directories (0755)
+    modes: dict[str, int] = field(default_factory=dict)  # path in image -> mode other than 0644/0755
 
 
 # The images pykubelet's demo, tests and sandboxes use.
@@ -124,10 +125,10 @@ def build_layer(spec: ImageSpec, applets: list[str]) -> tuple[bytes, bytes]:
             parents(f"{d}/.")
         for path, content in sorted(spec.files.items()):
             parents(path)
-            _add(tar, path, data=content.encode())
+            _add(tar, path, data=content.encode(), mode=spec.modes.get(path, 0o644))
         for path, host in sorted(spec.binaries.items()):
             parents(path)
-            _add(tar, path, data=Path(host).read_bytes(), mode=0o755)
+            _add(tar, path, data=Path(host).read_bytes(), mode=spec.modes.get(path, 0o755))
         for path, target in sorted(spec.symlinks.items()):
             parents(path)
             _add(tar, path, kind=tarfile.SYMTYPE, link=target, mode=0o777)

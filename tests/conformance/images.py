@@ -2,8 +2,9 @@
 
 The specs name their images through registries (test/utils/image/manifest.go) that
 KUBE_TEST_REPO_LIST can point anywhere; these machines reach no public registry, so every
-registry the node specs use becomes a path in the local one. agnhost is the real binary built
-from the same source tree as e2e.test (its image's Entrypoint and Cmd as upstream's Dockerfile);
+registry the node specs use becomes a path in the local one. agnhost and nonewprivs' nnp are
+the real binaries built from the same source tree as e2e.test (Entrypoint, Cmd and modes as
+upstream's Dockerfiles);
 busybox is busybox-static; httpd and nginx are stand-ins serving HTTP on port 80.
 """
 
@@ -32,12 +33,20 @@ REGISTRIES = {
 # httpd as PID 1 would ignore SIGTERM: every stop would wait out the grace period.
 _HTTPD = ["/bin/sh", "-c", "httpd -f -p 80 -h /www & trap 'kill $!; exit 0' TERM INT; wait $!"]
 _INDEX = {"www/index.html": "<html><body><h1>It works!</h1></body></html>\n"}
+# Upstream's agnhost image is Alpine with curl; the hook specs run `curl URL` in it. busybox has
+# wget: enough for a GET that prints the body.
+_CURL = '#!/bin/sh\n# curl URL, as the lifecycle-hook specs call it\nexec wget -q -O - "$@"\n'
 
 
-def image_specs(agnhost: Path) -> list[ImageSpec]:
+def image_specs(agnhost: Path, nnp: Path) -> list[ImageSpec]:
     return [
+        # Prints its effective uid; setuid root, so only no_new_privs keeps a non-root user so.
+        ImageSpec("kubernetes-e2e-test-images/nonewprivs", "1.0", ["nnp"], binaries={"usr/local/bin/nnp": nnp},
+                  modes={"usr/local/bin/nnp": 0o4755},
+                  env=["PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin"]),
         ImageSpec("e2e-test-images/agnhost", "2.21", ["pause"], entrypoint=["/agnhost"],
-                  binaries={"agnhost": agnhost}, symlinks={"agnhost-2": "agnhost"}, dirs=["uploads"]),
+                  binaries={"agnhost": agnhost}, symlinks={"agnhost-2": "agnhost"}, dirs=["uploads"],
+                  files={"usr/bin/curl": _CURL}, modes={"usr/bin/curl": 0o755}),
         ImageSpec("library/busybox", "1.29", ["sh"]),
         *(ImageSpec(f"library/{name}", tag, _HTTPD, files=_INDEX)
           for name, tag in (("httpd", "2.4.38-alpine"), ("httpd", "2.4.39-alpine"),
@@ -48,11 +57,12 @@ def image_specs(agnhost: Path) -> list[ImageSpec]:
 
 def push_all(registry: str) -> list[str]:
     """Build and push every image; return their references."""
-    agnhost = KUBE_BIN / "agnhost"
-    if not agnhost.exists():
-        raise FileNotFoundError(f"{agnhost} missing: run `deploy/build-kube.sh e2e`")
+    agnhost, nnp = KUBE_BIN / "agnhost", KUBE_BIN / "nonewprivs"
+    for binary in (agnhost, nnp):
+        if not binary.exists():
+            raise FileNotFoundError(f"{binary} missing: run `deploy/build-kube.sh e2e`")
     applets = busybox_applets()
-    return [push_image(registry, build_image(spec, applets)) for spec in image_specs(agnhost)]
+    return [push_image(registry, build_image(spec, applets)) for spec in image_specs(agnhost, nnp)]
 
 
 def write_repo_list(path: Path, registry: str) -> Path:

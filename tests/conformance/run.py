@@ -35,7 +35,7 @@ from tests.integration.conftest import NODE_NAME
 RESULTS = Path(__file__).parent / "results"
 FOCUS = r"\[NodeConformance\].*\[Conformance\]"
 # Each agent's run stops here: both fit the hour `make conformance` promises.
-SUITE_TIMEOUT_MIN = 28
+SUITE_TIMEOUT_MIN = 26
 PROGRESS_EVERY = 60.0
 # pykubelet with the kubelet's defaults, not the integration tests' short back-off and tiny logs
 # (the later keys override launch_node's; PyYAML keeps the last).

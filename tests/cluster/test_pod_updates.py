@@ -1,0 +1,71 @@
+"""What the kubelet does with a running pod: its managed /etc/hosts, and updates of the pod
+through the API (labels into downward-API volumes, a new image, activeDeadlineSeconds)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.integration.conftest import wait_for
+
+
+def _running(p: dict) -> bool:
+    return p.get("status", {}).get("phase") == "Running"
+
+
+def _exec(cluster, name: str, *cmd: str) -> str:
+    return cluster.kubectl("exec", name, "--", *cmd).stdout
+
+
+def test_managed_etc_hosts_with_host_aliases(cluster):
+    cluster.create_pod("hosts", {"hostAliases": [{"ip": "123.45.67.89", "hostnames": ["foo.remote", "bar.remote"]}],
+                                 "containers": [{"name": "app", "image": cluster.node.image("busybox"),
+                                                 "command": ["sleep", "3600"]}]})
+    pod = cluster.wait_pod("hosts", _running, 60, "Running")
+    hosts = _exec(cluster, "hosts", "cat", "/etc/hosts")
+    assert hosts.startswith("# Kubernetes-managed hosts file.\n")
+    assert f"{pod['status']['podIP']}\thosts\n" in hosts
+    assert hosts.endswith("# Entries added by HostAliases.\n123.45.67.89\tfoo.remote\tbar.remote\n")
+    cluster.kubectl("delete", "pod", "hosts", "--wait=false")
+
+
+def test_label_update_reaches_the_downward_api_volume(cluster):
+    cluster.create_pod("labelled", {"containers": [{
+        "name": "app", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"],
+        "volumeMounts": [{"name": "info", "mountPath": "/etc/podinfo"}]}],
+        "volumes": [{"name": "info", "downwardAPI": {"items": [{"path": "labels",
+                                                                "fieldRef": {"fieldPath": "metadata.labels"}}]}}]})
+    cluster.wait_pod("labelled", _running, 60, "Running")
+    cluster.kubectl("label", "pod", "labelled", "stage=two")
+    wait_for(lambda: 'stage="two"' in _exec(cluster, "labelled", "cat", "/etc/podinfo/labels"), 60,
+             "the new label in the volume")
+    cs = cluster.pod("labelled")["status"]["containerStatuses"][0]
+    assert cs["restartCount"] == 0, "a label change restarts nothing"
+    cluster.kubectl("delete", "pod", "labelled", "--wait=false")
+
+
+def test_new_image_restarts_the_container(cluster):
+    cluster.create_pod("upgraded", {"containers": [{"name": "app", "image": cluster.node.image("busybox"),
+                                                    "command": ["sleep", "3600"]}]})
+    cluster.wait_pod("upgraded", _running, 60, "Running")
+    new_image = cluster.node.image("web")
+    cluster.kubectl("patch", "pod", "upgraded", "-p",
+                    json.dumps({"spec": {"containers": [{"name": "app", "image": new_image}]}}))
+    pod = cluster.wait_pod("upgraded", lambda p: _running(p) and p["status"]["containerStatuses"][0]["restartCount"] == 1
+                           and "running" in p["status"]["containerStatuses"][0]["state"], 90,
+                           "running again with the new image")
+    assert pod["status"]["containerStatuses"][0]["image"] == new_image
+    events = cluster.kubectl("get", "events", "--field-selector", "involvedObject.name=upgraded").stdout
+    assert "Container app definition changed, will be restarted" in events
+    cluster.kubectl("delete", "pod", "upgraded", "--wait=false")
+
+
+def test_active_deadline_set_on_a_running_pod_fails_it(cluster):
+    cluster.create_pod("deadline", {"containers": [{"name": "app", "image": cluster.node.image("busybox"),
+                                                    "command": ["sleep", "3600"]}]})
+    cluster.wait_pod("deadline", _running, 60, "Running")
+    cluster.kubectl("patch", "pod", "deadline", "-p", json.dumps({"spec": {"activeDeadlineSeconds": 5}}))
+    pod = cluster.wait_pod("deadline", lambda p: p.get("status", {}).get("phase") == "Failed", 60, "Failed")
+    assert pod["status"]["reason"] == "DeadlineExceeded"
+    assert pod["status"]["message"] == "Pod was active on the node longer than the specified deadline"
+    assert "terminated" in pod["status"]["containerStatuses"][0]["state"]
+    cluster.kubectl("delete", "pod", "deadline", "--wait=false")
