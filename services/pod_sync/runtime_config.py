@@ -218,6 +218,8 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
     term_log = termination_log_path(node, pod, c, attempt)
     term_log.parent.mkdir(parents=True, exist_ok=True)
     term_log.touch()
+    # As the kubelet: world-writable, so a container running as any user can leave its message.
+    term_log.chmod(0o666)
     cfg = cri.ContainerConfig(
         metadata=cri.ContainerMetadata(name=c.name, attempt=attempt),
         image=cri.ImageSpec(image=image_ref, user_specified_image=c.image),

@@ -33,9 +33,22 @@ REGISTRIES = {
 # httpd as PID 1 would ignore SIGTERM: every stop would wait out the grace period.
 _HTTPD = ["/bin/sh", "-c", "httpd -f -p 80 -h /www & trap 'kill $!; exit 0' TERM INT; wait $!"]
 _INDEX = {"www/index.html": "<html><body><h1>It works!</h1></body></html>\n"}
-# Upstream's agnhost image is Alpine with curl; the hook specs run `curl URL` in it. busybox has
-# wget: enough for a GET that prints the body.
-_CURL = '#!/bin/sh\n# curl URL, as the lifecycle-hook specs call it\nexec wget -q -O - "$@"\n'
+# Upstream's agnhost image is Alpine with curl; the specs run `curl [-g -q -s] [--max-time N]
+# [--connect-timeout N] URL` in it (lifecycle hooks, pod networking). busybox's wget does the GET.
+_CURL = """#!/bin/sh
+# curl stand-in for the e2e specs: GET one URL, print the body, fail when the request fails
+url="" timeout=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --max-time|-m|--connect-timeout) timeout="$2"; shift ;;
+    -*) ;;
+    *) url="$1" ;;
+  esac
+  shift
+done
+# (busybox wget -T crashes in Debian's static build: timeout(1) bounds it instead)
+exec timeout "${timeout:-120}" wget -q -O - "$url"
+"""
 
 
 def image_specs(agnhost: Path, nnp: Path) -> list[ImageSpec]:

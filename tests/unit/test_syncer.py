@@ -278,3 +278,15 @@ async def test_ready_volumes_become_cri_mounts(syncer, rt, store, settings):
     assert mounts["/data"] == ("/v/data/app", False, cri.PROPAGATION_PRIVATE), "subPath mounts the prepared path"
     assert mounts["/ro"] == ("/v/data", True, cri.PROPAGATION_PRIVATE)
     assert "/dev/termination-log" in mounts
+
+
+async def test_termination_message_file_is_writable_by_any_user(syncer, rt, store):
+    # e2e "should report termination message ... as non-root user and at a non-default path"
+    want(store, manifest(containers=[{"name": "app", "image": IMG, "terminationMessagePath": "/dev/custom-log",
+                                      "securityContext": {"runAsUser": 1000}}]))
+    await syncer.sync("uid1")
+    [config] = rt.created_configs.values()
+    host = next(m.host_path for m in config.mounts if m.container_path == "/dev/custom-log")
+    import os
+
+    assert os.stat(host).st_mode & 0o777 == 0o666
