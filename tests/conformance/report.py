@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +28,19 @@ class Result:
         return cls(**json.loads(path.read_text()))
 
 
+_SOURCE_LINE = re.compile(r"^\S+\.go:\d+$")
+_TIMESTAMP = re.compile(r"^[A-Z][a-z]{2} +\d+ [\d:.]+: ")
+
+
+def _why(text: str) -> str:
+    """The failure's first line of words: ginkgo puts the spec's source location first."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not _SOURCE_LINE.match(line):
+            return _TIMESTAMP.sub("", line)[:300]
+    return "failed"
+
+
 def parse_junit(report_dir: Path, agent: str) -> Result:
     """Every junit_*.xml ginkgo's parallel nodes wrote; a spec is its testcase name."""
     res = Result(agent)
@@ -45,7 +59,7 @@ def parse_junit(report_dir: Path, agent: str) -> Result:
                 failure = case.find("error")
             if failure is not None:
                 text = (failure.get("message") or failure.text or "").strip()
-                res.failed[name] = text.splitlines()[0][:300] if text else "failed"
+                res.failed[name] = _why(text)
             else:
                 res.passed.append(name)
     res.passed.sort()
