@@ -22,6 +22,9 @@ case "$SET" in
 esac
 TARGETS=()
 for p in "${PKGS[@]}"; do TARGETS+=("$(basename "$p")"); done
+# The e2e images' netcat (tests/conformance/nc): built from this checkout, not the kube tree.
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+if [ "$SET" = e2e ]; then TARGETS+=(nc); fi
 
 have_all() {
   for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done
@@ -82,7 +85,11 @@ echo "$SET: compiling ${TARGETS[*]} (10-20 minutes on 2 cores the first time; pr
 start=$(date +%s)
 make WHAT="${PKGS[*]}"
 mkdir -p "$BIN"
-for t in "${TARGETS[@]}"; do
+for p in "${PKGS[@]}"; do
+  t=$(basename "$p")
   install -m 0755 "_output/bin/$t" "$BIN/$t"
 done
+if [ "$SET" = e2e ]; then
+  (cd "$REPO/tests/conformance/nc" && GO111MODULE=off go build -o "$BIN/nc" nc.go)
+fi
 echo "$SET: built in $(( $(date +%s) - start ))s into $BIN"

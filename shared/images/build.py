@@ -108,7 +108,8 @@ def build_layer(spec: ImageSpec, applets: list[str]) -> tuple[bytes, bytes]:
             _add(tar, d, mode=mode, kind=tarfile.DIRTYPE)
         _add(tar, "bin/busybox", data=BUSYBOX.read_bytes(), mode=0o755)
         for applet in applets:
-            _add(tar, f"bin/{applet}", kind=tarfile.SYMTYPE, link="busybox", mode=0o777)
+            if f"bin/{applet}" not in spec.binaries:  # a real binary replaces the applet
+                _add(tar, f"bin/{applet}", kind=tarfile.SYMTYPE, link="busybox", mode=0o777)
         _add(tar, "etc/passwd", data=b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
         _add(tar, "etc/group", data=b"root:x:0:\nnogroup:x:65534:\n")
         dirs_done: set[str] = {"bin", "etc", "tmp", "root", "proc", "sys", "dev", "var"}

@@ -4,8 +4,9 @@ The specs name their images through registries (test/utils/image/manifest.go) th
 KUBE_TEST_REPO_LIST can point anywhere; these machines reach no public registry, so every
 registry the node specs use becomes a path in the local one. agnhost and nonewprivs' nnp are
 the real binaries built from the same source tree as e2e.test (Entrypoint, Cmd and modes as
-upstream's Dockerfiles);
-busybox is busybox-static; httpd and nginx are stand-ins serving HTTP on port 80.
+upstream's Dockerfiles); busybox is busybox-static; httpd and nginx are stand-ins serving HTTP on port 80. The Alpine
+tools of upstream's agnhost image that the specs call have stand-ins: curl (busybox wget) and nc
+with -u (tests/conformance/nc, a static Go binary).
 """
 
 from __future__ import annotations
@@ -51,14 +52,15 @@ exec timeout "${timeout:-120}" wget -q -O - "$url"
 """
 
 
-def image_specs(agnhost: Path, nnp: Path) -> list[ImageSpec]:
+def image_specs(agnhost: Path, nnp: Path, nc: Path) -> list[ImageSpec]:
     return [
         # Prints its effective uid; setuid root, so only no_new_privs keeps a non-root user so.
         ImageSpec("kubernetes-e2e-test-images/nonewprivs", "1.0", ["nnp"], binaries={"usr/local/bin/nnp": nnp},
                   modes={"usr/local/bin/nnp": 0o4755},
                   env=["PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin"]),
         ImageSpec("e2e-test-images/agnhost", "2.21", ["pause"], entrypoint=["/agnhost"],
-                  binaries={"agnhost": agnhost}, symlinks={"agnhost-2": "agnhost"}, dirs=["uploads"],
+                  binaries={"agnhost": agnhost, "bin/nc": nc}, symlinks={"agnhost-2": "agnhost"},
+                  dirs=["uploads"],
                   files={"usr/bin/curl": _CURL}, modes={"usr/bin/curl": 0o755}),
         ImageSpec("library/busybox", "1.29", ["sh"]),
         *(ImageSpec(f"library/{name}", tag, _HTTPD, files=_INDEX)
@@ -70,12 +72,12 @@ def image_specs(agnhost: Path, nnp: Path) -> list[ImageSpec]:
 
 def push_all(registry: str) -> list[str]:
     """Build and push every image; return their references."""
-    agnhost, nnp = KUBE_BIN / "agnhost", KUBE_BIN / "nonewprivs"
-    for binary in (agnhost, nnp):
+    agnhost, nnp, nc = KUBE_BIN / "agnhost", KUBE_BIN / "nonewprivs", KUBE_BIN / "nc"
+    for binary in (agnhost, nnp, nc):
         if not binary.exists():
             raise FileNotFoundError(f"{binary} missing: run `deploy/build-kube.sh e2e`")
     applets = busybox_applets()
-    return [push_image(registry, build_image(spec, applets)) for spec in image_specs(agnhost, nnp)]
+    return [push_image(registry, build_image(spec, applets)) for spec in image_specs(agnhost, nnp, nc)]
 
 
 def write_repo_list(path: Path, registry: str) -> Path:

@@ -69,16 +69,17 @@ def test_repo_list_points_every_registry_the_specs_use_at_the_local_one(tmp_path
 def test_agnhost_image_keeps_upstream_entrypoint_and_cmd(tmp_path):
     binary = tmp_path / "agnhost"
     binary.write_bytes(b"\x7fELF-not-really")
-    specs = {f"{s.repository}:{s.tag}": s for s in image_specs(binary, binary)}
+    specs = {f"{s.repository}:{s.tag}": s for s in image_specs(binary, binary, binary)}
     assert {"e2e-test-images/agnhost:2.21", "library/busybox:1.29", "library/httpd:2.4.38-alpine",
             "library/nginx:1.14-alpine", "k8s-gcr/pause:3.2"} <= set(specs)
-    img = build_image(specs["e2e-test-images/agnhost:2.21"], applets=["sh"])
+    img = build_image(specs["e2e-test-images/agnhost:2.21"], applets=["sh", "nc"])
     config = json.loads(img.config.data)["config"]
     assert config["Entrypoint"] == ["/agnhost"] and config["Cmd"] == ["pause"]
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(img.layers[0].data))) as tar:
         agnhost, link = tar.getmember("agnhost"), tar.getmember("agnhost-2")
         assert agnhost.mode == 0o755 and tar.extractfile(agnhost).read() == binary.read_bytes()
         assert link.issym() and link.linkname == "agnhost"
+        assert [m.isfile() for m in tar.getmembers() if m.name == "bin/nc"] == [True], "nc replaces the applet"
         assert tar.getmember("uploads").isdir()
     nnp = build_image(specs["kubernetes-e2e-test-images/nonewprivs:1.0"], applets=["sh"])
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(nnp.layers[0].data))) as tar:
