@@ -321,6 +321,12 @@ class PodSyncer:
             M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
             self._event(pod, "Warning", "Failed", f"Error: {exc}")
             return "CreateContainerConfigError", str(exc)
+        except Exception as exc:  # a defect; the pod still says which container and why
+            log.exception("pod %s: building the config of container %s", pod.full_name, spec.name)
+            message = f"internal error building the container config: {type(exc).__name__}: {exc}"
+            M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
+            self._event(pod, "Warning", "Failed", f"Error: {message}")
+            return "CreateContainerConfigError", message
         M.STARTED_CONTAINERS.labels(kind).inc()
         try:
             cid = await self.runtime.create_container(sandbox_id, config, sb_config)

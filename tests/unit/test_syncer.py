@@ -290,3 +290,20 @@ async def test_termination_message_file_is_writable_by_any_user(syncer, rt, stor
     import os
 
     assert os.stat(host).st_mode & 0o777 == 0o666
+
+
+async def test_a_defect_building_a_container_config_is_shown_on_the_pod(syncer, rt, store, events, monkeypatch):
+    import services.pod_sync.syncer as syncer_module
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(syncer_module, "container_config", broken)
+    want(store, manifest())
+    result = await syncer.sync("uid1")
+    assert result.requeue_after is not None, "retried"
+    [c] = observed(store).containers
+    assert c["waiting_reason"] == "CreateContainerConfigError"
+    assert c["waiting_message"] == ("internal error building the container config: "
+                                    "ZeroDivisionError: float division by zero")
+    assert ("Warning", "Failed", "Error: " + c["waiting_message"]) in events.events
