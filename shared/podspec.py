@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from shared.ip import ip_address
 from shared.quantity import parse_quantity
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -349,13 +350,7 @@ class HostAlias(_Model):
     @field_validator("ip")
     @classmethod
     def _ip(cls, v: str) -> str:
-        import ipaddress
-
-        try:
-            ipaddress.ip_address(v)
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IP address") from None
-        return v
+        return ip_address(v)
 
     @field_validator("hostnames")
     @classmethod

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from shared.durations import to_seconds
+from shared.ip import ip_address
 
 # Go's crypto/tls names (what the kubelet's tlsCipherSuites takes) -> OpenSSL names.
 # TLS 1.3 suites are not configurable, in Go or here.
@@ -96,13 +97,7 @@ class ServerConfig(_Section):
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
-        import ipaddress
-
-        try:
-            ipaddress.ip_address(v)
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IP address (use 0.0.0.0 for all interfaces)") from None
-        return v
+        return ip_address(v, "use 0.0.0.0 for all interfaces")
 
     @field_validator("tls_cipher_suites")
     @classmethod
