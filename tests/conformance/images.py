@@ -34,6 +34,11 @@ REGISTRIES = {
 # httpd as PID 1 would ignore SIGTERM: every stop would wait out the grace period.
 _HTTPD = ["/bin/sh", "-c", "httpd -f -p 80 -h /www & trap 'kill $!; exit 0' TERM INT; wait $!"]
 _INDEX = {"www/index.html": "<html><body><h1>It works!</h1></body></html>\n"}
+# busybox's own sh runs its applets before anything on PATH (its nc has no -u): the agnhost
+# stand-in's /bin/sh is Debian's dash, with the two libraries it links.
+_DASH = {"bin/sh": Path("/bin/dash"), "lib/x86_64-linux-gnu/libc.so.6": Path("/lib/x86_64-linux-gnu/libc.so.6"),
+         "lib64/ld-linux-x86-64.so.2": Path("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")}
+
 # Upstream's agnhost image is Alpine with curl; the specs run `curl [-g -q -s] [--max-time N]
 # [--connect-timeout N] URL` in it (lifecycle hooks, pod networking). busybox's wget does the GET.
 _CURL = """#!/bin/sh
@@ -59,7 +64,7 @@ def image_specs(agnhost: Path, nnp: Path, nc: Path) -> list[ImageSpec]:
                   modes={"usr/local/bin/nnp": 0o4755},
                   env=["PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin"]),
         ImageSpec("e2e-test-images/agnhost", "2.21", ["pause"], entrypoint=["/agnhost"],
-                  binaries={"agnhost": agnhost, "bin/nc": nc}, symlinks={"agnhost-2": "agnhost"},
+                  binaries={"agnhost": agnhost, "bin/nc": nc, **_DASH}, symlinks={"agnhost-2": "agnhost"},
                   dirs=["uploads"],
                   files={"usr/bin/curl": _CURL}, modes={"usr/bin/curl": 0o755}),
         ImageSpec("library/busybox", "1.29", ["sh"]),

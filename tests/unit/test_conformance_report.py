@@ -80,6 +80,8 @@ def test_agnhost_image_keeps_upstream_entrypoint_and_cmd(tmp_path):
         assert agnhost.mode == 0o755 and tar.extractfile(agnhost).read() == binary.read_bytes()
         assert link.issym() and link.linkname == "agnhost"
         assert [m.isfile() for m in tar.getmembers() if m.name == "bin/nc"] == [True], "nc replaces the applet"
+        assert [m.isfile() for m in tar.getmembers() if m.name == "bin/sh"] == [True], \
+            "dash: busybox sh would run its own nc applet whatever PATH says"
         assert tar.getmember("uploads").isdir()
     nnp = build_image(specs["kubernetes-e2e-test-images/nonewprivs:1.0"], applets=["sh"])
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(nnp.layers[0].data))) as tar:
