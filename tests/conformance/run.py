@@ -27,6 +27,7 @@ from pathlib import Path
 
 from bench.agents import Kubelet, Pykubelet
 from bench.cluster import k8s, wait_node_ready
+from shared.mounts import MountError, remove_tree
 from tests.cluster.harness import KUBE_BIN, ControlPlane, HarnessError
 from tests.conformance.images import push_all, write_repo_list
 from tests.conformance.report import Result, parse_junit, side_by_side
@@ -125,9 +126,25 @@ def _ginkgo(cp: ControlPlane, out: Path, repo_list: Path, focus: str, nodes: int
     return code, why
 
 
+# Each run's cluster and node (logs, etcd, containerd's root) are kept for reading; only the
+# newest few per agent, they take 100-200 MB each.
+KEEP_WORK_DIRS = 3
+WORK_ROOT = Path("/var/tmp")
+
+
+def _prune_work_dirs(kind: str) -> None:
+    dirs = sorted(WORK_ROOT.glob(f"conformance-{kind}-*"), key=lambda p: p.stat().st_mtime)
+    for old in dirs[:max(0, len(dirs) - (KEEP_WORK_DIRS - 1))]:
+        try:
+            remove_tree(old)  # never through a mount a crashed run left behind
+        except (MountError, OSError) as exc:
+            print(f"conformance: keeping {old}: {exc}", file=sys.stderr)
+
+
 async def run_agent(kind: str, out: Path, focus: str, nodes: int, t0: float) -> Result:
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    work = Path(tempfile.mkdtemp(prefix=f"conformance-{kind}-", dir="/var/tmp"))
+    _prune_work_dirs(kind)
+    work = Path(tempfile.mkdtemp(prefix=f"conformance-{kind}-", dir=WORK_ROOT))
     cp = ControlPlane(work / "cp", NODE_NAME, full=True, verify_kubelets=False)
     (work / "cp").mkdir()
     agent = None
