@@ -1,7 +1,16 @@
 import pytest
 
+from services.pod_sync.backoff import Backoff
+from services.pod_sync.images import ImageManager
+from services.pod_sync.runtime_config import NodeFacts
+from services.pod_sync.syncer import PodSyncer
 from shared.config import KubeletConfiguration, NodeSettings
+from shared.cri.fake import FakeRuntime
+from shared.events import RecordingRecorder
 from shared.store import NetworkStatus, Store
+
+# The image the pod-sync tests' fake runtime already has.
+IMG = "reg/app:1"
 
 
 @pytest.fixture
@@ -21,3 +30,27 @@ def store(settings):
     net.close()
     yield s
     s.close()
+
+
+# -- pod-sync against the fake runtime (test_syncer.py and the tests of what it builds on) -------
+
+
+@pytest.fixture
+def rt():
+    return FakeRuntime(images=[IMG])
+
+
+@pytest.fixture
+def node(settings):
+    return NodeFacts(name="node1", ip="192.0.2.10", cpu_millicores=2000, memory_bytes=4 * 2**30,
+                     oom_floor=None, pods_dir=settings.root_dir / "pods")
+
+
+@pytest.fixture
+def events():
+    return RecordingRecorder()
+
+
+@pytest.fixture
+def syncer(rt, store, settings, node, events):
+    return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300), node, events)

@@ -6,8 +6,7 @@ import pytest
 
 from services.pod_sync.etc_hosts import hosts_content, wants_managed_hosts, write_hosts_file
 from shared.podspec import ManifestInvalid, validate_pod
-from tests.unit.test_syncer import IMG, manifest, want  # noqa: F401  (fixtures below reuse them)
-from tests.unit.test_syncer import events, node, rt, syncer  # noqa: F401
+from tests.unit.test_syncer import manifest, want
 
 
 def pod(**spec):
@@ -66,7 +65,7 @@ def test_a_uid_that_is_not_one_path_component_is_refused(uid):
         validate_pod({"metadata": {"name": "p", "uid": uid}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
 
 
-async def test_containers_get_the_file_mounted(syncer, rt, store, node):  # noqa: F811
+async def test_containers_get_the_file_mounted(syncer, rt, store, node):
     want(store, manifest(hostAliases=[{"ip": "1.2.3.4", "hostnames": ["alias"]}]))
     await syncer.sync("uid1")
     [c] = rt.running()

@@ -12,8 +12,7 @@ from services.status_reporter.pod_status import compute_status
 from shared.podspec import PodCache
 from shared.store import DesiredPod, ManifestError
 from shared.store.models import utcnow
-from tests.unit.test_syncer import IMG, manifest, observed, want  # noqa: F401
-from tests.unit.test_syncer import events, node, rt, syncer  # noqa: F401
+from tests.unit.test_syncer import manifest, observed, want
 
 
 def api_pod(rv="1", labels=None, image="busybox:1.29", **spec):
@@ -55,7 +54,7 @@ def test_pod_cache_reparses_a_new_resource_version():
     assert cache.get("u1", api_pod(rv="2", image="busybox:1.36")).spec.containers[0].image == "busybox:1.36"
 
 
-async def test_a_new_image_restarts_the_container(syncer, rt, store, events):  # noqa: F811
+async def test_a_new_image_restarts_the_container(syncer, rt, store, events):
     rt.images["reg/app:2"] = "sha256:" + "2" * 64
     want(store, manifest())
     await syncer.sync("uid1")
@@ -71,7 +70,7 @@ async def test_a_new_image_restarts_the_container(syncer, rt, store, events):  #
     assert rt.running()[0].id == new.id, "no restart once it runs the new image"
 
 
-async def test_active_deadline_fails_the_pod_and_stops_it(syncer, rt, store, events):  # noqa: F811
+async def test_active_deadline_fails_the_pod_and_stops_it(syncer, rt, store, events):
     want(store, manifest(activeDeadlineSeconds=30))
     result = await syncer.sync("uid1")
     assert rt.running() and 0 < result.requeue_after <= 30, "woken when the deadline runs out"

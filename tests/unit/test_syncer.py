@@ -3,16 +3,10 @@
 import pytest
 from cri_api.v1 import api_pb2 as cri
 
-from services.pod_sync.backoff import Backoff
-from services.pod_sync.images import ImageManager
-from services.pod_sync.runtime_config import NodeFacts
-from services.pod_sync.syncer import PodSyncer
-from shared.cri.fake import FakeRuntime
-from shared.events import RecordingRecorder
 from shared.podspec import validate_pod
 from shared.store import DesiredPod, NetworkStatus, PodRuntime, Store
+from tests.unit.conftest import IMG
 
-IMG = "reg/app:1"
 
 
 def manifest(uid="uid1", restart="Always", containers=None, grace=30, **spec):
@@ -20,27 +14,6 @@ def manifest(uid="uid1", restart="Always", containers=None, grace=30, **spec):
     return validate_pod({"metadata": {"name": "p", "uid": uid},
                          "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": grace,
                                   "containers": containers, **spec}})
-
-
-@pytest.fixture
-def rt():
-    return FakeRuntime(images=[IMG])
-
-
-@pytest.fixture
-def node(settings):
-    return NodeFacts(name="node1", ip="192.0.2.10", cpu_millicores=2000, memory_bytes=4 * 2**30,
-                     oom_floor=None, pods_dir=settings.root_dir / "pods")
-
-
-@pytest.fixture
-def events():
-    return RecordingRecorder()
-
-
-@pytest.fixture
-def syncer(rt, store, settings, node, events):
-    return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300), node, events)
 
 
 def want(store, pod, deleting=False):
