@@ -8,7 +8,6 @@ from shared.store import DesiredPod, NetworkStatus, PodRuntime, Store
 from tests.unit.conftest import IMG
 
 
-
 def manifest(uid="uid1", restart="Always", containers=None, grace=30, **spec):
     containers = containers or [{"name": "app", "image": IMG}]
     return validate_pod({"metadata": {"name": "p", "uid": uid},
