@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import grpc
+import h11
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shared.cri import CRIError, RuntimeService
@@ -70,8 +71,32 @@ async def tcp_probe(host: str, port: int, timeout: float) -> Outcome:
     return Outcome(SUCCESS)
 
 
+class BadRequest(ValueError):
+    """A probe whose path or headers cannot make an HTTP request (CR/LF, bad names)."""
+
+
+def _request(host: str, port: int, target: str, headers: dict[str, str]) -> tuple[h11.Connection, bytes]:
+    """The client connection state and the GET request's bytes; h11 refuses what would not be one
+    well-formed request (a header value with CR/LF, a name that is not a token, a target with
+    spaces) instead of sending it."""
+    merged = {"host": f"{host}:{port}", "user-agent": USER_AGENT, "accept": "*/*", "connection": "close"}
+    names = {"host": "Host", "user-agent": "User-Agent", "accept": "Accept", "connection": "Connection"}
+    for k, v in headers.items():  # the probe's own headers win, whatever their case
+        merged[k.lower()] = v
+        names[k.lower()] = k
+    conn = h11.Connection(h11.CLIENT)
+    try:
+        data = conn.send(h11.Request(method="GET", target=target,
+                                     headers=[(names[k], v) for k, v in merged.items()]))
+        data += conn.send(h11.EndOfMessage())
+    except h11.LocalProtocolError as exc:
+        raise BadRequest(f"invalid probe request: {exc}") from None
+    return conn, data
+
+
 async def _http_get_once(scheme: str, host: str, port: int, target: str, headers: dict[str, str],
                          timeout: float) -> tuple[int, dict[str, str], bytes]:
+    conn, request = _request(host, port, target, headers)
     ctx = None
     if scheme == "https":
         ctx = ssl.create_default_context()
@@ -79,24 +104,27 @@ async def _http_get_once(scheme: str, host: str, port: int, target: str, headers
         ctx.verify_mode = ssl.CERT_NONE  # probes do not verify certificates, as in the kubelet
     reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
     try:
-        hdrs = {"Host": f"{host}:{port}", "User-Agent": USER_AGENT, "Accept": "*/*",
-                "Connection": "close", **headers}
-        request = f"GET {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items()) + "\r\n"
-        writer.write(request.encode("latin-1"))
+        writer.write(request)
         await writer.drain()
-        status_line = await reader.readline()
-        parts = status_line.decode("latin-1").split(" ", 2)
-        if len(parts) < 2 or not parts[1].isdigit():
-            raise ValueError(f"malformed HTTP response {status_line[:80]!r}")
-        resp_headers: dict[str, str] = {}
-        while True:
-            line = await reader.readline()
-            if line in (b"\r\n", b"\n", b""):
+        # h11 parses the response: status, headers, and a chunked or sized body alike.
+        status, resp_headers, body = 0, {}, b""
+        while len(body) < MAX_BODY:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise ValueError(f"malformed HTTP response: {exc}") from None
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                resp_headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
                 break
-            key, _, value = line.decode("latin-1").partition(":")
-            resp_headers[key.strip().lower()] = value.strip()
-        body = await reader.read(MAX_BODY)
-        return int(parts[1]), resp_headers, body
+        if not status:
+            raise ValueError("the server closed the connection without a response")
+        return status, resp_headers, body[:MAX_BODY]
     finally:
         await _close(writer)
 
@@ -115,6 +143,8 @@ async def http_probe(scheme: str, host: str, port: int, path: str, headers: dict
         except asyncio.TimeoutError:
             return Outcome(FAILURE, f'Get "{url}": context deadline exceeded (Client.Timeout exceeded '
                                     "while awaiting headers)")
+        except BadRequest as exc:
+            return Outcome(FAILURE, f'Get "{url}": {exc}')
         except (OSError, ValueError, ssl.SSLError) as exc:
             return Outcome(FAILURE, f'Get "{url}": {_describe(exc)}')
         text = body.decode(errors="replace")

@@ -110,3 +110,40 @@ async def _set(servicer, service, status):
     result = servicer.set(service, status)
     if asyncio.iscoroutine(result):
         await result
+
+
+@pytest.mark.parametrize("path, headers, why", [
+    ("/", {"X-Probe": "yes\r\nX-Injected: 1"}, "invalid probe request"),
+    ("/", {"Bad Name": "v"}, "invalid probe request"),
+    ("/ok HTTP/1.1\r\nX-Injected: 1\r\n\r\nGET /x", {}, "invalid probe request"),
+])
+async def test_http_probe_refuses_header_and_path_injection(path, headers, why):
+    received = []
+
+    async def handle(reader, writer):
+        received.append(await reader.read(4096))
+        writer.close()
+
+    server, port = await http_server(handle)
+    out = await probers.http_probe("http", "127.0.0.1", port, path, headers, 2)
+    assert out.result == probers.FAILURE and why in out.output
+    await asyncio.sleep(0.05)
+    assert received == [], "nothing was sent"
+    server.close()
+
+
+async def test_http_probe_reads_a_chunked_body_and_lets_the_probe_set_host():
+    seen = {}
+
+    async def handle(reader, writer):
+        seen["req"] = (await reader.readuntil(b"\r\n\r\n")).decode()
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server, port = await http_server(handle)
+    out = await probers.http_probe("http", "127.0.0.1", port, "/", {"host": "app.example"}, 2)
+    assert out.ok and out.output == "hello world"
+    assert seen["req"].count("ost: ") == 1 and "host: app.example" in seen["req"]
+    server.close()
