@@ -20,6 +20,8 @@ from shared.quantity import parse_quantity
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+# Init and app containers together; checks between containers are quadratic in this.
+MAX_CONTAINERS = 128
 
 
 def dns_label(v: str) -> str:
@@ -381,6 +383,9 @@ class PodSpec(_Model):
 
     @model_validator(mode="after")
     def _unique_names(self) -> "PodSpec":
+        count = len(self.initContainers) + len(self.containers)
+        if count > MAX_CONTAINERS:
+            raise ValueError(f"has {count} containers; pykubelet runs at most {MAX_CONTAINERS} in a pod")
         seen: set[str] = set()
         for i, c in enumerate(self.initContainers + self.containers):
             if c.name in seen:
@@ -517,12 +522,31 @@ def validate_pod(data: Any) -> Pod:
         raise ManifestInvalid(format_errors(exc)) from None
 
 
+# The API server refuses objects above 1.5 MiB; a manifest file may be no larger.
+MAX_MANIFEST_BYTES = 3 * 2**19
+# YAML aliases let a few lines stand for an exponential document ("billion laughs"); a pod needs few.
+MAX_ALIASES = 64
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    """Where and what, never the offending text: the file may be anything a symlink points at."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"not valid YAML/JSON: {problem}{where}"
+
+
 def parse_manifest_text(text: str) -> dict[str, Any]:
     """Decode one YAML or JSON document; JSON is YAML, so one parser serves both."""
+    if len(text.encode(errors="replace")) > MAX_MANIFEST_BYTES:
+        raise ManifestInvalid(f"is larger than {MAX_MANIFEST_BYTES} bytes (1.5 MiB, the API server's limit)")
     try:
+        aliases = sum(1 for e in yaml.parse(text, Loader=yaml.SafeLoader) if isinstance(e, yaml.AliasEvent))
+        if aliases > MAX_ALIASES:
+            raise ManifestInvalid(f"uses {aliases} YAML aliases; at most {MAX_ALIASES} are accepted")
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise ManifestInvalid(f"not valid YAML/JSON: {exc}") from None
+        raise ManifestInvalid(_yaml_error(exc)) from None
     if not docs:
         raise ManifestInvalid("file is empty")
     if len(docs) > 1:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -17,7 +19,8 @@ from typing import Awaitable, Callable
 import watchfiles
 from sqlalchemy import delete, select
 
-from shared.podspec import ManifestInvalid, Pod, canonical_json, parse_manifest_text, validate_pod
+from shared.podspec import (MAX_MANIFEST_BYTES, ManifestInvalid, Pod, canonical_json, parse_manifest_text,
+                            validate_pod)
 from shared.store import DesiredPod, ManifestError, Store
 
 log = logging.getLogger(__name__)
@@ -44,11 +47,31 @@ def static_pod_uid(node_name: str, path: str, manifest: dict) -> str:
     return h.hexdigest()
 
 
-def pod_from_file(path: Path, node_name: str) -> Pod:
+def read_manifest(path: Path) -> str:
+    """A regular file of at most MAX_MANIFEST_BYTES (a symlink is followed only to one), read
+    without blocking on a FIFO and without reading more than the limit."""
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestInvalid(f"cannot read: {exc}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ManifestInvalid(f"cannot read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ManifestInvalid("is not a regular file")
+        if st.st_size > MAX_MANIFEST_BYTES:
+            raise ManifestInvalid(f"is {st.st_size} bytes; a manifest may be at most {MAX_MANIFEST_BYTES} "
+                                  f"bytes (1.5 MiB, the API server's limit)")
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestInvalid(f"grew beyond {MAX_MANIFEST_BYTES} bytes while being read")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise ManifestInvalid("is not UTF-8 text") from None
+
+
+def pod_from_file(path: Path, node_name: str) -> Pod:
+    text = read_manifest(path)
     raw = parse_manifest_text(text)
     pod = validate_pod(raw)
     if not isinstance(raw, dict) or raw.get("kind") != "Pod":

@@ -70,3 +70,37 @@ async def test_source_applies_adds_edits_and_removals(tmp_path, store):
         assert all(r.deleting for r in s.scalars(select(DesiredPod)))
         errors = {e.source_path: e.error for e in s.scalars(select(ManifestError))}
     assert "spec: Required value" in errors[str(d / "x.yaml")]
+
+
+# -- hostile manifest files --------------------------------------------------------------------
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(9))
+
+
+def test_hostile_files_are_reported_once_each_and_the_good_pod_still_runs(tmp_path):
+    d = tmp_path / "manifests"
+    d.mkdir()
+    (d / "web.yaml").write_text(GOOD)
+    (d / "bomb.yaml").write_text(BOMB)
+    (d / "huge.yaml").write_text(GOOD + "#" * (2 * 2**20))
+    secret = tmp_path / "shadow"
+    secret.write_text("root: {password: 'S3CRET-HASH'\n")  # broken YAML holding a secret
+    (d / "shadow.yaml").symlink_to(secret)
+    os_fifo = d / "fifo.yaml"
+    import os
+
+    os.mkfifo(os_fifo)
+    many = GOOD.replace('containers: [{name: web, image: "reg/web:1"}]',
+                        "containers: [" + ", ".join(f'{{name: c{i}, image: "i"}}' for i in range(200)) + "]")
+    (d / "many.yaml").write_text(many.replace("name: web}", "name: many}"))
+    r = scan_directory(d, "node1")
+    assert [p.metadata.name for p in r.pods.values()] == ["web-node1"]
+    errors = {k.rsplit("/", 1)[1]: v for k, v in r.errors.items()}
+    assert "aliases; at most 64 are accepted" in errors["bomb.yaml"]
+    assert "a manifest may be at most 1572864 bytes" in errors["huge.yaml"]
+    assert "has 200 containers; pykubelet runs at most 128" in errors["many.yaml"]
+    assert "fifo.yaml" not in errors, "not a regular file: never opened, never a manifest"
+    assert errors["shadow.yaml"].startswith("manifest invalid: not valid YAML/JSON: ")
+    assert "S3CRET" not in errors["shadow.yaml"], "the error names the line, not the content"
