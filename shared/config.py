@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from shared.durations import parse_duration, to_seconds
+from shared.host import node_ip as detect_node_ip
+from shared.ip import ip_address
 from shared.server_config import ServerConfig
 
 log = logging.getLogger(__name__)
@@ -210,6 +212,17 @@ class NodeSettings(BaseModel):
     admin_port_base: int = 0  # set: every service's admin port is base + its place (shared.admin)
     pleg_relist_period: float = 1.0
     kubeconfig: Path | None = None  # cluster mode when set
+    node_ip: str = ""  # --node-ip; empty: the default route's address (shared.host.node_ip)
+
+    @field_validator("node_ip")
+    @classmethod
+    def _node_ip(cls, v: str) -> str:
+        return ip_address(v) if v else v
+
+    @property
+    def node_address(self) -> str:
+        """The node's InternalIP: --node-ip, else the default route's address (NodeIPError)."""
+        return self.node_ip or detect_node_ip()
 
     @property
     def cluster_mode(self) -> bool:
@@ -280,6 +293,7 @@ def add_node_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nats-url", help="event bus URL (default nats://127.0.0.1:4222)")
     g.add_argument("--hostname-override", help="node name (default: this host's name)")
     g.add_argument("--kubeconfig", help="join the cluster this kubeconfig points at (cluster mode)")
+    g.add_argument("--node-ip", help="the node's InternalIP (default: the address of the default route's interface)")
     g.add_argument("--admin-port", type=int, help="loopback port of this service's admin app")
     g.add_argument("--admin-port-base", type=int,
                    help="admin ports of all services are this + their place in the start order")
@@ -344,6 +358,11 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
         extra["admin_port"] = args.admin_port
     if getattr(args, "admin_port_base", None):
         extra["admin_port_base"] = args.admin_port_base
+    if getattr(args, "node_ip", None):
+        try:
+            extra["node_ip"] = ip_address(args.node_ip.strip())
+        except ValueError as exc:
+            raise ConfigError(f"--node-ip: {exc}") from None
     if getattr(args, "kubeconfig", None):
         path = Path(args.kubeconfig)
         if not path.is_file():

@@ -31,8 +31,13 @@ def memory_capacity_bytes(meminfo: str = "/proc/meminfo") -> int:
     raise RuntimeError(f"no MemTotal in {meminfo}")
 
 
+class NodeIPError(RuntimeError):
+    pass
+
+
 def node_ip() -> str:
-    """The address of the interface that holds the default route (the kubelet's InternalIP)."""
+    """The address of the interface that holds the default route (the kubelet's InternalIP).
+    Never a guess: without one, NodeIPError says to pass --node-ip."""
     try:
         route = subprocess.run(["ip", "-o", "-4", "route", "show", "default"], capture_output=True,
                                text=True, timeout=5).stdout.split()
@@ -41,7 +46,8 @@ def node_ip() -> str:
                               text=True, timeout=5).stdout.split()
         return addr[addr.index("inet") + 1].split("/")[0]
     except (ValueError, IndexError, OSError, subprocess.SubprocessError):
-        return "127.0.0.1"
+        raise NodeIPError("cannot find this node's IP address (no IPv4 default route with an address); "
+                          "pass --node-ip ADDRESS") from None
 
 
 def read_fact(path: str) -> str:

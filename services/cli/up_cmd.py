@@ -13,6 +13,7 @@ from pathlib import Path
 
 from services.supervisor.node import UpOptions, pid_alive, run_up
 from shared.config import ConfigError, add_node_flags, settings_from_args
+from shared.host import NodeIPError
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 
@@ -37,6 +38,12 @@ def up(argv: list[str]) -> int:
     try:
         settings = settings_from_args(args)  # fail on a bad config before starting anything
     except ConfigError as exc:
+        print(f"pykubelet up: {exc}", file=sys.stderr)
+        return 2
+    try:
+        # Found once, here, and handed to every service: no service guesses on its own.
+        args.node_ip = settings.node_address
+    except NodeIPError as exc:
         print(f"pykubelet up: {exc}", file=sys.stderr)
         return 2
     opts = UpOptions(args=args, settings=settings, nats_port=args.nats_port,

@@ -15,7 +15,6 @@ from services.node_api.metrics_merge import merge_expositions, scrape_all
 from services.node_api.tls import server_context, serving_cert_paths
 from shared.admin import SERVICES, admin_port
 from shared.config import ConfigError
-from shared.host import node_ip
 from shared.service import ServiceContext
 
 log = logging.getLogger(__name__)
@@ -90,10 +89,11 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
         from services.node_api.serving_csr import ServingCertificate
 
         tls = server_context(k, None, None)
-        serving = ServingCertificate(KubeCSRs(api), tls, cert_dir, ctx.settings.node_name, [node_ip()])
+        serving = ServingCertificate(KubeCSRs(api), tls, cert_dir, ctx.settings.node_name,
+                                     [ctx.settings.node_address])
         ctx.spawn("serving-certificate", serving.run())
     else:
-        cert, key = serving_cert_paths(k, cert_dir, ctx.settings.node_name, [node_ip()])
+        cert, key = serving_cert_paths(k, cert_dir, ctx.settings.node_name, [ctx.settings.node_address])
         tls = server_context(k, cert, key)
         serving = None
     server = HTTPServer(kubelet.routes(), gate, tls, "kubelet-api")

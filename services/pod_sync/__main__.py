@@ -17,7 +17,7 @@ from services.pod_sync.views import router
 from shared.cri import CRIClient
 from shared.events import BusRecorder
 from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
-                         memory_capacity_bytes, node_ip)
+                         memory_capacity_bytes)
 from shared.quantity import to_bytes
 from shared.service import ServiceContext, service_main
 
@@ -28,7 +28,7 @@ IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP = 10.0, 300.0
 async def setup(ctx: ServiceContext) -> None:
     k = ctx.settings.kubelet
     cri = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
-    node = NodeFacts(name=ctx.settings.node_name, ip=node_ip(), cpu_millicores=cpu_capacity_millicores(),
+    node = NodeFacts(name=ctx.settings.node_name, ip=ctx.settings.node_address, cpu_millicores=cpu_capacity_millicores(),
                      memory_bytes=memory_capacity_bytes(),
                      oom_floor=own_oom_score_adj() if kernel_refuses_negative_oom_score_adj() else None,
                      pods_dir=ctx.settings.root_dir / "pods")

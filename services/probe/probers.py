@@ -20,10 +20,11 @@ import h11
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shared.cri import CRIError, RuntimeService
+from shared.version import PROBE_USER_AGENT
 
 MAX_BODY = 10 * 1024
 MAX_REDIRECTS = 10
-USER_AGENT = "kube-probe/1.30"
+USER_AGENT = PROBE_USER_AGENT
 SUCCESS, FAILURE, WARNING = "success", "failure", "warning"
 
 

@@ -41,11 +41,12 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     k = ctx.settings.kubelet
     api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
     events = EventPoster(api, ctx.settings.node_name, k.event_record_qps, k.event_burst)
+    node_ip = ctx.settings.node_address
     agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,
                       k.node_lease_duration_seconds, k.node_status_update_frequency,
-                      k.node_status_report_frequency, events.node_event, kubelet_port=k.port)
-    pods = ApiPodStatusWriter(api, ctx.store)
-    mirrors = MirrorPods(api, ctx.store, ctx.settings.node_name, lambda: agent.node_uid)
+                      k.node_status_report_frequency, events.node_event, kubelet_port=k.port, node_ip=node_ip)
+    pods = ApiPodStatusWriter(api, ctx.store, node_ip)
+    mirrors = MirrorPods(api, ctx.store, ctx.settings.node_name, lambda: agent.node_uid, node_ip)
 
     async def write(uids: set[str] | None) -> None:
         try:

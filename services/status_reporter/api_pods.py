@@ -12,7 +12,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
 from shared import periodic
-from shared.host import node_ip
 from shared.kube import REQUEST_TIMEOUT, patch_pod_status
 from shared.store import DesiredPod, PodStatusRecord, Store
 
@@ -20,11 +19,11 @@ log = logging.getLogger(__name__)
 
 
 class ApiPodStatusWriter:
-    def __init__(self, api: client.ApiClient, store: Store, resync_every: float = 10.0) -> None:
+    def __init__(self, api: client.ApiClient, store: Store, host_ip: str, resync_every: float = 10.0) -> None:
         self.core = client.CoreV1Api(api)
         self.store = store
         self.resync_every = resync_every
-        self.host_ip = node_ip()
+        self.host_ip = host_ip
         self._sent: dict[str, dict[str, Any]] = {}  # uid -> last status the API accepted
         self._lock = asyncio.Lock()  # one pass at a time: an older status never overtakes a newer
 

@@ -17,7 +17,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
 from shared import periodic
-from shared.host import node_ip
 from shared.kube import REQUEST_TIMEOUT, patch_pod_status
 from shared.store import DesiredPod, PodStatusRecord, Store
 
@@ -39,12 +38,12 @@ def mirror_body(manifest: dict[str, Any], node_name: str, node_uid: str) -> dict
 
 
 class MirrorPods:
-    def __init__(self, api: client.ApiClient, store: Store, node_name: str, node_uid) -> None:
+    def __init__(self, api: client.ApiClient, store: Store, node_name: str, node_uid, host_ip: str) -> None:
         self.core = client.CoreV1Api(api)
         self.store = store
         self.node_name = node_name
         self.node_uid = node_uid  # callable: the Node's UID once registered
-        self.host_ip = node_ip()
+        self.host_ip = host_ip
         self._lock = asyncio.Lock()
 
     async def _existing(self) -> dict[tuple[str, str], dict]:

@@ -30,7 +30,8 @@ def micro_time() -> str:
 class NodeAgent:
     def __init__(self, api: client.ApiClient, store: Store, name: str, root_dir: str, max_pods: int,
                  lease_seconds: int, status_every: float, report_every: float,
-                 node_event: Callable[[str, str, str], None], kubelet_port: int = 10250) -> None:
+                 node_event: Callable[[str, str, str], None], kubelet_port: int = 10250,
+                 node_ip: str = "") -> None:
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
         self.store = store
@@ -42,6 +43,7 @@ class NodeAgent:
         self.report_every = report_every
         self.node_event = node_event
         self.kubelet_port = kubelet_port
+        self.node_ip = node_ip
         self.node_uid = ""
         self._last_reported: dict[str, Any] | None = None
         self._last_report_at = 0.0
@@ -71,7 +73,8 @@ class NodeAgent:
     def _status(self) -> dict[str, Any]:
         ready, why, version = self.health()
         self._conditions = conditions(ready, why, self._conditions)
-        return {**node_status_facts(self.name, self.root_dir, self.max_pods, version, self.kubelet_port), "conditions": self._conditions}
+        return {**node_status_facts(self.name, self.root_dir, self.max_pods, version, self.kubelet_port,
+                                   self.node_ip), "conditions": self._conditions}
 
     # -- registration ---------------------------------------------------------------------------
 

@@ -7,10 +7,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from shared.host import node_ip
 from shared.node_resources import node_capacity
-
-KUBELET_VERSION = "v1.20.2-pykubelet"
+from shared.version import KUBELET_VERSION
 
 
 def now() -> str:
@@ -41,13 +39,13 @@ def node_labels(name: str) -> dict[str, str]:
 
 
 def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: str,
-                      kubelet_port: int) -> dict[str, Any]:
+                      kubelet_port: int, node_ip: str) -> dict[str, Any]:
     """Everything in NodeStatus except conditions."""
     capacity, allocatable = node_capacity(root_dir, max_pods)
     return {
         "capacity": capacity,
         "allocatable": allocatable,
-        "addresses": [{"type": "InternalIP", "address": node_ip()}, {"type": "Hostname", "address": name}],
+        "addresses": [{"type": "InternalIP", "address": node_ip}, {"type": "Hostname", "address": name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
             "machineID": _read("/etc/machine-id"),

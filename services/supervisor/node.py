@@ -208,6 +208,8 @@ class LocalNode:
             argv += ["--pleg-relist-period", a.pleg_relist_period]
         if a.kubeconfig:
             argv += ["--kubeconfig", str(Path(a.kubeconfig).resolve())]
+        if getattr(a, "node_ip", None):
+            argv += ["--node-ip", a.node_ip]
         for attr in FLAG_FIELDS:
             value = getattr(a, attr, None)
             if value is None or attr in ("container_runtime_endpoint", "pod_cidr"):

@@ -127,3 +127,26 @@ def test_tls_and_ca_paths_are_relative_to_the_config_file(tmp_path):
     s = parse(["--config", str(f)])
     assert s.kubelet.tls_cert_file == str(tmp_path / "pki/k.crt")
     assert s.kubelet.authentication.x509.client_ca_file == str(tmp_path / "pki/ca.crt")
+
+
+def test_node_ip_flag_is_checked_and_detection_never_guesses(monkeypatch):
+    import argparse
+
+    import pytest
+
+    from shared import host
+    from shared.config import ConfigError, add_node_flags, settings_from_args
+
+    parser = argparse.ArgumentParser()
+    add_node_flags(parser)
+    assert settings_from_args(parser.parse_args(["--node-ip", "192.0.2.7"])).node_address == "192.0.2.7"
+    with pytest.raises(ConfigError, match="--node-ip: 'eth0' is not an IP address"):
+        settings_from_args(parser.parse_args(["--node-ip", "eth0"]))
+
+    def no_route(*args, **kwargs):
+        raise OSError("ip: not found")
+
+    monkeypatch.setattr(host.subprocess, "run", no_route)
+    settings = settings_from_args(parser.parse_args([]))
+    with pytest.raises(host.NodeIPError, match="pass --node-ip ADDRESS"):
+        settings.node_address
