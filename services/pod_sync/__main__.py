@@ -35,6 +35,7 @@ async def setup(ctx: ServiceContext) -> None:
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
+    recorder = BusRecorder(ctx.bus)
     sources: list = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
     env_source = None
     if ctx.settings.cluster_mode:
@@ -44,11 +45,11 @@ async def setup(ctx: ServiceContext) -> None:
         from shared.kube import api_client
 
         api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
-        sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store))
+        sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store, events=recorder))
         env_source = ApiEnvSource(api)
         ctx.spawn("watch-services", env_source.watch_services())
         ctx.on_shutdown(api.close)
-    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, BusRecorder(ctx.bus), env_source)
+    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, recorder, env_source)
     manager = PodSyncManager(syncer, sources, ctx.bus, resync_every=k.sync_frequency,
                              pleg_period=ctx.settings.pleg_relist_period)
 

@@ -16,7 +16,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import delete, select
 
 from shared.podspec import ManifestInvalid, validate_pod
-from shared.store import DesiredPod, ManifestError, Store
+from shared.events import Recorder
+from shared.store import DesiredPod, ManifestError, RefusedPod, Store
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +32,18 @@ def _error_key(pod: dict[str, Any]) -> str:
     return f"api:{m.get('namespace', '')}/{m.get('name', '')}"
 
 
+REFUSED_REASON = "UnsupportedPodSpec"
+
+
 class ApiPodSource:
     def __init__(self, api: client.ApiClient, node_name: str, store: Store,
-                 on_change: Callable[[set[str]], Awaitable[None]] | None = None) -> None:
+                 on_change: Callable[[set[str]], Awaitable[None]] | None = None,
+                 events: Recorder | None = None) -> None:
         self.v1 = client.CoreV1Api(api)
         self.node_name = node_name
         self.store = store
         self.on_change = on_change
+        self.events = events
         self.synced = asyncio.Event()
         self.field_selector = f"spec.nodeName={node_name}"
 
@@ -46,6 +52,19 @@ class ApiPodSource:
     def _upsert(self, s, pod: dict[str, Any], existing: DesiredPod | None) -> bool:
         meta = pod["metadata"]
         uid = meta["uid"]
+        refused = s.get(RefusedPod, uid)
+        if refused is not None:
+            # Decided once, as admission is; a delete is confirmed by status-reporter at once.
+            if meta.get("deletionTimestamp") and not refused.deleting:
+                refused.deleting = True
+                return True
+            return False
+        if existing is None:
+            try:
+                validate_pod(_strip(pod))
+            except ManifestInvalid as exc:
+                self._refuse(s, pod, str(exc))
+                return True
         spec_grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
         if meta.get("deletionTimestamp"):
             grace = meta.get("deletionGracePeriodSeconds", spec_grace)
@@ -63,11 +82,6 @@ class ApiPodSource:
             return False
         if existing is not None:
             return self._update(s, pod, existing)
-        try:
-            validate_pod(_strip(pod))
-        except ManifestInvalid as exc:
-            s.merge(ManifestError(source_path=_error_key(pod), error=f"pod invalid: {exc}"))
-            return False
         s.add(DesiredPod(uid=uid, namespace=meta["namespace"], name=meta["name"], source=SOURCE,
                          source_path=_error_key(pod), manifest=_strip(pod), grace_period_seconds=spec_grace))
         log.info("API pod %s/%s bound to this node (uid %s)", meta["namespace"], meta["name"], uid)
@@ -90,6 +104,20 @@ class ApiPodSource:
         log.info("API pod %s/%s updated", pod["metadata"]["namespace"], pod["metadata"]["name"])
         return True
 
+    def _refuse(self, s, pod: dict[str, Any], why: str) -> None:
+        """A pod this node cannot run as written: Failed with the reason, as the kubelet rejects a
+        pod it cannot admit, instead of Pending forever."""
+        meta = pod["metadata"]
+        message = f"pykubelet cannot run this pod: {why}"
+        s.merge(ManifestError(source_path=_error_key(pod), error=f"pod invalid: {why}"))
+        s.add(RefusedPod(uid=meta["uid"], namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+                         reason=REFUSED_REASON, message=message,
+                         deleting=bool(meta.get("deletionTimestamp"))))
+        log.warning("API pod %s/%s refused: %s", meta.get("namespace"), meta.get("name"), why)
+        if self.events is not None:
+            self.events.pod(meta.get("namespace", ""), meta.get("name", ""), meta["uid"], "Warning",
+                            REFUSED_REASON, message)
+
     def apply_list(self, pods: list[dict[str, Any]]) -> set[str]:
         pods = [p for p in pods if not _is_mirror(p)]
         changed: set[str] = set()
@@ -103,6 +131,12 @@ class ApiPodSource:
                 if uid not in listed:
                     changed.add(uid)
                     self._drop(s, row)
+            for refused in s.scalars(select(RefusedPod)):
+                if refused.uid not in listed:
+                    changed.add(refused.uid)
+                    s.delete(refused)
+                    s.execute(delete(ManifestError).where(
+                        ManifestError.source_path == f"api:{refused.namespace}/{refused.name}"))
         return changed
 
     def apply_event(self, kind: str, pod: dict[str, Any]) -> set[str]:
@@ -112,6 +146,11 @@ class ApiPodSource:
         with self.store.session() as s:
             row = s.get(DesiredPod, uid)
             if kind == "DELETED":
+                refused = s.get(RefusedPod, uid)
+                if refused is not None:
+                    s.delete(refused)
+                    s.execute(delete(ManifestError).where(ManifestError.source_path == _error_key(pod)))
+                    return {uid}
                 if row is None:
                     return set()
                 self._drop(s, row)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timezone
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -13,9 +14,17 @@ from sqlalchemy import select
 
 from shared import periodic
 from shared.kube import REQUEST_TIMEOUT, patch_pod_status
-from shared.store import DesiredPod, PodStatusRecord, Store
+from shared.store import DesiredPod, PodStatusRecord, RefusedPod, Store
 
 log = logging.getLogger(__name__)
+
+
+def refused_status(r: RefusedPod) -> dict[str, Any]:
+    """A pod the node refused: Failed with why, nothing ever started (the kubelet's status for a
+    pod it rejects at admission)."""
+    started = r.seen_at if r.seen_at.tzinfo else r.seen_at.replace(tzinfo=timezone.utc)
+    return {"phase": "Failed", "reason": r.reason, "message": r.message, "podIP": None, "podIPs": [],
+            "startTime": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "conditions": [], "containerStatuses": []}
 
 
 class ApiPodStatusWriter:
@@ -30,13 +39,17 @@ class ApiPodStatusWriter:
     def _work(self, uids: list[str] | None) -> tuple[list, list]:
         with self.store.session() as s:
             q = select(DesiredPod).where(DesiredPod.source == "api")
+            rq = select(RefusedPod)
             if uids is not None:
                 q = q.where(DesiredPod.uid.in_(uids))
+                rq = rq.where(RefusedPod.uid.in_(uids))
             pods = list(s.scalars(q))
+            refused = list(s.scalars(rq))
             statuses = {r.uid: r.status for r in s.scalars(
                 select(PodStatusRecord).where(PodStatusRecord.uid.in_([p.uid for p in pods])))}
-        finished = [p for p in pods if p.terminated and not p.api_deleted]
+        finished = [p for p in pods if p.terminated and not p.api_deleted] + [r for r in refused if r.deleting]
         updates = [(p, statuses[p.uid]) for p in pods if not p.terminated and p.uid in statuses]
+        updates += [(r, refused_status(r)) for r in refused if not r.deleting]
         return finished, updates
 
     async def sync(self, uids: list[str] | None = None) -> None:
@@ -47,7 +60,7 @@ class ApiPodStatusWriter:
             for pod in finished:
                 await self._delete(pod)
 
-    async def _patch(self, pod: DesiredPod, status: dict[str, Any]) -> None:
+    async def _patch(self, pod: DesiredPod | RefusedPod, status: dict[str, Any]) -> None:
         status = {**status, "hostIP": self.host_ip}
         if self._sent.get(pod.uid) == status:
             return
@@ -56,7 +69,7 @@ class ApiPodStatusWriter:
         else:
             self._sent.pop(pod.uid, None)
 
-    async def _delete(self, pod: DesiredPod) -> None:
+    async def _delete(self, pod: DesiredPod | RefusedPod) -> None:
         """Nothing of the pod runs any more: remove it for good (grace 0, only this UID)."""
         try:
             await self.core.delete_namespaced_pod(

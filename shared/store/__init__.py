@@ -10,6 +10,7 @@ from shared.store.models import (
     PodStatusRecord,
     PodVolume,
     ProbeResult,
+    RefusedPod,
     TABLE_OWNERS,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
     "PodStatusRecord",
     "PodVolume",
     "ProbeResult",
+    "RefusedPod",
     "TABLE_OWNERS",
 ]

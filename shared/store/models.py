@@ -51,6 +51,21 @@ class ManifestError(Base):
     seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class RefusedPod(Base):
+    """An API pod bound to this node that pykubelet cannot run as written (a field it refuses):
+    reported Failed with the reason, never started. Gone with the API object."""
+
+    __tablename__ = "refused_pods"
+    uid: Mapped[str] = mapped_column(String, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String)
+    name: Mapped[str] = mapped_column(String)
+    reason: Mapped[str] = mapped_column(String)
+    message: Mapped[str] = mapped_column(Text)
+    # The API object is being deleted: nothing runs, so status-reporter removes it at once.
+    deleting: Mapped[bool] = mapped_column(Boolean, default=False)
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class PodRuntime(Base):
     """What the container runtime has for a pod, plus why pod-sync could not go further."""
 
@@ -147,6 +162,7 @@ class PodVolume(Base):
 TABLE_OWNERS: dict[str, str] = {
     DesiredPod.__tablename__: "pod-sync",
     ManifestError.__tablename__: "pod-sync",
+    RefusedPod.__tablename__: "pod-sync",
     PodRuntime.__tablename__: "pod-sync",
     PodStatusRecord.__tablename__: "status-reporter",
     NetworkStatus.__tablename__: "network",

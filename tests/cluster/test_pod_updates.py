@@ -69,3 +69,17 @@ def test_active_deadline_set_on_a_running_pod_fails_it(cluster):
     assert pod["status"]["message"] == "Pod was active on the node longer than the specified deadline"
     assert "terminated" in pod["status"]["containerStatuses"][0]["state"]
     cluster.kubectl("delete", "pod", "deadline", "--wait=false")
+
+
+def test_a_pod_the_node_cannot_run_fails_with_the_reason_and_can_be_deleted(cluster):
+    cluster.create_pod("refused", {"volumes": [{"name": "v", "emptyDir": {}}], "containers": [{
+        "name": "app", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"],
+        "volumeMounts": [{"name": "v", "mountPath": "/v", "subPathExpr": "$(POD_NAME)"}]}]})
+    pod = cluster.wait_pod("refused", lambda p: p.get("status", {}).get("phase") == "Failed", 30, "Failed")
+    assert pod["status"]["reason"] == "UnsupportedPodSpec"
+    assert "subPathExpr is not supported by pykubelet" in pod["status"]["message"]
+    events = cluster.kubectl("get", "events", "--field-selector", "involvedObject.name=refused").stdout
+    assert "UnsupportedPodSpec" in events
+    assert not cluster.node.sandboxes_of(pod["metadata"]["uid"]), "nothing of it was started"
+    cluster.kubectl("delete", "pod", "refused", "--timeout=30s")
+    assert cluster.pod("refused") is None

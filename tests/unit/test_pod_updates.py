@@ -91,3 +91,34 @@ async def test_active_deadline_fails_the_pod_and_stops_it(syncer, rt, store, eve
     assert status["phase"] == "Failed" and status["reason"] == "DeadlineExceeded"
     assert "terminated" in status["containerStatuses"][0]["state"], "the container's status stays"
     assert why.startswith("DeadlineExceeded: ")
+
+
+# -- API pods this node refuses ------------------------------------------------------------------
+
+
+def test_a_pod_the_node_cannot_run_is_refused_visibly_and_forgotten_with_its_object(store):
+    from shared.events import RecordingRecorder
+    from shared.store import RefusedPod
+    from services.status_reporter.api_pods import refused_status
+
+    events = RecordingRecorder()
+    source = ApiPodSource(object(), "node1", store, events=events)
+    bad = api_pod(image="busybox", volumes=[{"name": "v", "emptyDir": {}}])
+    bad["spec"]["containers"][0]["volumeMounts"] = [{"name": "v", "mountPath": "/v", "subPathExpr": "$(POD)"}]
+    assert source.apply_event("ADDED", bad) == {"u1"}
+    with store.session() as s:
+        assert s.get(DesiredPod, "u1") is None, "nothing of it is started"
+        row = s.get(RefusedPod, "u1")
+        status = refused_status(row)
+    assert status["phase"] == "Failed" and status["reason"] == "UnsupportedPodSpec"
+    assert "subPathExpr is not supported by pykubelet" in status["message"]
+    [(kind, reason, message)] = [(e[0], e[1], e[2]) for e in events.events]
+    assert (kind, reason) == ("Warning", "UnsupportedPodSpec") and message == status["message"]
+    assert source.apply_event("MODIFIED", {**bad, "metadata": {**bad["metadata"], "resourceVersion": "2"}}) == set()
+    deleting = {**bad, "metadata": {**bad["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert source.apply_event("MODIFIED", deleting) == {"u1"}
+    with store.session() as s:
+        assert s.get(RefusedPod, "u1").deleting, "status-reporter removes the object at once"
+    assert source.apply_event("DELETED", deleting) == {"u1"}
+    with store.session() as s:
+        assert s.get(RefusedPod, "u1") is None and not s.scalars(select(ManifestError)).all()
