@@ -24,7 +24,9 @@ def ready(pod) -> bool:
 
 def test_failing_http_liveness_restarts_the_container_with_the_reason(pods):
     pods.write_pod("sickweb", {"containers": [sh(
-        pods, "web", "mkdir -p /www && echo ok > /www/healthz && (sleep 4; rm /www/healthz) & "
+        # `;` not `&&` before the background part: `a && b && (c) &` would put mkdir itself in
+        # the background, racing httpd's chdir into /www.
+        pods, "web", "mkdir -p /www; echo ok > /www/healthz; (sleep 4; rm /www/healthz) & "
                      "exec httpd -f -p 8080 -h /www",
         livenessProbe={"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1,
                        "initialDelaySeconds": 1, "failureThreshold": 2})]})
