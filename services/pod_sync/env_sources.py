@@ -15,8 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared.podspec import Container, Pod
 from services.pod_sync.service_env import service_env
+from shared.podspec import Container, Pod
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import asyncio
 import logging
 import shutil
 import time
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import delete, select
@@ -18,12 +18,12 @@ from services.pod_sync.admission import admit
 from shared.node_resources import allocatable
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
+from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_managed_hosts, write_hosts_file
 from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
 from services.pod_sync.killing import Killer
 from services.pod_sync.observed import observed_containers
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
-from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_managed_hosts, write_hosts_file
 from services.pod_sync.runtime_config import NodeFacts, container_config, pod_hostname, sandbox_config
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
 from shared.config import NodeSettings
