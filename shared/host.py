@@ -24,11 +24,25 @@ def cpu_capacity_millicores() -> int:
     return (len(os.sched_getaffinity(0)) or os.cpu_count() or 1) * 1000
 
 
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo's fields in bytes (values with a kB unit scaled, counts as they are)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts:
+            try:
+                out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
+            except ValueError:
+                pass
+    return out
+
+
 def memory_capacity_bytes(meminfo: str = "/proc/meminfo") -> int:
-    for line in Path(meminfo).read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no MemTotal in {meminfo}")
+    total = parse_meminfo(Path(meminfo).read_text()).get("MemTotal")
+    if total is None:
+        raise RuntimeError(f"no MemTotal in {meminfo}")
+    return total
 
 
 class NodeIPError(RuntimeError):

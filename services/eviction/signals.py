@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from shared.host import parse_meminfo
+
 
 def memory_available_bytes(meminfo: str = "/proc/meminfo") -> int:
-    fields = {}
-    for line in Path(meminfo).read_text().splitlines():
-        key, _, rest = line.partition(":")
-        fields[key] = int(rest.split()[0]) * 1024
+    fields = parse_meminfo(Path(meminfo).read_text())
     return fields.get("MemAvailable", fields.get("MemFree", 0))
 
 

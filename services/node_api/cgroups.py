@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.host import parse_meminfo
+
 # The kubelet treats a limit at or above this as "no limit" (the kernel rounds 2^63-1 down).
 UNLIMITED = 1 << 62
 # cgroupfs driver layout, see services/pod_sync/resources.py (services do not import each other).
@@ -63,21 +65,11 @@ def _read_keyed(path: Path) -> dict[str, int]:
 
 
 def read_meminfo(path: Path) -> dict[str, int]:
-    """/proc/meminfo in bytes."""
-    out: dict[str, int] = {}
+    """/proc/meminfo in bytes; empty when it cannot be read (stats report what they can)."""
     try:
-        text = path.read_text()
+        return parse_meminfo(path.read_text())
     except OSError:
-        return out
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts:
-            try:
-                out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
-            except ValueError:
-                pass
-    return out
+        return {}
 
 
 class CgroupReader:
