@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from services.node_api.cgroups import read_meminfo
+from shared.cgroups import read_meminfo
 from services.node_api.hostfs import IGNORED_INTERFACE_PREFIXES, read_mounts
 from shared.host import boot_id, machine_id, system_uuid
 

@@ -23,7 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.node_api import resource_metrics
-from services.node_api.cgroups import KUBEPODS, CgroupReader, CgroupSample
+from shared.cgroups import KUBEPODS, CgroupReader, CgroupSample
 from services.node_api.hostfs import (FsInfo, TreeUsage, default_route_interface, device_of, node_interfaces,
                                       read_mounts, rlimit, statfs, statfs_nearest, tree_usage)
 from services.node_api.sandbox_stats import SandboxStatsCache

@@ -17,7 +17,7 @@ from shared.host import parse_meminfo
 
 # The kubelet treats a limit at or above this as "no limit" (the kernel rounds 2^63-1 down).
 UNLIMITED = 1 << 62
-# cgroupfs driver layout, see services/pod_sync/resources.py (services do not import each other).
+# cgroupfs driver layout, as pod-sync creates it (services/pod_sync/resources.py).
 KUBEPODS = "/kubepods"
 QOS_TIERS = ("", "/burstable", "/besteffort")
 # /proc/stat counts in USER_HZ ticks, 100 on every Linux ABI Python runs on.
