@@ -23,6 +23,8 @@ from shared.durations import parse_duration, to_seconds
 from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
 from shared.server_config import ServerConfig
+from shared.thresholds import (DEFAULT_EVICTION_HARD, Threshold, check_grace_periods, check_reserved,
+                               check_signal_map, parse_thresholds)
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +35,15 @@ KIND = "KubeletConfiguration"
 KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
     """httpCheckFrequency staticPodURL staticPodURLHeader rotateCertificates
     registryPullQPS registryBurst enableContentionProfiling healthzPort healthzBindAddress
-    oomScoreAdj imageMinimumGCAge imageMaximumGCAge
-    imageGCHighThresholdPercent imageGCLowThresholdPercent kubeletCgroups
-    systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
+    oomScoreAdj imageMaximumGCAge kubeletCgroups systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
     cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
     topologyManagerPolicyOptions qosReserved hairpinMode podPidsLimit
     resolvConf runOnce cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles contentType
-    evictionHard evictionSoft
-    evictionSoftGracePeriod evictionPressureTransitionPeriod evictionMaxPodGracePeriod
-    evictionMinimumReclaim podsPerCore enableControllerAttachDetach protectKernelDefaults
+    podsPerCore enableControllerAttachDetach protectKernelDefaults
     makeIPTablesUtilChains iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn
     memorySwap containerLogMaxWorkers
-    containerLogMonitorInterval configMapAndSecretChangeDetectionStrategy systemReserved
-    kubeReserved reservedSystemCPUs showHiddenMetricsForVersion systemReservedCgroup
-    kubeReservedCgroup enforceNodeAllocatable allowedUnsafeSysctls volumePluginDir providerID
+    containerLogMonitorInterval configMapAndSecretChangeDetectionStrategy reservedSystemCPUs
+    showHiddenMetricsForVersion systemReservedCgroup kubeReservedCgroup allowedUnsafeSysctls volumePluginDir providerID
     kernelMemcgNotification logging enableSystemLogHandler enableSystemLogQuery
     shutdownGracePeriod shutdownGracePeriodCriticalPods shutdownGracePeriodByPodPriority
     reservedMemory enableProfilingHandler enableDebugFlagsHandler seccompDefault
@@ -107,6 +104,19 @@ class KubeletConfiguration(ServerConfig):
     volume_stats_agg_period: float = 60.0
     # The kubelet API's serving certificate from a kubernetes.io/kubelet-serving CSR (cluster mode).
     server_tls_bootstrap: bool = Field(default=False, alias="serverTLSBootstrap")
+    # Eviction and node allocatable (shared.thresholds parses the maps).
+    eviction_hard: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
+    eviction_soft: dict[str, str] = Field(default_factory=dict)
+    eviction_soft_grace_period: dict[str, float] = Field(default_factory=dict)
+    eviction_max_pod_grace_period: int = Field(default=0, ge=0)
+    eviction_minimum_reclaim: dict[str, str] = Field(default_factory=dict)
+    eviction_pressure_transition_period: float = 300.0
+    kube_reserved: dict[str, str] = Field(default_factory=dict)
+    system_reserved: dict[str, str] = Field(default_factory=dict)
+    enforce_node_allocatable: list[str] = Field(default_factory=lambda: ["pods"])
+    image_gc_high_threshold_percent: int = Field(default=85, alias="imageGCHighThresholdPercent", ge=0, le=100)
+    image_gc_low_threshold_percent: int = Field(default=80, alias="imageGCLowThresholdPercent", ge=0, le=100)
+    image_minimum_gc_age: float = Field(default=120.0, alias="imageMinimumGCAge")
 
     @field_validator("api_version")
     @classmethod
@@ -155,13 +165,64 @@ class KubeletConfiguration(ServerConfig):
             raise ValueError("maxParallelImagePulls must be unset or 1 when serializeImagePulls is true")
         return self
 
+    @field_validator("eviction_hard", "eviction_soft", "eviction_minimum_reclaim", mode="before")
+    @classmethod
+    def _signal_maps(cls, v: Any, info) -> dict[str, str]:
+        if not isinstance(v, dict):
+            raise ValueError("must be a map of eviction signal to quantity or percentage")
+        return {str(k): str(val) for k, val in check_signal_map(v, to_camel(info.field_name)).items()}
+
+    @field_validator("eviction_soft_grace_period", mode="before")
+    @classmethod
+    def _grace_periods(cls, v: Any) -> dict[str, float]:
+        if not isinstance(v, dict):
+            raise ValueError("must be a map of eviction signal to duration")
+        return check_grace_periods(v, "evictionSoftGracePeriod")
+
+    @field_validator("kube_reserved", "system_reserved", mode="before")
+    @classmethod
+    def _reserved(cls, v: Any, info) -> dict[str, str]:
+        if not isinstance(v, dict):
+            raise ValueError("must be a map of resource name to quantity")
+        return {str(k): str(val) for k, val in check_reserved(v, to_camel(info.field_name)).items()}
+
+    @field_validator("enforce_node_allocatable")
+    @classmethod
+    def _enforce(cls, v: list[str]) -> list[str]:
+        for item in v:
+            if item in ("system-reserved", "kube-reserved"):
+                raise ValueError(f"{item!r} needs its own cgroup (systemReservedCgroup/kubeReservedCgroup), "
+                                 "which pykubelet does not manage; use 'pods' or 'none'")
+            if item not in ("pods", "none"):
+                raise ValueError(f"unknown value {item!r} (use 'pods' or 'none')")
+        if "none" in v and len(v) > 1:
+            raise ValueError("'none' cannot be combined with other values")
+        return v
+
+    @model_validator(mode="after")
+    def _eviction(self) -> "KubeletConfiguration":
+        if self.image_gc_low_threshold_percent >= self.image_gc_high_threshold_percent:
+            raise ValueError(f"imageGCLowThresholdPercent ({self.image_gc_low_threshold_percent}) must be less "
+                             f"than imageGCHighThresholdPercent ({self.image_gc_high_threshold_percent})")
+        self.eviction_thresholds()  # a soft threshold without its grace period is an error
+        return self
+
+    def eviction_thresholds(self) -> list[Threshold]:
+        return parse_thresholds(self.eviction_hard, self.eviction_soft, self.eviction_soft_grace_period,
+                                self.eviction_minimum_reclaim)
+
+    @property
+    def enforces_pods_allocatable(self) -> bool:
+        return "pods" in self.enforce_node_allocatable
+
     @property
     def image_pull_parallelism(self) -> int | None:
         return 1 if self.serialize_image_pulls else self.max_parallel_image_pulls
 
     @field_validator("sync_frequency", "file_check_frequency", "runtime_request_timeout",
                      "node_status_update_frequency", "node_status_report_frequency",
-                     "volume_stats_agg_period", mode="before")
+                     "volume_stats_agg_period", "eviction_pressure_transition_period", "image_minimum_gc_age",
+                     mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return to_seconds(v)
@@ -241,7 +302,8 @@ def _format_validation_error(exc: ValidationError, source: str) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field (not part of KubeletConfiguration v1beta1)"
-        parts.append(f"{loc}: {msg}" if loc else msg)
+        # Messages that already name their field (and the entry in it) stand as they are.
+        parts.append(f"{loc}: {msg}" if loc and not msg.startswith(to_camel(loc)) else msg)
     return f"invalid kubelet config {source}: " + "; ".join(parts)
 
 

@@ -1,5 +1,6 @@
 from services.pod_sync.admission import admit
-from shared.node_resources import EVICTION_HARD_MEMORY, allocatable
+from shared.config import KubeletConfiguration
+from shared.node_resources import Reservations, allocatable
 from shared.podspec import validate_pod
 
 
@@ -9,11 +10,21 @@ def pod(cpu=None, memory=None):
         {"name": "c", "image": "i:1", "resources": {"requests": req}}]}})
 
 
-CAP = allocatable(2000, 1024 * 2**20)
+CAP = allocatable(2000, 1024 * 2**20, Reservations.from_config(KubeletConfiguration()))
 
 
-def test_allocatable_keeps_the_hard_eviction_reserve():
-    assert CAP == {"cpu": 2000, "memory": 1024 * 2**20 - EVICTION_HARD_MEMORY}
+def test_allocatable_keeps_the_default_hard_eviction_reserve():
+    assert CAP == {"cpu": 2000, "memory": 1024 * 2**20 - 100 * 2**20, "ephemeral-storage": 0}
+
+
+def test_allocatable_subtracts_reserved_and_hard_thresholds():
+    k = KubeletConfiguration.model_validate({
+        "kubeReserved": {"cpu": "200m", "memory": "256Mi"}, "systemReserved": {"memory": "0.5Gi",
+                                                                               "ephemeral-storage": "1Gi"},
+        "evictionHard": {"memory.available": "10%", "nodefs.available": "2Gi"}})
+    got = allocatable(2000, 4096 * 2**20, Reservations.from_config(k), disk_bytes=20 * 2**30)
+    assert got == {"cpu": 1800, "memory": (4096 - 256 - 512) * 2**20 - int(0.1 * 4096 * 2**20),
+                   "ephemeral-storage": 17 * 2**30}
 
 
 def test_fits():
