@@ -108,6 +108,33 @@ class NetworkChanged(Event):
     ready: bool = False
 
 
+class EvictionsDecided(Event):
+    """eviction wrote pod_evictions rows for these pods: pod-sync stops them."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.evictions"
+    uids: list[str] = []
+
+
+class NodePressureChanged(Event):
+    """eviction changed a node_pressure row: the Node's conditions are to be reported now."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.node.pressure"
+
+
+class DiskReclaimRequested(Event):
+    """eviction wrote a reclaim_requests row: pod-sync frees disk and answers in disk_reclaim."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.disk.reclaim.requested"
+    sequence: int = 0
+
+
+class DiskReclaimed(Event):
+    """pod-sync wrote a disk_reclaim row."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.disk.reclaimed"
+    sequence: int = 0
+
+
 E = TypeVar("E", bound=Event)
 
 

@@ -380,6 +380,9 @@ class PodSpec(_Model):
     enableServiceLinks: bool = True
     activeDeadlineSeconds: int | None = Field(default=None, ge=1)
     hostAliases: list[HostAlias] = Field(default_factory=list)
+    # Set by the API server's Priority admission from priorityClassName; ranks pods for eviction.
+    priority: int | None = None
+    priorityClassName: str | None = None
 
     @model_validator(mode="after")
     def _unique_names(self) -> "PodSpec":
@@ -491,6 +494,11 @@ class PodCache:
 
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)
+
+    def retain(self, uids: set[str]) -> None:
+        """Drop every pod not in uids."""
+        for uid in [u for u in self._pods if u not in uids]:
+            del self._pods[uid]
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

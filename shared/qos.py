@@ -47,3 +47,15 @@ def pod_requests(pod: Pod) -> dict[str, int]:
         inits = max((need(c, name) + side for c in pod.spec.initContainers if c not in sidecars), default=0)
         out[name] = max(apps, inits)
     return out
+
+
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def is_critical(pod: Pod, static: bool) -> bool:
+    """The kubelet's critical pods: static, mirror, or at system-critical priority
+    (system-node-critical, system-cluster-critical). Never evicted, admitted under pressure."""
+    if static or MIRROR_ANNOTATION in pod.metadata.annotations:
+        return True
+    return (pod.spec.priority or 0) >= SYSTEM_CRITICAL_PRIORITY

@@ -1,1 +1,1 @@
-"""eviction: node resource signals and pressure (eviction itself arrives later)."""
+"""eviction: node resource signals, thresholds, pressure conditions and pod eviction decisions."""

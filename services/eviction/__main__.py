@@ -1,25 +1,63 @@
-"""eviction service entry point. Reads node signals; thresholds and evictions come later."""
+"""eviction service entry point: wiring only."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from fastapi import APIRouter
 
-from services.eviction.signals import node_signals
+from services.eviction.manager import EvictionLoop, EvictionManager
+from services.eviction.pod_usage import UsageCollector
+from services.eviction.signals import SignalReader
+from shared.bus import DiskReclaimed
+from shared.cri import CRIClient
+from shared.events import BusRecorder
+from shared.host import cpu_capacity_millicores, memory_capacity_bytes
+from shared.node_resources import Reservations, allocatable
 from shared.service import ServiceContext, service_main
 
 NAME = "eviction"
 
 
+async def imagefs_mountpoint(cri: CRIClient) -> Path | None:
+    """Where the runtime keeps images (CRI ImageFsInfo); None if it does not say."""
+    resp = await cri.image_fs_info()
+    for fs in resp.image_filesystems:
+        if fs.fs_id.mountpoint:
+            return Path(fs.fs_id.mountpoint)
+    return None
+
+
 async def setup(ctx: ServiceContext) -> None:
+    k = ctx.settings.kubelet
+    cri = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
+    ctx.on_shutdown(cri.close)
+    thresholds = k.eviction_thresholds()
+    alloc = allocatable(cpu_capacity_millicores(), memory_capacity_bytes(), Reservations.from_config(k))
+    signals = SignalReader(ctx.settings.root_dir, alloc["memory"])
+    manager = EvictionManager(ctx.store, ctx.bus, signals, UsageCollector(cri), thresholds,
+                              k.eviction_pressure_transition_period, k.eviction_max_pod_grace_period,
+                              BusRecorder(ctx.bus), find_imagefs=lambda: imagefs_mountpoint(cri))
+    loop = EvictionLoop(manager)
+
+    async def on_reclaimed(_event: DiskReclaimed) -> None:
+        loop.wake.set()
+
+    await ctx.bus.subscribe(DiskReclaimed, on_reclaimed)
     views = APIRouter()
 
+    @views.get("/eviction")
+    def eviction() -> dict:
+        return manager.view()
+
     @views.get("/signals")
-    def signals() -> dict[str, int]:
-        return node_signals(str(ctx.settings.root_dir))
+    def signal_views() -> list[dict]:
+        return manager.view()["signals"]
 
     ctx.app.include_router(views)
+    ctx.spawn("eviction-cycles", loop.run_cycles())
+    ctx.spawn("memory-poll", loop.poll_memory())
 
 
 if __name__ == "__main__":

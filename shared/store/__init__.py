@@ -3,6 +3,11 @@
 from shared.store.db import Store, OwnershipError
 from shared.store.models import (
     DesiredPod,
+    DiskReclaim,
+    NodePressure,
+    PodEviction,
+    ReclaimRequest,
+    SignalObservation,
     ManifestError,
     NetworkStatus,
     NodeHealth,
@@ -18,6 +23,11 @@ __all__ = [
     "Store",
     "OwnershipError",
     "DesiredPod",
+    "DiskReclaim",
+    "NodePressure",
+    "PodEviction",
+    "ReclaimRequest",
+    "SignalObservation",
     "ManifestError",
     "NetworkStatus",
     "NodeHealth",

@@ -158,6 +158,75 @@ class PodVolume(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class SignalObservation(Base):
+    """One eviction signal as last measured, with its thresholds: what `pykubelet status` and the
+    eviction view show."""
+
+    __tablename__ = "eviction_signals"
+    signal: Mapped[str] = mapped_column(String, primary_key=True)  # memory.available, nodefs.available...
+    available: Mapped[int] = mapped_column(Integer)
+    capacity: Mapped[int] = mapped_column(Integer)
+    # The hard and soft thresholds in bytes (or inodes, pids); -1: none set.
+    hard_threshold: Mapped[int] = mapped_column(Integer, default=-1)
+    soft_threshold: Mapped[int] = mapped_column(Integer, default=-1)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class NodePressure(Base):
+    """A pressure condition of the node (MemoryPressure, DiskPressure, PIDPressure) as eviction
+    decided it, transition period included. status-reporter reports it; pod-sync's admission
+    reads it."""
+
+    __tablename__ = "node_pressure"
+    condition: Mapped[str] = mapped_column(String, primary_key=True)
+    pressure: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Which thresholds are met now, in words ("memory.available 80Mi < 100Mi"); empty while the
+    # condition only holds for the transition period.
+    detail: Mapped[str] = mapped_column(Text, default="")
+    transition_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PodEviction(Base):
+    """eviction's decision to evict a pod. pod-sync stops it within grace_period_seconds and
+    reports it Failed with reason Evicted and this message. Gone with the pod."""
+
+    __tablename__ = "pod_evictions"
+    uid: Mapped[str] = mapped_column(String, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String)
+    name: Mapped[str] = mapped_column(String)
+    signal: Mapped[str] = mapped_column(String)  # the signal, or "local-storage" for a limit
+    message: Mapped[str] = mapped_column(Text)
+    grace_period_seconds: Mapped[int] = mapped_column(Integer, default=0)
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ReclaimRequest(Base):
+    """eviction asks pod-sync to free disk (dead containers, then unused images) before it evicts
+    anything for disk pressure. Every request has the next sequence number."""
+
+    __tablename__ = "reclaim_requests"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, default=1)
+    sequence: Mapped[int] = mapped_column(Integer, default=0)
+    signal: Mapped[str] = mapped_column(String, default="")
+    bytes_to_free: Mapped[int] = mapped_column(Integer, default=0)
+    requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class DiskReclaim(Base):
+    """pod-sync's last garbage collection of images and dead containers: when, why, what it freed,
+    and the reclaim request it answered (0: a periodic image GC)."""
+
+    __tablename__ = "disk_reclaim"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, default=1)
+    answered_sequence: Mapped[int] = mapped_column(Integer, default=0)
+    trigger: Mapped[str] = mapped_column(String, default="")  # "image GC" or "disk pressure"
+    images_removed: Mapped[list[str]] = mapped_column(JSON, default=list)
+    containers_removed: Mapped[int] = mapped_column(Integer, default=0)
+    bytes_freed: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str] = mapped_column(Text, default="")
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 # The single writer of each table. Readers are everyone.
 TABLE_OWNERS: dict[str, str] = {
     DesiredPod.__tablename__: "pod-sync",
@@ -169,4 +238,9 @@ TABLE_OWNERS: dict[str, str] = {
     ProbeResult.__tablename__: "probe",
     NodeHealth.__tablename__: "pod-sync",
     PodVolume.__tablename__: "volume",
+    SignalObservation.__tablename__: "eviction",
+    NodePressure.__tablename__: "eviction",
+    PodEviction.__tablename__: "eviction",
+    ReclaimRequest.__tablename__: "eviction",
+    DiskReclaim.__tablename__: "pod-sync",
 }

@@ -1,0 +1,408 @@
+"""The eviction manager: measure, compare with the thresholds, set the pressure conditions, and
+when a threshold holds, free what the node can and then evict one pod per cycle.
+
+Decisions go to eviction's own tables (node_pressure, pod_evictions, reclaim_requests) with an
+event that wakes the service that acts on them: pod-sync stops evicted pods and collects garbage,
+status-reporter reports the conditions. Nothing here kills anything itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Awaitable, Callable, Protocol
+
+from prometheus_client import Counter, Gauge
+from sqlalchemy import delete, select
+
+from services.eviction.pod_usage import ActivePod, PodUsage, UsageCollector
+from services.eviction.ranking import (eviction_message, has_storage_limits, is_critical, rank,
+                                      storage_limit_violation)
+from services.eviction.signals import Observations, SignalReader
+from shared.bus import DiskReclaimRequested, EvictionsDecided, Event, NodePressureChanged
+from shared.events import Recorder
+from shared.podspec import PodCache
+from shared.store import (DesiredPod, DiskReclaim, NodePressure, PodEviction, PodRuntime, PodVolume,
+                          ReclaimRequest, SignalObservation, Store)
+from shared.store.models import utcnow
+from shared.thresholds import SIGNAL_CONDITIONS, Threshold
+
+log = logging.getLogger(__name__)
+
+CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
+# The kubelet's housekeeping period; memory is polled faster (see EvictionLoop).
+MONITORING_PERIOD = 10.0
+# An evicted pod's containers should be gone by then; until they are, nothing else is evicted
+# (its memory or disk is about to come back).
+CLEANUP_WAIT = 30.0
+# How long to wait for pod-sync to answer a disk reclaim before evicting anyway.
+RECLAIM_WAIT = 30.0
+LOCAL_STORAGE = "local-storage"
+
+EVICTIONS = Counter("kubelet_evictions", "Cumulative number of pod evictions by eviction signal",
+                    ["eviction_signal"])
+SIGNAL_AVAILABLE = Gauge("pykubelet_eviction_signal_available", "What the eviction signal has available "
+                         "(bytes, inodes or pids)", ["signal"])
+
+
+class Publisher(Protocol):
+    async def publish(self, event: Event) -> None: ...
+
+
+@dataclass
+class Met:
+    threshold: Threshold
+    available: int
+    limit: int
+
+    def describe(self) -> str:
+        kind = "hard" if self.threshold.hard else "soft"
+        return (f"{self.threshold.signal} {_human(self.available, self.threshold.resource)} < "
+                f"{_human(self.limit, self.threshold.resource)} ({kind} threshold {self.threshold.written})")
+
+
+def _human(n: int, resource: str) -> str:
+    if resource in ("memory", "ephemeral-storage"):
+        return f"{n / 2**20:.0f}Mi"
+    return str(n)
+
+
+def _priority(t: Threshold) -> int:
+    """Memory first (nothing to reclaim but pods), then pids, then disk, as the kubelet orders."""
+    return {"memory": 0, "pids": 1}.get(t.resource, 2)
+
+
+class EvictionManager:
+    def __init__(self, store: Store, bus: Publisher, signals: SignalReader, usage: UsageCollector,
+                 thresholds: list[Threshold], transition_period: float, max_pod_grace: int,
+                 events: Recorder, find_imagefs: Callable[[], Awaitable[Path | None]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.bus = bus
+        self.signals = signals
+        self.usage = usage
+        self.thresholds = thresholds
+        self.transition_period = transition_period
+        self.max_pod_grace = max_pod_grace
+        self.events = events
+        self.find_imagefs = find_imagefs
+        self.clock = clock
+        self._pods = PodCache()
+        self._first_met: dict[tuple[str, bool], float] = {}
+        self._unresolved: set[tuple[str, bool]] = set()  # met, not yet back above threshold + minimum reclaim
+        self._last_met: dict[str, float] = {}
+        self._pressure: dict[str, bool] = {}
+        self._waiting_cleanup: dict[str, float] = {}  # evicted uid -> when
+        self._reclaim_asked: tuple[int, float] | None = None  # (sequence, when)
+
+    # -- measuring ------------------------------------------------------------------------------
+
+    def memory_threshold_met(self) -> bool:
+        """The fast check: is any memory threshold met now? (Memory is polled between cycles.)"""
+        obs = self.signals.memory()
+        return any(self._is_met(t, obs) for t in self.thresholds if t.signal in obs)
+
+    def _limit(self, t: Threshold, obs: Observations) -> int:
+        return t.value.of(obs[t.signal].capacity)
+
+    def _is_met(self, t: Threshold, obs: Observations, with_reclaim: bool = False) -> bool:
+        o = obs.get(t.signal)
+        if o is None:
+            return False
+        limit = self._limit(t, obs) + (t.min_reclaim.of(o.capacity) if with_reclaim else 0)
+        return o.available < limit
+
+    def _met(self, obs: Observations) -> list[Met]:
+        met = []
+        for t in self.thresholds:
+            key = (t.signal, t.hard)
+            if self._is_met(t, obs):
+                met.append(Met(t, obs[t.signal].available, self._limit(t, obs)))
+            elif key in self._unresolved and self._is_met(t, obs, with_reclaim=True):
+                # Back above the threshold but not yet by evictionMinimumReclaim: still met.
+                o = obs[t.signal]
+                met.append(Met(t, o.available, self._limit(t, obs) + t.min_reclaim.of(o.capacity)))
+        self._unresolved = {(m.threshold.signal, m.threshold.hard) for m in met}
+        return met
+
+    # -- one cycle ------------------------------------------------------------------------------
+
+    async def synchronize(self) -> list[str]:
+        """One housekeeping cycle; returns the UIDs evicted."""
+        now = self.clock()
+        if self.signals.imagefs is None and self.find_imagefs is not None:
+            try:
+                self.signals.imagefs = await self.find_imagefs()
+                self.find_imagefs = None  # asked once; None means the runtime does not say
+            except Exception as exc:  # measured at the root dir until the runtime answers
+                log.info("imagefs location not known yet (%s); measuring the root dir's filesystem", exc)
+        obs = self.signals.all()
+        met = self._met(obs)
+        for key in list(self._first_met):
+            if key not in self._unresolved:
+                del self._first_met[key]
+        for m in met:
+            self._first_met.setdefault((m.threshold.signal, m.threshold.hard), now)
+        await self._update_conditions(met, now)
+        self._record_signals(obs)
+
+        pods = self._active_pods()
+        self._forget_gone(pods)
+        evicted = await self._local_storage_evictions(pods)
+        if evicted:
+            return evicted
+        actionable = [m for m in met
+                      if now - self._first_met[(m.threshold.signal, m.threshold.hard)] >= m.threshold.grace_period]
+        if not actionable:
+            self._reclaim_asked = None
+            return []
+        if any(now - at < CLEANUP_WAIT for at in self._waiting_cleanup.values()):
+            return []  # an evicted pod is still going away
+        m = min(actionable, key=lambda m: _priority(m.threshold))
+        if m.threshold.resource != "memory" and m.threshold.resource != "pids":
+            if not await self._reclaimed_enough(m, now):
+                return []
+        return await self._evict_one(pods, m)
+
+    async def _reclaimed_enough(self, m: Met, now: float) -> bool:
+        """Disk first goes to garbage: ask pod-sync, wait for its answer, measure again.
+        True when pods must still be evicted."""
+        if self._reclaim_asked is None:
+            seq = self._request_reclaim(m)
+            self._reclaim_asked = (seq, now)
+            await self.bus.publish(DiskReclaimRequested(sequence=seq))
+            log.info("%s: asked pod-sync to free disk (dead containers, unused images)", m.describe())
+            return False
+        seq, asked_at = self._reclaim_asked
+        with self.store.session() as s:
+            done = s.get(DiskReclaim, 1)
+        if (done is None or done.answered_sequence < seq) and now - asked_at < RECLAIM_WAIT:
+            return False
+        self._reclaim_asked = None  # the next cycle asks again before evicting again
+        obs = self.signals.filesystems()
+        still = self._is_met(m.threshold, obs, with_reclaim=True)
+        if not still:
+            log.info("%s: freeing images and containers was enough; no eviction", m.describe())
+        return still
+
+    def _request_reclaim(self, m: Met) -> int:
+        with self.store.session() as s:
+            row = s.get(ReclaimRequest, 1)
+            if row is None:
+                row = ReclaimRequest(id=1, sequence=0)
+                s.add(row)
+            row.sequence = (row.sequence or 0) + 1
+            row.signal = m.threshold.signal
+            row.bytes_to_free = max(0, m.limit - m.available)
+            row.requested_at = utcnow()
+            return row.sequence
+
+    async def _evict_one(self, pods: list[ActivePod], m: Met) -> list[str]:
+        resource = m.threshold.resource
+        usage = (self.usage.memory_and_processes(pods) if resource in ("memory", "pids")
+                 else await self.usage.with_storage(pods))
+        ranked = rank(pods, usage, resource)
+        if not ranked:
+            log.warning("%s but no pod can be evicted (the rest are static or critical)", m.describe())
+            return []
+        victim = ranked[0]
+        grace = 0
+        if not m.threshold.hard:
+            grace = min(victim.pod.spec.terminationGracePeriodSeconds, self.max_pod_grace)
+        message = eviction_message(resource, victim, usage.get(victim.uid))
+        log.info("%s: evicting pod %s", m.describe(), victim.pod.full_name)
+        await self._evict(victim, m.threshold.signal, message, grace)
+        return [victim.uid]
+
+    async def _local_storage_evictions(self, pods: list[ActivePod]) -> list[str]:
+        limited = [p for p in pods if has_storage_limits(p) and p.uid not in self._waiting_cleanup]
+        if not limited:
+            return []
+        usage = await self.usage.with_storage(limited)
+        evicted = []
+        for p in limited:
+            message = storage_limit_violation(p, usage[p.uid])
+            if message and not is_critical(p):
+                log.info("pod %s: %s", p.pod.full_name, message.strip())
+                await self._evict(p, LOCAL_STORAGE, message, 0)
+                evicted.append(p.uid)
+        return evicted
+
+    async def _evict(self, p: ActivePod, signal: str, message: str, grace: int) -> None:
+        with self.store.session() as s:
+            s.merge(PodEviction(uid=p.uid, namespace=p.pod.metadata.namespace, name=p.pod.metadata.name,
+                                signal=signal, message=message, grace_period_seconds=grace, decided_at=utcnow()))
+        self._waiting_cleanup[p.uid] = self.clock()
+        EVICTIONS.labels(signal).inc()
+        self.events.pod(p.pod.metadata.namespace, p.pod.metadata.name, p.uid, "Warning", "Evicted", message)
+        await self.bus.publish(EvictionsDecided(uids=[p.uid]))
+
+    # -- conditions -----------------------------------------------------------------------------
+
+    async def _update_conditions(self, met: list[Met], now: float) -> None:
+        detail: dict[str, list[str]] = {c: [] for c in CONDITIONS}
+        for m in met:
+            cond = SIGNAL_CONDITIONS[m.threshold.signal]
+            self._last_met[cond] = now
+            detail[cond].append(m.describe())
+        changed = False
+        with self.store.session() as s:
+            for cond in CONDITIONS:
+                last = self._last_met.get(cond)
+                # Held for the transition period after the last time a threshold was met, so a
+                # node hovering at a threshold does not flap (the kubelet's
+                # evictionPressureTransitionPeriod).
+                pressure = bool(detail[cond]) or (last is not None and now - last < self.transition_period)
+                text = "; ".join(detail[cond])
+                row = s.get(NodePressure, cond)
+                if row is None or row.pressure != pressure:
+                    changed = True
+                    log.info("%s is now %s%s", cond, pressure, f": {text}" if text else "")
+                    s.merge(NodePressure(condition=cond, pressure=pressure, detail=text, transition_at=utcnow()))
+                elif row.detail != text:
+                    row.detail = text
+                self._pressure[cond] = pressure
+        if changed:
+            await self.bus.publish(NodePressureChanged())
+
+    def next_transition_in(self) -> float | None:
+        """Seconds until a held condition may end, so the loop wakes in time to clear it."""
+        now = self.clock()
+        waits = [self.transition_period - (now - last) for cond, last in self._last_met.items()
+                 if self._pressure.get(cond)]
+        return max(0.0, min(waits)) if waits else None
+
+    def _record_signals(self, obs: Observations) -> None:
+        limits: dict[tuple[str, bool], int] = {}
+        for t in self.thresholds:
+            if t.signal in obs:
+                limits[(t.signal, t.hard)] = self._limit(t, obs)
+        with self.store.session() as s:
+            for name, o in obs.items():
+                SIGNAL_AVAILABLE.labels(name).set(o.available)
+                s.merge(SignalObservation(signal=name, available=o.available, capacity=o.capacity,
+                                          hard_threshold=limits.get((name, True), -1),
+                                          soft_threshold=limits.get((name, False), -1), updated_at=utcnow()))
+
+    # -- pods -----------------------------------------------------------------------------------
+
+    def _active_pods(self) -> list[ActivePod]:
+        with self.store.session() as s:
+            evicted = set(s.scalars(select(PodEviction.uid)))
+            rows = list(s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True),
+                                                           DesiredPod.deleting.is_(False))))
+            runtime = {r.uid: r for r in s.scalars(select(PodRuntime))}
+            volumes: dict[str, dict[str, tuple[int, int]]] = {}
+            for v in s.scalars(select(PodVolume).where(PodVolume.plugin == "kubernetes.io/empty-dir")):
+                volumes.setdefault(v.pod_uid, {})[v.name] = (v.used_bytes, v.size_limit_bytes)
+        out = []
+        for row in rows:
+            rt = runtime.get(row.uid)
+            if row.uid in evicted or row.rejection_reason or rt is None:
+                continue
+            ids = {c["name"]: c["container_id"].removeprefix("containerd://") for c in rt.containers
+                   if c.get("state") == "running" and c.get("container_id")}
+            if not ids:
+                continue
+            out.append(ActivePod(row.uid, self._pods.get(row.uid, row.manifest), row.source, ids, rt.log_dir,
+                                 volumes.get(row.uid, {})))
+        return out
+
+    def _forget_gone(self, pods: list[ActivePod]) -> None:
+        """Evicted pods whose containers are gone no longer hold up the next eviction; decisions
+        for pods that left the node are dropped."""
+        running = {p.uid for p in pods}
+        for uid in list(self._waiting_cleanup):
+            if uid not in running and not self._still_running(uid):
+                del self._waiting_cleanup[uid]
+        with self.store.session() as s:
+            desired = set(s.scalars(select(DesiredPod.uid)))
+            s.execute(delete(PodEviction).where(PodEviction.uid.not_in(desired)))
+        self._pods.retain(desired)
+
+    def _still_running(self, uid: str) -> bool:
+        with self.store.session() as s:
+            rt = s.get(PodRuntime, uid)
+        return rt is not None and any(c.get("state") == "running" for c in rt.containers)
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def view(self) -> dict:
+        with self.store.session() as s:
+            signals = list(s.scalars(select(SignalObservation)))
+            conditions = list(s.scalars(select(NodePressure)))
+            evictions = list(s.scalars(select(PodEviction).order_by(PodEviction.decided_at.desc()).limit(20)))
+            reclaim = s.get(DiskReclaim, 1)
+        return {
+            "signals": [signal_view(o, self.thresholds) for o in signals],
+            "conditions": [{"type": c.condition, "status": c.pressure, "detail": c.detail,
+                            "since": _iso(c.transition_at)} for c in conditions],
+            "evictions": [{"pod": f"{e.namespace}/{e.name}", "uid": e.uid, "signal": e.signal,
+                           "message": e.message, "at": _iso(e.decided_at)} for e in evictions],
+            "lastReclaim": None if reclaim is None else {
+                "trigger": reclaim.trigger, "imagesRemoved": reclaim.images_removed,
+                "containersRemoved": reclaim.containers_removed, "bytesFreed": reclaim.bytes_freed,
+                "error": reclaim.error, "at": _iso(reclaim.finished_at)},
+        }
+
+
+def signal_view(o: SignalObservation, thresholds: list[Threshold]) -> dict:
+    """One signal for people: what is available, each threshold, and how far above it we are."""
+    out = {"signal": o.signal, "available": o.available, "capacity": o.capacity}
+    for kind, limit in (("hard", o.hard_threshold), ("soft", o.soft_threshold)):
+        if limit >= 0:
+            written = next((t.written for t in thresholds if t.signal == o.signal and t.hard == (kind == "hard")), "")
+            out[kind] = {"threshold": written, "thresholdValue": limit, "headroom": o.available - limit,
+                         "met": o.available < limit}
+    return out
+
+
+def _iso(ts: datetime | None) -> str | None:
+    if ts is None:
+        return None
+    return (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EvictionLoop:
+    """Runs the manager: a full cycle every MONITORING_PERIOD, or at once when the memory poll
+    sees a threshold met, pod-sync answers a reclaim, or a held condition may end."""
+
+    def __init__(self, manager: EvictionManager, memory_poll: float = 0.5) -> None:
+        self.manager = manager
+        self.memory_poll = memory_poll
+        self.wake = asyncio.Event()
+
+    async def run_cycles(self) -> None:
+        failing = False
+        while True:
+            self.wake.clear()
+            try:
+                evicted = await self.manager.synchronize()
+                failing = False
+            except Exception:
+                if not failing:
+                    log.exception("eviction cycle failed; retrying every %.0fs", MONITORING_PERIOD)
+                failing = True
+                evicted = []
+            timeout = 1.0 if evicted else MONITORING_PERIOD
+            transition = self.manager.next_transition_in()
+            if transition is not None:
+                timeout = min(timeout, transition + 0.05)
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    async def poll_memory(self) -> None:
+        """Between cycles, only memory: it can run out in seconds, disk and pids rarely do."""
+        while True:
+            await asyncio.sleep(self.memory_poll)
+            try:
+                if self.manager.memory_threshold_met():
+                    self.wake.set()
+            except Exception as exc:  # a cgroup file gone for a moment: the cycle logs real trouble
+                log.debug("memory poll: %s", exc)
