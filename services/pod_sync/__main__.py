@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from services.pod_sync.backoff import Backoff
+from services.pod_sync.disk_gc import IMAGE_GC_PERIOD, DiskReclaimer
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
 from services.pod_sync.node_health import NodeHealthWriter
-from services.pod_sync.resources import own_oom_score_adj
+from services.pod_sync.resources import enforce_pods_allocatable, own_oom_score_adj
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer
 from services.pod_sync.views import router
+from shared import periodic
+from shared.bus import DiskReclaimRequested
 from shared.cri import CRIClient
 from shared.events import BusRecorder
 from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
                          memory_capacity_bytes)
+from shared.node_resources import Reservations, pods_cgroup_limits
 from shared.quantity import to_bytes
 from shared.service import ServiceContext, service_main
 
 NAME = "pod-sync"
+log = logging.getLogger(__name__)
 IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP = 10.0, 300.0
 
 
@@ -58,6 +64,14 @@ async def setup(ctx: ServiceContext) -> None:
     rotator = ContainerLogRotator(cri, to_bytes(k.container_log_max_size), k.container_log_max_files)
     await manager.start(ctx.spawn)
     ctx.spawn("container-log-rotation", rotator.run())
+    reclaimer = DiskReclaimer(cri, ctx.store, ctx.bus, k.image_gc_high_threshold_percent,
+                              k.image_gc_low_threshold_percent, k.image_minimum_gc_age)
+    await ctx.bus.subscribe(DiskReclaimRequested, reclaimer.on_request)
+    ctx.spawn("image-gc", periodic.every(IMAGE_GC_PERIOD, "image garbage collection", reclaimer.periodic_image_gc, log))
+    if k.enforces_pods_allocatable:
+        limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k))
+        for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"]):
+            log.warning("enforceNodeAllocatable: cannot limit the pods cgroup: %s", problem)
     health = NodeHealthWriter(cri, ctx.store, manager.pleg.healthy)
     ctx.checks["runtime"] = health.runtime_ready
     ctx.spawn("node-health", health.run())

@@ -1,4 +1,5 @@
-"""Admitting a pod onto the node: does it fit in allocatable resources and maxPods?
+"""Admitting a pod onto the node: does it fit in allocatable resources and maxPods, and may it
+come while the node is under pressure?
 
 Decisions are sticky (stored with the pod): once admitted, a pod is never rejected later, and
 a rejected pod stays Failed, as with the kubelet.
@@ -12,7 +13,7 @@ from prometheus_client import Counter
 
 
 from shared.podspec import Pod
-from shared.qos import pod_requests
+from shared.qos import pod_requests, qos_class
 
 ADMISSION_REJECTIONS = Counter("kubelet_admission_rejections_total",
                                "Cumulative number pod admission rejections by the Kubelet.", ["reason"])
@@ -44,3 +45,31 @@ def _reject(reason: str, resource: str, requested: int, used: int, capacity: int
     return Verdict(False, reason,
                    f"Pod was rejected: Node didn't have enough resource: {resource}, requested: "
                    f"{requested}, used: {used}, capacity: {capacity}")
+
+
+EVICTED = "Evicted"
+MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
+
+
+def _tolerates_memory_pressure(pod: Pod) -> bool:
+    """Does a toleration match the taint node.kubernetes.io/memory-pressure:NoSchedule?"""
+    for t in (pod.spec.model_extra or {}).get("tolerations") or []:
+        if not isinstance(t, dict) or t.get("effect") not in (None, "", "NoSchedule"):
+            continue
+        key, operator = t.get("key") or "", t.get("operator") or "Equal"
+        if key and key != MEMORY_PRESSURE_TAINT:
+            continue
+        if operator == "Exists" or (key and operator == "Equal" and not t.get("value")):
+            return True
+    return False
+
+
+def admit_under_pressure(pod: Pod, pressure: list[str], critical: bool) -> Verdict:
+    """The eviction manager's admission: under MemoryPressure alone no BestEffort pod (unless it
+    tolerates the memory-pressure taint), under any other pressure nothing; critical pods always."""
+    if not pressure or critical:
+        return Verdict(True)
+    if pressure == ["MemoryPressure"] and (qos_class(pod) != "BestEffort" or _tolerates_memory_pressure(pod)):
+        return Verdict(True)
+    ADMISSION_REJECTIONS.labels(EVICTED).inc()
+    return Verdict(False, EVICTED, f"The node had condition: [{' '.join(pressure)}]. ")

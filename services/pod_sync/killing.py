@@ -30,7 +30,8 @@ class Killer:
         self.reasons: dict[str, str] = {}
 
     async def kill_container(self, c: ContainerInfo, spec: Container | None, pod_ip: str,
-                             deadline: float, reason: str = "", pod: Pod | None = None) -> None:
+                             deadline: float, reason: str = "", pod: Pod | None = None,
+                             floor: int = MIN_GRACE) -> None:
         if reason:
             self.reasons[c.id] = reason
         if pod is not None and c.state == "running":
@@ -43,7 +44,7 @@ class Killer:
                                        max(0.1, budget))
             except (HookFailed, asyncio.TimeoutError) as exc:
                 log.warning("container %s: preStop hook failed: %s", c.name, exc or "timed out")
-        remaining = max(MIN_GRACE, math.ceil(deadline - time.monotonic()))
+        remaining = max(floor, math.ceil(deadline - time.monotonic()))
         try:
             await self.runtime.stop_container(c.id, remaining)
         except CRIError as exc:
@@ -51,18 +52,19 @@ class Killer:
                 raise
 
     async def kill_sandboxes(self, pod: Pod | None, rt: RuntimePod, sandbox_ids: list[str],
-                             grace: int, pod_ip: str = "", reason: str = "") -> None:
+                             grace: int, pod_ip: str = "", reason: str = "", floor: int = MIN_GRACE) -> None:
+        """floor: the least time StopContainer gets (0 only when the pod must go at once)."""
         deadline = time.monotonic() + grace
         specs = {c.name: c for c in (pod.spec.initContainers + pod.spec.containers)} if pod else {}
         running = [c for c in rt.running_containers if c.sandbox_id in sandbox_ids]
         apps = [c for c in running if c.annotations.get(L.INIT_CONTAINER) != "true"]
         sidecars = [c for c in running if c.annotations.get(L.INIT_CONTAINER) == "true"]
-        await asyncio.gather(*(self.kill_container(c, specs.get(c.name), pod_ip, deadline, reason, pod)
+        await asyncio.gather(*(self.kill_container(c, specs.get(c.name), pod_ip, deadline, reason, pod, floor)
                                for c in apps))
         order = [c.name for c in pod.spec.initContainers] if pod else []
         sidecars.sort(key=lambda c: order.index(c.name) if c.name in order else -1, reverse=True)
         for c in sidecars:
-            await self.kill_container(c, specs.get(c.name), pod_ip, deadline, reason, pod)
+            await self.kill_container(c, specs.get(c.name), pod_ip, deadline, reason, pod, floor)
         for sid in sandbox_ids:
             await self.runtime.stop_pod_sandbox(sid)
 

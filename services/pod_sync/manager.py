@@ -9,8 +9,8 @@ from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_view import list_managed_uids
 from services.pod_sync.syncer import PodSyncer, SyncResult
 from services.pod_sync.workers import PodWorkers
-from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, NetworkChanged, PodLifecycleEvents,
-                        PodRuntimeChanged, ProbeResultsChanged, VolumesChanged)
+from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, EvictionsDecided, NetworkChanged,
+                        PodLifecycleEvents, PodRuntimeChanged, ProbeResultsChanged, VolumesChanged)
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +56,8 @@ class PodSyncManager:
         if event.ready:
             self._wake(set(self.syncer.desired_uids()))
 
-    async def _on_probe_results(self, event: ProbeResultsChanged) -> None:
-        self._wake(set(event.uids))
-
-    async def _on_volumes(self, event: VolumesChanged) -> None:
+    async def _on_pods_named(self, event: ProbeResultsChanged | VolumesChanged | EvictionsDecided) -> None:
+        """Probe results, volumes set up, evictions decided: sync the pods they name."""
         self._wake(set(event.uids))
 
     async def resync_all(self) -> None:
@@ -77,8 +75,8 @@ class PodSyncManager:
 
     async def start(self, spawn) -> None:
         await self.bus.subscribe(NetworkChanged, self._on_network)
-        await self.bus.subscribe(ProbeResultsChanged, self._on_probe_results)
-        await self.bus.subscribe(VolumesChanged, self._on_volumes)
+        for event in (ProbeResultsChanged, VolumesChanged, EvictionsDecided):
+            await self.bus.subscribe(event, self._on_pods_named)
         for source in self.sources:
             spawn(f"{type(source).__name__}", source.run())
         spawn("pleg", self.pleg.run())

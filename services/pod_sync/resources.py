@@ -81,3 +81,23 @@ def remove_pod_cgroups(parent: str) -> None:
                 os.rmdir(path)
             except OSError as exc:
                 log.debug("pod cgroup %s not removed: %s", path, exc)
+
+
+def enforce_pods_allocatable(memory_bytes: int, cpu_millicores: int, root: Path = CGROUP_ROOT) -> list[str]:
+    """enforceNodeAllocatable=pods: cap /kubepods at capacity minus kubeReserved and
+    systemReserved, so pods together cannot take what the system and pykubelet were promised.
+    Returns what could not be set, in words (the caller logs it; pods still run)."""
+    problems = []
+    v2 = (root / "cgroup.controllers").is_file()
+    shares = max(MIN_SHARES, cpu_millicores * 1024 // 1000)
+    writes = ([(root / "kubepods" / "memory.max", str(memory_bytes)),
+               (root / "kubepods" / "cpu.weight", str(1 + ((shares - 2) * 9999) // 262142))] if v2 else
+              [(root / "memory" / "kubepods" / "memory.limit_in_bytes", str(memory_bytes)),
+               (root / "cpu" / "kubepods" / "cpu.shares", str(shares))])
+    for path, value in writes:
+        try:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(value)
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+    return problems

@@ -14,14 +14,14 @@ from sqlalchemy import delete, select
 
 from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
-from services.pod_sync.admission import admit
-from shared.node_resources import allocatable
+from services.pod_sync.admission import EVICTED, admit, admit_under_pressure
+from shared.node_resources import Reservations, allocatable
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
 from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_managed_hosts, write_hosts_file
 from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
-from services.pod_sync.killing import Killer
+from services.pod_sync.killing import MIN_GRACE, Killer
 from services.pod_sync.observed import observed_containers
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
 from services.pod_sync.runtime_config import NodeFacts, container_config, pod_hostname, sandbox_config
@@ -31,14 +31,17 @@ from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.events import Recorder
 from shared.podspec import Pod, PodCache
-from shared.qos import qos_class
-from shared.store import DesiredPod, NetworkStatus, PodRuntime, PodVolume, ProbeResult, Store
+from shared.qos import is_critical, qos_class
+from shared.store import (DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult,
+                          Store)
 from shared.store.models import utcnow
 
 log = logging.getLogger(__name__)
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+# The order the kubelet names pressure conditions in an admission rejection.
+PRESSURE_ORDER = ("MemoryPressure", "DiskPressure", "PIDPressure")
 
 # A failed sync (runtime error, network not ready) is retried after this long.
 ERROR_RETRY = 2.0
@@ -79,7 +82,8 @@ class PodSyncer:
         self.killer = Killer(runtime, events)
         self._progress: dict[str, _Progress] = {}
         self._pods = PodCache()
-        self._capacity = allocatable(node.cpu_millicores, node.memory_bytes)
+        self._capacity = allocatable(node.cpu_millicores, node.memory_bytes,
+                                     Reservations.from_config(settings.kubelet))
 
     # -- reading the store -------------------------------------------------------------------
 
@@ -125,7 +129,11 @@ class PodSyncer:
             others = [self._pods.get(d.uid, d.manifest) for d in s.scalars(
                 select(DesiredPod).where(DesiredPod.admitted.is_(True), DesiredPod.deleting.is_(False),
                                          DesiredPod.uid != row.uid))]
-            verdict = admit(pod, others, self._capacity, self.settings.kubelet.max_pods)
+            pressure = [c for c in PRESSURE_ORDER if c in set(s.scalars(
+                select(NodePressure.condition).where(NodePressure.pressure.is_(True))))]
+            verdict = admit_under_pressure(pod, pressure, is_critical(pod, static=row.source == "file"))
+            if verdict.admitted:
+                verdict = admit(pod, others, self._capacity, self.settings.kubelet.max_pods)
             stored = s.get(DesiredPod, row.uid)
             stored.admitted = verdict.admitted
             stored.rejection_reason = verdict.reason
@@ -148,9 +156,18 @@ class PodSyncer:
         if not self._admit(row, pod):
             self._record(pod, rt, {}, ("", ""))
             return SyncResult()
+        eviction = self._eviction(uid)
+        if row.rejection_reason == EVICTED or eviction is not None:
+            grace = eviction.grace_period_seconds if eviction else 0
+            # A hard eviction (grace 0) kills at once: the node is short of something now, and
+            # the kubelet's 2 s floor would only delay relief.
+            return await self._fail(pod, row, rt, EVICTED, eviction.message if eviction else row.rejection_message,
+                                    grace, floor=0 if grace == 0 else MIN_GRACE, event_type="Warning",
+                                    announce=False)
         left = self._deadline_left(row, pod)
         if row.rejection_reason == DEADLINE_EXCEEDED or (left is not None and left <= 0):
-            return await self._deadline_exceeded(pod, row, rt)
+            return await self._fail(pod, row, rt, DEADLINE_EXCEEDED, DEADLINE_MESSAGE,
+                                    pod.spec.terminationGracePeriodSeconds)
         progress = self._progress.setdefault(uid, _Progress(seen_at=row.seen_at.timestamp()))
         if await self._kill_unhealthy(pod, rt):
             rt = await get_runtime_pod(self.runtime, uid)
@@ -225,19 +242,25 @@ class PodSyncer:
         seen = row.seen_at if row.seen_at.tzinfo else row.seen_at.replace(tzinfo=timezone.utc)
         return pod.spec.activeDeadlineSeconds - (datetime.now(timezone.utc) - seen).total_seconds()
 
-    async def _deadline_exceeded(self, pod: Pod, row: DesiredPod, rt: RuntimePod) -> SyncResult:
-        """The pod fails (phase Failed, reason DeadlineExceeded) and everything of it stops."""
-        if row.rejection_reason != DEADLINE_EXCEEDED:
+    def _eviction(self, uid: str) -> PodEviction | None:
+        with self.store.session() as s:
+            return s.get(PodEviction, uid)
+
+    async def _fail(self, pod: Pod, row: DesiredPod, rt: RuntimePod, reason: str, message: str, grace: int,
+                    floor: int = MIN_GRACE, event_type: str = "Normal", announce: bool = True) -> SyncResult:
+        """The pod fails for good (phase Failed with reason and message: activeDeadlineSeconds,
+        eviction) and everything of it stops within grace seconds."""
+        if row.rejection_reason != reason:
             with self.store.session() as s:
                 stored = s.get(DesiredPod, row.uid)
-                stored.rejection_reason, stored.rejection_message = DEADLINE_EXCEEDED, DEADLINE_MESSAGE
-            log.info("pod %s: %s", pod.full_name, DEADLINE_MESSAGE)
-            self._event(pod, "Normal", DEADLINE_EXCEEDED, DEADLINE_MESSAGE)
+                stored.rejection_reason, stored.rejection_message = reason, message
+            log.info("pod %s: %s: %s", pod.full_name, reason, message)
+            if announce:  # evictions are announced by the eviction service, which decided them
+                self._event(pod, event_type, reason, message)
         ready = [sb.id for sb in rt.sandboxes if sb.ready]
         if ready:
             sandbox = rt.current_sandbox
-            await self.killer.kill_sandboxes(pod, rt, ready, pod.spec.terminationGracePeriodSeconds,
-                                             sandbox.ip if sandbox else "")
+            await self.killer.kill_sandboxes(pod, rt, ready, grace, sandbox.ip if sandbox else "", floor=floor)
             rt = await get_runtime_pod(self.runtime, row.uid)
         self._record(pod, rt, {}, ("", ""))
         return SyncResult()

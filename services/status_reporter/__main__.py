@@ -7,7 +7,8 @@ import sys
 
 from services.status_reporter.reporter import PodStatusReporter
 from services.status_reporter.views import router
-from shared.bus import DesiredPodsChanged, KubeEvent, PodRuntimeChanged, PodStatusChanged, ProbeResultsChanged
+from shared.bus import (DesiredPodsChanged, KubeEvent, NodePressureChanged, PodRuntimeChanged, PodStatusChanged,
+                        ProbeResultsChanged)
 from shared.coalesce import Coalescer
 from shared.service import ServiceContext, service_main
 
@@ -37,6 +38,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     from services.status_reporter.mirror_pods import MirrorPods
     from services.status_reporter.node_agent import NodeAgent
     from shared.kube import api_client
+    from shared.node_resources import Reservations
 
     k = ctx.settings.kubelet
     api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
@@ -44,7 +46,8 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     node_ip = ctx.settings.node_address
     agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,
                       k.node_lease_duration_seconds, k.node_status_update_frequency,
-                      k.node_status_report_frequency, events.node_event, kubelet_port=k.port, node_ip=node_ip)
+                      k.node_status_report_frequency, events.node_event, kubelet_port=k.port, node_ip=node_ip,
+                      reservations=Reservations.from_config(k))
     pods = ApiPodStatusWriter(api, ctx.store, node_ip)
     mirrors = MirrorPods(api, ctx.store, ctx.settings.node_name, lambda: agent.node_uid, node_ip)
 
@@ -62,6 +65,14 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     ctx.spawn("api-pod-status-changes", to_write.run())
     ctx.checks["registered"] = lambda: (agent.registered.is_set(),
                                         "ok" if agent.registered.is_set() else "node not registered yet")
+    async def on_pressure(_event: NodePressureChanged) -> None:
+        if agent.registered.is_set():
+            try:
+                await agent.report_status()
+            except Exception as exc:  # the periodic update retries
+                log.warning("node status update after a pressure change failed: %s", exc)
+
+    await ctx.bus.subscribe(NodePressureChanged, on_pressure)
     ctx.spawn("node-agent", agent.run())
     ctx.spawn("api-pod-status", pods.run())
     ctx.spawn("mirror-pods", mirrors.run())

@@ -10,11 +10,13 @@ from typing import Any, Callable
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from sqlalchemy import select
 
-from services.status_reporter.node_object import conditions, node_labels, node_status_facts
+from services.status_reporter.node_object import PRESSURE, conditions, node_labels, node_status_facts, pressure_event
 from shared import periodic
 from shared.kube import MERGE_PATCH, REQUEST_TIMEOUT
-from shared.store import NetworkStatus, NodeHealth, Store
+from shared.node_resources import NO_RESERVATIONS, Reservations
+from shared.store import NetworkStatus, NodeHealth, NodePressure, Store
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ class NodeAgent:
     def __init__(self, api: client.ApiClient, store: Store, name: str, root_dir: str, max_pods: int,
                  lease_seconds: int, status_every: float, report_every: float,
                  node_event: Callable[[str, str, str], None], kubelet_port: int = 10250,
-                 node_ip: str = "") -> None:
+                 node_ip: str = "", reservations: Reservations = NO_RESERVATIONS) -> None:
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
         self.store = store
@@ -44,6 +46,7 @@ class NodeAgent:
         self.node_event = node_event
         self.kubelet_port = kubelet_port
         self.node_ip = node_ip
+        self.reservations = reservations
         self.node_uid = ""
         self._last_reported: dict[str, Any] | None = None
         self._last_report_at = 0.0
@@ -70,11 +73,15 @@ class NodeAgent:
             problems.append(h.pleg_message or "PLEG is not healthy")
         return not problems, "; ".join(problems), h.runtime_version
 
+    def pressure(self) -> dict[str, bool]:
+        with self.store.session() as s:
+            return {p.condition: p.pressure for p in s.scalars(select(NodePressure))}
+
     def _status(self) -> dict[str, Any]:
         ready, why, version = self.health()
-        self._conditions = conditions(ready, why, self._conditions)
+        self._conditions = conditions(ready, why, self._conditions, self.pressure())
         return {**node_status_facts(self.name, self.root_dir, self.max_pods, version, self.kubelet_port,
-                                   self.node_ip), "conditions": self._conditions}
+                                   self.node_ip, self.reservations), "conditions": self._conditions}
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -105,9 +112,13 @@ class NodeAgent:
             return
         await self.core.patch_node_status(self.name, {"status": status}, _content_type=MERGE_PATCH,
                                           _request_timeout=REQUEST_TIMEOUT)
+        before = {c["type"]: c["status"] for c in (self._last_reported or {}).get("conditions", [])}
+        for c in status["conditions"]:
+            if c["type"] in PRESSURE and before.get(c["type"], "False") != c["status"]:
+                event = pressure_event(c["type"], c["status"] == "True")
+                self.node_event("Normal", event, f"Node {self.name} status is now: {event}")
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-        was = next((c["status"] for c in (self._last_reported or {}).get("conditions", [])
-                    if c["type"] == "Ready"), None)
+        was = before.get("Ready")
         if ready["status"] != was:
             log.info("node status: Ready=%s %s", ready["status"], ready.get("message", ""))
             if ready["status"] == "True":

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from shared.node_resources import node_capacity
+from shared.node_resources import NO_RESERVATIONS, Reservations, node_capacity
 from shared.version import KUBELET_VERSION
 
 
@@ -39,9 +39,10 @@ def node_labels(name: str) -> dict[str, str]:
 
 
 def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: str,
-                      kubelet_port: int, node_ip: str) -> dict[str, Any]:
+                      kubelet_port: int, node_ip: str,
+                      reservations: Reservations = NO_RESERVATIONS) -> dict[str, Any]:
     """Everything in NodeStatus except conditions."""
-    capacity, allocatable = node_capacity(root_dir, max_pods)
+    capacity, allocatable = node_capacity(root_dir, max_pods, reservations)
     return {
         "capacity": capacity,
         "allocatable": allocatable,
@@ -62,10 +63,31 @@ def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: 
     }
 
 
-def conditions(ready: bool, not_ready_message: str, previous: list[dict] | None) -> list[dict[str, Any]]:
-    """Ready from the node's health; the pressure conditions are False until eviction reports."""
+# Pressure conditions as the kubelet words them: (reason, message) for False and for True, and
+# the event a change of each raises.
+PRESSURE = {
+    "MemoryPressure": (("KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                       ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+                       ("NodeHasSufficientMemory", "NodeHasInsufficientMemory")),
+    "DiskPressure": (("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                     ("KubeletHasDiskPressure", "kubelet has disk pressure"),
+                     ("NodeHasNoDiskPressure", "NodeHasDiskPressure")),
+    "PIDPressure": (("KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                    ("KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+                    ("NodeHasSufficientPID", "NodeHasInsufficientPID")),
+}
+
+
+def pressure_event(ctype: str, pressure: bool) -> str:
+    return PRESSURE[ctype][2][1 if pressure else 0]
+
+
+def conditions(ready: bool, not_ready_message: str, previous: list[dict] | None,
+               pressure: dict[str, bool] | None = None) -> list[dict[str, Any]]:
+    """Ready from the node's health; the pressure conditions as the eviction service decided."""
     prev = {c["type"]: c for c in previous or []}
     stamp = now()
+    pressure = pressure or {}
 
     def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, Any]:
         old = prev.get(ctype)
@@ -73,10 +95,10 @@ def conditions(ready: bool, not_ready_message: str, previous: list[dict] | None)
                 "lastHeartbeatTime": stamp,
                 "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == status else stamp}
 
-    return [
-        cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-        cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-        cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        cond("Ready", "True", "KubeletReady", "kubelet is posting ready status") if ready
-        else cond("Ready", "False", "KubeletNotReady", not_ready_message),
-    ]
+    out = []
+    for ctype, (ok, bad, _) in PRESSURE.items():
+        under = pressure.get(ctype, False)
+        out.append(cond(ctype, "True" if under else "False", *(bad if under else ok)))
+    out.append(cond("Ready", "True", "KubeletReady", "kubelet is posting ready status") if ready
+               else cond("Ready", "False", "KubeletNotReady", not_ready_message))
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Awaitable, Callable
 
@@ -186,6 +187,20 @@ class CRIClient:
     async def list_images(self) -> list[cri.Image]:
         resp = await self._call("list_images", self._images.ListImages, cri.ListImagesRequest())
         return list(resp.images)
+
+    async def remove_image(self, image: str) -> None:
+        await self._call("remove_image", self._images.RemoveImage,
+                         cri.RemoveImageRequest(image=cri.ImageSpec(image=image)))
+
+    async def runtime_config(self) -> dict:
+        """The runtime's own config from verbose Status (containerd: its CRI plugin config, with
+        sandboxImage); {} when the runtime does not share it."""
+        resp = await self._call("status", self._runtime.Status, cri.StatusRequest(verbose=True), timeout=10)
+        try:
+            config = json.loads(resp.info.get("config", "{}"))
+        except ValueError:
+            return {}
+        return config if isinstance(config, dict) else {}
 
     async def image_fs_info(self) -> cri.ImageFsInfoResponse:
         return await self._call("image_fs_info", self._images.ImageFsInfo, cri.ImageFsInfoRequest(),

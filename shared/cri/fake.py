@@ -42,6 +42,9 @@ class FakeRuntime:
         self.container_stats: dict[str, cri.ContainerStats] = {}
         self.sandbox_stats: dict[str, cri.PodSandboxStats] = {}
         self.image_fs = cri.ImageFsInfoResponse()
+        self.stop_timeouts: dict[str, int] = {}  # container id -> the timeout StopContainer got
+        self.image_sizes: dict[str, int] = {}  # image ref -> size list_images reports
+        self.sandbox_image = "registry.k8s.io/pause:3.9"
         self.streaming_url = "http://127.0.0.1:1"
         self._ids = itertools.count(1)
         self._ips = itertools.count(2)
@@ -87,6 +90,10 @@ class FakeRuntime:
                  cri.RuntimeCondition(type="NetworkReady", status=self.network_ready,
                                       reason="" if self.network_ready else "NetworkPluginNotReady")]
         return cri.StatusResponse(status=cri.RuntimeStatus(conditions=conds))
+
+    async def runtime_config(self) -> dict:
+        self._record("status")
+        return {"sandboxImage": self.sandbox_image}
 
     async def run_pod_sandbox(self, config: cri.PodSandboxConfig) -> str:
         sid = f"sb{next(self._ids)}"
@@ -149,6 +156,7 @@ class FakeRuntime:
 
     async def stop_container(self, container_id: str, timeout: int) -> None:
         self._record("stop_container", container_id)
+        self.stop_timeouts[container_id] = timeout
         st = self._container("stop_container", container_id)
         if st.state == cri.CONTAINER_RUNNING:
             self.exit_container(container_id, 137)
@@ -230,8 +238,15 @@ class FakeRuntime:
 
     async def list_images(self) -> list[cri.Image]:
         self._record("list_images")
-        return [cri.Image(id=ref, repo_tags=[tag]) for tag, ref in self.images.items()]
+        return [cri.Image(id=ref, repo_tags=[tag], size=self.image_sizes.get(ref, 0))
+                for tag, ref in self.images.items()]
 
     async def image_fs_info(self) -> cri.ImageFsInfoResponse:
         self._record("image_fs_info")
         return self.image_fs
+
+    async def remove_image(self, image: str) -> None:
+        self._record("remove_image", image)
+        for tag, ref in list(self.images.items()):
+            if image in (tag, ref):
+                del self.images[tag]

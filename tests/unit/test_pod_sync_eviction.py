@@ -1,0 +1,156 @@
+"""pod-sync's side of eviction: it stops evicted pods, refuses pods under pressure, and frees
+disk (dead containers, unused images) when asked."""
+
+from __future__ import annotations
+
+from cri_api.v1 import api_pb2 as cri
+
+from services.pod_sync.admission import admit_under_pressure
+from services.pod_sync.disk_gc import DiskReclaimer, normalize_image
+from services.status_reporter.pod_status import compute_status
+from shared.bus import DiskReclaimed, DiskReclaimRequested
+from shared.podspec import validate_pod
+from shared.store import DesiredPod, DiskReclaim, NodePressure, PodEviction, ReclaimRequest, Store
+from tests.unit.conftest import IMG
+from tests.unit.test_syncer import manifest, observed, want
+
+MESSAGE = "The node was low on resource: memory. Container app was using 412Mi, which exceeds its request of 0. "
+
+
+def as_eviction(store: Store) -> Store:
+    return Store(store.path, writer="eviction")
+
+
+async def test_evicted_pod_is_killed_at_once_and_fails_with_the_message(syncer, rt, store, events):
+    want(store, manifest(grace=30))
+    await syncer.sync("uid1")
+    [running] = rt.running()
+    with as_eviction(store).session() as s:
+        s.add(PodEviction(uid="uid1", namespace="default", name="p", signal="memory.available", message=MESSAGE,
+                          grace_period_seconds=0))
+    await syncer.sync("uid1")
+    assert not rt.running() and not any(sb.state == cri.SANDBOX_READY for sb in rt.sandboxes.values())
+    assert rt.stop_timeouts[running.id] == 0, "a hard eviction does not wait out the pod's 30 s"
+    with store.session() as s:
+        row = s.get(DesiredPod, "uid1")
+        assert (row.rejection_reason, row.rejection_message) == ("Evicted", MESSAGE)
+    status, _ = compute_status(manifest(), {"sandbox_ready": False, "containers": observed(store).containers},
+                               None, rejection=(row.rejection_reason, row.rejection_message))
+    assert (status["phase"], status["reason"], status["message"]) == ("Failed", "Evicted", MESSAGE)
+    # Later syncs leave it down: an evicted pod is not restarted.
+    await syncer.sync("uid1")
+    assert not rt.running()
+
+
+async def test_soft_eviction_gives_the_grace_the_eviction_service_chose(syncer, rt, store):
+    want(store, manifest(grace=30))
+    await syncer.sync("uid1")
+    [running] = rt.running()
+    with as_eviction(store).session() as s:
+        s.add(PodEviction(uid="uid1", namespace="default", name="p", signal="memory.available", message=MESSAGE,
+                          grace_period_seconds=10))
+    await syncer.sync("uid1")
+    assert 9 <= rt.stop_timeouts[running.id] <= 10
+
+
+def _pod(requests=None, tolerations=None, priority=None):
+    spec = {"containers": [{"name": "c", "image": "i:1", "resources": {"requests": requests or {}}}]}
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if priority is not None:
+        spec["priority"] = priority
+    return validate_pod({"metadata": {"name": "p"}, "spec": spec})
+
+
+def test_admission_under_pressure_as_the_kubelet():
+    besteffort, burstable = _pod(), _pod({"memory": "10Mi"})
+    v = admit_under_pressure(besteffort, ["MemoryPressure"], critical=False)
+    assert (v.admitted, v.reason, v.message) == (False, "Evicted", "The node had condition: [MemoryPressure]. ")
+    assert admit_under_pressure(burstable, ["MemoryPressure"], critical=False).admitted
+    tolerant = _pod(tolerations=[{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists",
+                                  "effect": "NoSchedule"}])
+    assert admit_under_pressure(tolerant, ["MemoryPressure"], critical=False).admitted
+    v = admit_under_pressure(burstable, ["MemoryPressure", "DiskPressure"], critical=False)
+    assert (v.admitted, v.message) == (False, "The node had condition: [MemoryPressure DiskPressure]. ")
+    assert not admit_under_pressure(burstable, ["PIDPressure"], critical=False).admitted
+    assert admit_under_pressure(besteffort, ["DiskPressure"], critical=True).admitted
+    assert admit_under_pressure(besteffort, [], critical=False).admitted
+
+
+async def test_new_pods_are_refused_while_the_node_is_under_disk_pressure(syncer, rt, store):
+    with as_eviction(store).session() as s:
+        s.add(NodePressure(condition="DiskPressure", pressure=True))
+    pod = manifest()
+    with store.session() as s:
+        s.merge(DesiredPod(uid=pod.uid, namespace="default", name="p", source="api", manifest=pod.to_manifest()))
+    await syncer.sync("uid1")
+    assert rt.ops("run_podsandbox") == []
+    with store.session() as s:
+        row = s.get(DesiredPod, "uid1")
+        assert (row.admitted, row.rejection_reason) == (False, "Evicted")
+        assert row.rejection_message == "The node had condition: [DiskPressure]. "
+    want(store, manifest(uid="static1"))  # a static pod is critical: admitted all the same
+    await syncer.sync("static1")
+    assert rt.ops("run_podsandbox")
+
+
+# -- disk GC -----------------------------------------------------------------------------------
+
+
+class Bus:
+    def __init__(self):
+        self.published = []
+
+    async def publish(self, event):
+        self.published.append(event)
+
+
+def test_image_names_normalized_as_the_runtime_lists_them():
+    assert normalize_image("busybox") == "docker.io/library/busybox:latest"
+    assert normalize_image("user/app:1") == "docker.io/user/app:1"
+    assert normalize_image("127.0.0.1:5000/pykubelet/web:1.0") == "127.0.0.1:5000/pykubelet/web:1.0"
+    assert normalize_image("reg.io/app") == "reg.io/app:latest"
+    assert normalize_image("app@sha256:abc") == "app@sha256:abc"
+
+
+async def test_reclaim_removes_unused_images_only_and_answers(syncer, rt, store):
+    rt.images.update({"reg/wanted:1": "sha256:" + "b" * 64, "reg/unused:1": "sha256:" + "c" * 64,
+                      "registry.k8s.io/pause:3.9": "sha256:" + "d" * 64})
+    rt.image_sizes["sha256:" + "c" * 64] = 50 * 2**20
+    want(store, manifest())  # runs IMG
+    await syncer.sync("uid1")
+    want(store, manifest(uid="later", containers=[{"name": "x", "image": "reg/wanted:1"}]))  # wanted, not started
+    with as_eviction(store).session() as s:
+        s.add(ReclaimRequest(id=1, sequence=3, signal="nodefs.available", bytes_to_free=2**30))
+    bus = Bus()
+    gc = DiskReclaimer(rt, store, bus, high_percent=85, low_percent=80, min_age=0)
+    await gc.on_request(DiskReclaimRequested(sequence=3))
+    assert set(rt.images) == {IMG, "reg/wanted:1", "registry.k8s.io/pause:3.9"}
+    with store.session() as s:
+        done = s.get(DiskReclaim, 1)
+    assert (done.answered_sequence, done.images_removed, done.bytes_freed) == (3, ["reg/unused:1"], 50 * 2**20)
+    assert [e.sequence for e in bus.published if isinstance(e, DiskReclaimed)] == [3]
+
+
+async def test_images_younger_than_the_minimum_age_stay(syncer, rt, store):
+    rt.images["reg/new:1"] = "sha256:" + "e" * 64
+    clock = [100.0]
+    gc = DiskReclaimer(rt, store, Bus(), 85, 80, min_age=120, clock=lambda: clock[0])
+    assert (await gc.free_images(None, "test")).images == []
+    clock[0] += 121
+    assert sorted((await gc.free_images(None, "test")).images) == [IMG, "reg/new:1"]
+
+
+async def test_reclaim_removes_old_dead_instances_but_keeps_the_newest(syncer, rt, store):
+    want(store, manifest(restart="Always"))
+    await syncer.sync("uid1")
+    first = rt.running()[0]
+    rt.exit_container(first.id, 1)
+    syncer.backoff.forget("uid1/")
+    await syncer.sync("uid1")
+    second = rt.running()[0]
+    rt.exit_container(second.id, 1)
+    # Both instances are dead now; only the older goes.
+    gc = DiskReclaimer(rt, store, Bus(), 85, 80, min_age=0)
+    assert await gc.remove_old_dead_containers() == 1
+    assert set(rt.containers) == {second.id}
