@@ -94,10 +94,10 @@ class Kubelet:
     node_name = KUBELET_NODE
     sandbox_labels: dict[str, str] = {}
 
-    def __init__(self, root: Path, cp: ControlPlane | None) -> None:
+    def __init__(self, root: Path, cp: ControlPlane | None, extra_config: str = "") -> None:
         self.root = root
         self.manifests = root / "manifests"
-        self.real = RealKubelet(root, cp, self.manifests if cp is None else None)
+        self.real = RealKubelet(root, cp, self.manifests if cp is None else None, extra_config)
         # In cluster mode its API wants a client certificate (the API server's); standalone it is
         # anonymous. Its serving certificate is self-signed.
         cert = (str(cp.kubelet_client.cert), str(cp.kubelet_client.key)) if cp else None

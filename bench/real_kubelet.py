@@ -29,8 +29,11 @@ HARD_CODED_DIR = Path("/var/lib/kubelet")
 class RealKubelet:
     """cp None: standalone mode (static pods from `static_dir` only, no API server)."""
 
-    def __init__(self, root: Path, cp: ControlPlane | None, static_dir: Path | None = None) -> None:
+    def __init__(self, root: Path, cp: ControlPlane | None, static_dir: Path | None = None,
+                 extra_config: str = "") -> None:
+        """extra_config: more KubeletConfiguration fields (YAML lines), as for pykubelet."""
         self.root = root
+        self.extra_config = extra_config
         self.cp = cp
         self.static_dir = static_dir
         self.port = free_port()
@@ -84,7 +87,7 @@ serializeImagePulls: false
 # As pykubelet's in the benchmarks: large enough that the kubelet API's 50 MiB log is one file.
 containerLogMaxSize: {CONTAINER_LOG_MAX_SIZE}
 containerLogMaxFiles: 5
-""")
+{self.extra_config}""")
         self._made_hard_coded_dir = not HARD_CODED_DIR.exists()
         log = open(self.root / "kubelet.log", "w")
         self.proc = subprocess.Popen(

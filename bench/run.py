@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import cluster, standalone
+from bench import cluster, eviction, standalone
 from shared.mounts import MountError, remove_tree
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -103,6 +103,8 @@ def render(out: dict) -> str:
                              f"{r['delete_all_seconds']:>10.1f}s")
     if py.get("node_api") or kube.get("node_api"):
         lines += _node_api_table(py.get("node_api", {}), kube.get("node_api", {}))
+    if out.get("eviction"):
+        lines += eviction.table(out["eviction"])
     bs = py.get("bus_store_100_pods")
     if bs:
         lines += ["", f"Bus and store during the 100-pod startup (pykubelet, {bs['seconds']:.0f}s; "
@@ -125,12 +127,15 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="make bench")
     p.add_argument("--steady-seconds", type=float, default=60, help="steady-state window per pod count")
     p.add_argument("--probe-seconds", type=float, default=60, help="probe load window")
-    p.add_argument("--skip", action="append", default=[], choices=["cluster", "standalone"])
-    p.add_argument("--only", choices=["node-api"],
-                   help="node-api: only the kubelet API figures (cluster mode, both agents; a few minutes)")
+    p.add_argument("--skip", action="append", default=[], choices=["cluster", "standalone", "eviction"])
+    p.add_argument("--only", choices=["node-api", "eviction"],
+                   help="node-api: only the kubelet API figures (cluster mode, both agents; a few minutes); "
+                        "eviction: only the eviction reaction time (both agents; a few minutes)")
     args = p.parse_args()
-    if args.only:
-        args.skip = [*args.skip, "standalone"]
+    if args.only == "node-api":
+        args.skip = [*args.skip, "standalone", "eviction"]
+    elif args.only == "eviction":
+        args.skip = [*args.skip, "standalone", "cluster"]
     started = time.time()
     out: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if args.only:
@@ -146,6 +151,8 @@ def main() -> int:
                                          only=args.only)
         if "standalone" not in args.skip:
             out["standalone"] = standalone.run(root / "standalone", progress)
+        if "eviction" not in args.skip:
+            out["eviction"] = eviction.run(root / "eviction", progress)
     finally:
         try:
             remove_tree(root)  # refuses (and says so) if anything is still mounted below it

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
+from shared.pressure_report import human, pressure_report
 from shared.store import DesiredPod, ManifestError, NetworkStatus, PodStatusRecord, Store
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
@@ -46,7 +47,28 @@ def collect(store: Store) -> dict[str, Any]:
             "deleting": d.deleting, "containers": containers, "status": status,
         })
     network = {"ready": net.ready, "podCIDR": net.pod_cidr, "message": net.message} if net else None
-    return {"pods": pods, "manifestErrors": errors, "network": network}
+    return {"pods": pods, "manifestErrors": errors, "network": network, "pressure": pressure_report(store, 5)}
+
+
+def render_pressure(report: dict[str, Any]) -> list[str]:
+    """The pressure conditions, each signal against its thresholds, and the last evictions."""
+    if not report["signals"]:
+        return []
+    under = [c for c in report["conditions"] if c["status"]]
+    lines = ["pressure: " + ("; ".join(f"{c['type']} ({c['detail'] or 'held for the transition period'})"
+                                       for c in under) if under else "none")]
+    for sig in report["signals"]:
+        name = sig["signal"]
+        parts = [f"{human(sig['available'], name)} of {human(sig['capacity'], name)} available"]
+        for kind in ("hard", "soft"):
+            t = sig.get(kind)
+            if t:
+                state = "MET" if t["met"] else f"{human(t['headroom'], name)} to go"
+                parts.append(f"{kind} < {t['threshold']}: {state}")
+        lines.append(f"    {name:<28} " + ", ".join(parts))
+    for e in report["evictions"]:
+        lines.append(f"    evicted {e['pod']} at {e['at']} ({e['signal']}): {e['message'].strip()}")
+    return lines
 
 
 def render_table(data: dict[str, Any]) -> str:
@@ -55,6 +77,7 @@ def render_table(data: dict[str, Any]) -> str:
     if net is not None:
         state = "ready" if net["ready"] else f"NOT READY: {net['message']}"
         lines.append(f"network: {net['podCIDR'] or '-'} {state}")
+    lines.extend(render_pressure(data["pressure"]))
     header = f"{'NAMESPACE/NAME':<44} {'SOURCE':<6} {'PHASE':<10} {'POD IP':<15}"
     lines.append(header)
     for p in data["pods"]:

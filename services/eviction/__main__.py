@@ -15,6 +15,7 @@ from shared.cri import CRIClient
 from shared.events import BusRecorder
 from shared.host import cpu_capacity_millicores, memory_capacity_bytes
 from shared.node_resources import Reservations, allocatable
+from shared.pressure_report import pressure_report
 from shared.service import ServiceContext, service_main
 
 NAME = "eviction"
@@ -49,11 +50,11 @@ async def setup(ctx: ServiceContext) -> None:
 
     @views.get("/eviction")
     def eviction() -> dict:
-        return manager.view()
+        return pressure_report(ctx.store)
 
     @views.get("/signals")
     def signal_views() -> list[dict]:
-        return manager.view()["signals"]
+        return pressure_report(ctx.store)["signals"]
 
     ctx.app.include_router(views)
     ctx.spawn("eviction-cycles", loop.run_cycles())

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Awaitable, Callable, Protocol
 
@@ -98,6 +97,7 @@ class EvictionManager:
         self._pressure: dict[str, bool] = {}
         self._waiting_cleanup: dict[str, float] = {}  # evicted uid -> when
         self._reclaim_asked: tuple[int, float] | None = None  # (sequence, when)
+        self._nothing_to_evict = False
 
     # -- measuring ------------------------------------------------------------------------------
 
@@ -159,6 +159,7 @@ class EvictionManager:
                       if now - self._first_met[(m.threshold.signal, m.threshold.hard)] >= m.threshold.grace_period]
         if not actionable:
             self._reclaim_asked = None
+            self._nothing_to_evict = False
             return []
         if any(now - at < CLEANUP_WAIT for at in self._waiting_cleanup.values()):
             return []  # an evicted pod is still going away
@@ -207,8 +208,11 @@ class EvictionManager:
                  else await self.usage.with_storage(pods))
         ranked = rank(pods, usage, resource)
         if not ranked:
-            log.warning("%s but no pod can be evicted (the rest are static or critical)", m.describe())
+            if not self._nothing_to_evict:  # once per episode, not every half second
+                log.warning("%s but no pod can be evicted (the rest are static or critical)", m.describe())
+            self._nothing_to_evict = True
             return []
+        self._nothing_to_evict = False
         victim = ranked[0]
         grace = 0
         if not m.threshold.hard:
@@ -277,16 +281,17 @@ class EvictionManager:
         return max(0.0, min(waits)) if waits else None
 
     def _record_signals(self, obs: Observations) -> None:
-        limits: dict[tuple[str, bool], int] = {}
+        limits: dict[tuple[str, bool], tuple[int, str]] = {}
         for t in self.thresholds:
             if t.signal in obs:
-                limits[(t.signal, t.hard)] = self._limit(t, obs)
+                limits[(t.signal, t.hard)] = (self._limit(t, obs), t.written)
         with self.store.session() as s:
             for name, o in obs.items():
                 SIGNAL_AVAILABLE.labels(name).set(o.available)
+                hard, soft = limits.get((name, True), (-1, "")), limits.get((name, False), (-1, ""))
                 s.merge(SignalObservation(signal=name, available=o.available, capacity=o.capacity,
-                                          hard_threshold=limits.get((name, True), -1),
-                                          soft_threshold=limits.get((name, False), -1), updated_at=utcnow()))
+                                          hard_threshold=hard[0], hard_written=hard[1], soft_threshold=soft[0],
+                                          soft_written=soft[1], updated_at=utcnow()))
 
     # -- pods -----------------------------------------------------------------------------------
 
@@ -328,44 +333,6 @@ class EvictionManager:
         with self.store.session() as s:
             rt = s.get(PodRuntime, uid)
         return rt is not None and any(c.get("state") == "running" for c in rt.containers)
-
-    # -- views ----------------------------------------------------------------------------------
-
-    def view(self) -> dict:
-        with self.store.session() as s:
-            signals = list(s.scalars(select(SignalObservation)))
-            conditions = list(s.scalars(select(NodePressure)))
-            evictions = list(s.scalars(select(PodEviction).order_by(PodEviction.decided_at.desc()).limit(20)))
-            reclaim = s.get(DiskReclaim, 1)
-        return {
-            "signals": [signal_view(o, self.thresholds) for o in signals],
-            "conditions": [{"type": c.condition, "status": c.pressure, "detail": c.detail,
-                            "since": _iso(c.transition_at)} for c in conditions],
-            "evictions": [{"pod": f"{e.namespace}/{e.name}", "uid": e.uid, "signal": e.signal,
-                           "message": e.message, "at": _iso(e.decided_at)} for e in evictions],
-            "lastReclaim": None if reclaim is None else {
-                "trigger": reclaim.trigger, "imagesRemoved": reclaim.images_removed,
-                "containersRemoved": reclaim.containers_removed, "bytesFreed": reclaim.bytes_freed,
-                "error": reclaim.error, "at": _iso(reclaim.finished_at)},
-        }
-
-
-def signal_view(o: SignalObservation, thresholds: list[Threshold]) -> dict:
-    """One signal for people: what is available, each threshold, and how far above it we are."""
-    out = {"signal": o.signal, "available": o.available, "capacity": o.capacity}
-    for kind, limit in (("hard", o.hard_threshold), ("soft", o.soft_threshold)):
-        if limit >= 0:
-            written = next((t.written for t in thresholds if t.signal == o.signal and t.hard == (kind == "hard")), "")
-            out[kind] = {"threshold": written, "thresholdValue": limit, "headroom": o.available - limit,
-                         "met": o.available < limit}
-    return out
-
-
-def _iso(ts: datetime | None) -> str | None:
-    if ts is None:
-        return None
-    return (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
 
 class EvictionLoop:
     """Runs the manager: a full cycle every MONITORING_PERIOD, or at once when the memory poll

@@ -262,6 +262,9 @@ class PodSyncer:
             sandbox = rt.current_sandbox
             await self.killer.kill_sandboxes(pod, rt, ready, grace, sandbox.ip if sandbox else "", floor=floor)
             rt = await get_runtime_pod(self.runtime, row.uid)
+        if not row.finished and not rt.running_containers and not any(sb.ready for sb in rt.sandboxes):
+            with self.store.session() as s:
+                s.get(DesiredPod, row.uid).finished = True
         self._record(pod, rt, {}, ("", ""))
         return SyncResult()
 

@@ -6,7 +6,7 @@ import logging
 import sys
 
 from services.volume.csi_volumes import CSIVolumes
-from services.volume.manager import VolumeManager
+from services.volume.manager import VolumeManager, done_with
 from services.volume.objects import STANDALONE_OBJECTS
 from services.volume.paths import Layout
 from services.volume.projection import NodeAllocatable
@@ -57,7 +57,7 @@ async def setup(ctx: ServiceContext) -> None:
     async def on_runtime(event: PodRuntimeChanged) -> None:
         # Only pods pod-sync has finished with matter here: their volumes may now go.
         with ctx.store.session() as s:
-            done = [uid for uid in event.uids if (row := s.get(DesiredPod, uid)) is None or row.terminated]
+            done = [uid for uid in event.uids if done_with(s.get(DesiredPod, uid))]
         if done:
             manager.wake(done)
 

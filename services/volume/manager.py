@@ -1,13 +1,13 @@
 """The volume service's loop: make every desired pod's volumes exist, and remove the volumes of
 pods that are gone, from the store and the disk alone (so a restart or a lost event loses nothing).
 
-Set up: for each pod pod-sync wants (desired_pods, not yet terminated), each volume is set up
+Set up: for each pod pod-sync wants (desired_pods, not terminated or finished), each volume is set up
 (idempotently: an existing tmpfs or CSI publish is left as it is) and recorded in pod_volumes;
 pod-sync starts containers once every volume of the pod is ready.
 
-Tear down: a pod's volumes go only when (1) pod-sync no longer wants the pod or has marked it
-terminated, which it does after its containers are gone, and (2) the runtime has no sandbox or
-container of it. Pods are found from the disk (<root>/pods/<uid>) as well as from the store, so a
+Tear down: a pod's volumes go only when (1) pod-sync no longer wants the pod, has marked it
+terminated (after its containers are gone) or finished (failed for good, e.g. evicted), and (2)
+nothing of it runs in the runtime (no ready sandbox, no container that has not exited). Pods are found from the disk (<root>/pods/<uid>) as well as from the store, so a
 pod deleted while this service was down is cleaned up when it comes back.
 """
 
@@ -19,6 +19,7 @@ import os
 import time
 from pathlib import Path
 
+from cri_api.v1 import api_pb2 as cri
 from sqlalchemy import delete, select
 
 from services.volume import metrics as M
@@ -61,6 +62,11 @@ def referenced_objects(pod: Pod) -> set[tuple[str, str, str]]:
                 if name:
                     refs.add(("secret", ns, name))
     return refs
+
+
+def done_with(row: DesiredPod | None) -> bool:
+    """pod-sync no longer wants the pod, has stopped it for deletion, or it failed for good."""
+    return row is None or row.terminated or row.finished
 
 
 class VolumeManager:
@@ -145,7 +151,7 @@ class VolumeManager:
         with self.store.session() as s:
             rows = {r.uid: r for r in s.scalars(select(DesiredPod))}
             recorded = set(s.scalars(select(PodVolume.pod_uid).distinct()))
-        active = {uid: r for uid, r in rows.items() if not r.terminated}
+        active = {uid: r for uid, r in rows.items() if not done_with(r)}
         candidates = set(active) | recorded | self.layout.pod_uids_on_disk() if uids is None else set(uids)
         sem = asyncio.Semaphore(SETUP_CONCURRENCY)
 
@@ -264,15 +270,18 @@ class VolumeManager:
     # -- tear down -------------------------------------------------------------------------------
 
     async def _runtime_has(self, uid: str) -> bool:
+        """Does anything of the pod still run (a ready sandbox, a container not exited)? Stopped
+        ones may stay for their status; they hold no volume."""
         selector = {L.POD_UID: uid}
         sandboxes = await self.runtime.list_pod_sandbox(selector)
         containers = await self.runtime.list_containers(selector)
-        return bool(sandboxes or containers)
+        return any(sb.state == cri.SANDBOX_READY for sb in sandboxes) or any(
+            c.state != cri.CONTAINER_EXITED for c in containers)
 
     async def _teardown_pod(self, uid: str) -> bool:
         with self.store.session() as s:
             row = s.get(DesiredPod, uid)
-        if row is not None and not row.terminated:
+        if not done_with(row):
             return False  # wanted again (the check above raced with pod-sync)
         if await self._runtime_has(uid):
             return False  # pod-sync has not finished stopping it; come back after its next report
@@ -282,7 +291,7 @@ class VolumeManager:
             withdrawn = s.execute(delete(PodVolume).where(PodVolume.pod_uid == uid)).rowcount
         with self.store.session() as s:
             row = s.get(DesiredPod, uid)
-        if (row is not None and not row.terminated) or await self._runtime_has(uid):
+        if not done_with(row) or await self._runtime_has(uid):
             self.wake([uid])  # set up again; nothing was unmounted
             return bool(withdrawn)
         try:

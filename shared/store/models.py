@@ -35,6 +35,9 @@ class DesiredPod(Base):
     # and whether the API object is already gone.
     terminated: Mapped[bool] = mapped_column(Boolean, default=False)
     api_deleted: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Failed for good (evicted, past activeDeadlineSeconds) and nothing of it runs: its volumes
+    # may go (emptyDirs give their disk back), while the pod and its status stay until deleted.
+    finished: Mapped[bool] = mapped_column(Boolean, default=False)
     # Admission is decided once: admitted pods stay admitted, rejected ones stay Failed.
     admitted: Mapped[bool] = mapped_column(Boolean, default=False)
     rejection_reason: Mapped[str] = mapped_column(String, default="")
@@ -169,6 +172,9 @@ class SignalObservation(Base):
     # The hard and soft thresholds in bytes (or inodes, pids); -1: none set.
     hard_threshold: Mapped[int] = mapped_column(Integer, default=-1)
     soft_threshold: Mapped[int] = mapped_column(Integer, default=-1)
+    # The thresholds as the config writes them ("100Mi", "10%"); empty: none.
+    hard_written: Mapped[str] = mapped_column(String, default="")
+    soft_written: Mapped[str] = mapped_column(String, default="")
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

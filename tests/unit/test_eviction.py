@@ -15,6 +15,7 @@ from shared.cgroups import CgroupReader
 from shared.config import ConfigError, KubeletConfiguration, load_kubelet_config
 from shared.events import RecordingRecorder
 from shared.podspec import Pod
+from shared.pressure_report import pressure_report
 from shared.store import DesiredPod, DiskReclaim, NodePressure, PodEviction, PodRuntime, PodVolume, Store
 
 GIB, MIB = 2**30, 2**20
@@ -414,8 +415,23 @@ async def test_view_shows_signals_thresholds_and_last_evictions(world):
     world.signals.obs["memory.available"] = Observed(900 * MIB, 8 * GIB)
     m = world.make(HARD_MEMORY)
     await m.synchronize()
-    view = m.view()
+    view = pressure_report(world.store)
     mem = next(s for s in view["signals"] if s["signal"] == "memory.available")
     assert mem["hard"] == {"threshold": "1Gi", "thresholdValue": GIB, "headroom": 900 * MIB - GIB, "met": True}
     assert view["evictions"][0]["pod"] == "default/hog"
     assert {c["type"]: c["status"] for c in view["conditions"]}["MemoryPressure"] is True
+
+
+async def test_pykubelet_status_shows_pressure_signals_and_evictions(world):
+    from services.cli.status_cmd import render_pressure
+
+    hog = pod("hog")
+    world.add(hog)
+    world.usage.usage = {hog.uid: PodUsage(memory=412 * MIB, containers_memory={"hog": 412 * MIB})}
+    world.signals.obs["memory.available"] = Observed(900 * MIB, 8 * GIB)
+    await world.make(HARD_MEMORY).synchronize()
+    text = "\n".join(render_pressure(pressure_report(world.store)))
+    assert "pressure: MemoryPressure (memory.available 900Mi < 1024Mi (hard threshold 1Gi))" in text
+    assert "memory.available             900.0Mi of 8.0Gi available, hard < 1Gi: MET" in text
+    assert "nodefs.available             50.0Gi of 100.0Gi available" in text
+    assert "evicted default/hog at " in text and "Container hog was using 412Mi" in text

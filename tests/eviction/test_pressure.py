@@ -1,0 +1,192 @@
+"""A node that defends itself: memory, disk and local-storage limits, on real containerd with
+real pressure, seen through kubectl as a user sees it."""
+
+from __future__ import annotations
+
+import time
+
+import yaml
+from sqlalchemy import select
+
+from shared.store import DiskReclaim, PodEviction
+from shared.images.build import ImageSpec, build_image
+from shared.images.registry import push_image
+from tests.eviction.conftest import DISK_THRESHOLD_MIB, MIB, TRANSITION_SECONDS, memory_available, pod_json
+from tests.integration.conftest import NODE_NAME, wait_for
+
+STEP_MIB = 50
+
+
+def hog_command(total_mib: int) -> list[str]:
+    """Grow by STEP_MIB every 0.2 s up to total_mib and hold it: each dd keeps its buffer while it
+    waits to write into a pipe nobody reads."""
+    steps = max(1, total_mib // STEP_MIB)
+    return ["sh", "-c", f"i=0; while [ $i -lt {steps} ]; do dd if=/dev/zero bs={STEP_MIB}M count=1 2>/dev/null "
+                        f"| sleep 3600 & i=$((i+1)); sleep 0.2; done; sleep 3600"]
+
+
+def phase(pod: dict | None) -> str:
+    return (pod or {}).get("status", {}).get("phase", "")
+
+
+def wait_condition(cluster, ctype: str, status: str, timeout: float) -> dict:
+    return wait_for(lambda: (c := cluster.condition(ctype))["status"] == status and c, timeout,
+                    f"the Node's {ctype} condition to be {status}")
+
+
+def test_memory_hog_is_evicted_and_guaranteed_pod_untouched(pressure_cluster):
+    c = pressure_cluster
+    busybox = c.node.image("busybox")
+    c.create_pod("steady", {"containers": [{"name": "app", "image": busybox, "command": ["sleep", "3600"],
+                                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                                          "limits": {"cpu": "100m", "memory": "64Mi"}}}]})
+    c.wait_pod("steady", lambda p: phase(p) == "Running", 60)
+    assert c.condition("MemoryPressure")["status"] == "False"
+    hog_mib = (memory_available() - c.memory_threshold) // MIB + 300
+    c.create_pod("hog", {"containers": [{"name": "hog", "image": busybox, "command": hog_command(hog_mib)}]})
+
+    seen_pressure = []
+
+    def evicted():
+        if c.condition("MemoryPressure")["status"] == "True":
+            seen_pressure.append(True)
+        p = c.pod("hog")
+        return phase(p) == "Failed" and p
+    hog = wait_for(evicted, 180, f"the hog ({hog_mib}Mi) to be evicted")
+    st = hog["status"]
+    assert st["reason"] == "Evicted", pod_json(c, "hog")
+    assert st["message"].startswith("The node was low on resource: memory. Container hog was using "), st["message"]
+    assert st["message"].endswith(", which exceeds its request of 0. "), st["message"]
+    assert all("terminated" in cs["state"] for cs in st["containerStatuses"])
+    wait_for(lambda: any(e["reason"] == "Evicted" and e["type"] == "Warning" for e in c.events_of("hog")), 30,
+             "an Evicted event on the hog")
+    steady = c.pod("steady")["status"]
+    assert phase({"status": steady}) == "Running" and steady["containerStatuses"][0]["restartCount"] == 0
+
+    cond = c.condition("MemoryPressure")
+    assert seen_pressure or cond["status"] == "True", "MemoryPressure never showed"
+    wait_condition(c, "MemoryPressure", "False", TRANSITION_SECONDS + 60)
+    node_events = {e["reason"] for e in c.get("events", "--field-selector", "involvedObject.kind=Node")["items"]}
+    assert {"NodeHasInsufficientMemory", "NodeHasSufficientMemory"} <= node_events
+    assert any(e["pod"] == "default/hog" for e in c.eviction_view()["evictions"])
+    status = c.node.cli("status").stdout
+    assert "memory.available" in status and "evicted default/hog" in status
+    c.delete_pods("steady", "hog")
+
+
+def test_static_pod_is_never_evicted_and_admission_refuses_besteffort_under_memory_pressure(pressure_cluster):
+    c = pressure_cluster
+    busybox = c.node.image("busybox")
+    hog_mib = (memory_available() - c.memory_threshold) // MIB + 300
+    c.node.write("static-hog.yaml", yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "static-hog"},
+        "spec": {"terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "hog", "image": busybox, "command": hog_command(hog_mib)}]}}))
+    try:
+        wait_condition(c, "MemoryPressure", "True", 120)
+        assert c.condition("MemoryPressure")["reason"] == "KubeletHasInsufficientMemory"
+        time.sleep(12)  # more than one housekeeping cycle under pressure
+        mirror = c.pod(f"static-hog-{NODE_NAME}")
+        assert phase(mirror) == "Running", "a static pod is critical: never evicted"
+
+        c.create_pod("late", {"containers": [{"name": "app", "image": busybox, "command": ["sleep", "3600"]}]})
+        late = c.wait_pod("late", lambda p: phase(p) == "Failed", 60, "the BestEffort pod to be refused")
+        assert (late["status"]["reason"], late["status"]["message"]) == (
+            "Evicted", "The node had condition: [MemoryPressure]. ")
+        # A Burstable pod is admitted. With the static hog out of reach it is then the only pod
+        # eviction may take, so it may go on to be evicted, as with the kubelet: either way it
+        # ran, which a refused pod never does.
+        c.create_pod("welcome", {"containers": [{"name": "app", "image": busybox, "command": ["sleep", "3600"],
+                                                 "resources": {"requests": {"memory": "16Mi"}}}]})
+        welcome = c.wait_pod("welcome", lambda p: any(
+            "running" in cs["state"] or "terminated" in cs["state"]
+            for cs in p.get("status", {}).get("containerStatuses") or []), 60,
+            "a Burstable pod admitted and started under MemoryPressure")
+        assert welcome["status"].get("message", "") != "The node had condition: [MemoryPressure]. "
+    finally:
+        c.node.remove("static-hog.yaml")
+    wait_condition(c, "MemoryPressure", "False", TRANSITION_SECONDS + 90)
+    c.delete_pods("late", "welcome")
+
+
+def _pushed_bulky_image(c) -> str:
+    """An image of about 100 MiB of incompressible data, pushed to the node's registry."""
+    import os
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        for _ in range(100):
+            f.write(os.urandom(MIB))
+    try:
+        built = build_image(ImageSpec("pykubelet/bulky", "1.0", ["sh"], binaries={"data/bulk": f.name},
+                                      modes={"data/bulk": 0o644}), applets=[])
+        return push_image(c.node.registry, built)
+    finally:
+        os.unlink(f.name)
+
+
+def test_disk_pressure_collects_unused_images_first_then_evicts(pressure_cluster):
+    c = pressure_cluster
+    ref = _pushed_bulky_image(c)
+    c.node.runtime(lambda cri: cri.pull_image(ref))
+    images = c.node.runtime(lambda cri: cri.list_images())
+    bulky = next(i for i in images if any("bulky" in t for t in i.repo_tags))
+    available = c.signal("nodefs.available")["available"]
+    # Past the threshold by more than the unused image gives back: reclaim is not enough.
+    fill_mib = (available // MIB) - DISK_THRESHOLD_MIB + 2 * bulky.size // MIB + 150
+    c.create_pod("filler", {"volumes": [{"name": "scratch", "emptyDir": {}}], "containers": [{
+        "name": "filler", "image": c.node.image("busybox"), "volumeMounts": [{"name": "scratch", "mountPath": "/d"}],
+        "command": ["sh", "-c", f"dd if=/dev/zero of=/d/fill bs=1M count={fill_mib}; sync; sleep 3600"]}]})
+    seen_pressure = []
+
+    def evicted():
+        if c.condition("DiskPressure")["status"] == "True":
+            seen_pressure.append(True)
+        p = c.pod("filler")
+        return phase(p) == "Failed" and p
+    filler = wait_for(evicted, 180, f"the filler ({fill_mib}Mi) to be evicted")
+    assert filler["status"]["reason"] == "Evicted"
+    assert filler["status"]["message"].startswith("The node was low on resource: ephemeral-storage. ")
+    left = [t for i in c.node.runtime(lambda cri: cri.list_images()) for t in i.repo_tags]
+    assert not any("bulky" in t for t in left), f"the unused image is still there: {left}"
+    store = c.store()
+    try:
+        with store.session() as s:
+            reclaim = s.get(DiskReclaim, 1)
+            decision = s.scalars(select(PodEviction).where(PodEviction.name == "filler")).one()
+        assert any("bulky" in name for name in reclaim.images_removed) or reclaim.answered_sequence > 0
+        assert reclaim.finished_at <= decision.decided_at, "images are collected before anyone is evicted"
+    finally:
+        store.close()
+    assert seen_pressure or c.condition("DiskPressure")["status"] == "True", "DiskPressure never showed"
+    # The evicted pod's emptyDir is removed (it stays Failed): the disk comes back.
+    wait_condition(c, "DiskPressure", "False", TRANSITION_SECONDS + 90)
+    assert c.signal("nodefs.available")["available"] > DISK_THRESHOLD_MIB * MIB
+    c.delete_pods("filler")
+
+
+def test_local_storage_limits_evict_with_the_kubelets_message(pressure_cluster):
+    c = pressure_cluster
+    busybox = c.node.image("busybox")
+    scratch = [{"name": "scratch", "emptyDir": {"sizeLimit": "20Mi"}}]
+    mount = [{"name": "scratch", "mountPath": "/d"}]
+    c.create_pod("over-dir", {"volumes": scratch, "containers": [{
+        "name": "app", "image": busybox, "volumeMounts": mount,
+        "command": ["sh", "-c", "dd if=/dev/zero of=/d/f bs=1M count=30; sleep 3600"]}]})
+    c.create_pod("under-dir", {"volumes": scratch, "containers": [{
+        "name": "app", "image": busybox, "volumeMounts": mount,
+        "command": ["sh", "-c", "dd if=/dev/zero of=/d/f bs=1M count=5; sleep 3600"]}]})
+    c.create_pod("over-container", {"containers": [
+        {"name": "writer", "image": busybox, "resources": {"limits": {"ephemeral-storage": "20Mi"}},
+         "command": ["sh", "-c", "dd if=/dev/zero of=/tmp/f bs=1M count=30; sleep 3600"]},
+        {"name": "idle", "image": busybox, "resources": {"limits": {"ephemeral-storage": "100Mi"}},
+         "command": ["sleep", "3600"]}]})
+    over = c.wait_pod("over-dir", lambda p: phase(p) == "Failed", 90, "the pod past its emptyDir sizeLimit evicted")
+    assert (over["status"]["reason"], over["status"]["message"]) == (
+        "Evicted", 'Usage of EmptyDir volume "scratch" exceeds the limit "20Mi". ')
+    writer = c.wait_pod("over-container", lambda p: phase(p) == "Failed", 90,
+                        "the pod past a container's ephemeral-storage limit evicted")
+    assert (writer["status"]["reason"], writer["status"]["message"]) == (
+        "Evicted", 'Container writer exceeded its local ephemeral storage limit "20Mi". ')
+    assert phase(c.pod("under-dir")) == "Running"
+    c.delete_pods("over-dir", "under-dir", "over-container")
