@@ -18,7 +18,7 @@ from typing import Awaitable, Callable, Protocol
 from prometheus_client import Counter, Gauge
 from sqlalchemy import delete, select
 
-from services.eviction.pod_usage import ActivePod, PodUsage, UsageCollector
+from services.eviction.pod_usage import ActivePod, UsageCollector
 from services.eviction.ranking import (eviction_message, has_storage_limits, is_critical, rank,
                                       storage_limit_violation)
 from services.eviction.signals import Observations, SignalReader
@@ -151,7 +151,7 @@ class EvictionManager:
         self._record_signals(obs)
 
         pods = self._active_pods()
-        self._forget_gone(pods)
+        self._drop_decisions_of_gone_pods()
         evicted = await self._local_storage_evictions(pods)
         if evicted:
             return evicted
@@ -296,6 +296,8 @@ class EvictionManager:
     # -- pods -----------------------------------------------------------------------------------
 
     def _active_pods(self) -> list[ActivePod]:
+        """Pods eviction may act on. Also notes which evicted pods still run: until they are
+        gone nothing else is evicted (found from the store, so a restart of this service keeps it)."""
         with self.store.session() as s:
             evicted = set(s.scalars(select(PodEviction.uid)))
             rows = list(s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True),
@@ -304,35 +306,30 @@ class EvictionManager:
             volumes: dict[str, dict[str, tuple[int, int]]] = {}
             for v in s.scalars(select(PodVolume).where(PodVolume.plugin == "kubernetes.io/empty-dir")):
                 volumes.setdefault(v.pod_uid, {})[v.name] = (v.used_bytes, v.size_limit_bytes)
-        out = []
+        out, evicted_running = [], set()
         for row in rows:
             rt = runtime.get(row.uid)
-            if row.uid in evicted or row.rejection_reason or rt is None:
-                continue
-            ids = {c["name"]: c["container_id"].removeprefix("containerd://") for c in rt.containers
+            ids = {c["name"]: c["container_id"].removeprefix("containerd://") for c in (rt.containers if rt else [])
                    if c.get("state") == "running" and c.get("container_id")}
             if not ids:
                 continue
-            out.append(ActivePod(row.uid, self._pods.get(row.uid, row.manifest), row.source, ids, rt.log_dir,
-                                 volumes.get(row.uid, {})))
+            if row.uid in evicted:
+                evicted_running.add(row.uid)
+            elif not row.rejection_reason:
+                out.append(ActivePod(row.uid, self._pods.get(row.uid, row.manifest), row.source, ids, rt.log_dir,
+                                     volumes.get(row.uid, {})))
+        now = self.clock()
+        for uid in evicted_running:
+            self._waiting_cleanup.setdefault(uid, now)
+        for uid in [u for u in self._waiting_cleanup if u not in evicted_running]:
+            del self._waiting_cleanup[uid]
         return out
 
-    def _forget_gone(self, pods: list[ActivePod]) -> None:
-        """Evicted pods whose containers are gone no longer hold up the next eviction; decisions
-        for pods that left the node are dropped."""
-        running = {p.uid for p in pods}
-        for uid in list(self._waiting_cleanup):
-            if uid not in running and not self._still_running(uid):
-                del self._waiting_cleanup[uid]
+    def _drop_decisions_of_gone_pods(self) -> None:
         with self.store.session() as s:
             desired = set(s.scalars(select(DesiredPod.uid)))
             s.execute(delete(PodEviction).where(PodEviction.uid.not_in(desired)))
         self._pods.retain(desired)
-
-    def _still_running(self, uid: str) -> bool:
-        with self.store.session() as s:
-            rt = s.get(PodRuntime, uid)
-        return rt is not None and any(c.get("state") == "running" for c in rt.containers)
 
 class EvictionLoop:
     """Runs the manager: a full cycle every MONITORING_PERIOD, or at once when the memory poll

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter
 from sqlalchemy import select
 
-from shared.bus import DiskReclaimed, DiskReclaimRequested, Event
+from shared.bus import DiskReclaimed, DiskReclaimRequested
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.podspec import Pod

@@ -25,8 +25,25 @@ def hog_command(total_mib: int) -> list[str]:
                         f"| sleep 3600 & i=$((i+1)); sleep 0.2; done; sleep 3600"]
 
 
+def ki(quantity: str) -> int:
+    """Bytes of a Node quantity the kubelet writes in Ki."""
+    return int(quantity.removesuffix("Ki")) * 1024
+
+
 def phase(pod: dict | None) -> str:
     return (pod or {}).get("status", {}).get("phase", "")
+
+
+def wait_evicted(cluster, name: str, condition: str, what: str) -> tuple[dict, bool]:
+    """Wait for the pod to be Failed; (the pod, whether the Node showed the condition meanwhile)."""
+    seen = []
+
+    def evicted():
+        if cluster.condition(condition)["status"] == "True":
+            seen.append(True)
+        p = cluster.pod(name)
+        return phase(p) == "Failed" and p
+    return wait_for(evicted, 180, what), bool(seen)
 
 
 def wait_condition(cluster, ctype: str, status: str, timeout: float) -> dict:
@@ -42,17 +59,15 @@ def test_memory_hog_is_evicted_and_guaranteed_pod_untouched(pressure_cluster):
                                                           "limits": {"cpu": "100m", "memory": "64Mi"}}}]})
     c.wait_pod("steady", lambda p: phase(p) == "Running", 60)
     assert c.condition("MemoryPressure")["status"] == "False"
+    # Allocatable keeps the hard thresholds out, as the kubelet reports it.
+    status = c.node_obj()["status"]
+    assert ki(status["capacity"]["memory"]) - ki(status["allocatable"]["memory"]) in range(
+        c.memory_threshold - 1024, c.memory_threshold + 1024)
+    assert ki(status["capacity"]["ephemeral-storage"]) - int(status["allocatable"]["ephemeral-storage"]) in range(
+        DISK_THRESHOLD_MIB * MIB - 1024, DISK_THRESHOLD_MIB * MIB + 1024)
     hog_mib = (memory_available() - c.memory_threshold) // MIB + 300
     c.create_pod("hog", {"containers": [{"name": "hog", "image": busybox, "command": hog_command(hog_mib)}]})
-
-    seen_pressure = []
-
-    def evicted():
-        if c.condition("MemoryPressure")["status"] == "True":
-            seen_pressure.append(True)
-        p = c.pod("hog")
-        return phase(p) == "Failed" and p
-    hog = wait_for(evicted, 180, f"the hog ({hog_mib}Mi) to be evicted")
+    hog, seen_pressure = wait_evicted(c, "hog", "MemoryPressure", f"the hog ({hog_mib}Mi) to be evicted")
     st = hog["status"]
     assert st["reason"] == "Evicted", pod_json(c, "hog")
     assert st["message"].startswith("The node was low on resource: memory. Container hog was using "), st["message"]
@@ -137,14 +152,7 @@ def test_disk_pressure_collects_unused_images_first_then_evicts(pressure_cluster
     c.create_pod("filler", {"volumes": [{"name": "scratch", "emptyDir": {}}], "containers": [{
         "name": "filler", "image": c.node.image("busybox"), "volumeMounts": [{"name": "scratch", "mountPath": "/d"}],
         "command": ["sh", "-c", f"dd if=/dev/zero of=/d/fill bs=1M count={fill_mib}; sync; sleep 3600"]}]})
-    seen_pressure = []
-
-    def evicted():
-        if c.condition("DiskPressure")["status"] == "True":
-            seen_pressure.append(True)
-        p = c.pod("filler")
-        return phase(p) == "Failed" and p
-    filler = wait_for(evicted, 180, f"the filler ({fill_mib}Mi) to be evicted")
+    filler, seen_pressure = wait_evicted(c, "filler", "DiskPressure", f"the filler ({fill_mib}Mi) to be evicted")
     assert filler["status"]["reason"] == "Evicted"
     assert filler["status"]["message"].startswith("The node was low on resource: ephemeral-storage. ")
     left = [t for i in c.node.runtime(lambda cri: cri.list_images()) for t in i.repo_tags]

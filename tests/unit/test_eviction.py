@@ -302,6 +302,19 @@ async def test_next_eviction_waits_for_the_last_one_to_clean_up(world):
     assert await m.synchronize() == [b.uid]
 
 
+async def test_a_restarted_manager_still_waits_for_the_evicted_pod(world):
+    a, b = pod("a"), pod("b")
+    world.add(a)
+    world.add(b)
+    world.usage.usage = {a.uid: PodUsage(memory=500 * MIB), b.uid: PodUsage(memory=100 * MIB)}
+    world.signals.obs["memory.available"] = Observed(100 * MIB, 8 * GIB)
+    assert await world.make(HARD_MEMORY).synchronize() == [a.uid]
+    restarted = world.make(HARD_MEMORY)  # a's containers still run: b is not next yet
+    assert await restarted.synchronize() == []
+    world.clock.now += CLEANUP_WAIT + 1
+    assert await restarted.synchronize() == [b.uid]
+
+
 async def test_soft_threshold_waits_its_grace_period_and_caps_the_pod_grace(world):
     p = pod("p")
     world.add(p)
@@ -395,12 +408,19 @@ async def test_empty_dir_over_its_size_limit_is_evicted_whatever_the_node_has(wo
     assert decision.signal == "local-storage"
 
 
-async def test_decisions_for_pods_gone_from_the_node_are_dropped(world):
+async def evicted_hog(world) -> EvictionManager:
+    """A manager that has just evicted the one pod, "hog" (412Mi used), at 900Mi available."""
     hog = pod("hog")
     world.add(hog)
-    world.signals.obs["memory.available"] = Observed(100 * MIB, 8 * GIB)
+    world.usage.usage = {hog.uid: PodUsage(memory=412 * MIB, containers_memory={"hog": 412 * MIB})}
+    world.signals.obs["memory.available"] = Observed(900 * MIB, 8 * GIB)
     m = world.make(HARD_MEMORY)
-    await m.synchronize()
+    assert await m.synchronize() == [hog.uid]
+    return m
+
+
+async def test_decisions_for_pods_gone_from_the_node_are_dropped(world):
+    m = await evicted_hog(world)
     with world.podsync.session() as s:
         s.query(DesiredPod).delete()
         s.query(PodRuntime).delete()
@@ -410,11 +430,7 @@ async def test_decisions_for_pods_gone_from_the_node_are_dropped(world):
 
 
 async def test_view_shows_signals_thresholds_and_last_evictions(world):
-    hog = pod("hog")
-    world.add(hog)
-    world.signals.obs["memory.available"] = Observed(900 * MIB, 8 * GIB)
-    m = world.make(HARD_MEMORY)
-    await m.synchronize()
+    await evicted_hog(world)
     view = pressure_report(world.store)
     mem = next(s for s in view["signals"] if s["signal"] == "memory.available")
     assert mem["hard"] == {"threshold": "1Gi", "thresholdValue": GIB, "headroom": 900 * MIB - GIB, "met": True}
@@ -425,11 +441,7 @@ async def test_view_shows_signals_thresholds_and_last_evictions(world):
 async def test_pykubelet_status_shows_pressure_signals_and_evictions(world):
     from services.cli.status_cmd import render_pressure
 
-    hog = pod("hog")
-    world.add(hog)
-    world.usage.usage = {hog.uid: PodUsage(memory=412 * MIB, containers_memory={"hog": 412 * MIB})}
-    world.signals.obs["memory.available"] = Observed(900 * MIB, 8 * GIB)
-    await world.make(HARD_MEMORY).synchronize()
+    await evicted_hog(world)
     text = "\n".join(render_pressure(pressure_report(world.store)))
     assert "pressure: MemoryPressure (memory.available 900Mi < 1024Mi (hard threshold 1Gi))" in text
     assert "memory.available             900.0Mi of 8.0Gi available, hard < 1Gi: MET" in text

@@ -21,14 +21,21 @@ def as_eviction(store: Store) -> Store:
     return Store(store.path, writer="eviction")
 
 
-async def test_evicted_pod_is_killed_at_once_and_fails_with_the_message(syncer, rt, store, events):
+async def evict_running_pod(syncer, rt, store, grace: int):
+    """A pod runs; eviction decides to evict it with this grace; pod-sync syncs it. Returns the
+    container that ran."""
     want(store, manifest(grace=30))
     await syncer.sync("uid1")
     [running] = rt.running()
     with as_eviction(store).session() as s:
         s.add(PodEviction(uid="uid1", namespace="default", name="p", signal="memory.available", message=MESSAGE,
-                          grace_period_seconds=0))
+                          grace_period_seconds=grace))
     await syncer.sync("uid1")
+    return running
+
+
+async def test_evicted_pod_is_killed_at_once_and_fails_with_the_message(syncer, rt, store, events):
+    running = await evict_running_pod(syncer, rt, store, grace=0)
     assert not rt.running() and not any(sb.state == cri.SANDBOX_READY for sb in rt.sandboxes.values())
     assert rt.stop_timeouts[running.id] == 0, "a hard eviction does not wait out the pod's 30 s"
     with store.session() as s:
@@ -43,13 +50,7 @@ async def test_evicted_pod_is_killed_at_once_and_fails_with_the_message(syncer, 
 
 
 async def test_soft_eviction_gives_the_grace_the_eviction_service_chose(syncer, rt, store):
-    want(store, manifest(grace=30))
-    await syncer.sync("uid1")
-    [running] = rt.running()
-    with as_eviction(store).session() as s:
-        s.add(PodEviction(uid="uid1", namespace="default", name="p", signal="memory.available", message=MESSAGE,
-                          grace_period_seconds=10))
-    await syncer.sync("uid1")
+    running = await evict_running_pod(syncer, rt, store, grace=10)
     assert 9 <= rt.stop_timeouts[running.id] <= 10
 
 
@@ -154,3 +155,23 @@ async def test_reclaim_removes_old_dead_instances_but_keeps_the_newest(syncer, r
     gc = DiskReclaimer(rt, store, Bus(), 85, 80, min_age=0)
     assert await gc.remove_old_dead_containers() == 1
     assert set(rt.containers) == {second.id}
+
+
+def test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds(tmp_path):
+    from services.pod_sync.resources import enforce_pods_allocatable
+    from shared.config import KubeletConfiguration
+    from shared.node_resources import Reservations, pods_cgroup_limits
+
+    for controller in ("memory", "cpu"):
+        (tmp_path / controller).mkdir()
+    k = KubeletConfiguration.model_validate({"kubeReserved": {"memory": "512Mi", "cpu": "500m"},
+                                             "systemReserved": {"memory": "512Mi"}})
+    limits = pods_cgroup_limits(2000, 8 * 2**30, Reservations.from_config(k))
+    assert limits == {"cpu": 1500, "memory": 7 * 2**30}, "the 100Mi hard threshold stays inside /kubepods"
+    assert enforce_pods_allocatable(limits["memory"], limits["cpu"], root=tmp_path) == []
+    assert (tmp_path / "memory/kubepods/memory.limit_in_bytes").read_text() == str(7 * 2**30)
+    assert (tmp_path / "cpu/kubepods/cpu.shares").read_text() == str(1500 * 1024 // 1000)
+    no_memory_controller = tmp_path / "other"
+    (no_memory_controller / "cpu").mkdir(parents=True)
+    problems = enforce_pods_allocatable(limits["memory"], limits["cpu"], root=no_memory_controller)
+    assert len(problems) == 1 and "memory.limit_in_bytes" in problems[0], "what cannot be set is said, not raised"
