@@ -175,3 +175,31 @@ def test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds(tmp_path)
     (no_memory_controller / "cpu").mkdir(parents=True)
     problems = enforce_pods_allocatable(limits["memory"], limits["cpu"], root=no_memory_controller)
     assert len(problems) == 1 and "memory.limit_in_bytes" in problems[0], "what cannot be set is said, not raised"
+
+
+async def test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_used_first(syncer, rt, store):
+    old, newer = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    rt.images.update({"reg/old:1": old, "reg/newer:1": newer})
+    rt.image_sizes.update({old: 12, newer: 6})
+    clock = [0.0]
+    gc = DiskReclaimer(rt, store, Bus(), high_percent=85, low_percent=80, min_age=0, clock=lambda: clock[0])
+
+    async def usage():
+        return used[0], 100
+    gc.imagefs_usage = usage
+    used = [84]
+    await gc.periodic_image_gc()
+    assert {"reg/old:1", "reg/newer:1"} <= set(rt.images), "below imageGCHighThresholdPercent nothing goes"
+    # reg/newer was in use more recently (a pod wanted it until now)...
+    want(store, manifest(uid="w", containers=[{"name": "x", "image": "reg/newer:1"}]))
+    clock[0] = 10
+    await gc.free_images(0, "test")  # a pass that only notes what is in use
+    with store.session() as s:
+        s.delete(s.get(DesiredPod, "w"))
+    used = [90]  # ... so at 90% with the goal of 80% (10 bytes), the oldest-used go first
+    clock[0] = 20
+    await gc.periodic_image_gc()
+    assert "reg/old:1" not in rt.images and IMG not in rt.images and "reg/newer:1" in rt.images
+    with store.session() as s:
+        done = s.get(DiskReclaim, 1)
+    assert (done.trigger, done.answered_sequence, done.bytes_freed) == ("image GC", 0, 12)
