@@ -35,6 +35,8 @@ class Event(BaseModel):
     """Base of all bus payloads; the subject carries the version."""
 
     subject: ClassVar[str]
+    # The services allowed to publish it (shared.bus_auth turns this into NATS permissions).
+    publishers: ClassVar[tuple[str, ...]] = ()
     sent_at: float = 0.0  # wall-clock seconds at publish, for the delivery-latency metric
 
 
@@ -42,6 +44,7 @@ class DesiredPodsChanged(Event):
     """pod-sync changed desired_pods (pods added, replaced or removed)."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.desired"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
     uids: list[str] = []
 
 
@@ -49,6 +52,7 @@ class PodRuntimeChanged(Event):
     """pod-sync wrote new runtime observations for these pods."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.runtime"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
     uids: list[str] = []
 
 
@@ -63,6 +67,7 @@ class PodLifecycleEvents(Event):
     """pod-sync's PLEG saw containers start, die or go away."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.lifecycle"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
     events: list[ContainerEvent] = []
 
 
@@ -70,6 +75,7 @@ class ProbeResultsChanged(Event):
     """probe wrote new results for these pods."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.probes.results"
+    publishers: ClassVar[tuple[str, ...]] = ("probe",)
     uids: list[str] = []
 
 
@@ -78,6 +84,7 @@ class KubeEvent(Event):
     Kubernetes events are: a lost one is not re-sent."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.events"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync", "probe", "volume", "eviction")
     kind: str = "Pod"  # Pod or Node
     namespace: str = ""
     name: str = ""
@@ -91,6 +98,7 @@ class PodStatusChanged(Event):
     """status-reporter recomputed these pods' status."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.status"
+    publishers: ClassVar[tuple[str, ...]] = ("status-reporter",)
     uids: list[str] = []
 
 
@@ -98,6 +106,7 @@ class VolumesChanged(Event):
     """volume wrote pod_volumes rows for these pods (set up, failed, or torn down)."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.volumes"
+    publishers: ClassVar[tuple[str, ...]] = ("volume",)
     uids: list[str] = []
 
 
@@ -105,6 +114,7 @@ class NetworkChanged(Event):
     """network wrote a new network_status row."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.network"
+    publishers: ClassVar[tuple[str, ...]] = ("network",)
     ready: bool = False
 
 
@@ -112,6 +122,7 @@ class EvictionsDecided(Event):
     """eviction wrote pod_evictions rows for these pods: pod-sync stops them."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.evictions"
+    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
     uids: list[str] = []
 
 
@@ -119,12 +130,14 @@ class NodePressureChanged(Event):
     """eviction changed a node_pressure row: the Node's conditions are to be reported now."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.node.pressure"
+    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
 
 
 class DiskReclaimRequested(Event):
     """eviction wrote a reclaim_requests row: pod-sync frees disk and answers in disk_reclaim."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.disk.reclaim.requested"
+    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
     sequence: int = 0
 
 
@@ -132,6 +145,7 @@ class DiskReclaimed(Event):
     """pod-sync wrote a disk_reclaim row."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.disk.reclaimed"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
     sequence: int = 0
 
 
@@ -141,10 +155,13 @@ E = TypeVar("E", bound=Event)
 class Bus:
     """A NATS connection that publishes and subscribes typed events."""
 
-    def __init__(self, url: str, name: str) -> None:
+    def __init__(self, url: str, name: str, user: str = "", password: str = "") -> None:
+        """user/password: this service's bus credentials (shared.bus_auth); empty: anonymous."""
         self.url = url
         self.name = name
+        self._auth = {"user": user, "password": password} if user else {}
         self._nc: NATS | None = None
+        self._last_error: Exception | None = None
 
     async def connect(self, timeout: float = 30.0) -> None:
         """Connect, retrying until `timeout`; afterwards nats-py reconnects by itself forever."""
@@ -164,11 +181,17 @@ class Bus:
                     error_cb=self._on_error,
                     disconnected_cb=self._on_disconnect,
                     reconnected_cb=self._on_reconnect,
+                    **self._auth,
                 ), timeout=max(0.1, min(5.0, deadline - loop.time())))
                 return
             except Exception as exc:  # nats raises several unrelated types here
                 last_error = exc
                 await asyncio.sleep(0.5)
+        # nats-py reports a refused login to the error callback; the attempt itself just times out.
+        last_error = self._last_error or last_error
+        if "authorization" in str(last_error).lower():
+            raise ConnectionError(f"the event bus at {self.url} refused {self.name}'s credentials "
+                                  f"({last_error}); pass this service's file with --bus-credentials")
         raise ConnectionError(
             f"cannot reach the event bus at {self.url}: {last_error}. Is nats-server running "
             "(pykubelet up starts one)?"
@@ -219,6 +242,7 @@ class Bus:
                 await self._nc.close()
 
     async def _on_error(self, exc: Exception) -> None:
+        self._last_error = exc
         log.warning("event bus error: %s", exc)
 
     async def _on_disconnect(self) -> None:
