@@ -44,6 +44,16 @@ spec:
     [item] = [i for i in body["items"] if i["metadata"]["name"].startswith("listed-")]
     assert item["status"]["phase"] == "Running"
     assert item["metadata"]["annotations"]["kubernetes.io/config.source"] == "file"
+    # The node's state is root's alone: the store (whole manifests) 0600, pod dirs 0750.
+    assert _mode(pods.root / "state.db") == 0o600
+    assert _mode(pods.root / "pods") == 0o750 and _mode(pods.root / "pods" / item["metadata"]["uid"]) == 0o750
+
+
+def _mode(path) -> int:
+    import os
+    import stat
+
+    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 def test_pod_lifecycle_metrics(pods):
