@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable, ClassVar, TypeVar
+from typing import Annotated, Awaitable, Callable, ClassVar, Literal, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from prometheus_client import Histogram
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
+
+from shared.podspec import POD_UID
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,12 @@ BUS_DELIVERY_SECONDS = Histogram("pykubelet_bus_delivery_seconds",
                                  buckets=_LATENCY_BUCKETS)
 BUS_HANDLER_SECONDS = Histogram("pykubelet_bus_handler_seconds", "Time an event handler took", ["subject"],
                                 buckets=_LATENCY_BUCKETS)
+
+
+# A payload names pods by UID, which services turn into paths (<root>/pods/<uid>): anything but
+# one safe path component makes the whole message malformed, and it is dropped.
+PodUID = Annotated[str, StringConstraints(pattern=POD_UID.pattern)]
+MAX_UIDS = 10_000
 
 
 class Event(BaseModel):
@@ -45,7 +53,7 @@ class DesiredPodsChanged(Event):
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.desired"
     publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
-    uids: list[str] = []
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class PodRuntimeChanged(Event):
@@ -53,11 +61,11 @@ class PodRuntimeChanged(Event):
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.runtime"
     publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
-    uids: list[str] = []
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class ContainerEvent(BaseModel):
-    pod_uid: str
+    pod_uid: PodUID
     container_id: str
     container_name: str
     type: str  # ContainerStarted, ContainerDied, ContainerRemoved (the kubelet's PLEG event types)
@@ -76,7 +84,7 @@ class ProbeResultsChanged(Event):
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.probes.results"
     publishers: ClassVar[tuple[str, ...]] = ("probe",)
-    uids: list[str] = []
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class KubeEvent(Event):
@@ -88,7 +96,7 @@ class KubeEvent(Event):
     kind: str = "Pod"  # Pod or Node
     namespace: str = ""
     name: str = ""
-    uid: str = ""
+    uid: PodUID | Literal[""] = ""
     type: str = "Normal"  # Normal or Warning
     reason: str = ""
     message: str = ""
@@ -99,7 +107,7 @@ class PodStatusChanged(Event):
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.status"
     publishers: ClassVar[tuple[str, ...]] = ("status-reporter",)
-    uids: list[str] = []
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class VolumesChanged(Event):
@@ -107,7 +115,7 @@ class VolumesChanged(Event):
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.volumes"
     publishers: ClassVar[tuple[str, ...]] = ("volume",)
-    uids: list[str] = []
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class NetworkChanged(Event):
@@ -123,7 +131,7 @@ class EvictionsDecided(Event):
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.evictions"
     publishers: ClassVar[tuple[str, ...]] = ("eviction",)
-    uids: list[str] = []
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class NodePressureChanged(Event):

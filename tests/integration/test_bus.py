@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import time
@@ -99,6 +100,24 @@ async def test_garbage_on_a_subject_is_dropped_and_the_next_event_arrives(nats_s
     await bus.close()
 
 
+async def test_path_like_pod_uids_in_a_payload_drop_the_message(nats_server):
+    import nats
+
+    bus = Bus(nats_server.url, "b")
+    await bus.connect(5)
+    got: asyncio.Queue = asyncio.Queue()
+    await bus.subscribe(DesiredPodsChanged, got.put)
+    raw = await nats.connect(nats_server.url)
+    for uid in ("../../etc", "/etc", "..", "a/b", "x" * 200):
+        await raw.publish(DesiredPodsChanged.subject, json.dumps({"uids": ["fine", uid]}).encode())
+    await raw.publish(DesiredPodsChanged.subject, b'{"uids": ["0b9f6c1e-4f2a-4c55-9d6b-1f0e2a3b4c5d"]}')
+    await raw.flush()
+    event = await asyncio.wait_for(got.get(), 5)
+    assert event.uids == ["0b9f6c1e-4f2a-4c55-9d6b-1f0e2a3b4c5d"] and got.empty()
+    await raw.close()
+    await bus.close()
+
+
 async def test_bus_survives_a_nats_restart(nats_server):
     bus, sender = Bus(nats_server.url, "b"), Bus(nats_server.url, "s")
     await bus.connect(5)
@@ -152,7 +171,7 @@ async def test_a_service_publishes_only_the_subjects_it_owns(secured_bus):
     await podsync.subscribe(ProbeResultsChanged, record)
     await podsync.subscribe(DesiredPodsChanged, record)
     await probe.publish(ProbeResultsChanged(uids=["ok"]))  # probe's own subject
-    await probe.publish(DesiredPodsChanged(uids=["../../etc"]))  # pod-sync's: refused by the server
+    await probe.publish(DesiredPodsChanged(uids=["forged"]))  # pod-sync's: refused by the server
     await nodeapi.publish(ProbeResultsChanged(uids=["forged"]))  # node-api publishes nothing
     await asyncio.sleep(1.0)
     assert [(type(e).__name__, e.uids) for e in got] == [("ProbeResultsChanged", ["ok"])]
