@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable, ClassVar, TypeVar
+from typing import Annotated, Awaitable, Callable, ClassVar, Literal, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from prometheus_client import Histogram
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
+
+from shared.podspec import POD_UID
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +33,18 @@ BUS_HANDLER_SECONDS = Histogram("pykubelet_bus_handler_seconds", "Time an event 
                                 buckets=_LATENCY_BUCKETS)
 
 
+# A payload names pods by UID, which services turn into paths (<root>/pods/<uid>): anything but
+# one safe path component makes the whole message malformed, and it is dropped.
+PodUID = Annotated[str, StringConstraints(pattern=POD_UID.pattern)]
+MAX_UIDS = 10_000
+
+
 class Event(BaseModel):
     """Base of all bus payloads; the subject carries the version."""
 
     subject: ClassVar[str]
+    # The services allowed to publish it (shared.bus_auth turns this into NATS permissions).
+    publishers: ClassVar[tuple[str, ...]] = ()
     sent_at: float = 0.0  # wall-clock seconds at publish, for the delivery-latency metric
 
 
@@ -42,18 +52,20 @@ class DesiredPodsChanged(Event):
     """pod-sync changed desired_pods (pods added, replaced or removed)."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.desired"
-    uids: list[str] = []
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class PodRuntimeChanged(Event):
     """pod-sync wrote new runtime observations for these pods."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.runtime"
-    uids: list[str] = []
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class ContainerEvent(BaseModel):
-    pod_uid: str
+    pod_uid: PodUID
     container_id: str
     container_name: str
     type: str  # ContainerStarted, ContainerDied, ContainerRemoved (the kubelet's PLEG event types)
@@ -63,6 +75,7 @@ class PodLifecycleEvents(Event):
     """pod-sync's PLEG saw containers start, die or go away."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.lifecycle"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
     events: list[ContainerEvent] = []
 
 
@@ -70,7 +83,8 @@ class ProbeResultsChanged(Event):
     """probe wrote new results for these pods."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.probes.results"
-    uids: list[str] = []
+    publishers: ClassVar[tuple[str, ...]] = ("probe",)
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class KubeEvent(Event):
@@ -78,10 +92,11 @@ class KubeEvent(Event):
     Kubernetes events are: a lost one is not re-sent."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.events"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync", "probe", "volume", "eviction")
     kind: str = "Pod"  # Pod or Node
     namespace: str = ""
     name: str = ""
-    uid: str = ""
+    uid: PodUID | Literal[""] = ""
     type: str = "Normal"  # Normal or Warning
     reason: str = ""
     message: str = ""
@@ -91,20 +106,23 @@ class PodStatusChanged(Event):
     """status-reporter recomputed these pods' status."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.status"
-    uids: list[str] = []
+    publishers: ClassVar[tuple[str, ...]] = ("status-reporter",)
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class VolumesChanged(Event):
     """volume wrote pod_volumes rows for these pods (set up, failed, or torn down)."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.volumes"
-    uids: list[str] = []
+    publishers: ClassVar[tuple[str, ...]] = ("volume",)
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class NetworkChanged(Event):
     """network wrote a new network_status row."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.network"
+    publishers: ClassVar[tuple[str, ...]] = ("network",)
     ready: bool = False
 
 
@@ -112,19 +130,22 @@ class EvictionsDecided(Event):
     """eviction wrote pod_evictions rows for these pods: pod-sync stops them."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.evictions"
-    uids: list[str] = []
+    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
+    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
 class NodePressureChanged(Event):
     """eviction changed a node_pressure row: the Node's conditions are to be reported now."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.node.pressure"
+    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
 
 
 class DiskReclaimRequested(Event):
     """eviction wrote a reclaim_requests row: pod-sync frees disk and answers in disk_reclaim."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.disk.reclaim.requested"
+    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
     sequence: int = 0
 
 
@@ -132,6 +153,7 @@ class DiskReclaimed(Event):
     """pod-sync wrote a disk_reclaim row."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.disk.reclaimed"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
     sequence: int = 0
 
 
@@ -141,10 +163,13 @@ E = TypeVar("E", bound=Event)
 class Bus:
     """A NATS connection that publishes and subscribes typed events."""
 
-    def __init__(self, url: str, name: str) -> None:
+    def __init__(self, url: str, name: str, user: str = "", password: str = "") -> None:
+        """user/password: this service's bus credentials (shared.bus_auth); empty: anonymous."""
         self.url = url
         self.name = name
+        self._auth = {"user": user, "password": password} if user else {}
         self._nc: NATS | None = None
+        self._last_error: Exception | None = None
 
     async def connect(self, timeout: float = 30.0) -> None:
         """Connect, retrying until `timeout`; afterwards nats-py reconnects by itself forever."""
@@ -164,11 +189,17 @@ class Bus:
                     error_cb=self._on_error,
                     disconnected_cb=self._on_disconnect,
                     reconnected_cb=self._on_reconnect,
+                    **self._auth,
                 ), timeout=max(0.1, min(5.0, deadline - loop.time())))
                 return
             except Exception as exc:  # nats raises several unrelated types here
                 last_error = exc
                 await asyncio.sleep(0.5)
+        # nats-py reports a refused login to the error callback; the attempt itself just times out.
+        last_error = self._last_error or last_error
+        if "authorization" in str(last_error).lower():
+            raise ConnectionError(f"the event bus at {self.url} refused {self.name}'s credentials "
+                                  f"({last_error}); pass this service's file with --bus-credentials")
         raise ConnectionError(
             f"cannot reach the event bus at {self.url}: {last_error}. Is nats-server running "
             "(pykubelet up starts one)?"
@@ -219,6 +250,7 @@ class Bus:
                 await self._nc.close()
 
     async def _on_error(self, exc: Exception) -> None:
+        self._last_error = exc
         log.warning("event bus error: %s", exc)
 
     async def _on_disconnect(self) -> None:

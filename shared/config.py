@@ -274,6 +274,9 @@ class NodeSettings(BaseModel):
     pleg_relist_period: float = 1.0
     kubeconfig: Path | None = None  # cluster mode when set
     node_ip: str = ""  # --node-ip; empty: the default route's address (shared.host.node_ip)
+    # This service's bus credentials (shared.bus_auth); None: <root-dir>/bus/<service>.json if
+    # there is one, else anonymous.
+    bus_credentials: Path | None = None
 
     @field_validator("node_ip")
     @classmethod
@@ -353,6 +356,8 @@ def add_node_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--config", help="KubeletConfiguration YAML file (kubelet.config.k8s.io/v1beta1)")
     g.add_argument("--root-dir", help="pykubelet state directory (default /var/lib/pykubelet)")
     g.add_argument("--nats-url", help="event bus URL (default nats://127.0.0.1:4222)")
+    g.add_argument("--bus-credentials", help="this service's bus credentials file (JSON user/password, mode 0600; "
+                                             "default <root-dir>/bus/<service>.json)")
     g.add_argument("--hostname-override", help="node name (default: this host's name)")
     g.add_argument("--kubeconfig", help="join the cluster this kubeconfig points at (cluster mode)")
     g.add_argument("--node-ip", help="the node's InternalIP (default: the address of the default route's interface)")
@@ -414,6 +419,8 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
         extra["root_dir"] = Path(args.root_dir)
     if getattr(args, "nats_url", None):
         extra["nats_url"] = args.nats_url
+    if getattr(args, "bus_credentials", None):
+        extra["bus_credentials"] = Path(args.bus_credentials)
     if getattr(args, "hostname_override", None):
         extra["node_name"] = args.hostname_override.lower()
     if getattr(args, "admin_port", None):

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from shared.admin import Check, admin_port, create_admin_app
 from shared.bus import Bus
+from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
 from shared.store import Store
 
@@ -87,6 +88,14 @@ async def _serve_admin(ctx: ServiceContext, port: int) -> None:
     await asyncio.wait_for(serve, timeout=5)
 
 
+def bus_credentials(name: str, settings: NodeSettings) -> Credentials | None:
+    """--bus-credentials, else the file the supervisor writes under the root dir, else none."""
+    path = settings.bus_credentials or credentials_file(settings.root_dir / BUS_DIR, name)
+    if settings.bus_credentials is None and not path.exists():
+        return None
+    return read_credentials(path)
+
+
 async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -95,7 +104,9 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
 
     store = Store(settings.store_path, writer=name)
     store.create_schema()
-    bus = Bus(settings.nats_url, name=f"pykubelet-{name}")
+    creds = bus_credentials(name, settings)
+    bus = Bus(settings.nats_url, name=f"pykubelet-{name}", user=creds.user if creds else "",
+              password=creds.password if creds else "")
     await bus.connect()
     checks: dict[str, Check] = {
         "bus": lambda: (bus.connected, "connected" if bus.connected else f"not connected to {settings.nats_url}"),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from shared.node_dirs import private_dir
+
 from shared.podspec import Container, Pod
 
 ETC_HOSTS = "/etc/hosts"
@@ -48,7 +50,7 @@ def hosts_content(pod: Pod, pod_ip: str, hostname: str, cluster_domain: str,
 
 def write_hosts_file(pod_dir: Path, content: str) -> Path:
     """Replace <pod dir>/etc-hosts atomically (a running container may be reading it)."""
-    pod_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(pod_dir)
     path = pod_dir / "etc-hosts"
     tmp = pod_dir / ".etc-hosts.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)

@@ -15,6 +15,7 @@ from services.pod_sync.resources import container_resources, pod_cgroup_parent
 from shared.config import NodeSettings
 from shared.cri import labels as L
 from shared.downward_api import metadata_field, resource_field
+from shared.node_dirs import private_dir
 from shared.podspec import ENV_NAME, Container, Pod
 from shared.qos import qos_class
 
@@ -216,7 +217,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
     env = container_env(pod, c, pod_ip, node, objects, warn)
     qos = qos_class(pod)
     term_log = termination_log_path(node, pod, c, attempt)
-    term_log.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(term_log.parent)
     term_log.touch()
     # As the kubelet: world-writable, so a container running as any user can leave its message.
     term_log.chmod(0o666)

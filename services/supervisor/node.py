@@ -25,6 +25,7 @@ from services.supervisor.process import ManagedProcess
 from services.supervisor.teardown import remove_all_pods, remove_bridge
 from shared.mounts import unmount_all_under
 from shared.admin import SERVICES, admin_port
+from shared.bus_auth import BUS_DIR, credentials_file, write_credentials, write_server_config
 from shared.cni import BRIDGE, CNI_BIN_DIR, cni_conf_dir
 from shared.config import FLAG_FIELDS, NodeSettings
 from shared.host import kernel_refuses_negative_oom_score_adj
@@ -73,6 +74,7 @@ class LocalNode:
         self.root = opts.settings.root_dir.resolve()
         self.run_dir = self.root / "run"
         self.log_dir = self.root / "logs"
+        self.bus_dir = self.root / BUS_DIR
         self.containerd = ContainerdLayout(self.root / "containerd")
         self.registry = f"127.0.0.1:{opts.registry_port}" if opts.registry_port else None
         self.nats_url = f"nats://127.0.0.1:{opts.nats_port}"
@@ -136,7 +138,10 @@ class LocalNode:
 
         if await ready():
             raise NodeError(f"port {port} is already in use; pick another with --nats-port")
-        p = self._proc("nats", ["nats-server", "-a", "127.0.0.1", "-p", str(port)], ready)
+        # Fresh credentials at every start: one user per service, publishing only its subjects.
+        users = write_credentials(self.bus_dir, SERVICES)
+        config = write_server_config(self.bus_dir / "nats.conf", port, users)
+        p = self._proc("nats", ["nats-server", "-c", str(config)], ready)
         await p.start(ready_timeout=20)
 
     async def start_registry(self) -> None:
@@ -195,7 +200,7 @@ class LocalNode:
 
     def service_argv(self, service: str) -> list[str]:
         argv = [sys.executable, "-m", module_of(service), "--root-dir", str(self.root),
-                "--nats-url", self.nats_url,
+                "--nats-url", self.nats_url, "--bus-credentials", str(credentials_file(self.bus_dir, service)),
                 "--container-runtime-endpoint", self.containerd.endpoint, "--pod-cidr", self.pod_cidr]
         a = self.opts.args
         if self.opts.admin_port_base:

@@ -28,6 +28,7 @@ from services.volume.csi_client import CSIError
 from services.volume.csi_volumes import PLUGIN as CSI_PLUGIN, AttachPending, CSIVolumes, read_vol_data
 from services.volume.local import setup_empty_dir, setup_host_path, teardown_mounted_dir
 from shared.mounts import MountError, is_mount_point, mount_tmpfs, remove_tree
+from shared.node_dirs import private_dir
 from services.volume.objects import STATIC_POD_OBJECTS, NoApiObjects, ObjectSource
 from services.volume.paths import PLUGINS, Layout, plugin_dir_name
 from services.volume.projection import (NodeAllocatable, VolumeSourceError, build_payload, keeps_secrets)
@@ -188,6 +189,7 @@ class VolumeManager:
         if not pod.spec.volumes:
             return False
         results: list[PodVolume] = []
+        private_dir(self.layout.pod_dir(pod.uid))
         # Static pods may not read API objects; in standalone mode self.objects already says so.
         objects = self.objects if row.source == "api" or isinstance(self.objects, NoApiObjects) \
             else STATIC_POD_OBJECTS

@@ -13,6 +13,7 @@ from sqlalchemy import Delete, Insert, Update, create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.node_dirs import private_dir, private_files
 from shared.store.models import TABLE_OWNERS, Base
 
 
@@ -46,7 +47,7 @@ class Store:
     def __init__(self, path: Path | str, writer: str | None) -> None:
         self.path = Path(path)
         self.writer = writer
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         self.engine: Engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": 5})
         event.listen(self.engine, "connect", _enable_wal)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -70,6 +71,7 @@ class Store:
                 Base.metadata.create_all(conn)
                 conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.exec_driver_sql("COMMIT")
+        private_files(self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
 
     @contextmanager
     def session(self) -> Iterator[Session]:

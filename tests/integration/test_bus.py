@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from shared.bus import Bus, DesiredPodsChanged, NetworkChanged
+from shared.bus import Bus, DesiredPodsChanged, NetworkChanged, ProbeResultsChanged
+from shared.bus_auth import write_credentials, write_server_config
 from tests.integration.conftest import free_port
 
 
 class NatsServer:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, config: Path | None = None) -> None:
+        """config: a nats-server config file (it names the port); None: no authorization."""
         self.port = port
+        self.config = config
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -25,8 +30,8 @@ class NatsServer:
     def start(self) -> None:
         if shutil.which("nats-server") is None:
             pytest.fail("nats-server is not installed; `make deps` installs it")
-        self.proc = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        argv = ["-c", str(self.config)] if self.config else ["-a", "127.0.0.1", "-p", str(self.port)]
+        self.proc = subprocess.Popen(["nats-server", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         import socket
 
         deadline = time.monotonic() + 10
@@ -41,6 +46,17 @@ class NatsServer:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def secured_bus(tmp_path):
+    """A nats-server with the node's authorization: a user per service, publish permissions."""
+    port = free_port()
+    users = write_credentials(tmp_path / "bus", ["pod-sync", "probe", "node-api"])
+    server = NatsServer(port, write_server_config(tmp_path / "bus" / "nats.conf", port, users))
+    server.start()
+    yield server, users
+    server.stop()
 
 
 @pytest.fixture
@@ -84,6 +100,24 @@ async def test_garbage_on_a_subject_is_dropped_and_the_next_event_arrives(nats_s
     await bus.close()
 
 
+async def test_path_like_pod_uids_in_a_payload_drop_the_message(nats_server):
+    import nats
+
+    bus = Bus(nats_server.url, "b")
+    await bus.connect(5)
+    got: asyncio.Queue = asyncio.Queue()
+    await bus.subscribe(DesiredPodsChanged, got.put)
+    raw = await nats.connect(nats_server.url)
+    for uid in ("../../etc", "/etc", "..", "a/b", "x" * 200):
+        await raw.publish(DesiredPodsChanged.subject, json.dumps({"uids": ["fine", uid]}).encode())
+    await raw.publish(DesiredPodsChanged.subject, b'{"uids": ["0b9f6c1e-4f2a-4c55-9d6b-1f0e2a3b4c5d"]}')
+    await raw.flush()
+    event = await asyncio.wait_for(got.get(), 5)
+    assert event.uids == ["0b9f6c1e-4f2a-4c55-9d6b-1f0e2a3b4c5d"] and got.empty()
+    await raw.close()
+    await bus.close()
+
+
 async def test_bus_survives_a_nats_restart(nats_server):
     bus, sender = Bus(nats_server.url, "b"), Bus(nats_server.url, "s")
     await bus.connect(5)
@@ -109,3 +143,37 @@ async def test_connect_to_nothing_fails_with_advice():
     bus = Bus(f"nats://127.0.0.1:{free_port()}", "x")
     with pytest.raises(ConnectionError, match="Is nats-server running"):
         await bus.connect(timeout=1.5)
+
+
+async def test_anonymous_and_wrong_password_connections_are_refused(secured_bus):
+    import nats
+
+    server, users = secured_bus
+    with pytest.raises(Exception, match="(?i)authorization"):
+        await asyncio.wait_for(nats.connect(server.url, allow_reconnect=False, connect_timeout=2), 5)
+    thief = Bus(server.url, "pykubelet-probe", user="probe", password="guess")
+    with pytest.raises(ConnectionError, match="refused pykubelet-probe's credentials"):
+        await thief.connect(timeout=2)
+
+
+async def test_a_service_publishes_only_the_subjects_it_owns(secured_bus):
+    server, users = secured_bus
+
+    def bus(service: str) -> Bus:
+        return Bus(server.url, f"pykubelet-{service}", user=service, password=users[service].password)
+    podsync, probe, nodeapi = bus("pod-sync"), bus("probe"), bus("node-api")
+    for b in (podsync, probe, nodeapi):
+        await b.connect(timeout=5)
+    got: list = []
+
+    async def record(event) -> None:
+        got.append(event)
+    await podsync.subscribe(ProbeResultsChanged, record)
+    await podsync.subscribe(DesiredPodsChanged, record)
+    await probe.publish(ProbeResultsChanged(uids=["ok"]))  # probe's own subject
+    await probe.publish(DesiredPodsChanged(uids=["forged"]))  # pod-sync's: refused by the server
+    await nodeapi.publish(ProbeResultsChanged(uids=["forged"]))  # node-api publishes nothing
+    await asyncio.sleep(1.0)
+    assert [(type(e).__name__, e.uids) for e in got] == [("ProbeResultsChanged", ["ok"])]
+    for b in (podsync, probe, nodeapi):
+        await b.close()

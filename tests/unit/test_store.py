@@ -55,3 +55,20 @@ def test_a_store_from_another_schema_version_is_rebuilt(tmp_path):
         s.add(DesiredPod(uid="u", namespace="n", name="p", source="file", manifest={}))
     with store.session() as s:
         assert s.get(DesiredPod, "u").name == "p"
+
+
+def test_the_store_and_a_new_root_dir_are_private(tmp_path):
+    import os
+    import stat
+
+    s = Store(tmp_path / "new-root" / "state.db", writer="pod-sync")
+    s.create_schema()
+    with s.session() as sess:  # a write: the WAL file exists now
+        sess.merge(DesiredPod(uid="u", namespace="d", name="n", source="file", manifest={}))
+    assert stat.S_IMODE(os.stat(tmp_path / "new-root").st_mode) == 0o750
+    for name in ("state.db", "state.db-wal", "state.db-shm"):
+        path = tmp_path / "new-root" / name
+        if path.exists():
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, name
+    assert stat.S_IMODE(os.stat(tmp_path / "new-root" / "state.db").st_mode) == 0o600
+    s.close()
