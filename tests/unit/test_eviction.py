@@ -290,12 +290,18 @@ async def test_hard_memory_threshold_evicts_the_hog_and_holds_the_condition(worl
     assert not pressure(world.store)["MemoryPressure"]
 
 
-async def test_next_eviction_waits_for_the_last_one_to_clean_up(world):
+def two_pods_short_of_memory(world) -> tuple[Pod, Pod]:
+    """a uses 500Mi, b 100Mi, neither requested any; the node has 100Mi left (threshold 1Gi)."""
     a, b = pod("a"), pod("b")
     world.add(a)
     world.add(b)
     world.usage.usage = {a.uid: PodUsage(memory=500 * MIB), b.uid: PodUsage(memory=100 * MIB)}
     world.signals.obs["memory.available"] = Observed(100 * MIB, 8 * GIB)
+    return a, b
+
+
+async def test_next_eviction_waits_for_the_last_one_to_clean_up(world):
+    a, b = two_pods_short_of_memory(world)
     m = world.make(HARD_MEMORY)
     assert await m.synchronize() == [a.uid]
     world.clock.now += CLEANUP_WAIT + 1
@@ -303,11 +309,7 @@ async def test_next_eviction_waits_for_the_last_one_to_clean_up(world):
 
 
 async def test_a_restarted_manager_still_waits_for_the_evicted_pod(world):
-    a, b = pod("a"), pod("b")
-    world.add(a)
-    world.add(b)
-    world.usage.usage = {a.uid: PodUsage(memory=500 * MIB), b.uid: PodUsage(memory=100 * MIB)}
-    world.signals.obs["memory.available"] = Observed(100 * MIB, 8 * GIB)
+    a, b = two_pods_short_of_memory(world)
     assert await world.make(HARD_MEMORY).synchronize() == [a.uid]
     restarted = world.make(HARD_MEMORY)  # a's containers still run: b is not next yet
     assert await restarted.synchronize() == []
