@@ -111,6 +111,17 @@ class CgroupReader:
         mem = self._memory_v2(cgroup) if self.version == 2 else self._memory_v1(cgroup)
         return CgroupSample(now, cpu, *mem)
 
+    def working_set(self, cgroup: str = "/") -> int | None:
+        """Only the working set: two reads, cheap enough to poll every half second."""
+        d = self._dir("memory", cgroup)
+        if self.version == 2:
+            if cgroup.strip("/") == "":
+                return self._proc_memory()[1]
+            return _working_set(_read_int(d / "memory.current"), _read_keyed(d / "memory.stat").get("inactive_file"))
+        stat = _read_keyed(d / "memory.stat")
+        return _working_set(_read_int(d / "memory.usage_in_bytes"),
+                            stat.get("total_inactive_file", stat.get("inactive_file")))
+
     def process_count(self, cgroup: str) -> int | None:
         return _read_int(self._dir("pids", cgroup) / "pids.current")
 

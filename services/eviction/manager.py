@@ -41,6 +41,7 @@ CLEANUP_WAIT = 30.0
 # How long to wait for pod-sync to answer a disk reclaim before evicting anyway.
 RECLAIM_WAIT = 30.0
 LOCAL_STORAGE = "local-storage"
+RECORD_CHANGE, RECORD_EVERY = 0.005, 60.0
 
 EVICTIONS = Counter("kubelet_evictions", "Cumulative number of pod evictions by eviction signal",
                     ["eviction_signal"])
@@ -85,6 +86,7 @@ class EvictionManager:
         self.signals = signals
         self.usage = usage
         self.thresholds = thresholds
+        self._memory_signals = frozenset(t.signal for t in thresholds if t.resource == "memory")
         self.transition_period = transition_period
         self.max_pod_grace = max_pod_grace
         self.events = events
@@ -98,12 +100,17 @@ class EvictionManager:
         self._waiting_cleanup: dict[str, float] = {}  # evicted uid -> when
         self._reclaim_asked: tuple[int, float] | None = None  # (sequence, when)
         self._nothing_to_evict = False
+        self._recorded: dict[str, int] = {}  # signal -> available as last written
+        self._recorded_at = -RECORD_EVERY
 
     # -- measuring ------------------------------------------------------------------------------
 
     def memory_threshold_met(self) -> bool:
-        """The fast check: is any memory threshold met now? (Memory is polled between cycles.)"""
-        obs = self.signals.memory()
+        """The fast check: is any memory threshold met now? (Memory is polled between cycles;
+        only the signals that have a threshold are read.)"""
+        if not self._memory_signals:
+            return False
+        obs = self.signals.memory(self._memory_signals)
         return any(self._is_met(t, obs) for t in self.thresholds if t.signal in obs)
 
     def _limit(self, t: Threshold, obs: Observations) -> int:
@@ -281,13 +288,23 @@ class EvictionManager:
         return max(0.0, min(waits)) if waits else None
 
     def _record_signals(self, obs: Observations) -> None:
+        """The signals for the views. An idle node's figures barely move: they are written when
+        one moved by more than RECORD_CHANGE of its capacity, or RECORD_EVERY after the last write."""
+        now = self.clock()
+        moved = any(abs(o.available - self._recorded.get(name, -1)) > RECORD_CHANGE * o.capacity
+                    for name, o in obs.items())
+        for name, o in obs.items():
+            SIGNAL_AVAILABLE.labels(name).set(o.available)
+        if not moved and now - self._recorded_at < RECORD_EVERY:
+            return
+        self._recorded = {name: o.available for name, o in obs.items()}
+        self._recorded_at = now
         limits: dict[tuple[str, bool], tuple[int, str]] = {}
         for t in self.thresholds:
             if t.signal in obs:
                 limits[(t.signal, t.hard)] = (self._limit(t, obs), t.written)
         with self.store.session() as s:
             for name, o in obs.items():
-                SIGNAL_AVAILABLE.labels(name).set(o.available)
                 hard, soft = limits.get((name, True), (-1, "")), limits.get((name, False), (-1, ""))
                 s.merge(SignalObservation(signal=name, available=o.available, capacity=o.capacity,
                                           hard_threshold=hard[0], hard_written=hard[1], soft_threshold=soft[0],
@@ -328,7 +345,8 @@ class EvictionManager:
     def _drop_decisions_of_gone_pods(self) -> None:
         with self.store.session() as s:
             desired = set(s.scalars(select(DesiredPod.uid)))
-            s.execute(delete(PodEviction).where(PodEviction.uid.not_in(desired)))
+            if set(s.scalars(select(PodEviction.uid))) - desired:
+                s.execute(delete(PodEviction).where(PodEviction.uid.not_in(desired)))
         self._pods.retain(desired)
 
 class EvictionLoop:

@@ -31,6 +31,7 @@ class Observed:
 
 
 Observations = dict[str, Observed]
+MEMORY_SIGNALS = frozenset({"memory.available", "allocatableMemory.available"})
 
 
 class SignalReader:
@@ -43,15 +44,17 @@ class SignalReader:
         self.memory_capacity = memory_capacity_bytes(str(proc / "meminfo"))
         self.imagefs: Path | None = None  # set from CRI ImageFsInfo by the manager
 
-    def memory(self) -> Observations:
+    def memory(self, signals: frozenset[str] = MEMORY_SIGNALS) -> Observations:
         out: Observations = {}
-        root = self.cgroups.sample("/").working_set
-        if root is not None:
-            out["memory.available"] = Observed(max(0, self.memory_capacity - root), self.memory_capacity)
-        pods = self.cgroups.sample(KUBEPODS).working_set if self.cgroups.exists(KUBEPODS) else 0
-        if pods is not None:
-            out["allocatableMemory.available"] = Observed(max(0, self.allocatable_memory - pods),
-                                                          self.allocatable_memory)
+        if "memory.available" in signals:
+            root = self.cgroups.working_set("/")
+            if root is not None:
+                out["memory.available"] = Observed(max(0, self.memory_capacity - root), self.memory_capacity)
+        if "allocatableMemory.available" in signals:
+            pods = self.cgroups.working_set(KUBEPODS) if self.cgroups.exists(KUBEPODS) else 0
+            if pods is not None:
+                out["allocatableMemory.available"] = Observed(max(0, self.allocatable_memory - pods),
+                                                              self.allocatable_memory)
         return out
 
     def filesystems(self) -> Observations:

@@ -170,8 +170,8 @@ class FakeSignals:
                     "pid.available": Observed(30000, 32768)}
         self.imagefs = Path("/")
 
-    def memory(self):
-        return {k: v for k, v in self.obs.items() if k.startswith("memory")}
+    def memory(self, signals=frozenset({"memory.available", "allocatableMemory.available"})):
+        return {k: v for k, v in self.obs.items() if k in signals}
 
     def filesystems(self):
         return {k: v for k, v in self.obs.items() if "fs." in k}
