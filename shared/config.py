@@ -23,6 +23,7 @@ from shared.durations import parse_duration, to_seconds
 from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
 from shared.server_config import ServerConfig
+from shared.sysctls import check_allowed_unsafe
 from shared.thresholds import (DEFAULT_EVICTION_HARD, Threshold, check_grace_periods, check_reserved,
                                check_signal_map, parse_thresholds)
 
@@ -43,7 +44,7 @@ KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
     makeIPTablesUtilChains iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn
     memorySwap containerLogMaxWorkers
     containerLogMonitorInterval configMapAndSecretChangeDetectionStrategy reservedSystemCPUs
-    showHiddenMetricsForVersion systemReservedCgroup kubeReservedCgroup allowedUnsafeSysctls volumePluginDir providerID
+    showHiddenMetricsForVersion systemReservedCgroup kubeReservedCgroup volumePluginDir providerID
     kernelMemcgNotification logging enableSystemLogHandler enableSystemLogQuery
     shutdownGracePeriod shutdownGracePeriodCriticalPods shutdownGracePeriodByPodPriority
     reservedMemory enableProfilingHandler enableDebugFlagsHandler seccompDefault
@@ -117,6 +118,8 @@ class KubeletConfiguration(ServerConfig):
     image_gc_high_threshold_percent: int = Field(default=85, alias="imageGCHighThresholdPercent", ge=0, le=100)
     image_gc_low_threshold_percent: int = Field(default=80, alias="imageGCLowThresholdPercent", ge=0, le=100)
     image_minimum_gc_age: float = Field(default=120.0, alias="imageMinimumGCAge")
+    # Sysctls pods may set beyond the safe set: names, or prefixes ending in '*'.
+    allowed_unsafe_sysctls: list[str] = Field(default_factory=list)
 
     @field_validator("api_version")
     @classmethod
@@ -185,6 +188,11 @@ class KubeletConfiguration(ServerConfig):
         if not isinstance(v, dict):
             raise ValueError("must be a map of resource name to quantity")
         return {str(k): str(val) for k, val in check_reserved(v, to_camel(info.field_name)).items()}
+
+    @field_validator("allowed_unsafe_sysctls")
+    @classmethod
+    def _unsafe_sysctls(cls, v: list[str]) -> list[str]:
+        return check_allowed_unsafe(v)
 
     @field_validator("enforce_node_allocatable")
     @classmethod

@@ -196,6 +196,47 @@ class Capabilities(_Model):
     drop: list[str] = Field(default_factory=list)
 
 
+class SeccompProfile(_Model):
+    type: Literal["RuntimeDefault", "Unconfined", "Localhost"]
+    # Localhost: a file beneath the kubelet's seccomp dir (<root-dir>/seccomp), never outside it.
+    localhostProfile: str | None = None
+
+    @model_validator(mode="after")
+    def _localhost(self) -> "SeccompProfile":
+        if self.type == "Localhost":
+            path = self.localhostProfile or ""
+            parts = path.split("/")
+            if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise ValueError("localhostProfile must be a relative path beneath the seccomp profile "
+                                 f"directory, without '..' (got {path[:100]!r})")
+        elif self.localhostProfile is not None:
+            raise ValueError("localhostProfile is only for type Localhost")
+        return self
+
+
+# A sysctl name as the API server validates it; the value is one line of printable text.
+SYSCTL_NAME = re.compile(r"^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")
+
+
+class Sysctl(_Model):
+    name: str
+    value: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > 253 or not SYSCTL_NAME.match(v):
+            raise ValueError(f"{v[:80]!r} is not a sysctl name")
+        return v
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        if len(v) > 4096 or any(ord(ch) < 32 and ch != "\t" for ch in v):
+            raise ValueError("a sysctl value is one line of text")
+        return v
+
+
 class SecurityContext(_Model):
     runAsUser: int | None = Field(default=None, ge=0)
     runAsGroup: int | None = Field(default=None, ge=0)
@@ -204,6 +245,7 @@ class SecurityContext(_Model):
     readOnlyRootFilesystem: bool | None = None
     allowPrivilegeEscalation: bool | None = None
     capabilities: Capabilities | None = None
+    seccompProfile: SeccompProfile | None = None
 
 
 class PodSecurityContext(_Model):
@@ -211,6 +253,32 @@ class PodSecurityContext(_Model):
     runAsGroup: int | None = Field(default=None, ge=0)
     runAsNonRoot: bool | None = None
     supplementalGroups: list[int] = Field(default_factory=list)
+    seccompProfile: SeccompProfile | None = None
+    sysctls: list[Sysctl] = Field(default_factory=list, max_length=64)
+
+
+class PodDNSConfigOption(_Model):
+    name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._-]+$")
+    value: str | None = Field(default=None, max_length=255, pattern=r"^[A-Za-z0-9._:-]*$")
+
+
+class PodDNSConfig(_Model):
+    nameservers: list[str] = Field(default_factory=list, max_length=3)
+    searches: list[str] = Field(default_factory=list, max_length=6)
+    options: list[PodDNSConfigOption] = Field(default_factory=list, max_length=32)
+
+    @field_validator("nameservers")
+    @classmethod
+    def _servers(cls, v: list[str]) -> list[str]:
+        return [ip_address(ip) for ip in v]
+
+    @field_validator("searches")
+    @classmethod
+    def _searches(cls, v: list[str]) -> list[str]:
+        for domain in v:
+            if len(domain) > 253 or not DNS1123_SUBDOMAIN.match(domain.lower().rstrip(".")):
+                raise ValueError(f"search domain {domain[:80]!r} is not a DNS name")
+        return v
 
 
 class VolumeMount(_Model):
@@ -380,6 +448,10 @@ class PodSpec(_Model):
     enableServiceLinks: bool = True
     activeDeadlineSeconds: int | None = Field(default=None, ge=1)
     hostAliases: list[HostAlias] = Field(default_factory=list)
+    hostPID: bool = False
+    hostIPC: bool = False
+    shareProcessNamespace: bool | None = None
+    dnsConfig: PodDNSConfig | None = None
     # Set by the API server's Priority admission from priorityClassName; ranks pods for eviction.
     priority: int | None = None
     priorityClassName: str | None = None

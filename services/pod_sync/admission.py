@@ -14,6 +14,7 @@ from prometheus_client import Counter
 
 from shared.podspec import Pod
 from shared.qos import pod_requests, qos_class
+from shared.sysctls import forbidden_sysctl
 
 ADMISSION_REJECTIONS = Counter("kubelet_admission_rejections_total",
                                "Cumulative number pod admission rejections by the Kubelet.", ["reason"])
@@ -73,3 +74,14 @@ def admit_under_pressure(pod: Pod, pressure: list[str], critical: bool) -> Verdi
         return Verdict(True)
     ADMISSION_REJECTIONS.labels(EVICTED).inc()
     return Verdict(False, EVICTED, f"The node had condition: [{' '.join(pressure)}]. ")
+
+
+SYSCTL_FORBIDDEN = "SysctlForbidden"
+
+
+def admit_sysctls(pod: Pod, allowed_unsafe: list[str]) -> Verdict:
+    why = forbidden_sysctl(pod, allowed_unsafe)
+    if not why:
+        return Verdict(True)
+    ADMISSION_REJECTIONS.labels(SYSCTL_FORBIDDEN).inc()
+    return Verdict(False, SYSCTL_FORBIDDEN, f"forbidden sysctl: {why}")

@@ -62,6 +62,10 @@ class ImageManager:
         self._limit = asyncio.Semaphore(parallelism) if parallelism else None
         self._inflight: dict[str, asyncio.Future[str]] = {}
 
+    async def status(self, ref: str) -> cri.Image | None:
+        """What the runtime knows of a present image (its user, for runAsNonRoot)."""
+        return await self._images.image_status(ref)
+
     async def ensure(self, pod_uid: str, container: Container, sandbox_config: cri.PodSandboxConfig | None,
                      on_pull: Callable[[str], None] | None = None) -> EnsuredImage:
         """Return the image reference to create the container from, pulling if the policy says so.

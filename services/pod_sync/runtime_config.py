@@ -8,10 +8,12 @@ from typing import Callable
 
 from cri_api.v1 import api_pb2 as cri
 
+from services.pod_sync.dns import dns_config
 from services.pod_sync.env_sources import EnvObjects
 from services.pod_sync.etc_hosts import ETC_HOSTS
 from services.pod_sync.expansion import expand
 from services.pod_sync.resources import container_resources, pod_cgroup_parent
+from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
 from shared.config import NodeSettings
 from shared.cri import labels as L
 from shared.downward_api import metadata_field, resource_field
@@ -39,25 +41,6 @@ def pod_hostname(pod: Pod) -> str:
     return name[:63].rstrip("-.")
 
 
-def _dns_config(pod: Pod, settings: NodeSettings) -> cri.DNSConfig | None:
-    """ClusterFirst with clusterDNS set gives the cluster's resolver; otherwise the host's."""
-    k = settings.kubelet
-    policy = pod.spec.dnsPolicy
-    cluster_first = (policy == "ClusterFirst" and not pod.spec.hostNetwork) or policy == "ClusterFirstWithHostNet"
-    if not (cluster_first and k.cluster_dns):
-        return None  # runtime copies the host's resolv.conf
-    searches = []
-    if k.cluster_domain:
-        ns = pod.metadata.namespace
-        searches = [f"{ns}.svc.{k.cluster_domain}", f"svc.{k.cluster_domain}", k.cluster_domain]
-    return cri.DNSConfig(servers=k.cluster_dns, searches=searches, options=["ndots:5"])
-
-
-def _namespaces(pod: Pod) -> cri.NamespaceOption:
-    return cri.NamespaceOption(network=cri.NODE if pod.spec.hostNetwork else cri.POD,
-                               pid=cri.CONTAINER, ipc=cri.POD)
-
-
 def pod_identity_labels(pod: Pod) -> dict[str, str]:
     return {L.POD_NAME: pod.metadata.name, L.POD_NAMESPACE: pod.metadata.namespace,
             L.POD_UID: pod.uid, L.MANAGED_BY: "true"}
@@ -80,9 +63,10 @@ def sandbox_config(pod: Pod, attempt: int, settings: NodeSettings) -> cri.PodSan
         annotations=m.annotations,
         linux=cri.LinuxPodSandboxConfig(
             cgroup_parent=pod_cgroup_parent(pod, qos_class(pod)),
-            security_context=cri.LinuxSandboxSecurityContext(namespace_options=_namespaces(pod))),
+            security_context=sandbox_security_context(pod, seccomp_dir(settings.root_dir)),
+            sysctls={x.name: x.value for x in pod.spec.securityContext.sysctls}),
     )
-    dns = _dns_config(pod, settings)
+    dns = dns_config(pod, settings)
     if dns is not None:
         cfg.dns_config.CopyFrom(dns)
     return cfg
@@ -161,25 +145,6 @@ def _env_value(pod: Pod, c: Container, e, defined: dict[str, str], pod_ip: str, 
     return values[ref["key"]]
 
 
-def _security_context(pod: Pod, c: Container) -> cri.LinuxContainerSecurityContext:
-    sc = cri.LinuxContainerSecurityContext(namespace_options=_namespaces(pod))
-    psc, csc = pod.spec.securityContext, c.securityContext
-    run_as_user = csc.runAsUser if csc and csc.runAsUser is not None else psc.runAsUser
-    run_as_group = csc.runAsGroup if csc and csc.runAsGroup is not None else psc.runAsGroup
-    if run_as_user is not None:
-        sc.run_as_user.value = run_as_user
-    if run_as_group is not None:
-        sc.run_as_group.value = run_as_group
-    sc.supplemental_groups.extend(psc.supplementalGroups)
-    if csc is not None:
-        sc.privileged = bool(csc.privileged)
-        sc.readonly_rootfs = bool(csc.readOnlyRootFilesystem)
-        if csc.allowPrivilegeEscalation is False:
-            sc.no_new_privs = True
-        if csc.capabilities is not None:
-            sc.capabilities.add_capabilities.extend(csc.capabilities.add)
-            sc.capabilities.drop_capabilities.extend(csc.capabilities.drop)
-    return sc
 
 
 def termination_log_path(node: NodeFacts, pod: Pod, c: Container, attempt: int) -> Path:
@@ -245,6 +210,6 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         tty=c.tty,
         linux=cri.LinuxContainerConfig(
             resources=container_resources(c, qos, node.memory_bytes, node.oom_floor),
-            security_context=_security_context(pod, c)),
+            security_context=container_security_context(pod, c, seccomp_dir(node.pods_dir.parent))),
     )
     return cfg

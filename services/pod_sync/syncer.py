@@ -14,7 +14,7 @@ from sqlalchemy import delete, select
 
 from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
-from services.pod_sync.admission import EVICTED, admit, admit_under_pressure
+from services.pod_sync.admission import EVICTED, admit, admit_sysctls, admit_under_pressure
 from shared.node_resources import Reservations, allocatable
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
@@ -25,6 +25,7 @@ from services.pod_sync.killing import MIN_GRACE, Killer
 from services.pod_sync.observed import observed_containers
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
 from services.pod_sync.runtime_config import NodeFacts, container_config, pod_hostname, sandbox_config
+from services.pod_sync.security import check_run_as_non_root, needs_image_user
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
 from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
@@ -131,7 +132,10 @@ class PodSyncer:
                                          DesiredPod.uid != row.uid))]
             pressure = [c for c in PRESSURE_ORDER if c in set(s.scalars(
                 select(NodePressure.condition).where(NodePressure.pressure.is_(True))))]
+            # In the kubelet's order: eviction (node pressure), sysctls, then resources.
             verdict = admit_under_pressure(pod, pressure, is_critical(pod, static=row.source == "file"))
+            if verdict.admitted:
+                verdict = admit_sysctls(pod, self.settings.kubelet.allowed_unsafe_sysctls)
             if verdict.admitted:
                 verdict = admit(pod, others, self._capacity, self.settings.kubelet.max_pods)
             stored = s.get(DesiredPod, row.uid)
@@ -339,6 +343,10 @@ class PodSyncer:
                     else f'Successfully pulled image "{spec.image}" in {image.pulled_seconds:.3f}s')
         progress.pull_seconds += image.pulled_seconds or 0.0
         try:
+            if needs_image_user(pod, spec):
+                check_run_as_non_root(pod, spec, await self.images.status(image.ref))
+            else:
+                check_run_as_non_root(pod, spec, None)
             objects = await self.env_source.gather(pod, spec)
             config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node, volumes, objects,
                                       warn=lambda reason, message: self._event(pod, "Warning", reason, message),

@@ -43,7 +43,8 @@ class FakeRuntime:
         self.sandbox_stats: dict[str, cri.PodSandboxStats] = {}
         self.image_fs = cri.ImageFsInfoResponse()
         self.stop_timeouts: dict[str, int] = {}  # container id -> the timeout StopContainer got
-        self.image_sizes: dict[str, int] = {}  # image ref -> size list_images reports
+        self.image_sizes: dict[str, int] = {}
+        self.image_users: dict[str, tuple[int | None, str]] = {}  # image ref -> (uid, username) of its config  # image ref -> size list_images reports
         self.sandbox_image = "registry.k8s.io/pause:3.9"
         self.streaming_url = "http://127.0.0.1:1"
         self._ids = itertools.count(1)
@@ -227,8 +228,15 @@ class FakeRuntime:
 
     async def image_status(self, image: str) -> cri.Image | None:
         self._record("image_status", image)
-        ref = self.images.get(image)
-        return cri.Image(id=ref, repo_tags=[image]) if ref else None
+        ref = self.images.get(image) or (image if image in self.images.values() else None)
+        if not ref:
+            return None
+        img = cri.Image(id=ref, repo_tags=[image])
+        uid, username = self.image_users.get(ref, (None, ""))
+        if uid is not None:
+            img.uid.value = uid
+        img.username = username
+        return img
 
     async def pull_image(self, image: str, sandbox_config: cri.PodSandboxConfig | None = None) -> str:
         self._record("pull_image", image)

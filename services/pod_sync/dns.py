@@ -1,0 +1,81 @@
+"""A pod's DNS (resolv.conf), as the kubelet builds it for the sandbox.
+
+- ClusterFirst (not host network) with clusterDNS set: the cluster's servers, the namespace's
+  search path, ndots:5. ClusterFirstWithHostNet the same for host-network pods.
+- Default (and ClusterFirst without clusterDNS, or on the host network): the node's resolv.conf.
+- None: nothing but the pod's dnsConfig.
+Then spec.dnsConfig is appended: nameservers and searches after the policy's (duplicates
+dropped; at most 3 servers and 6 search domains, as resolvers read), options by name (the pod's
+value wins).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cri_api.v1 import api_pb2 as cri
+
+from shared.config import NodeSettings
+from shared.podspec import Pod
+
+HOST_RESOLV_CONF = Path("/etc/resolv.conf")
+MAX_SERVERS, MAX_SEARCHES = 3, 6
+
+
+def host_resolv_conf(path: Path = HOST_RESOLV_CONF) -> cri.DNSConfig:
+    """The node's resolver settings (nameserver, search, options lines)."""
+    out = cri.DNSConfig()
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2:
+            continue
+        if fields[0] == "nameserver":
+            out.servers.append(fields[1])
+        elif fields[0] in ("search", "domain"):
+            out.searches[:] = fields[1:]  # the last one wins, as in the resolver
+        elif fields[0] == "options":
+            out.options.extend(fields[1:])
+    return out
+
+
+def _unique(items) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _merge_options(base: list[str], extra) -> list[str]:
+    merged: dict[str, str] = {}
+    for opt in base:
+        name, _, value = opt.partition(":")
+        merged[name] = opt
+    for o in extra:
+        merged[o.name] = f"{o.name}:{o.value}" if o.value else o.name
+    return list(merged.values())
+
+
+def dns_config(pod: Pod, settings: NodeSettings, host: Path = HOST_RESOLV_CONF) -> cri.DNSConfig | None:
+    """None: the runtime copies the node's resolv.conf as it is."""
+    k = settings.kubelet
+    policy = pod.spec.dnsPolicy
+    cluster_first = (policy == "ClusterFirst" and not pod.spec.hostNetwork) or policy == "ClusterFirstWithHostNet"
+    extra = pod.spec.dnsConfig
+    if cluster_first and k.cluster_dns:
+        searches = []
+        if k.cluster_domain:
+            ns = pod.metadata.namespace
+            searches = [f"{ns}.svc.{k.cluster_domain}", f"svc.{k.cluster_domain}", k.cluster_domain]
+        base = cri.DNSConfig(servers=k.cluster_dns, searches=searches, options=["ndots:5"])
+    elif policy == "None":
+        base = cri.DNSConfig()
+    elif extra is None:
+        return None
+    else:
+        base = host_resolv_conf(host)
+    if extra is None:
+        return base
+    return cri.DNSConfig(servers=_unique([*base.servers, *extra.nameservers])[:MAX_SERVERS],
+                         searches=_unique([*base.searches, *extra.searches])[:MAX_SEARCHES],
+                         options=_merge_options(list(base.options), extra.options))

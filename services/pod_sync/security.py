@@ -1,0 +1,101 @@
+"""A pod's isolation as the kubelet asks the runtime for it: namespaces (hostNetwork, hostPID,
+hostIPC, shareProcessNamespace), users and groups, runAsNonRoot, privileges, capabilities and
+seccomp. (Which sysctls a pod may set: shared/sysctls.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cri_api.v1 import api_pb2 as cri
+
+from shared.podspec import Container, Pod, SeccompProfile
+
+def seccomp_dir(root_dir: Path) -> Path:
+    """Where Localhost seccomp profiles live, as the kubelet's <root-dir>/seccomp."""
+    return root_dir / "seccomp"
+
+
+def namespaces(pod: Pod) -> cri.NamespaceOption:
+    pid = cri.NODE if pod.spec.hostPID else cri.POD if pod.spec.shareProcessNamespace else cri.CONTAINER
+    return cri.NamespaceOption(network=cri.NODE if pod.spec.hostNetwork else cri.POD, pid=pid,
+                               ipc=cri.NODE if pod.spec.hostIPC else cri.POD)
+
+
+def _seccomp(profile: SeccompProfile | None, directory: Path) -> cri.SecurityProfile | None:
+    if profile is None:
+        return None  # the kubelet 1.20's default: the runtime's unconfined
+    if profile.type == "RuntimeDefault":
+        return cri.SecurityProfile(profile_type=cri.SecurityProfile.RuntimeDefault)
+    if profile.type == "Unconfined":
+        return cri.SecurityProfile(profile_type=cri.SecurityProfile.Unconfined)
+    # The path was checked to be relative without '..' when the pod was read.
+    return cri.SecurityProfile(profile_type=cri.SecurityProfile.Localhost,
+                               localhost_ref=str(directory / (profile.localhostProfile or "")))
+
+
+def sandbox_security_context(pod: Pod, seccomp_directory: Path) -> cri.LinuxSandboxSecurityContext:
+    sc = cri.LinuxSandboxSecurityContext(namespace_options=namespaces(pod))
+    psc = pod.spec.securityContext
+    if psc.runAsUser is not None:
+        sc.run_as_user.value = psc.runAsUser
+    if psc.runAsGroup is not None:
+        sc.run_as_group.value = psc.runAsGroup
+    sc.supplemental_groups.extend(psc.supplementalGroups)
+    profile = _seccomp(psc.seccompProfile, seccomp_directory)
+    if profile is not None:
+        sc.seccomp.CopyFrom(profile)
+    return sc
+
+
+def needs_image_user(pod: Pod, c: Container) -> bool:
+    """runAsNonRoot without a runAsUser: only the image can say who the container runs as."""
+    psc, csc = pod.spec.securityContext, c.securityContext
+    non_root = csc.runAsNonRoot if csc and csc.runAsNonRoot is not None else psc.runAsNonRoot
+    run_as_user = csc.runAsUser if csc and csc.runAsUser is not None else psc.runAsUser
+    return bool(non_root) and run_as_user is None
+
+
+def check_run_as_non_root(pod: Pod, c: Container, image: cri.Image | None) -> None:
+    """The kubelet's runAsNonRoot check, with its words: ValueError (CreateContainerConfigError)
+    when the container would run as root. An image that names no user runs as root."""
+    psc, csc = pod.spec.securityContext, c.securityContext
+    non_root = csc.runAsNonRoot if csc and csc.runAsNonRoot is not None else psc.runAsNonRoot
+    if not non_root:
+        return
+    who = f'(pod: "{pod.metadata.name}_{pod.metadata.namespace}({pod.uid})", container: {c.name})'
+    run_as_user = csc.runAsUser if csc and csc.runAsUser is not None else psc.runAsUser
+    if run_as_user is not None:
+        if run_as_user == 0:
+            raise ValueError(f"container's runAsUser breaks non-root policy {who}")
+        return
+    uid = image.uid.value if image is not None and image.HasField("uid") else None
+    username = image.username if image is not None else ""
+    if uid is None and username:
+        raise ValueError(f"container has runAsNonRoot and image has non-numeric user ({username}), "
+                         f"cannot verify user is non-root {who}")
+    if uid is None or uid == 0:
+        raise ValueError(f"container has runAsNonRoot and image will run as root {who}")
+
+
+def container_security_context(pod: Pod, c: Container, seccomp_directory: Path) -> cri.LinuxContainerSecurityContext:
+    sc = cri.LinuxContainerSecurityContext(namespace_options=namespaces(pod))
+    psc, csc = pod.spec.securityContext, c.securityContext
+    run_as_user = csc.runAsUser if csc and csc.runAsUser is not None else psc.runAsUser
+    run_as_group = csc.runAsGroup if csc and csc.runAsGroup is not None else psc.runAsGroup
+    if run_as_user is not None:
+        sc.run_as_user.value = run_as_user
+    if run_as_group is not None:
+        sc.run_as_group.value = run_as_group
+    sc.supplemental_groups.extend(psc.supplementalGroups)
+    if csc is not None:
+        sc.privileged = bool(csc.privileged)
+        sc.readonly_rootfs = bool(csc.readOnlyRootFilesystem)
+        if csc.allowPrivilegeEscalation is False:
+            sc.no_new_privs = True
+        if csc.capabilities is not None:
+            sc.capabilities.add_capabilities.extend(csc.capabilities.add)
+            sc.capabilities.drop_capabilities.extend(csc.capabilities.drop)
+    profile = _seccomp(csc.seccompProfile if csc and csc.seccompProfile else psc.seccompProfile, seccomp_directory)
+    if profile is not None:
+        sc.seccomp.CopyFrom(profile)
+    return sc

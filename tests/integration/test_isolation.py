@@ -1,0 +1,52 @@
+"""Pod isolation fields on real containers: namespaces, sysctls, seccomp, DNS, and a pod whose
+sysctl the node will not set refused as the kubelet refuses it."""
+
+from __future__ import annotations
+
+import os
+
+from tests.integration.conftest import wait_for
+
+
+def sh(node, name, script, **extra):
+    return {"name": name, "image": node.image("busybox"), "command": ["sh", "-c", script], **extra}
+
+
+def logs(node, pod: str, container: str) -> str:
+    return wait_for(lambda: node.cli("logs", pod, "-c", container).stdout.strip(), 20, f"{pod}/{container} output")
+
+
+def test_namespaces_sysctls_seccomp_and_dns_reach_the_containers(pods):
+    me = os.getpid()
+    pods.write_pod("isolated", {
+        "shareProcessNamespace": True,
+        "dnsPolicy": "None",
+        "dnsConfig": {"nameservers": ["192.0.2.53"], "searches": ["corp.example"], "options": [{"name": "ndots",
+                                                                                                "value": "2"}]},
+        "securityContext": {"sysctls": [{"name": "net.ipv4.ip_local_port_range", "value": "20000 30000"}],
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            sh(pods, "a", "exec sleep 3601"),
+            sh(pods, "b", "sleep 1; ps -o args | grep -c '^sleep 3601'; cat /proc/sys/net/ipv4/ip_local_port_range; "
+                          "grep Seccomp: /proc/self/status; cat /etc/resolv.conf; sleep 3600")]})
+    pods.write_pod("hostpid", {"hostPID": True, "containers": [
+        sh(pods, "c", f"test -d /proc/{me} && echo sees-host-pids; grep Seccomp: /proc/self/status; sleep 3600")]})
+    pods.wait_running("isolated")
+    pods.wait_running("hostpid")
+    out = wait_for(lambda: (o := logs(pods, "isolated", "b")) and "nameserver" in o and o, 20, "all of b's output")
+    lines = out.splitlines()
+    assert lines[0] == "1", f"b does not see a's sleep: {out}"
+    assert lines[1].split() == ["20000", "30000"]
+    assert lines[2].split() == ["Seccomp:", "2"], "RuntimeDefault filters syscalls"
+    assert "nameserver 192.0.2.53" in out and "search corp.example" in out and "options ndots:2" in out
+    host = logs(pods, "hostpid", "c")
+    assert "sees-host-pids" in host and "Seccomp:\t0" in host.replace(" ", "\t")
+
+
+def test_a_pod_with_a_forbidden_sysctl_is_refused(pods):
+    pods.write_pod("tuned", {"securityContext": {"sysctls": [{"name": "net.core.somaxconn", "value": "4096"}]},
+                             "containers": [sh(pods, "app", "sleep 3600")]})
+    refused = pods.wait_pod("tuned", lambda p: p["phase"] == "Failed", 30, "the pod refused")
+    assert refused["status"]["reason"] == "SysctlForbidden"
+    assert refused["status"]["message"] == 'forbidden sysctl: "net.core.somaxconn" not whitelisted'
+    assert not pods.sandboxes_of(refused["uid"]), "nothing was started"

@@ -1,0 +1,118 @@
+"""What a pod's spec asks of the runtime for its isolation and DNS, and what is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cri_api.v1 import api_pb2 as cri
+
+from services.pod_sync.admission import admit_sysctls
+from services.pod_sync.dns import dns_config, host_resolv_conf
+from services.pod_sync.security import container_security_context, namespaces, sandbox_security_context
+from shared.config import ConfigError, KubeletConfiguration, NodeSettings, load_kubelet_config
+from shared.podspec import ManifestInvalid, validate_pod
+
+
+def pod(**spec):
+    containers = spec.pop("containers", [{"name": "c", "image": "i:1"}])
+    return validate_pod({"metadata": {"name": "p", "namespace": "ns1", "uid": "u1"},
+                         "spec": {"containers": containers, **spec}})
+
+
+@pytest.mark.parametrize("spec, want", [
+    ({}, (cri.POD, cri.CONTAINER, cri.POD)),
+    ({"hostNetwork": True}, (cri.NODE, cri.CONTAINER, cri.POD)),
+    ({"hostPID": True}, (cri.POD, cri.NODE, cri.POD)),
+    ({"shareProcessNamespace": True}, (cri.POD, cri.POD, cri.POD)),
+    ({"hostIPC": True}, (cri.POD, cri.CONTAINER, cri.NODE)),
+])
+def test_namespaces(spec, want):
+    ns = namespaces(pod(**spec))
+    assert (ns.network, ns.pid, ns.ipc) == want
+
+
+def test_seccomp_profiles_pod_level_and_container_override(tmp_path):
+    p = pod(securityContext={"seccompProfile": {"type": "RuntimeDefault"}}, containers=[
+        {"name": "a", "image": "i:1"},
+        {"name": "b", "image": "i:1", "securityContext": {"seccompProfile": {
+            "type": "Localhost", "localhostProfile": "profiles/audit.json"}}}])
+    assert sandbox_security_context(p, tmp_path).seccomp.profile_type == cri.SecurityProfile.RuntimeDefault
+    a = container_security_context(p, p.spec.containers[0], tmp_path)
+    b = container_security_context(p, p.spec.containers[1], tmp_path)
+    assert a.seccomp.profile_type == cri.SecurityProfile.RuntimeDefault
+    assert (b.seccomp.profile_type, b.seccomp.localhost_ref) == (cri.SecurityProfile.Localhost,
+                                                                 str(tmp_path / "profiles/audit.json"))
+    plain = pod()
+    assert not container_security_context(plain, plain.spec.containers[0], tmp_path).HasField("seccomp")
+
+
+@pytest.mark.parametrize("profile", ["/etc/shadow", "../../etc/passwd", "a/../../b", "", "a//b"])
+def test_localhost_seccomp_profiles_stay_in_their_directory(profile):
+    with pytest.raises(ManifestInvalid, match="localhostProfile"):
+        pod(securityContext={"seccompProfile": {"type": "Localhost", "localhostProfile": profile}})
+
+
+def test_sysctls_safe_allowed_unsafe_and_host_namespaces():
+    def verdict(sysctls, allowed=(), **spec):
+        return admit_sysctls(pod(securityContext={"sysctls": sysctls}, **spec), list(allowed))
+
+    assert verdict([{"name": "net.ipv4.ip_local_port_range", "value": "1024 65000"}]).admitted
+    v = verdict([{"name": "net.core.somaxconn", "value": "1024"}])
+    assert (v.admitted, v.reason, v.message) == (False, "SysctlForbidden",
+                                                 'forbidden sysctl: "net.core.somaxconn" not whitelisted')
+    assert verdict([{"name": "net.core.somaxconn", "value": "1024"}], ["net.core.*"]).admitted
+    v = verdict([{"name": "net.ipv4.tcp_syncookies", "value": "1"}], hostNetwork=True)
+    assert v.message == 'forbidden sysctl: "net.ipv4.tcp_syncookies" not allowed with host net enabled'
+    v = verdict([{"name": "kernel.shm_rmid_forced", "value": "1"}], hostIPC=True)
+    assert v.message == 'forbidden sysctl: "kernel.shm_rmid_forced" not allowed with host ipc enabled'
+
+
+@pytest.mark.parametrize("sysctl", [{"name": "kernel/../x", "value": "1"}, {"name": "Net.x", "value": "1"},
+                                    {"name": "net.core.somaxconn", "value": "1\nkernel.x=1"}])
+def test_malformed_sysctls_are_refused_with_the_pod(sysctl):
+    with pytest.raises(ManifestInvalid, match="sysctl"):
+        pod(securityContext={"sysctls": [sysctl]})
+
+
+def test_allowed_unsafe_sysctls_must_be_namespaced():
+    assert load_kubelet_config({"allowedUnsafeSysctls": ["net.core.*", "kernel.msgmax"]})[0].allowed_unsafe_sysctls
+    with pytest.raises(ConfigError, match="allowedUnsafeSysctls.*'vm.swappiness' is not known to be namespaced"):
+        load_kubelet_config({"allowedUnsafeSysctls": ["vm.swappiness"]})
+
+
+def settings(**kubelet) -> NodeSettings:
+    return NodeSettings(kubelet=KubeletConfiguration(**kubelet), root_dir=Path("/var/lib/pykubelet"))
+
+
+def test_dns_cluster_first_plus_dns_config():
+    p = pod(dnsConfig={"nameservers": ["10.0.0.53", "10.96.0.10"], "searches": ["corp.example"],
+                       "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]})
+    got = dns_config(p, settings(cluster_dns=["10.96.0.10"], cluster_domain="cluster.local"))
+    assert list(got.servers) == ["10.96.0.10", "10.0.0.53"]
+    assert list(got.searches) == ["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"]
+    assert list(got.options) == ["ndots:2", "edns0"]
+
+
+def test_dns_policy_none_is_only_the_pods_config():
+    p = pod(dnsPolicy="None", dnsConfig={"nameservers": ["192.0.2.53"], "searches": ["a.example"]})
+    got = dns_config(p, settings(cluster_dns=["10.96.0.10"], cluster_domain="cluster.local"))
+    assert (list(got.servers), list(got.searches), list(got.options)) == (["192.0.2.53"], ["a.example"], [])
+
+
+def test_dns_default_merges_the_nodes_resolv_conf(tmp_path):
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("# generated\nnameserver 192.0.2.1\nsearch node.example\noptions timeout:2 ndots:1\n")
+    assert dns_config(pod(dnsPolicy="Default"), settings()) is None, "without dnsConfig the runtime copies it"
+    got = dns_config(pod(dnsPolicy="Default", dnsConfig={"options": [{"name": "ndots", "value": "3"}]}),
+                     settings(), host=conf)
+    assert (list(got.servers), list(got.searches), list(got.options)) == (
+        ["192.0.2.1"], ["node.example"], ["timeout:2", "ndots:3"])
+    assert list(host_resolv_conf(tmp_path / "missing").servers) == []
+
+
+def test_bad_dns_config_is_refused():
+    with pytest.raises(ManifestInvalid, match="nameservers"):
+        pod(dnsConfig={"nameservers": ["not-an-ip"]})
+    with pytest.raises(ManifestInvalid, match="search domain"):
+        pod(dnsConfig={"searches": ["bad domain"]})
