@@ -7,7 +7,8 @@ from pathlib import Path
 
 from fastapi import APIRouter
 
-from services.eviction.manager import EvictionLoop, EvictionManager
+from services.eviction.loop import EvictionLoop
+from services.eviction.manager import EvictionManager
 from services.eviction.pod_usage import UsageCollector
 from services.eviction.signals import SignalReader
 from shared.bus import DiskReclaimed
