@@ -9,6 +9,7 @@ mount table first and refuses.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import subprocess
@@ -46,8 +47,14 @@ def fs_type(path: Path) -> str:
 
 
 def mounts_under(path: Path) -> list[str]:
-    prefix = str(path).rstrip("/") + "/"
-    return sorted(p for p in mount_points() if p == str(path) or p.startswith(prefix))
+    """Mount points at or below path, compared on the normalised and the real path, so
+    '..', '//' or a symlink on the way cannot hide a mount from the guard."""
+    found: set[str] = set()
+    points = mount_points()
+    for form in {os.path.normpath(os.path.abspath(path)), os.path.realpath(path)}:
+        prefix = form.rstrip("/") + "/"
+        found.update(p for p in points if p == form or p.startswith(prefix))
+    return sorted(found)
 
 
 def remove_tree(path: Path) -> None:

@@ -19,6 +19,7 @@ from shared.cri import labels as L
 from shared.downward_api import metadata_field, resource_field
 from shared.node_dirs import private_dir
 from shared.podspec import ENV_NAME, Container, Pod
+from shared.safe_paths import beneath
 from shared.qos import qos_class
 
 _PROTOCOLS = {"TCP": cri.TCP, "UDP": cri.UDP, "SCTP": cri.SCTP}
@@ -148,7 +149,7 @@ def _env_value(pod: Pod, c: Container, e, defined: dict[str, str], pod_ip: str, 
 
 
 def termination_log_path(node: NodeFacts, pod: Pod, c: Container, attempt: int) -> Path:
-    return node.pods_dir / pod.uid / "containers" / c.name / f"{attempt}.termination-log"
+    return beneath(node.pods_dir, pod.uid, "containers", c.name, f"{attempt}.termination-log")
 
 
 # The kubelet always mounts these read-only: their content is managed by the node agent.

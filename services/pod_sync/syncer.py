@@ -33,6 +33,7 @@ from shared.cri import labels as L
 from shared.events import Recorder
 from shared.podspec import Pod, PodCache
 from shared.qos import is_critical, qos_class
+from shared.safe_paths import UnsafePath, beneath
 from shared.store import (DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult,
                           Store)
 from shared.store.models import utcnow
@@ -392,7 +393,7 @@ class PodSyncer:
         node_hosts = node_hosts_file() if pod.spec.hostNetwork else None
         content = hosts_content(pod, ip, pod_hostname(pod), self.settings.kubelet.cluster_domain, node_hosts)
         try:
-            return write_hosts_file(self.node.pods_dir / pod.uid, content)
+            return write_hosts_file(beneath(self.node.pods_dir, pod.uid), content)
         except OSError as exc:
             raise ValueError(f"cannot write the pod's /etc/hosts: {exc}") from None
 
@@ -459,7 +460,10 @@ class PodSyncer:
             remove_pod_cgroups(pod_cgroup_parent(pod, qos_class(pod)))
         # Only pod-sync's own files; the pod directory (with its volumes) is the volume service's to
         # remove, once it has unmounted them.
-        shutil.rmtree(self.node.pods_dir / uid / "containers", ignore_errors=True)
+        try:
+            shutil.rmtree(beneath(self.node.pods_dir, uid, "containers"), ignore_errors=True)
+        except UnsafePath as exc:  # a UID is checked where it enters; this is the last line
+            log.error("pod %s: not removing its files: %s", uid, exc)
         self.backoff.forget(f"{uid}/")
         self.images.forget(uid)
         self._progress.pop(uid, None)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from shared.safe_paths import beneath
+
 # Volume source -> the kubelet plugin name; the directory name swaps "/" for "~".
 PLUGINS = {
     "emptyDir": "kubernetes.io/empty-dir",
@@ -39,19 +41,22 @@ class Layout:
         self.plugins = root / "plugins"
         self.registry = root / "plugins_registry"
 
+    # Every path built from a UID, a volume or driver name goes through beneath(): one component
+    # each, never leading out of the root dir (UnsafePath otherwise).
+
     def pod_dir(self, uid: str) -> Path:
-        return self.pods / uid
+        return beneath(self.pods, uid)
 
     def volumes_dir(self, uid: str) -> Path:
-        return self.pods / uid / "volumes"
+        return beneath(self.pods, uid, "volumes")
 
     def volume_dir(self, uid: str, plugin: str, name: str) -> Path:
-        return self.volumes_dir(uid) / plugin_dir_name(plugin) / name
+        return beneath(self.pods, uid, "volumes", plugin_dir_name(plugin), name)
 
     def csi_staging_dir(self, driver: str, volume_handle: str) -> Path:
         """Per (driver, volume): staged once, shared by every pod that publishes it."""
         digest = hashlib.sha256(volume_handle.encode()).hexdigest()
-        return self.plugins / "kubernetes.io" / "csi" / driver / digest
+        return beneath(self.plugins, "kubernetes.io", "csi", driver, digest)
 
     def pod_uids_on_disk(self) -> set[str]:
         if not self.pods.is_dir():
