@@ -255,6 +255,8 @@ class PodSecurityContext(_Model):
     supplementalGroups: list[int] = Field(default_factory=list)
     seccompProfile: SeccompProfile | None = None
     sysctls: list[Sysctl] = Field(default_factory=list, max_length=64)
+    fsGroup: int | None = Field(default=None, ge=0)
+    fsGroupChangePolicy: Literal["Always", "OnRootMismatch"] | None = None
 
 
 class PodDNSConfigOption(_Model):

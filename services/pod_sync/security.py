@@ -15,6 +15,15 @@ def seccomp_dir(root_dir: Path) -> Path:
     return root_dir / "seccomp"
 
 
+def supplemental_groups(pod: Pod) -> list[int]:
+    """supplementalGroups, plus fsGroup: the group the pod's volume files belong to."""
+    psc = pod.spec.securityContext
+    groups = list(psc.supplementalGroups)
+    if psc.fsGroup is not None and psc.fsGroup not in groups:
+        groups.append(psc.fsGroup)
+    return groups
+
+
 def namespaces(pod: Pod) -> cri.NamespaceOption:
     pid = cri.NODE if pod.spec.hostPID else cri.POD if pod.spec.shareProcessNamespace else cri.CONTAINER
     return cri.NamespaceOption(network=cri.NODE if pod.spec.hostNetwork else cri.POD, pid=pid,
@@ -40,7 +49,7 @@ def sandbox_security_context(pod: Pod, seccomp_directory: Path) -> cri.LinuxSand
         sc.run_as_user.value = psc.runAsUser
     if psc.runAsGroup is not None:
         sc.run_as_group.value = psc.runAsGroup
-    sc.supplemental_groups.extend(psc.supplementalGroups)
+    sc.supplemental_groups.extend(supplemental_groups(pod))
     profile = _seccomp(psc.seccompProfile, seccomp_directory)
     if profile is not None:
         sc.seccomp.CopyFrom(profile)
@@ -86,7 +95,7 @@ def container_security_context(pod: Pod, c: Container, seccomp_directory: Path) 
         sc.run_as_user.value = run_as_user
     if run_as_group is not None:
         sc.run_as_group.value = run_as_group
-    sc.supplemental_groups.extend(psc.supplementalGroups)
+    sc.supplemental_groups.extend(supplemental_groups(pod))
     if csc is not None:
         sc.privileged = bool(csc.privileged)
         sc.readonly_rootfs = bool(csc.readOnlyRootFilesystem)

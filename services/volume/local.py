@@ -24,14 +24,19 @@ def memory_size(pod: Pod, source: dict[str, Any], node_memory: int) -> int:
     return node_memory
 
 
-async def setup_empty_dir(path: Path, pod: Pod, source: dict[str, Any], node_memory: int) -> None:
+async def setup_empty_dir(path: Path, pod: Pod, source: dict[str, Any], node_memory: int) -> bool:
+    """True when the volume was made now (not found from an earlier setup)."""
     medium = source.get("medium", "")
     if medium not in ("", "Memory"):
         raise VolumeSourceError(f"emptyDir medium {medium!r} is not supported (use \"\" or Memory)")
+    made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     if medium == "Memory" and not is_mount_point(path):
         await mount_tmpfs(path, memory_size(pod, source, node_memory))
-    path.chmod(0o777)  # any container user may write, as with the kubelet
+        made = True
+    if made:
+        path.chmod(0o777)  # any container user may write, as with the kubelet
+    return made
 
 
 async def teardown_mounted_dir(path: Path) -> None:

@@ -30,6 +30,7 @@ from services.volume.local import setup_empty_dir, setup_host_path, teardown_mou
 from shared.mounts import MountError, is_mount_point, mount_tmpfs, remove_tree
 from shared.node_dirs import private_dir
 from services.volume.objects import STATIC_POD_OBJECTS, NoApiObjects, ObjectSource
+from services.volume.ownership import set_volume_ownership
 from services.volume.paths import PLUGINS, Layout, plugin_dir_name
 from services.volume.projection import (NodeAllocatable, VolumeSourceError, build_payload, keeps_secrets)
 from shared.bus import Bus, VolumesChanged
@@ -240,9 +241,11 @@ class VolumeManager:
         if kind in ("csi", "persistentVolumeClaim"):
             return await self.csi.setup(pod, await self.csi.resolve(pod, volume, objects))
         path = self.layout.volume_dir(pod.uid, PLUGINS[kind], volume.name)
+        psc = pod.spec.securityContext
         if kind == "emptyDir":
             with M.timed(PLUGINS[kind], "volume_mount"):
-                await setup_empty_dir(path, pod, src, self.node.memory_bytes)
+                if await setup_empty_dir(path, pod, src, self.node.memory_bytes) and psc.fsGroup is not None:
+                    await asyncio.to_thread(set_volume_ownership, path, psc.fsGroup, False, psc.fsGroupChangePolicy)
             return path
         payload = await build_payload(kind, src, pod, objects, self.node)
         path.mkdir(parents=True, exist_ok=True)
@@ -251,6 +254,8 @@ class VolumeManager:
                 await mount_tmpfs(path, None, mode="0755")
             if await asyncio.to_thread(write_atomically, path, payload):
                 log.info("pod %s: volume %s (%s) written (%d files)", pod.full_name, volume.name, kind, len(payload))
+                if psc.fsGroup is not None:  # what the writer just made: readable by the pod's group
+                    await asyncio.to_thread(set_volume_ownership, path, psc.fsGroup, True, None)
         return path
 
     def _record(self, uid: str, results: list[PodVolume]) -> bool:

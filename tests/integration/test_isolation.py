@@ -50,3 +50,23 @@ def test_a_pod_with_a_forbidden_sysctl_is_refused(pods):
     assert refused["status"]["reason"] == "SysctlForbidden"
     assert refused["status"]["message"] == 'forbidden sysctl: "net.core.somaxconn" not whitelisted'
     assert not pods.sandboxes_of(refused["uid"]), "nothing was started"
+
+
+def test_fs_group_owns_volume_files_and_is_a_supplemental_group(pods):
+    pods.write_pod("grouped", {
+        "securityContext": {"runAsUser": 1000, "fsGroup": 2000},
+        "volumes": [{"name": "scratch", "emptyDir": {}},
+                    {"name": "info", "downwardAPI": {"defaultMode": 0o400, "items": [
+                        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}],
+        "containers": [sh(pods, "app", "id -G; touch /s/made; stat -c '%g %a' /s /s/made; "
+                                       "stat -L -c '%g %a' /i/name; cat /i/name; echo; sleep 3600",
+                          volumeMounts=[{"name": "scratch", "mountPath": "/s"},
+                                        {"name": "info", "mountPath": "/i"}])]})
+    pods.wait_running("grouped")
+    out = wait_for(lambda: (o := logs(pods, "grouped", "app")) and o.count("\n") >= 4 and o, 20, "all output")
+    groups, scratch, made, info, name = out.splitlines()[:5]
+    assert "2000" in groups.split()
+    assert scratch == "2000 2777", "the emptyDir belongs to the group, setgid"
+    assert made.startswith("2000 "), "a file the container makes inherits the group"
+    assert info == "2000 440", "a read-only volume's file: the group may read it, as with defaultMode 0400"
+    assert name.startswith("grouped-"), "user 1000 reads it through the group"
