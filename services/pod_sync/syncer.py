@@ -167,8 +167,7 @@ class PodSyncer:
             # A hard eviction (grace 0) kills at once: the node is short of something now, and
             # the kubelet's 2 s floor would only delay relief.
             return await self._fail(pod, row, rt, EVICTED, eviction.message if eviction else row.rejection_message,
-                                    grace, floor=0 if grace == 0 else MIN_GRACE, event_type="Warning",
-                                    announce=False)
+                                    grace, floor=0 if grace == 0 else MIN_GRACE, announce=False)
         left = self._deadline_left(row, pod)
         if row.rejection_reason == DEADLINE_EXCEEDED or (left is not None and left <= 0):
             return await self._fail(pod, row, rt, DEADLINE_EXCEEDED, DEADLINE_MESSAGE,
@@ -252,7 +251,7 @@ class PodSyncer:
             return s.get(PodEviction, uid)
 
     async def _fail(self, pod: Pod, row: DesiredPod, rt: RuntimePod, reason: str, message: str, grace: int,
-                    floor: int = MIN_GRACE, event_type: str = "Normal", announce: bool = True) -> SyncResult:
+                    floor: int = MIN_GRACE, announce: bool = True) -> SyncResult:
         """The pod fails for good (phase Failed with reason and message: activeDeadlineSeconds,
         eviction) and everything of it stops within grace seconds."""
         if row.rejection_reason != reason:
@@ -261,7 +260,7 @@ class PodSyncer:
                 stored.rejection_reason, stored.rejection_message = reason, message
             log.info("pod %s: %s: %s", pod.full_name, reason, message)
             if announce:  # evictions are announced by the eviction service, which decided them
-                self._event(pod, event_type, reason, message)
+                self._event(pod, "Normal", reason, message)
         ready = [sb.id for sb in rt.sandboxes if sb.ready]
         if ready:
             sandbox = rt.current_sandbox
