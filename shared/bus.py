@@ -37,6 +37,7 @@ BUS_HANDLER_SECONDS = Histogram("pykubelet_bus_handler_seconds", "Time an event 
 # one safe path component makes the whole message malformed, and it is dropped.
 PodUID = Annotated[str, StringConstraints(pattern=POD_UID.pattern)]
 MAX_UIDS = 10_000
+SUBSCRIBE_FLUSH_TIMEOUT = 5
 
 
 class Event(BaseModel):
@@ -169,12 +170,13 @@ class Bus:
         self.name = name
         self._auth = {"user": user, "password": password} if user else {}
         self._nc: NATS | None = None
-        self._last_error: Exception | None = None
+        self._auth_error: Exception | None = None
 
     async def connect(self, timeout: float = 30.0) -> None:
         """Connect, retrying until `timeout`; afterwards nats-py reconnects by itself forever."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        self._auth_error = None
         last_error: Exception | None = None
         while loop.time() < deadline:
             try:
@@ -195,11 +197,11 @@ class Bus:
             except Exception as exc:  # nats raises several unrelated types here
                 last_error = exc
                 await asyncio.sleep(0.5)
-        # nats-py reports a refused login to the error callback; the attempt itself just times out.
-        last_error = self._last_error or last_error
-        if "authorization" in str(last_error).lower():
+        # nats-py reports a refused login to the error callback (then often a reset connection);
+        # the attempt itself just times out.
+        if self._auth_error is not None:
             raise ConnectionError(f"the event bus at {self.url} refused {self.name}'s credentials "
-                                  f"({last_error}); pass this service's file with --bus-credentials")
+                                  f"({self._auth_error}); pass this service's file with --bus-credentials")
         raise ConnectionError(
             f"cannot reach the event bus at {self.url}: {last_error}. Is nats-server running "
             "(pykubelet up starts one)?"
@@ -240,6 +242,12 @@ class Bus:
                 BUS_HANDLER_SECONDS.labels(msg.subject).observe(time.time() - started)
 
         await self._nc.subscribe(event_type.subject, cb=on_msg)
+        # The server has the subscription once a flush returns: an event published right after
+        # (by another service) is not missed. Bounded; a slow server only delays the start.
+        try:
+            await self._nc.flush(timeout=SUBSCRIBE_FLUSH_TIMEOUT)
+        except Exception as exc:  # nats-py raises its own timeout types
+            log.warning("subscription to %s not confirmed by the server yet: %s", event_type.subject, exc)
 
     async def close(self) -> None:
         if self._nc is not None and not self._nc.is_closed:
@@ -250,7 +258,8 @@ class Bus:
                 await self._nc.close()
 
     async def _on_error(self, exc: Exception) -> None:
-        self._last_error = exc
+        if "authorization" in str(exc).lower():
+            self._auth_error = exc
         log.warning("event bus error: %s", exc)
 
     async def _on_disconnect(self) -> None:
