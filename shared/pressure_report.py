@@ -10,8 +10,9 @@ from typing import Any
 from sqlalchemy import select
 
 from shared.store import DiskReclaim, NodePressure, PodEviction, SignalObservation, Store
+from shared.thresholds import SIGNAL_RESOURCES
 
-BYTE_SIGNALS = ("memory.available", "allocatableMemory.available", "nodefs.available", "imagefs.available")
+BYTE_SIGNALS = frozenset(s for s, r in SIGNAL_RESOURCES.items() if r in ("memory", "ephemeral-storage"))
 
 
 def _iso(ts: datetime | None) -> str | None:

@@ -33,6 +33,9 @@ SIGNAL_CONDITIONS = {
     "imagefs.inodesFree": "DiskPressure",
     "pid.available": "PIDPressure",
 }
+# The pressure conditions, in the order the kubelet reports and names them.
+PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
+MEMORY_SIGNALS = frozenset(s for s, r in SIGNAL_RESOURCES.items() if r == "memory")
 # The kubelet's evictionHard default. Setting evictionHard replaces it as a whole, as in 1.20.
 DEFAULT_EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%",
                          "nodefs.inodesFree": "5%", "imagefs.available": "15%"}
@@ -50,9 +53,6 @@ class Amount:
         if self.quantity is not None:
             return self.quantity
         return int(capacity * (self.fraction or 0.0))
-
-    def __str__(self) -> str:
-        return f"{self.fraction * 100:g}%" if self.fraction is not None else str(self.quantity)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from fastapi import APIRouter
 
@@ -13,6 +12,7 @@ from services.eviction.pod_usage import UsageCollector
 from services.eviction.signals import SignalReader
 from shared.bus import DiskReclaimed
 from shared.cri import CRIClient
+from shared.cri.imagefs import imagefs_mountpoint
 from shared.events import BusRecorder
 from shared.host import cpu_capacity_millicores, memory_capacity_bytes
 from shared.node_resources import Reservations, allocatable
@@ -20,15 +20,6 @@ from shared.pressure_report import pressure_report
 from shared.service import ServiceContext, service_main
 
 NAME = "eviction"
-
-
-async def imagefs_mountpoint(cri: CRIClient) -> Path | None:
-    """Where the runtime keeps images (CRI ImageFsInfo); None if it does not say."""
-    resp = await cri.image_fs_info()
-    for fs in resp.image_filesystems:
-        if fs.fs_id.mountpoint:
-            return Path(fs.fs_id.mountpoint)
-    return None
 
 
 async def setup(ctx: ServiceContext) -> None:

@@ -17,7 +17,7 @@ from typing import Awaitable, Callable, Protocol
 from prometheus_client import Counter, Gauge
 from sqlalchemy import delete, select
 
-from services.eviction.pod_usage import ActivePod, UsageCollector
+from services.eviction.pod_usage import CONTAINER_ID_PREFIX, ActivePod, UsageCollector
 from services.eviction.ranking import (eviction_message, has_storage_limits, is_critical, rank,
                                       storage_limit_violation)
 from services.eviction.signals import Observations, SignalReader
@@ -27,11 +27,10 @@ from shared.podspec import PodCache
 from shared.store import (DesiredPod, DiskReclaim, NodePressure, PodEviction, PodRuntime, PodVolume,
                           ReclaimRequest, SignalObservation, Store)
 from shared.store.models import utcnow
-from shared.thresholds import SIGNAL_CONDITIONS, Threshold
+from shared.thresholds import PRESSURE_CONDITIONS, Threshold
 
 log = logging.getLogger(__name__)
 
-CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
 # The kubelet's housekeeping period; memory is polled faster (see EvictionLoop).
 MONITORING_PERIOD = 10.0
 # An evicted pod's containers should be gone by then; until they are, nothing else is evicted
@@ -94,8 +93,7 @@ class EvictionManager:
         self._pods = PodCache()
         self._first_met: dict[tuple[str, bool], float] = {}
         self._unresolved: set[tuple[str, bool]] = set()  # met, not yet back above threshold + minimum reclaim
-        self._last_met: dict[str, float] = {}
-        self._pressure: dict[str, bool] = {}
+        self._last_met: dict[str, float] = {}  # condition -> when a threshold of it was last met
         self._waiting_cleanup: dict[str, float] = {}  # evicted uid -> when
         self._reclaim_asked: tuple[int, float] | None = None  # (sequence, when)
         self._nothing_to_evict = False
@@ -157,7 +155,6 @@ class EvictionManager:
         self._record_signals(obs)
 
         pods = self._active_pods()
-        self._drop_decisions_of_gone_pods()
         evicted = await self._local_storage_evictions(pods)
         if evicted:
             return evicted
@@ -171,11 +168,11 @@ class EvictionManager:
             return []  # an evicted pod is still going away
         m = min(actionable, key=lambda m: _priority(m.threshold))
         if m.threshold.resource != "memory" and m.threshold.resource != "pids":
-            if not await self._reclaimed_enough(m, now):
+            if not await self._still_short_after_reclaim(m, now):
                 return []
         return await self._evict_one(pods, m)
 
-    async def _reclaimed_enough(self, m: Met, now: float) -> bool:
+    async def _still_short_after_reclaim(self, m: Met, now: float) -> bool:
         """Disk first goes to garbage: ask pod-sync, wait for its answer, measure again.
         True when pods must still be evicted."""
         if self._reclaim_asked is None:
@@ -254,19 +251,14 @@ class EvictionManager:
     # -- conditions -----------------------------------------------------------------------------
 
     async def _update_conditions(self, met: list[Met], now: float) -> None:
-        detail: dict[str, list[str]] = {c: [] for c in CONDITIONS}
+        detail: dict[str, list[str]] = {c: [] for c in PRESSURE_CONDITIONS}
         for m in met:
-            cond = SIGNAL_CONDITIONS[m.threshold.signal]
-            self._last_met[cond] = now
-            detail[cond].append(m.describe())
+            self._last_met[m.threshold.condition] = now
+            detail[m.threshold.condition].append(m.describe())
         changed = False
         with self.store.session() as s:
-            for cond in CONDITIONS:
-                last = self._last_met.get(cond)
-                # Held for the transition period after the last time a threshold was met, so a
-                # node hovering at a threshold does not flap (the kubelet's
-                # evictionPressureTransitionPeriod).
-                pressure = bool(detail[cond]) or (last is not None and now - last < self.transition_period)
+            for cond in PRESSURE_CONDITIONS:
+                pressure = bool(detail[cond]) or self._held(cond, now)
                 text = "; ".join(detail[cond])
                 row = s.get(NodePressure, cond)
                 if row is None or row.pressure != pressure:
@@ -275,15 +267,20 @@ class EvictionManager:
                     s.merge(NodePressure(condition=cond, pressure=pressure, detail=text, transition_at=utcnow()))
                 elif row.detail != text:
                     row.detail = text
-                self._pressure[cond] = pressure
         if changed:
             await self.bus.publish(NodePressureChanged())
+
+    def _held(self, cond: str, now: float) -> bool:
+        """Within the transition period after a threshold of cond was last met, so a node
+        hovering at a threshold does not flap (the kubelet's evictionPressureTransitionPeriod)."""
+        last = self._last_met.get(cond)
+        return last is not None and now - last < self.transition_period
 
     def next_transition_in(self) -> float | None:
         """Seconds until a held condition may end, so the loop wakes in time to clear it."""
         now = self.clock()
-        waits = [self.transition_period - (now - last) for cond, last in self._last_met.items()
-                 if self._pressure.get(cond)]
+        waits = [self.transition_period - (now - last) for last in self._last_met.values()
+                 if now - last <= self.transition_period]
         return max(0.0, min(waits)) if waits else None
 
     def _record_signals(self, obs: Observations) -> None:
@@ -313,19 +310,25 @@ class EvictionManager:
 
     def _active_pods(self) -> list[ActivePod]:
         """Pods eviction may act on. Also notes which evicted pods still run: until they are
-        gone nothing else is evicted (found from the store, so a restart of this service keeps it)."""
+        gone nothing else is evicted (found from the store, so a restart of this service keeps it),
+        and drops the decisions of pods that left the node."""
         with self.store.session() as s:
+            desired = list(s.scalars(select(DesiredPod)))
             evicted = set(s.scalars(select(PodEviction.uid)))
-            rows = list(s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True),
-                                                           DesiredPod.deleting.is_(False))))
+            uids = {row.uid for row in desired}
+            if evicted - uids:
+                s.execute(delete(PodEviction).where(PodEviction.uid.not_in(uids)))
             runtime = {r.uid: r for r in s.scalars(select(PodRuntime))}
             volumes: dict[str, dict[str, tuple[int, int]]] = {}
             for v in s.scalars(select(PodVolume).where(PodVolume.plugin == "kubernetes.io/empty-dir")):
                 volumes.setdefault(v.pod_uid, {})[v.name] = (v.used_bytes, v.size_limit_bytes)
+        self._pods.retain(uids)
         out, evicted_running = [], set()
-        for row in rows:
+        for row in desired:
             rt = runtime.get(row.uid)
-            ids = {c["name"]: c["container_id"].removeprefix("containerd://") for c in (rt.containers if rt else [])
+            if not row.admitted or row.deleting or rt is None:
+                continue
+            ids = {c["name"]: c["container_id"].removeprefix(CONTAINER_ID_PREFIX) for c in rt.containers
                    if c.get("state") == "running" and c.get("container_id")}
             if not ids:
                 continue
@@ -340,10 +343,3 @@ class EvictionManager:
         for uid in [u for u in self._waiting_cleanup if u not in evicted_running]:
             del self._waiting_cleanup[uid]
         return out
-
-    def _drop_decisions_of_gone_pods(self) -> None:
-        with self.store.session() as s:
-            desired = set(s.scalars(select(DesiredPod.uid)))
-            if set(s.scalars(select(PodEviction.uid))) - desired:
-                s.execute(delete(PodEviction).where(PodEviction.uid.not_in(desired)))
-        self._pods.retain(desired)

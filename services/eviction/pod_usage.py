@@ -7,17 +7,19 @@ layers (CRI container stats), their log files, and the emptyDirs the volume serv
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.cgroups import CgroupReader
 from shared.cri import CRIError, RuntimeService
+from shared.disk_usage import tree_usage
 from shared.podspec import Pod
 
 log = logging.getLogger(__name__)
 
 CONTAINER_ID_PREFIX = "containerd://"
+# A container's log dir holds its rotated files: a few entries, bounded all the same.
+LOG_WALK_LIMIT = 1_000
 
 
 @dataclass
@@ -50,24 +52,6 @@ class PodUsage:
     @property
     def local_storage(self) -> int:
         return sum(self.rootfs.values()) + sum(self.logs.values()) + self.volumes
-
-
-def _dir_bytes(path: Path) -> int:
-    """Bytes allocated under path (du), without following symlinks."""
-    total = 0
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        return 0
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                total += _dir_bytes(Path(entry.path))
-            elif entry.is_file(follow_symlinks=False):
-                total += entry.stat(follow_symlinks=False).st_blocks * 512
-        except OSError:
-            continue
-    return total
 
 
 class UsageCollector:
@@ -106,7 +90,8 @@ class UsageCollector:
                 if s is not None and s.HasField("writable_layer"):
                     usage.rootfs[name] = s.writable_layer.used_bytes.value
                 if p.log_dir:
-                    usage.logs[name] = _dir_bytes(Path(p.log_dir) / name)
+                    logs = tree_usage(Path(p.log_dir) / name, LOG_WALK_LIMIT)
+                    usage.logs[name] = logs.bytes if logs is not None else 0
             memory_backed = {v.name for v in p.pod.spec.volumes
                              if v.kind == "emptyDir" and (v.source or {}).get("medium") == "Memory"}
             usage.volumes = sum(used for name, (used, _) in p.empty_dirs.items() if name not in memory_backed)

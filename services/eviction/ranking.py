@@ -20,7 +20,6 @@ CONTAINER_MESSAGE = "Container {name} was using {usage}, which exceeds its reque
 EMPTY_DIR_MESSAGE = 'Usage of EmptyDir volume "{volume}" exceeds the limit "{limit}". '
 POD_STORAGE_MESSAGE = "Pod ephemeral local storage usage exceeds the total limit of containers {limit}. "
 CONTAINER_STORAGE_MESSAGE = 'Container {name} exceeded its local ephemeral storage limit "{limit}". '
-ADMISSION_MESSAGE = "The node had condition: [{conditions}]. "
 
 _BINARY = [("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)]
 
@@ -49,9 +48,9 @@ def _rank(pods: list[ActivePod], usage_of, resource: str) -> list[ActivePod]:
     def key(p: ActivePod):
         used = usage_of(p)
         if used is None:  # no figures: nothing to say it is the culprit
-            return (1, 1, 0, 0)
+            return (1, 1, 0)
         above = used - _request(p.pod, resource)
-        return (0 if above > 0 else 1, p.pod.spec.priority or 0, -above, 0)
+        return (0 if above > 0 else 1, p.pod.spec.priority or 0, -above)
     return sorted(pods, key=key)
 
 

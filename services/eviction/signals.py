@@ -20,6 +20,7 @@ from pathlib import Path
 
 from shared.cgroups import KUBEPODS, CgroupReader
 from shared.host import memory_capacity_bytes
+from shared.thresholds import MEMORY_SIGNALS
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,6 @@ class Observed:
 
 
 Observations = dict[str, Observed]
-MEMORY_SIGNALS = frozenset({"memory.available", "allocatableMemory.available"})
 
 
 class SignalReader:

@@ -20,12 +20,14 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Counter
 from sqlalchemy import select
 
-from shared.bus import DiskReclaimed, DiskReclaimRequested
+from shared.bus import Bus, DiskReclaimed, DiskReclaimRequested
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
+from shared.cri.imagefs import imagefs_mountpoint
 from shared.podspec import Pod
 from shared.store import DesiredPod, DiskReclaim, ReclaimRequest, Store
 from shared.store.models import utcnow
@@ -62,7 +64,7 @@ class GCResult:
 
 
 class DiskReclaimer:
-    def __init__(self, runtime: RuntimeService, store: Store, bus, high_percent: int, low_percent: int,
+    def __init__(self, runtime: RuntimeService, store: Store, bus: Bus, high_percent: int, low_percent: int,
                  min_age: float, clock=time.monotonic) -> None:
         self.runtime = runtime
         self.store = store
@@ -83,6 +85,11 @@ class DiskReclaimer:
         for img in images:
             for name in [*img.repo_tags, *img.repo_digests]:
                 by_name[name] = img.id
+
+        def id_of(ref: str) -> str:
+            """The ID of the image a pod or the runtime names, as written or spelled out."""
+            return by_name.get(normalize_image(ref), by_name.get(ref, ""))
+
         used = set()
         for c in await self.runtime.list_containers():
             used.add(by_name.get(c.image.image, c.image.image))
@@ -95,14 +102,14 @@ class DiskReclaimer:
             except ValueError:
                 continue
             for spec in pod.spec.initContainers + pod.spec.containers:
-                used.add(by_name.get(normalize_image(spec.image), by_name.get(spec.image, "")))
+                used.add(id_of(spec.image))
         if self._sandbox_image is None:
             try:
                 self._sandbox_image = (await self.runtime.runtime_config()).get("sandboxImage", "")
             except CRIError as exc:
                 log.warning("cannot ask the runtime for its sandbox image: %s", exc)
         if self._sandbox_image:
-            used.add(by_name.get(normalize_image(self._sandbox_image), by_name.get(self._sandbox_image, "")))
+            used.add(id_of(self._sandbox_image))
         used.discard("")
         return used
 
@@ -153,7 +160,7 @@ class DiskReclaimer:
         removed = 0
         for c in containers:
             key = (c.labels.get(L.POD_UID, ""), c.metadata.name)
-            if c.state == 2 and c.metadata.attempt < newest[key]:  # CONTAINER_EXITED
+            if c.state == cri.CONTAINER_EXITED and c.metadata.attempt < newest[key]:
                 try:
                     await self.runtime.remove_container(c.id)
                     removed += 1
@@ -164,16 +171,15 @@ class DiskReclaimer:
 
     async def imagefs_usage(self) -> tuple[int, int] | None:
         """(used, capacity) bytes of the filesystem images live on."""
-        resp = await self.runtime.image_fs_info()
-        for fs in resp.image_filesystems:
-            if fs.fs_id.mountpoint:
-                try:
-                    st = os.statvfs(fs.fs_id.mountpoint)
-                except OSError:
-                    continue
-                capacity = st.f_blocks * st.f_frsize
-                return capacity - st.f_bavail * st.f_frsize, capacity
-        return None
+        mountpoint = await imagefs_mountpoint(self.runtime)
+        if mountpoint is None:
+            return None
+        try:
+            st = os.statvfs(mountpoint)
+        except OSError:
+            return None
+        capacity = st.f_blocks * st.f_frsize
+        return capacity - st.f_bavail * st.f_frsize, capacity
 
     # -- triggers -------------------------------------------------------------------------------
 
@@ -197,11 +203,9 @@ class DiskReclaimer:
 
     async def on_request(self, event: DiskReclaimRequested) -> None:
         with self.store.session() as s:
-            req = s.get(ReclaimRequest, 1)
+            req, done = s.get(ReclaimRequest, 1), s.get(DiskReclaim, 1)
         if req is None:
             return
-        with self.store.session() as s:
-            done = s.get(DiskReclaim, 1)
         if done is not None and done.answered_sequence >= req.sequence:
             return  # answered already (a repeated event)
         result = GCResult()

@@ -56,23 +56,24 @@ def sandbox_security_context(pod: Pod, seccomp_directory: Path) -> cri.LinuxSand
     return sc
 
 
+def effective(pod: Pod, c: Container, field: str):
+    """A securityContext field as the container gets it: its own, else the pod's."""
+    mine = getattr(c.securityContext, field, None) if c.securityContext is not None else None
+    return mine if mine is not None else getattr(pod.spec.securityContext, field, None)
+
+
 def needs_image_user(pod: Pod, c: Container) -> bool:
     """runAsNonRoot without a runAsUser: only the image can say who the container runs as."""
-    psc, csc = pod.spec.securityContext, c.securityContext
-    non_root = csc.runAsNonRoot if csc and csc.runAsNonRoot is not None else psc.runAsNonRoot
-    run_as_user = csc.runAsUser if csc and csc.runAsUser is not None else psc.runAsUser
-    return bool(non_root) and run_as_user is None
+    return bool(effective(pod, c, "runAsNonRoot")) and effective(pod, c, "runAsUser") is None
 
 
 def check_run_as_non_root(pod: Pod, c: Container, image: cri.Image | None) -> None:
     """The kubelet's runAsNonRoot check, with its words: ValueError (CreateContainerConfigError)
     when the container would run as root. An image that names no user runs as root."""
-    psc, csc = pod.spec.securityContext, c.securityContext
-    non_root = csc.runAsNonRoot if csc and csc.runAsNonRoot is not None else psc.runAsNonRoot
-    if not non_root:
+    if not effective(pod, c, "runAsNonRoot"):
         return
     who = f'(pod: "{pod.metadata.name}_{pod.metadata.namespace}({pod.uid})", container: {c.name})'
-    run_as_user = csc.runAsUser if csc and csc.runAsUser is not None else psc.runAsUser
+    run_as_user = effective(pod, c, "runAsUser")
     if run_as_user is not None:
         if run_as_user == 0:
             raise ValueError(f"container's runAsUser breaks non-root policy {who}")
@@ -88,9 +89,8 @@ def check_run_as_non_root(pod: Pod, c: Container, image: cri.Image | None) -> No
 
 def container_security_context(pod: Pod, c: Container, seccomp_directory: Path) -> cri.LinuxContainerSecurityContext:
     sc = cri.LinuxContainerSecurityContext(namespace_options=namespaces(pod))
-    psc, csc = pod.spec.securityContext, c.securityContext
-    run_as_user = csc.runAsUser if csc and csc.runAsUser is not None else psc.runAsUser
-    run_as_group = csc.runAsGroup if csc and csc.runAsGroup is not None else psc.runAsGroup
+    csc = c.securityContext
+    run_as_user, run_as_group = effective(pod, c, "runAsUser"), effective(pod, c, "runAsGroup")
     if run_as_user is not None:
         sc.run_as_user.value = run_as_user
     if run_as_group is not None:
@@ -104,7 +104,7 @@ def container_security_context(pod: Pod, c: Container, seccomp_directory: Path) 
         if csc.capabilities is not None:
             sc.capabilities.add_capabilities.extend(csc.capabilities.add)
             sc.capabilities.drop_capabilities.extend(csc.capabilities.drop)
-    profile = _seccomp(csc.seccompProfile if csc and csc.seccompProfile else psc.seccompProfile, seccomp_directory)
+    profile = _seccomp(effective(pod, c, "seccompProfile"), seccomp_directory)
     if profile is not None:
         sc.seccomp.CopyFrom(profile)
     return sc

@@ -37,13 +37,12 @@ from shared.safe_paths import UnsafePath, beneath
 from shared.store import (DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult,
                           Store)
 from shared.store.models import utcnow
+from shared.thresholds import PRESSURE_CONDITIONS
 
 log = logging.getLogger(__name__)
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
-# The order the kubelet names pressure conditions in an admission rejection.
-PRESSURE_ORDER = ("MemoryPressure", "DiskPressure", "PIDPressure")
 
 # A failed sync (runtime error, network not ready) is retried after this long.
 ERROR_RETRY = 2.0
@@ -89,9 +88,10 @@ class PodSyncer:
 
     # -- reading the store -------------------------------------------------------------------
 
-    def _desired(self, uid: str) -> DesiredPod | None:
+    def _desired(self, uid: str) -> tuple[DesiredPod | None, PodEviction | None]:
+        """The pod as its source wants it, and eviction's decision about it if there is one."""
         with self.store.session() as s:
-            return s.get(DesiredPod, uid)
+            return s.get(DesiredPod, uid), s.get(PodEviction, uid)
 
     def desired_uids(self) -> list[str]:
         with self.store.session() as s:
@@ -131,7 +131,7 @@ class PodSyncer:
             others = [self._pods.get(d.uid, d.manifest) for d in s.scalars(
                 select(DesiredPod).where(DesiredPod.admitted.is_(True), DesiredPod.deleting.is_(False),
                                          DesiredPod.uid != row.uid))]
-            pressure = [c for c in PRESSURE_ORDER if c in set(s.scalars(
+            pressure = [c for c in PRESSURE_CONDITIONS if c in set(s.scalars(
                 select(NodePressure.condition).where(NodePressure.pressure.is_(True))))]
             # In the kubelet's order: eviction (node pressure), sysctls, then resources.
             verdict = admit_under_pressure(pod, pressure, is_critical(pod, static=row.source == "file"))
@@ -153,7 +153,7 @@ class PodSyncer:
     # -- sync --------------------------------------------------------------------------------
 
     async def sync(self, uid: str) -> SyncResult:
-        row = self._desired(uid)
+        row, eviction = self._desired(uid)
         rt = await get_runtime_pod(self.runtime, uid)
         if row is None or row.deleting:
             return await self._terminate(uid, row, rt)
@@ -161,7 +161,6 @@ class PodSyncer:
         if not self._admit(row, pod):
             self._record(pod, rt, {}, ("", ""))
             return SyncResult()
-        eviction = self._eviction(uid)
         if row.rejection_reason == EVICTED or eviction is not None:
             grace = eviction.grace_period_seconds if eviction else 0
             # A hard eviction (grace 0) kills at once: the node is short of something now, and
@@ -245,10 +244,6 @@ class PodSyncer:
             return None
         seen = row.seen_at if row.seen_at.tzinfo else row.seen_at.replace(tzinfo=timezone.utc)
         return pod.spec.activeDeadlineSeconds - (datetime.now(timezone.utc) - seen).total_seconds()
-
-    def _eviction(self, uid: str) -> PodEviction | None:
-        with self.store.session() as s:
-            return s.get(PodEviction, uid)
 
     async def _fail(self, pod: Pod, row: DesiredPod, rt: RuntimePod, reason: str, message: str, grace: int,
                     floor: int = MIN_GRACE, announce: bool = True) -> SyncResult:
@@ -343,10 +338,8 @@ class PodSyncer:
                     else f'Successfully pulled image "{spec.image}" in {image.pulled_seconds:.3f}s')
         progress.pull_seconds += image.pulled_seconds or 0.0
         try:
-            if needs_image_user(pod, spec):
-                check_run_as_non_root(pod, spec, await self.images.status(image.ref))
-            else:
-                check_run_as_non_root(pod, spec, None)
+            image_user = await self.images.status(image.ref) if needs_image_user(pod, spec) else None
+            check_run_as_non_root(pod, spec, image_user)
             objects = await self.env_source.gather(pod, spec)
             config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node, volumes, objects,
                                       warn=lambda reason, message: self._event(pod, "Warning", reason, message),

@@ -7,7 +7,8 @@ pod-sync starts containers once every volume of the pod is ready.
 
 Tear down: a pod's volumes go only when (1) pod-sync no longer wants the pod, has marked it
 terminated (after its containers are gone) or finished (failed for good, e.g. evicted), and (2)
-nothing of it runs in the runtime (no ready sandbox, no container that has not exited). Pods are found from the disk (<root>/pods/<uid>) as well as from the store, so a
+nothing of it runs in the runtime (no ready sandbox, no container that has not exited). Pods are
+found from the disk (<root>/pods/<uid>) as well as from the store, so a
 pod deleted while this service was down is cleaned up when it comes back.
 """
 

@@ -10,12 +10,9 @@ opened (opening some has effects), only regular files and directories are touche
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 RW_MASK, RO_MASK, EXEC_MASK = 0o660, 0o440, 0o110
 _OPEN_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
