@@ -9,6 +9,7 @@ mount table first and refuses.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import re
 import shutil
@@ -81,6 +82,19 @@ async def _run(*argv: str) -> None:
         raise MountError(f"{' '.join(argv)} did not finish in {MOUNT_TIMEOUT:.0f}s") from None
     if proc.returncode != 0:
         raise MountError(f"{' '.join(argv)} failed: {out.decode(errors='replace').strip()}")
+
+
+_MS_BIND = 4096
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def bind_mount_fd(fd: int, target: Path) -> None:
+    """Bind-mount the file an fd is open on (O_PATH is enough) onto target. The kernel follows
+    /proc/self/fd/N to the open inode itself, whatever has since been renamed or swapped by name;
+    mount(8) would canonicalise the path first, so the syscall is made directly."""
+    if _libc.mount(f"/proc/self/fd/{fd}".encode(), os.fsencode(target), None, _MS_BIND, None) != 0:
+        err = ctypes.get_errno()
+        raise MountError(f"bind mount onto {target} failed: {os.strerror(err)}")
 
 
 async def mount_tmpfs(path: Path, size_bytes: int | None, mode: str = "0777") -> None:

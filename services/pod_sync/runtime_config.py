@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from cri_api.v1 import api_pb2 as cri
 
@@ -21,6 +21,11 @@ from shared.node_dirs import private_dir
 from shared.podspec import ENV_NAME, Container, Pod
 from shared.safe_paths import beneath
 from shared.qos import qos_class
+
+class SubPathMounter(Protocol):
+    def mount(self, pod_uid: str, volume: str, volume_path: Path, container: str, index: int,
+              sub_path: str) -> Path: ...
+
 
 _PROTOCOLS = {"TCP": cri.TCP, "UDP": cri.UDP, "SCTP": cri.SCTP}
 
@@ -156,18 +161,21 @@ def termination_log_path(node: NodeFacts, pod: Pod, c: Container, attempt: int) 
 _ALWAYS_READ_ONLY = ("configMap", "secret", "downwardAPI", "projected")
 
 
-def volume_mounts(pod: Pod, c: Container, volumes: dict) -> list[cri.Mount]:
+def volume_mounts(pod: Pod, c: Container, volumes: dict, subpaths: SubPathMounter | None) -> list[cri.Mount]:
     """CRI bind mounts for the container's volumeMounts; `volumes` are the pod's pod_volumes rows
-    (all ready: pod-sync starts nothing before). Propagation is private (mountPropagation None)."""
+    (all ready: pod-sync starts nothing before). Propagation is private (mountPropagation None).
+    A subPath is mounted from its own bind mount, made safely (shared/subpath.py)."""
     kinds = {v.name: v.kind for v in pod.spec.volumes}
     mounts = []
-    for m in c.volumeMounts:
+    for index, m in enumerate(c.volumeMounts):
         row = volumes.get(m.name)
         if row is None or not row.ready:
             raise ValueError(f"volume {m.name!r} is not set up")
-        host = row.subpaths.get(m.subPath) if m.subPath else row.host_path
-        if not host:
-            raise ValueError(f"subPath {m.subPath!r} of volume {m.name!r} is not prepared")
+        host = row.host_path
+        if m.subPath:
+            if subpaths is None:
+                raise ValueError(f"subPath {m.subPath!r} of volume {m.name!r}: no subPath mounter")
+            host = str(subpaths.mount(pod.uid, m.name, Path(row.host_path), c.name, index, m.subPath))
         mounts.append(cri.Mount(container_path=m.mountPath, host_path=host,
                                 readonly=m.readOnly or kinds.get(m.name) in _ALWAYS_READ_ONLY,
                                 propagation=cri.PROPAGATION_PRIVATE))
@@ -178,8 +186,10 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
                      pod_ip: str, node: NodeFacts, volumes: dict | None = None,
                      objects: EnvObjects | None = None,
                      warn: Callable[[str, str], None] | None = None,
-                     etc_hosts: Path | None = None) -> cri.ContainerConfig:
-    """etc_hosts: the pod's managed hosts file, bind-mounted at /etc/hosts (etc_hosts.py)."""
+                     etc_hosts: Path | None = None,
+                     subpaths: SubPathMounter | None = None) -> cri.ContainerConfig:
+    """etc_hosts: the pod's managed hosts file, bind-mounted at /etc/hosts (etc_hosts.py);
+    subpaths: makes the bind mounts of subPath volumeMounts."""
     env = container_env(pod, c, pod_ip, node, objects, warn)
     qos = qos_class(pod)
     term_log = termination_log_path(node, pod, c, attempt)
@@ -194,7 +204,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         args=[expand(x, env) for x in c.args],
         working_dir=c.workingDir or "",
         envs=[cri.KeyValue(key=k, value=v) for k, v in env.items()],
-        mounts=[*volume_mounts(pod, c, volumes or {}),
+        mounts=[*volume_mounts(pod, c, volumes or {}, subpaths),
                 cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log)),
                 *([cri.Mount(container_path=ETC_HOSTS, host_path=str(etc_hosts))] if etc_hosts else [])],
         labels={**pod_identity_labels(pod), L.CONTAINER_NAME: c.name},

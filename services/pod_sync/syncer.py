@@ -24,7 +24,7 @@ from services.pod_sync.images import ImageManager, ImagePullError
 from services.pod_sync.killing import MIN_GRACE, Killer
 from services.pod_sync.observed import observed_containers
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
-from services.pod_sync.runtime_config import NodeFacts, container_config, pod_hostname, sandbox_config
+from services.pod_sync.runtime_config import NodeFacts, SubPathMounter, container_config, pod_hostname, sandbox_config
 from services.pod_sync.security import check_run_as_non_root, needs_image_user
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
 from shared.config import NodeSettings
@@ -37,6 +37,7 @@ from shared.safe_paths import UnsafePath, beneath
 from shared.store import (DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult,
                           Store)
 from shared.store.models import utcnow
+from shared.subpath import SubPathMounts
 from shared.thresholds import PRESSURE_CONDITIONS
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,9 @@ class _Progress:
 class PodSyncer:
     def __init__(self, runtime: RuntimeService, images: ImageManager, store: Store,
                  settings: NodeSettings, crash_backoff: Backoff, node: NodeFacts, events: Recorder,
-                 env_source: EnvSource | None = None) -> None:
+                 env_source: EnvSource | None = None, subpaths: SubPathMounter | None = None) -> None:
         self.runtime = runtime
+        self.subpaths = subpaths or SubPathMounts(node.pods_dir)
         # Standalone: no API server to read configMaps, secrets or services from.
         self.env_source = env_source or StaticEnvSource(api=False)
         self.images = images
@@ -343,7 +345,7 @@ class PodSyncer:
             objects = await self.env_source.gather(pod, spec)
             config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node, volumes, objects,
                                       warn=lambda reason, message: self._event(pod, "Warning", reason, message),
-                                      etc_hosts=self._etc_hosts(pod, spec, pod_ip))
+                                      etc_hosts=self._etc_hosts(pod, spec, pod_ip), subpaths=self.subpaths)
         except (ValueError, EnvSourceError) as exc:
             M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
             self._event(pod, "Warning", "Failed", f"Error: {exc}")

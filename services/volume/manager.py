@@ -41,6 +41,7 @@ from shared.podspec import VOLUME_SOURCES, Pod, PodCache, Volume
 from shared.quantity import to_bytes
 from shared.store import DesiredPod, PodVolume, Store
 from shared.store.models import utcnow
+from shared import subpath
 
 log = logging.getLogger(__name__)
 
@@ -199,10 +200,9 @@ class VolumeManager:
             plugin = PLUGINS.get(volume.kind, volume.kind)
             try:
                 path = await self._setup_volume(pod, volume, objects)
-                subpaths = _prepare_subpaths(pod, volume.name, path)
                 limit = volume.source.get("sizeLimit") if volume.kind == "emptyDir" else None
                 results.append(PodVolume(pod_uid=pod.uid, name=volume.name, plugin=plugin, host_path=str(path),
-                                         ready=True, subpaths=subpaths,
+                                         ready=True,
                                          size_limit_bytes=to_bytes(limit) if limit else 0))
             except AttachPending as exc:
                 results.append(self._failure(pod, volume, plugin, "FailedAttachVolume", str(exc)))
@@ -266,8 +266,8 @@ class VolumeManager:
             existing = {r.name: r for r in s.scalars(select(PodVolume).where(PodVolume.pod_uid == uid))}
             for new in results:
                 old = existing.get(new.name)
-                if old is not None and (old.ready, old.host_path, old.message, old.subpaths, old.reason) == \
-                        (new.ready, new.host_path, new.message, new.subpaths, new.reason):
+                if old is not None and (old.ready, old.host_path, old.message, old.reason) == \
+                        (new.ready, new.host_path, new.message, new.reason):
                     continue
                 new.used_bytes = old.used_bytes if old is not None else 0
                 new.updated_at = utcnow()
@@ -303,6 +303,8 @@ class VolumeManager:
             self.wake([uid])  # set up again; nothing was unmounted
             return bool(withdrawn)
         try:
+            # The subPath bind mounts pod-sync made pin files of the volumes: they go first.
+            subpath.clean(self.layout.pod_dir(uid))
             for vol_dir in self._volume_dirs(uid):
                 if vol_dir.parent.name == plugin_dir_name(CSI_PLUGIN):
                     await self.csi.teardown(vol_dir)
@@ -399,22 +401,3 @@ def _statvfs_stats(vol_dir: Path):
     return data, {"bytes_total": st.f_blocks * st.f_frsize, "bytes_available": st.f_bavail * st.f_frsize,
                   "bytes_used": (st.f_blocks - st.f_bfree) * st.f_frsize, "inodes_total": st.f_files,
                   "inodes_available": st.f_ffree, "inodes_used": st.f_files - st.f_ffree}
-
-
-def _prepare_subpaths(pod: Pod, volume: str, path: Path) -> dict[str, str]:
-    """Create each subPath the pod's containers mount from this volume and check it stays inside."""
-    out: dict[str, str] = {}
-    root = os.path.realpath(path)
-    for c in pod.spec.initContainers + pod.spec.containers:
-        for m in c.volumeMounts:
-            if m.name != volume or not m.subPath or m.subPath in out:
-                continue
-            target = path / m.subPath
-            if not target.exists() and path.is_dir():
-                target.mkdir(mode=0o755, parents=True, exist_ok=True)
-            real = os.path.realpath(target)
-            if real != root and not real.startswith(root.rstrip("/") + "/"):
-                raise VolumeSourceError(f"subPath {m.subPath!r} of container {c.name!r} resolves to {real}, "
-                                        "outside the volume")
-            out[m.subPath] = real
-    return out

@@ -19,7 +19,7 @@ def router(store: Store, manager: VolumeManager, registry: PluginRegistry) -> AP
         with store.session() as s:
             rows = list(s.scalars(select(PodVolume).order_by(PodVolume.pod_uid, PodVolume.name)))
         return [{"podUID": r.pod_uid, "name": r.name, "plugin": r.plugin, "hostPath": r.host_path,
-                 "ready": r.ready, "reason": r.reason, "message": r.message, "subPaths": r.subpaths,
+                 "ready": r.ready, "reason": r.reason, "message": r.message,
                  **({"sizeLimitBytes": r.size_limit_bytes, "usedBytes": r.used_bytes}
                     if r.plugin == "kubernetes.io/empty-dir" else {})}
                 for r in rows]

@@ -18,7 +18,7 @@ from shared.store.models import TABLE_OWNERS, Base
 
 
 # Bump when a table changes: older stores are rebuilt at start (see Store.create_schema).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 # Commits that wrote something (flush + SQLite commit, including waiting for the write lock):

@@ -152,8 +152,6 @@ class PodVolume(Base):
     ready: Mapped[bool] = mapped_column(Boolean, default=False)
     reason: Mapped[str] = mapped_column(String, default="")  # FailedMount, FailedAttachVolume
     message: Mapped[str] = mapped_column(Text, default="")
-    # subPath (as written in a volumeMount) -> host path inside the volume, created and checked.
-    subpaths: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     # emptyDir only: its sizeLimit (0: none) and what it holds, measured every
     # volumeStatsAggPeriod, for eviction to compare.
     size_limit_bytes: Mapped[int] = mapped_column(Integer, default=0)

@@ -1,5 +1,7 @@
 import pytest
 
+from shared.subpath import FakeSubPathMounts
+
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.images import ImageManager
 from services.pod_sync.runtime_config import NodeFacts
@@ -53,4 +55,5 @@ def events():
 
 @pytest.fixture
 def syncer(rt, store, settings, node, events):
-    return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300), node, events)
+    return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300), node, events,
+                     subpaths=FakeSubPathMounts())

@@ -223,7 +223,7 @@ def _volume_rows(settings, **data_row):
         s.merge(PodVolume(pod_uid="uid1", name="cfg", plugin="kubernetes.io/downward-api", host_path="/v/cfg",
                           ready=True))
         s.merge(PodVolume(pod_uid="uid1", name="data", plugin="kubernetes.io/empty-dir",
-                          **{"host_path": "/v/data", "ready": True, "subpaths": {"app": "/v/data/app"}, **data_row}))
+                          **{"host_path": "/v/data", "ready": True, **data_row}))
 
 
 async def test_containers_wait_for_their_volumes(syncer, rt, store, settings):
@@ -247,9 +247,22 @@ async def test_ready_volumes_become_cri_mounts(syncer, rt, store, settings):
     [config] = rt.created_configs.values()
     mounts = {m.container_path: (m.host_path, m.readonly, m.propagation) for m in config.mounts}
     assert mounts["/etc/cfg"] == ("/v/cfg", True, cri.PROPAGATION_PRIVATE), "downwardAPI is always read-only"
-    assert mounts["/data"] == ("/v/data/app", False, cri.PROPAGATION_PRIVATE), "subPath mounts the prepared path"
+    assert mounts["/data"] == ("/v/data/app", False, cri.PROPAGATION_PRIVATE), "subPath mounts its own bind mount"
     assert mounts["/ro"] == ("/v/data", True, cri.PROPAGATION_PRIVATE)
+    assert syncer.subpaths.requests == [("uid1", "data", 1, "app")], "volumeMounts[1] of app"
     assert "/dev/termination-log" in mounts
+
+
+async def test_a_subpath_that_cannot_be_mounted_safely_fails_the_container_start(syncer, rt, store, settings):
+    want(store, _volume_pod())
+    _volume_rows(settings)
+    syncer.subpaths.refuse["app"] = "'app': resolves outside the volume"
+    await syncer.sync("uid1")
+    assert rt.created_configs == {}
+    row = observed(store)
+    [app] = row.containers
+    assert app["waiting_reason"] == "CreateContainerConfigError"
+    assert 'failed to prepare subPath for volumeMount "data" of container "app"' in app["waiting_message"]
 
 
 async def test_termination_message_file_is_writable_by_any_user(syncer, rt, store):

@@ -1,4 +1,4 @@
-"""Volume building blocks: the atomic writer, payloads, hostPath types, token refresh, subPaths."""
+"""Volume building blocks: the atomic writer, payloads, hostPath types, token refresh."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from services.volume.atomic_writer import FileProjection, PayloadError, write_at
 from services.volume.csi_volumes import CSIVolumes, attachment_name, ephemeral_handle
 from services.volume.fake_objects import FakeObjectSource
 from services.volume.local import memory_size, setup_host_path
-from services.volume.manager import _prepare_subpaths, referenced_objects
+from services.volume.manager import referenced_objects
 from services.volume.objects import STANDALONE_OBJECTS, STATIC_POD_OBJECTS
 from services.volume.paths import Layout
 from services.volume.projection import NodeAllocatable, VolumeSourceError, build_payload
@@ -175,18 +175,6 @@ def test_memory_backed_empty_dir_size():
     assert memory_size(pod(), {"sizeLimit": "16Mi"}, NODE.memory_bytes) == 16 * 2**20
     assert memory_size(pod(limits={"memory": "64Mi"}), {}, NODE.memory_bytes) == 64 * 2**20
     assert memory_size(pod(), {}, NODE.memory_bytes) == NODE.memory_bytes, "no limit: node allocatable"
-
-
-def test_sub_paths_are_created_inside_and_may_not_escape(tmp_path):
-    vol = tmp_path / "vol"
-    vol.mkdir()
-    p = pod(volumes=[{"name": "v", "emptyDir": {}}], mounts=[{"name": "v", "mountPath": "/a", "subPath": "x/y"}])
-    assert _prepare_subpaths(p, "v", vol) == {"x/y": str(vol / "x" / "y")}
-    assert (vol / "x" / "y").is_dir()
-    os.symlink("/etc", vol / "escape")
-    p = pod(volumes=[{"name": "v", "emptyDir": {}}], mounts=[{"name": "v", "mountPath": "/a", "subPath": "escape"}])
-    with pytest.raises(VolumeSourceError, match="outside the volume"):
-        _prepare_subpaths(p, "v", vol)
 
 
 # -- CSI and tokens ---------------------------------------------------------------------------
