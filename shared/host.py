@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,18 @@ def kernel_refuses_negative_oom_score_adj(status_file: str = "/proc/self/status"
         if key in ("CapEff", "CapBnd"):
             caps[key] = int(value.strip(), 16)
     return any(not (v >> CAP_SYS_RESOURCE) & 1 for v in caps.values())
+
+
+def arch() -> str:
+    """The architecture as Go names it (GOARCH), which is what Kubernetes labels use."""
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+
+
+def node_labels(name: str) -> dict[str, str]:
+    """The labels the node registers with; pod admission matches nodeSelector and node affinity
+    against these."""
+    return {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": arch(),
+            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch()}
 
 
 def cpu_capacity_millicores() -> int:

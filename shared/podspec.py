@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -35,8 +35,29 @@ class ManifestInvalid(ValueError):
     """A manifest that cannot become a pod; the message names the field."""
 
 
+_ASKS_NOTHING = (None, False, "", [], {})
+
+
 class _Model(BaseModel):
+    """A part of a pod. A field pykubelet does not model is refused, with a reason naming it,
+    unless it asks for nothing (empty, false, or a value in NO_OP) or another component acts on
+    it (OTHERS_ACT_ON: the scheduler, the API server's admission): never silently dropped."""
+
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+    OTHERS_ACT_ON: ClassVar[frozenset[str]] = frozenset()
+    NO_OP: ClassVar[dict[str, tuple[Any, ...]]] = {}
+    WHY_NOT: ClassVar[dict[str, str]] = {}
+    REFUSE_UNKNOWN: ClassVar[bool] = True
+
+    @model_validator(mode="after")
+    def _refuse_unsupported(self) -> "_Model":
+        if not self.REFUSE_UNKNOWN:
+            return self
+        for key, value in (self.model_extra or {}).items():
+            if key in self.OTHERS_ACT_ON or value in _ASKS_NOTHING or value in self.NO_OP.get(key, ()):
+                continue
+            raise ValueError(f"{key}: {self.WHY_NOT.get(key, 'unknown field, or one pykubelet does not support')}")
+        return self
 
 
 ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
@@ -237,7 +258,22 @@ class Sysctl(_Model):
         return v
 
 
+class SELinuxOptions(_Model):
+    """Handed to the runtime as the kubelet does; it applies them where SELinux is enabled."""
+    user: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]*$", max_length=256)
+    role: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]*$", max_length=256)
+    type: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]*$", max_length=256)
+    level: str = Field(default="", pattern=r"^[A-Za-z0-9_.:,-]*$", max_length=256)
+
+
+_WINDOWS_ONLY = "Windows options cannot apply on a Linux node"
+
+
 class SecurityContext(_Model):
+    NO_OP = {"procMount": ("Default",)}
+    WHY_NOT = {"procMount": "only Default is supported by pykubelet (Unmasked needs the alpha ProcMountType "
+                            "feature)", "windowsOptions": _WINDOWS_ONLY}
+
     runAsUser: int | None = Field(default=None, ge=0)
     runAsGroup: int | None = Field(default=None, ge=0)
     runAsNonRoot: bool | None = None
@@ -246,9 +282,12 @@ class SecurityContext(_Model):
     allowPrivilegeEscalation: bool | None = None
     capabilities: Capabilities | None = None
     seccompProfile: SeccompProfile | None = None
+    seLinuxOptions: SELinuxOptions | None = None
 
 
 class PodSecurityContext(_Model):
+    WHY_NOT = {"windowsOptions": _WINDOWS_ONLY}
+
     runAsUser: int | None = Field(default=None, ge=0)
     runAsGroup: int | None = Field(default=None, ge=0)
     runAsNonRoot: bool | None = None
@@ -257,6 +296,7 @@ class PodSecurityContext(_Model):
     sysctls: list[Sysctl] = Field(default_factory=list, max_length=64)
     fsGroup: int | None = Field(default=None, ge=0)
     fsGroupChangePolicy: Literal["Always", "OnRootMismatch"] | None = None
+    seLinuxOptions: SELinuxOptions | None = None
 
 
 class PodDNSConfigOption(_Model):
@@ -323,6 +363,8 @@ VOLUME_SOURCES = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", 
 
 
 class Volume(_Model):
+    REFUSE_UNKNOWN = False  # the source is the one other field; the volume service judges it
+
     name: str
 
     @field_validator("name")
@@ -352,6 +394,9 @@ class Volume(_Model):
 
 
 class Container(_Model):
+    WHY_NOT = {"volumeDevices": "raw block volumes are not supported by pykubelet",
+               "resizePolicy": "in-place resize is not supported by pykubelet"}
+
     name: str
     image: str
     command: list[str] = Field(default_factory=list)
@@ -371,6 +416,7 @@ class Container(_Model):
     readinessProbe: Probe | None = None
     startupProbe: Probe | None = None
     stdin: bool = False
+    stdinOnce: bool = False
     tty: bool = False
     volumeMounts: list[VolumeMount] = Field(default_factory=list)
 
@@ -435,6 +481,23 @@ class HostAlias(_Model):
 
 
 class PodSpec(_Model):
+    # The scheduler's, or filled in by the API server's admission; nothing for the node to do.
+    OTHERS_ACT_ON = frozenset({"schedulerName", "tolerations", "preemptionPolicy", "topologySpreadConstraints",
+                               "serviceAccount", "automountServiceAccountToken"})
+    WHY_NOT = {
+        "ephemeralContainers": "ephemeral containers are not supported by pykubelet",
+        "imagePullSecrets": "not supported by pykubelet",
+        "readinessGates": "not supported by pykubelet (the pod's Ready condition would ignore them)",
+        "runtimeClassName": "RuntimeClass is not supported by pykubelet (every pod runs with the runtime's "
+                            "default handler)",
+        "overhead": "pod overhead (from a RuntimeClass) is not supported by pykubelet",
+        "setHostnameAsFQDN": "not supported by pykubelet",
+        "os": "not supported by pykubelet (it runs Linux pods)",
+        "hostUsers": "user namespaces are not supported by pykubelet",
+        "schedulingGates": "not supported by pykubelet",
+        "resourceClaims": "dynamic resource allocation is not supported by pykubelet",
+    }
+
     containers: list[Container] = Field(min_length=1)
     initContainers: list[Container] = Field(default_factory=list)
     restartPolicy: Literal["Always", "OnFailure", "Never"] = "Always"
@@ -454,6 +517,10 @@ class PodSpec(_Model):
     hostIPC: bool = False
     shareProcessNamespace: bool | None = None
     dnsConfig: PodDNSConfig | None = None
+    # Matched against the node's labels at admission (services/pod_sync/node_affinity.py); of
+    # affinity, only nodeAffinity's required terms concern the node, the rest is the scheduler's.
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    affinity: dict[str, Any] | None = None
     # Set by the API server's Priority admission from priorityClassName; ranks pods for eviction.
     priority: int | None = None
     priorityClassName: str | None = None
@@ -495,6 +562,8 @@ POD_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class ObjectMeta(_Model):
+    REFUSE_UNKNOWN = False  # labels, owners, timestamps...: what a pod is, not what it asks of the node
+
     name: str
     namespace: str = "default"
     uid: str | None = None
@@ -524,6 +593,8 @@ class ObjectMeta(_Model):
 
 
 class Pod(_Model):
+    OTHERS_ACT_ON = frozenset({"status"})  # what the API server last heard; the node reports its own
+
     apiVersion: Literal["v1"] = "v1"
     kind: Literal["Pod"] = "Pod"
     metadata: ObjectMeta

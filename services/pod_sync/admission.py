@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 
+from services.pod_sync.node_affinity import AffinityInvalid, matches_node
 from shared.podspec import Pod
 from shared.qos import pod_requests, qos_class
 from shared.sysctls import forbidden_sysctl
@@ -39,6 +40,19 @@ def admit(pod: Pod, admitted: list[Pod], capacity: dict[str, int], max_pods: int
         if want[name] and used[name] + want[name] > capacity[name]:
             return _reject(f"OutOf{name}", name, want[name], used[name], capacity[name])
     return Verdict(True)
+
+
+def admit_to_node(pod: Pod, labels: dict[str, str], node_name: str) -> Verdict:
+    """The kubelet's NodeAffinity predicate: nodeSelector and required node affinity."""
+    try:
+        fits = matches_node(pod, labels, node_name)
+    except AffinityInvalid as exc:
+        ADMISSION_REJECTIONS.labels("NodeAffinity").inc()
+        return Verdict(False, "NodeAffinity", f"Predicate NodeAffinity failed: spec.affinity.nodeAffinity: {exc}")
+    if fits:
+        return Verdict(True)
+    ADMISSION_REJECTIONS.labels("NodeAffinity").inc()
+    return Verdict(False, "NodeAffinity", "Predicate NodeAffinity failed")
 
 
 def _reject(reason: str, resource: str, requested: int, used: int, capacity: int) -> Verdict:

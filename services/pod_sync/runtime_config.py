@@ -218,6 +218,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         },
         log_path=L.container_log_path(c.name, attempt),
         stdin=c.stdin,
+        stdin_once=c.stdinOnce,
         tty=c.tty,
         linux=cri.LinuxContainerConfig(
             resources=container_resources(c, qos, node.memory_bytes, node.oom_floor),

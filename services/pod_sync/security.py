@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared.podspec import Container, Pod, SeccompProfile
+from shared.podspec import Container, Pod, SeccompProfile, SELinuxOptions
 
 def seccomp_dir(root_dir: Path) -> Path:
     """Where Localhost seccomp profiles live, as the kubelet's <root-dir>/seccomp."""
@@ -53,7 +53,13 @@ def sandbox_security_context(pod: Pod, seccomp_directory: Path) -> cri.LinuxSand
     profile = _seccomp(psc.seccompProfile, seccomp_directory)
     if profile is not None:
         sc.seccomp.CopyFrom(profile)
+    if psc.seLinuxOptions is not None:
+        sc.selinux_options.CopyFrom(_selinux(psc.seLinuxOptions))
     return sc
+
+
+def _selinux(o: SELinuxOptions) -> cri.SELinuxOption:
+    return cri.SELinuxOption(user=o.user, role=o.role, type=o.type, level=o.level)
 
 
 def effective(pod: Pod, c: Container, field: str):
@@ -107,4 +113,7 @@ def container_security_context(pod: Pod, c: Container, seccomp_directory: Path) 
     profile = _seccomp(effective(pod, c, "seccompProfile"), seccomp_directory)
     if profile is not None:
         sc.seccomp.CopyFrom(profile)
+    selinux = effective(pod, c, "seLinuxOptions")
+    if selinux is not None:
+        sc.selinux_options.CopyFrom(_selinux(selinux))
     return sc

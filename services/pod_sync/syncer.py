@@ -14,7 +14,7 @@ from sqlalchemy import delete, select
 
 from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
-from services.pod_sync.admission import EVICTED, admit, admit_sysctls, admit_under_pressure
+from services.pod_sync.admission import EVICTED, admit, admit_sysctls, admit_to_node, admit_under_pressure
 from shared.node_resources import Reservations, allocatable
 from services.pod_sync.backoff import Backoff
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
@@ -31,6 +31,7 @@ from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.events import Recorder
+from shared.host import node_labels
 from shared.podspec import Pod, PodCache
 from shared.qos import is_critical, qos_class
 from shared.safe_paths import UnsafePath, beneath
@@ -141,6 +142,8 @@ class PodSyncer:
                 verdict = admit_sysctls(pod, self.settings.kubelet.allowed_unsafe_sysctls)
             if verdict.admitted:
                 verdict = admit(pod, others, self._capacity, self.settings.kubelet.max_pods)
+            if verdict.admitted:
+                verdict = admit_to_node(pod, node_labels(self.node.name), self.node.name)
             stored = s.get(DesiredPod, row.uid)
             stored.admitted = verdict.admitted
             stored.rejection_reason = verdict.reason

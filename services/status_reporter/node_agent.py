@@ -12,7 +12,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
-from services.status_reporter.node_object import PRESSURE, conditions, node_labels, node_status_facts, pressure_event
+from services.status_reporter.node_object import PRESSURE, conditions, node_status_facts, pressure_event
+from shared.host import node_labels
 from shared import periodic
 from shared.kube import MERGE_PATCH, REQUEST_TIMEOUT
 from shared.node_resources import NO_RESERVATIONS, Reservations

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from shared.host import arch
 from shared.node_resources import NO_RESERVATIONS, Reservations, node_capacity
 from shared.version import KUBELET_VERSION
 
@@ -29,15 +30,6 @@ def _os_image() -> str:
     return "Linux"
 
 
-def _arch() -> str:
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-
-
-def node_labels(name: str) -> dict[str, str]:
-    return {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": _arch(),
-            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": _arch()}
-
-
 def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: str,
                       kubelet_port: int, node_ip: str,
                       reservations: Reservations = NO_RESERVATIONS) -> dict[str, Any]:
@@ -58,7 +50,7 @@ def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: 
             "kubeletVersion": KUBELET_VERSION,
             "kubeProxyVersion": KUBELET_VERSION,
             "operatingSystem": "linux",
-            "architecture": _arch(),
+            "architecture": arch(),
         },
     }
 

@@ -11,6 +11,8 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shared.host import arch
+
 BUSYBOX = Path("/bin/busybox")
 
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -143,7 +145,7 @@ def build_image(spec: ImageSpec, applets: list[str] | None = None) -> BuiltImage
     uncompressed, compressed = build_layer(spec, applets if applets is not None else busybox_applets())
     layer = Blob(MEDIA_LAYER, compressed)
     config = {
-        "architecture": _oci_arch(),
+        "architecture": arch(),
         "os": "linux",
         "config": {"Cmd": spec.cmd, "Env": spec.env, "WorkingDir": spec.workdir,
                    **({"Entrypoint": spec.entrypoint} if spec.entrypoint else {})},
@@ -157,9 +159,3 @@ def build_image(spec: ImageSpec, applets: list[str] | None = None) -> BuiltImage
     return BuiltImage(spec, Blob(MEDIA_MANIFEST, json.dumps(manifest, sort_keys=True).encode()),
                       config_blob, [layer])
 
-
-def _oci_arch() -> str:
-    import platform
-
-    machine = platform.machine()
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)

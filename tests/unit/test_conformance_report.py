@@ -6,7 +6,6 @@ import gzip
 import io
 import json
 import tarfile
-from pathlib import Path
 
 import yaml
 
