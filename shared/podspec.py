@@ -486,7 +486,6 @@ class PodSpec(_Model):
                                "serviceAccount", "automountServiceAccountToken"})
     WHY_NOT = {
         "ephemeralContainers": "ephemeral containers are not supported by pykubelet",
-        "imagePullSecrets": "not supported by pykubelet",
         "readinessGates": "not supported by pykubelet (the pod's Ready condition would ignore them)",
         "runtimeClassName": "RuntimeClass is not supported by pykubelet (every pod runs with the runtime's "
                             "default handler)",
@@ -513,6 +512,7 @@ class PodSpec(_Model):
     enableServiceLinks: bool = True
     activeDeadlineSeconds: int | None = Field(default=None, ge=1)
     hostAliases: list[HostAlias] = Field(default_factory=list)
+    imagePullSecrets: list[LocalObjectRef] = Field(default_factory=list, max_length=64)
     hostPID: bool = False
     hostIPC: bool = False
     shareProcessNamespace: bool | None = None

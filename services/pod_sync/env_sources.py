@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from services.pod_sync.pull_secrets import Credential, PullSecretInvalid, credentials_from_secret
 from services.pod_sync.service_env import service_env
 from shared.podspec import Container, Pod
 
@@ -41,6 +42,25 @@ class EnvObjects:
 
 class EnvSource(Protocol):
     async def gather(self, pod: Pod, c: Container) -> EnvObjects: ...
+    async def pull_credentials(self, pod: Pod) -> PullCredentials: ...
+
+
+@dataclass
+class PullCredentials:
+    """The registry credentials of a pod's imagePullSecrets, and the secrets that gave none (each
+    with why): the kubelet then pulls with what it has and says so."""
+
+    credentials: list[Credential] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, name: str, secret_type: str, data: dict[str, str] | None, missing_why: str = "not found") -> None:
+        if data is None:
+            self.problems.append(f"{name}: {missing_why}")
+            return
+        try:
+            self.credentials.extend(credentials_from_secret(secret_type, data))
+        except PullSecretInvalid as exc:
+            self.problems.append(f"{name}: {exc}")
 
 
 def referenced(c: Container) -> tuple[set[str], set[str]]:
@@ -91,6 +111,15 @@ class StaticEnvSource:
                           {n: self.secrets.get((ns, n)) for n in secrets},
                           service_env(self.services, ns, pod.spec.enableServiceLinks) if self.api else {})
 
+    async def pull_credentials(self, pod: Pod) -> PullCredentials:
+        out = PullCredentials()
+        for ref in pod.spec.imagePullSecrets:
+            if self.api:
+                out.add(ref.name, "", self.secrets.get((pod.metadata.namespace, ref.name)))
+            else:
+                out.add(ref.name, "", None, "this node has no API server (standalone mode) to read it from")
+        return out
+
 
 class ApiEnvSource:
     def __init__(self, api: Any) -> None:
@@ -118,6 +147,17 @@ class ApiEnvSource:
                         ns, pod.metadata.name)
         objs.services = service_env(list(self._services.values()), ns, pod.spec.enableServiceLinks)
         return objs
+
+    async def pull_credentials(self, pod: Pod) -> PullCredentials:
+        out = PullCredentials()
+        for ref in pod.spec.imagePullSecrets:
+            try:
+                raw = await self._read("secret", self.core.read_namespaced_secret, pod.metadata.namespace, ref.name)
+            except EnvSourceError as exc:
+                out.add(ref.name, "", None, str(exc))
+                continue
+            out.add(ref.name, (raw or {}).get("type") or "", None if raw is None else secret_data(raw))
+        return out
 
     async def _read(self, kind: str, read: Any, ns: str, name: str) -> dict[str, Any] | None:
         from kubernetes_asyncio.client.exceptions import ApiException

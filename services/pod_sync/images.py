@@ -18,6 +18,7 @@ from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Histogram
 
 from services.pod_sync.backoff import Backoff
+from services.pod_sync.pull_secrets import Credential, lookup
 from shared.cri import CRIError, ImageService
 from shared.podspec import Container
 
@@ -67,9 +68,12 @@ class ImageManager:
         return await self._images.image_status(ref)
 
     async def ensure(self, pod_uid: str, container: Container, sandbox_config: cri.PodSandboxConfig | None,
-                     on_pull: Callable[[str], None] | None = None) -> EnsuredImage:
+                     on_pull: Callable[[str], None] | None = None,
+                     credentials: list[Credential] | None = None) -> EnsuredImage:
         """Return the image reference to create the container from, pulling if the policy says so.
-        on_pull is told when a pull really starts, for progress reporting."""
+        on_pull is told when a pull really starts, for progress reporting; credentials are the
+        pod's imagePullSecrets' (those for the image's registry are tried in turn, as the kubelet
+        does; with none, the pull is anonymous)."""
         image = container.image
         policy = container.imagePullPolicy
         if policy != "Always":
@@ -87,7 +91,7 @@ class ImageManager:
             on_pull(f'Pulling image "{image}"')
         start = time.monotonic()
         try:
-            ref = await self._pull_shared(image, sandbox_config)
+            ref = await self._pull_shared(image, sandbox_config, lookup(credentials or [], image))
         except CRIError as exc:
             self._backoff.next(key, time.time())
             raise ImagePullError("ErrImagePull", f'Failed to pull image "{image}": {exc.details}') from None
@@ -96,25 +100,28 @@ class ImageManager:
     def forget(self, pod_uid: str) -> None:
         self._backoff.forget(f"{pod_uid}/")
 
-    async def _pull_shared(self, image: str, sandbox_config: cri.PodSandboxConfig | None) -> str:
-        fut = self._inflight.get(image)
+    async def _pull_shared(self, image: str, sandbox_config: cri.PodSandboxConfig | None,
+                           logins: list[Credential]) -> str:
+        # Shared only between pulls with the same logins: one pod's secret never pulls for another.
+        key = (image, tuple(logins))
+        fut = self._inflight.get(key)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
-            self._inflight[image] = fut
+            self._inflight[key] = fut
             try:
-                fut.set_result(await self._pull(image, sandbox_config))
+                fut.set_result(await self._pull(image, sandbox_config, logins))
             except BaseException as exc:
                 fut.set_exception(exc)
                 fut.exception()  # retrieved: nobody else may be waiting
             finally:
-                del self._inflight[image]
+                del self._inflight[key]
         return await asyncio.shield(fut)
 
-    async def _pull(self, image: str, sandbox_config: cri.PodSandboxConfig | None) -> str:
+    async def _pull(self, image: str, sandbox_config: cri.PodSandboxConfig | None, logins: list[Credential]) -> str:
         async with (self._limit or contextlib.nullcontext()):
             start = time.monotonic()
-            log.info("pulling image %s", image)
-            ref = await self._images.pull_image(image, sandbox_config)
+            log.info("pulling image %s%s", image, f" ({len(logins)} login(s) to try)" if logins else "")
+            ref = await self._pull_with(image, sandbox_config, logins)
             took = time.monotonic() - start
             size = 0
             with contextlib.suppress(CRIError):
@@ -123,3 +130,19 @@ class ImageManager:
             IMAGE_PULL_DURATION.labels(size_bucket(size)).observe(took)
             log.info("pulled image %s in %.2fs", image, took)
             return ref
+
+    async def _pull_with(self, image: str, sandbox_config: cri.PodSandboxConfig | None,
+                         logins: list[Credential]) -> str:
+        """Anonymous without logins; else each login in turn, failing with all their errors."""
+        if not logins:
+            return await self._images.pull_image(image, sandbox_config)
+        errors: list[CRIError] = []
+        for login in logins:
+            try:
+                return await self._images.pull_image(image, sandbox_config, login.auth_config())
+            except CRIError as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise CRIError("pull_image", errors[-1].code, "; ".join(
+            f"with the login for {login.key!r}: {e.details}" for login, e in zip(logins, errors)))

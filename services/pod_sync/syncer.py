@@ -21,6 +21,7 @@ from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSo
 from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_managed_hosts, write_hosts_file
 from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
+from services.pod_sync.pull_secrets import Credential
 from services.pod_sync.killing import MIN_GRACE, Killer
 from services.pod_sync.observed import observed_containers
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
@@ -151,6 +152,18 @@ class PodSyncer:
         if not verdict.admitted:
             log.warning("pod %s rejected: %s", pod.full_name, verdict.message)
         return verdict.admitted
+
+    async def _pull_credentials(self, pod: Pod) -> list[Credential]:
+        """The pod's imagePullSecrets' logins; secrets that give none are named in an event and
+        the pull goes on with the rest (the kubelet's FailedToRetrieveImagePullSecret)."""
+        if not pod.spec.imagePullSecrets:
+            return []
+        found = await self.env_source.pull_credentials(pod)
+        if found.problems:
+            self._event(pod, "Warning", "FailedToRetrieveImagePullSecret",
+                        f"Unable to retrieve some image pull secrets ({'; '.join(found.problems)}); "
+                        "attempting to pull the image may not succeed.")
+        return found.credentials
 
     def _event(self, pod: Pod, type_: str, reason: str, message: str) -> None:
         self.events.pod(pod.metadata.namespace, pod.metadata.name, pod.uid, type_, reason, message)
@@ -328,7 +341,7 @@ class PodSyncer:
             self._record(pod, rt, {spec.name: ("ContainerCreating", note)}, ("", ""))
 
         try:
-            image = await self.images.ensure(pod.uid, spec, sb_config, on_pull)
+            image = await self.images.ensure(pod.uid, spec, sb_config, on_pull, await self._pull_credentials(pod))
         except ImagePullError as exc:
             progress.pull_notes[spec.name] = exc.message
             if exc.reason == "ImagePullBackOff":

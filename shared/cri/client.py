@@ -177,10 +177,13 @@ class CRIClient:
                                 cri.ImageStatusRequest(image=cri.ImageSpec(image=image)))
         return resp.image if resp.HasField("image") else None
 
-    async def pull_image(self, image: str, sandbox_config: cri.PodSandboxConfig | None = None) -> str:
+    async def pull_image(self, image: str, sandbox_config: cri.PodSandboxConfig | None = None,
+                         auth: cri.AuthConfig | None = None) -> str:
         req = cri.PullImageRequest(image=cri.ImageSpec(image=image))
         if sandbox_config is not None:
             req.sandbox_config.CopyFrom(sandbox_config)
+        if auth is not None:
+            req.auth.CopyFrom(auth)
         resp = await self._call("pull_image", self._images.PullImage, req, timeout=PULL_TIMEOUT)
         return resp.image_ref
 

@@ -35,6 +35,8 @@ class FakeRuntime:
         self.created_configs: dict[str, cri.ContainerConfig] = {}
         self.images: dict[str, str] = {ref: f"sha256:{i:064x}" for i, ref in enumerate(images or [])}
         self.pull_errors: dict[str, str] = {}
+        self.registry_logins: dict[str, tuple[str, str]] = {}  # image -> the login its registry wants
+        self.pull_auths: list[tuple[str, tuple[str, str] | None]] = []  # each pull's image and login
         self.network_ready = True
         # cmd tuple -> (exit code, stdout) for exec_sync; unknown commands succeed silently
         self.exec_results: dict[tuple[str, ...], tuple[int, bytes]] = {}
@@ -238,10 +240,16 @@ class FakeRuntime:
         img.username = username
         return img
 
-    async def pull_image(self, image: str, sandbox_config: cri.PodSandboxConfig | None = None) -> str:
+    async def pull_image(self, image: str, sandbox_config: cri.PodSandboxConfig | None = None,
+                         auth: cri.AuthConfig | None = None) -> str:
         self._record("pull_image", image)
+        self.pull_auths.append((image, (auth.username, auth.password) if auth is not None else None))
         if image in self.pull_errors:
             raise CRIError("pull_image", grpc.StatusCode.UNKNOWN, self.pull_errors[image])
+        wanted = self.registry_logins.get(image)
+        if wanted is not None and (auth is None or (auth.username, auth.password) != wanted):
+            raise CRIError("pull_image", grpc.StatusCode.UNKNOWN,
+                           f"failed to resolve reference {image!r}: unexpected status: 401 Unauthorized")
         return self.images.setdefault(image, f"sha256:{len(self.images) + 1000:064x}")
 
     async def list_images(self) -> list[cri.Image]:

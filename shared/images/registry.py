@@ -30,11 +30,12 @@ def _push_blob(client: httpx.Client, repo: str, blob: Blob) -> None:
     _check(put, f"upload of {blob.digest[:19]}")
 
 
-def push_image(registry: str, image: BuiltImage) -> str:
-    """Push to e.g. '127.0.0.1:5000'; return the full reference."""
+def push_image(registry: str, image: BuiltImage, login: tuple[str, str] | None = None) -> str:
+    """Push to e.g. '127.0.0.1:5000' (with HTTP basic auth when a login is given); return the
+    full reference."""
     repo, tag = image.spec.repository, image.spec.tag
     try:
-        with httpx.Client(base_url=f"http://{registry}", timeout=TIMEOUT) as client:
+        with httpx.Client(base_url=f"http://{registry}", timeout=TIMEOUT, auth=login) as client:
             for blob in [image.config, *image.layers]:
                 _push_blob(client, repo, blob)
             resp = client.put(f"/v2/{repo}/manifests/{tag}", content=image.manifest.data,

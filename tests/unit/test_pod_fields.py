@@ -24,7 +24,7 @@ def pod(container=None, **spec):
     ({"ephemeralContainers": [{"name": "dbg", "image": "i:1"}]}, None, "spec: ephemeralContainers: ephemeral"),
     ({"runtimeClassName": "gvisor"}, None, "spec: runtimeClassName: RuntimeClass is not supported"),
     ({"readinessGates": [{"conditionType": "x"}]}, None, "spec: readinessGates: not supported"),
-    ({"imagePullSecrets": [{"name": "reg"}]}, None, "spec: imagePullSecrets: not supported"),
+    ({"setHostnameAsFQDN": True}, None, "spec: setHostnameAsFQDN: not supported"),
     ({}, {"securityContext": {"procMount": "Unmasked"}},
      "spec.containers[0].securityContext: procMount: only Default"),
     ({"securityContext": {"windowsOptions": {"runAsUserName": "x"}}}, None,

@@ -1,0 +1,74 @@
+"""imagePullSecrets against a real registry that wants a login (docker-registry with htpasswd):
+the pod's dockerconfigjson secret is read through the API server and handed to containerd's
+PullImage; without it the registry's refusal is what the pod shows."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import bcrypt
+import pytest
+
+from shared.images.build import IMAGES, ImageSpec, build_image, busybox_applets
+from shared.images.registry import push_image, wait_for_registry
+from tests.integration.conftest import free_port, wait_for
+
+USER, PASSWORD = "puller", "s3cret-pull"
+
+
+@pytest.fixture(scope="module")
+def private_registry(tmp_path_factory):
+    root = tmp_path_factory.mktemp("private-registry")
+    (root / "htpasswd").write_text(f"{USER}:{bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=5)).decode()}\n")
+    address = f"127.0.0.1:{free_port()}"
+    (root / "config.yml").write_text(
+        "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
+        f"auth:\n  htpasswd:\n    realm: pykubelet-test\n    path: {root / 'htpasswd'}\n"
+        f"http:\n  addr: {address}\n")
+    proc = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")],
+                            stdout=open(root / "registry.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for_registry(address)
+        base = IMAGES["busybox"]
+        spec = ImageSpec("private/busybox", "1.36", base.cmd)
+        yield push_image(address, build_image(spec, busybox_applets()), login=(USER, PASSWORD))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _events(cluster, pod: str) -> str:
+    return cluster.kubectl("get", "events", "--field-selector", f"involvedObject.name={pod}", "-o",
+                           "jsonpath={range .items[*]}{.reason}: {.message}{'\\n'}{end}").stdout
+
+
+def test_a_private_image_pulls_with_the_pods_secret_and_not_without(cluster, private_registry):
+    registry = private_registry.split("/", 1)[0]
+    spec = {"containers": [{"name": "app", "image": private_registry, "imagePullPolicy": "Always",
+                            "command": ["sleep", "3600"]}]}
+    cluster.create_pod("no-login", spec)
+    cluster.wait_pod("no-login", lambda p: (p.get("status", {}).get("containerStatuses") or [{}])[0].get(
+        "state", {}).get("waiting", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff"), 60,
+        "the anonymous pull refused")
+    wait_for(lambda: "401 Unauthorized" in _events(cluster, "no-login"), 30, "the registry's 401 in the events")
+
+    cluster.kubectl("create", "secret", "docker-registry", "regcred", f"--docker-server={registry}",
+                    f"--docker-username={USER}", f"--docker-password={PASSWORD}")
+    cluster.kubectl("create", "secret", "generic", "not-a-login", "--from-literal=token=x")
+    cluster.create_pod("with-login", {**spec, "imagePullSecrets": [{"name": "not-a-login"}, {"name": "missing"},
+                                                                   {"name": "regcred"}]})
+    cluster.wait_pod("with-login", lambda p: p.get("status", {}).get("phase") == "Running", 90, "Running")
+    events = _events(cluster, "with-login")
+    warning = next(line for line in events.splitlines() if line.startswith("FailedToRetrieveImagePullSecret"))
+    assert "not-a-login: type Opaque has neither .dockerconfigjson nor .dockercfg" in warning, warning
+    assert "missing: not found" in warning, warning
+    assert PASSWORD not in events
+    for name in ("no-login", "with-login"):
+        cluster.kubectl("delete", "pod", name, "--wait=false")
+    cluster.kubectl("delete", "secret", "regcred", "not-a-login")
