@@ -138,7 +138,8 @@ class ProbeManager:
 
     def view(self) -> list[dict]:
         return [{"pod": f"{k.namespace}/{k.pod_name}", "container": k.container, "kind": k.kind,
-                 "containerID": w.container_id, "result": w.result, "onHold": w.on_hold}
+                 "containerID": w.container_id, "result": w.result, "onHold": w.on_hold,
+                 "lastFailure": w.last_failure}
                 for k, w in sorted(self.workers.items(), key=lambda kv: (kv[0].pod_name, kv[0].container, kv[0].kind))]
 
     async def run(self) -> None:

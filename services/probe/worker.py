@@ -74,6 +74,7 @@ class ProbeWorker:
         self._last_raw = ""
         self._run_count = 0
         self.on_hold = False
+        self.last_failure = ""  # what the last failed run said, for the admin view
 
     def set_target(self, target: Target | None) -> None:
         if target is not None and target.container_id != self.container_id:
@@ -134,8 +135,9 @@ class ProbeWorker:
             log.warning("%s probe of %s/%s: %s", self.key.kind, self.key.pod_name, self.key.container,
                         outcome.output[:200])
         raw = SUCCESS if outcome.ok else FAILURE
+        self.last_failure = outcome.output.strip()[:1024] if raw == FAILURE else ""
         if raw == FAILURE and self.on_failure is not None:
-            self.on_failure(self.key, outcome.output.strip()[:1024])
+            self.on_failure(self.key, self.last_failure)
         self._run_count = self._run_count + 1 if raw == self._last_raw else 1
         self._last_raw = raw
         threshold = self.probe.failureThreshold if raw == FAILURE else self.probe.successThreshold

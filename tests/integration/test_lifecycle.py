@@ -192,20 +192,6 @@ def test_env_expansion_field_refs_and_security_context(pods):
     assert "host=\n" not in out
 
 
-def test_run_as_non_root_refuses_a_root_image_and_accepts_a_user(pods):
-    # busybox's image names no user: it would run as root.
-    pods.write_pod("rootless", {"securityContext": {"runAsNonRoot": True}, "containers": [
-        sh(pods, "app", "sleep 3600")]})
-    pods.write_pod("nonroot", {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000}, "containers": [
-        sh(pods, "app", "id -u; sleep 3600")]})
-    refused = pods.wait_pod("rootless", lambda p: p["containers"][0]["reason"] == "CreateContainerConfigError", 30,
-                            "runAsNonRoot refused with CreateContainerConfigError")
-    message = refused["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
-    assert message.startswith("container has runAsNonRoot and image will run as root (pod: \"rootless-"), message
-    assert not [c for c in pods.containers_of(refused["uid"]) if c.metadata.name == "app"], "nothing was created"
-    pods.wait_running("nonroot")
-
-
 def test_termination_message_from_file_and_from_logs(pods):
     pods.write_pod("messages", {"restartPolicy": "Never", "containers": [
         sh(pods, "file", "echo 'all done, 42 items' > /dev/termination-log; exit 1"),

@@ -1,5 +1,5 @@
-"""Pod isolation fields on real containers: namespaces, sysctls, seccomp, DNS, and a pod whose
-sysctl the node will not set refused as the kubelet refuses it."""
+"""Pod isolation fields on real containers: namespaces, sysctls, seccomp, DNS, fsGroup and
+runAsNonRoot, and a pod whose sysctl the node will not set refused as the kubelet refuses it."""
 
 from __future__ import annotations
 
@@ -70,3 +70,17 @@ def test_fs_group_owns_volume_files_and_is_a_supplemental_group(pods):
     assert made.startswith("2000 "), "a file the container makes inherits the group"
     assert info == "2000 440", "a read-only volume's file: the group may read it, as with defaultMode 0400"
     assert name.startswith("grouped-"), "user 1000 reads it through the group"
+
+
+def test_run_as_non_root_refuses_a_root_image_and_accepts_a_user(pods):
+    # busybox's image names no user: it would run as root.
+    pods.write_pod("rootless", {"securityContext": {"runAsNonRoot": True}, "containers": [
+        sh(pods, "app", "sleep 3600")]})
+    pods.write_pod("nonroot", {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000}, "containers": [
+        sh(pods, "app", "id -u; sleep 3600")]})
+    refused = pods.wait_pod("rootless", lambda p: p["containers"][0]["reason"] == "CreateContainerConfigError", 30,
+                            "runAsNonRoot refused with CreateContainerConfigError")
+    message = refused["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+    assert message.startswith("container has runAsNonRoot and image will run as root (pod: \"rootless-"), message
+    assert not [c for c in pods.containers_of(refused["uid"]) if c.metadata.name == "app"], "nothing was created"
+    pods.wait_running("nonroot")
