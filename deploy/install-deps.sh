@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install what a pykubelet node and its tests need, skipping what is already there.
 # e2fsprogs + mount: the eviction tests put a node on a small ext4 filesystem on a loop device.
+# systemd-container + mmdebstrap: the systemd units are tested in a Debian rootfs booted with
+# systemd-nspawn (deploy/nspawn-rootfs.sh).
 # Debian/Ubuntu, as root. Safe to run again: it only installs missing packages.
 set -euo pipefail
 
 PACKAGES=(containerd runc containernetworking-plugins nats-server docker-registry busybox-static
-          iptables iproute2 e2fsprogs mount)
+          iptables iproute2 e2fsprogs mount systemd-container mmdebstrap)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -17,11 +17,13 @@ from shared.admin import Check, admin_port, create_admin_app
 from shared.bus import Bus
 from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared.sd_notify import notify
 from shared.store import Store
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT = 20.0
+ADMIN_START_TIMEOUT = 30.0
 
 
 def setup_logging(service: str) -> None:
@@ -83,7 +85,18 @@ async def _serve_admin(ctx: ServiceContext, port: int) -> None:
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # signals are ours
     serve = asyncio.create_task(server.serve(), name=f"{ctx.name}:admin-http")
+    # Ready for systemd (Type=notify) once /healthz answers, as `pykubelet up` judges it.
+    deadline = asyncio.get_running_loop().time() + ADMIN_START_TIMEOUT
+    while not server.started and not serve.done() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    if server.started:
+        notify("READY=1")
+    else:
+        log.error("admin server on port %d did not start within %.0fs", port, ADMIN_START_TIMEOUT)
+        ctx.failed = True
+        ctx.stopping.set()
     await ctx.stopping.wait()
+    notify("STOPPING=1")
     server.should_exit = True
     await asyncio.wait_for(serve, timeout=5)
 

@@ -23,7 +23,14 @@ Local node:
   status             show every pod: phase, IP, containers, and why it is not running
   logs POD           print a container's log (-c CONTAINER, --previous, --tail N)
 
-Services (one process each; `pykubelet up` starts them all):
+As systemd units (production nodes):
+  install            write the units, /etc/pykubelet and containerd's config (idempotent)
+  uninstall          stop the units and remove what install wrote
+
+Tools:
+  wait-port H:P      wait until something accepts connections on H:P (--timeout S)
+
+Services (one process each; `pykubelet up` or pykubelet.target starts them all):
   pod-sync, probe, volume, network, eviction, status-reporter, node-api
 
 Run `pykubelet COMMAND --help` for a command's flags.
@@ -47,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
         from services.cli import up_cmd
 
         return up_cmd.up(rest) if command == "up" else up_cmd.down(rest)
+    if command in ("install", "uninstall"):
+        from services.cli import install_cmd
+
+        return install_cmd.install(rest) if command == "install" else install_cmd.uninstall(rest)
+    if command == "wait-port":
+        from services.cli import wait_port
+
+        return wait_port.main(rest)
     if command == "status":
         from services.cli import status_cmd
 

@@ -1,0 +1,243 @@
+"""`pykubelet install` and `pykubelet uninstall`: the node as systemd units.
+
+install writes, idempotently (a second run changes nothing it does not have to):
+- the units from deploy/systemd (one per service, the bus, pykubelet's own containerd and
+  pykubelet.target), with this machine's paths filled in, into the unit directory;
+- <config-dir>/config.yaml, a KubeletConfiguration with the kubelet's defaults (kept if present:
+  it is the operator's file from then on);
+- <config-dir>/flags.env, the node flags every service gets (rewritten from install's flags);
+- <config-dir>/bus/: a password per service and the NATS config that holds each to its own
+  subjects, 0600 (kept if present, so running services keep working; --rotate-bus-credentials);
+- <root-dir>/containerd/config.toml, pykubelet's containerd config (its own socket and state);
+then reloads systemd (and enables the target with --enable).
+
+uninstall stops and disables the target and removes all of the above; the root dir (the store,
+pod directories, containerd's images) is left for `rm -rf` once the pods are gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from services.supervisor.containerd_config import ContainerdLayout, render_config
+from shared.admin import SERVICES
+from shared.bus_auth import (CredentialsError, credentials_file, read_credentials, server_config,
+                             write_credentials)
+from shared.cni import CNI_BIN_DIR, cni_conf_dir
+from shared.host import kernel_refuses_negative_oom_score_adj
+
+SRC = Path(__file__).resolve().parents[2]
+TEMPLATES = SRC / "deploy" / "systemd"
+TARGET = "pykubelet.target"
+DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.9"
+SYSTEMCTL_TIMEOUT = 300
+
+
+class InstallError(RuntimeError):
+    """Something install needs is missing; the message says what to do."""
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin:/sbin:/bin")
+    if path is None:
+        raise InstallError(f"{name} is not installed (Debian: apt-get install {name}); `make deps` installs it")
+    return path
+
+
+def protect_home(python: str) -> str:
+    """ProtectHome= for the sandboxed units: home directories hidden, unless pykubelet's code or
+    interpreter lives in one (a checkout or a pyenv under /root), which then stays readable."""
+    homes = ("/home/", "/root/", "/run/user/")
+    paths = [os.path.realpath(python), os.path.realpath(SRC)]
+    return "read-only" if any(p.startswith(homes) or p + "/" in homes for p in paths) else "yes"
+
+
+def unit_names() -> list[str]:
+    return sorted(p.name for p in TEMPLATES.iterdir() if p.suffix in (".service", ".target"))
+
+
+def render_unit(name: str, values: dict[str, str]) -> str:
+    text = (TEMPLATES / name).read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", value)
+    return text
+
+
+def default_kubelet_config(static_pod_path: str, pod_cidr: str) -> str:
+    lines = ["# The node's KubeletConfiguration (kubelet.config.k8s.io/v1beta1): the kubelet's field names",
+             "# and defaults. Written once by `pykubelet install`; yours to edit, then",
+             "# `systemctl restart pykubelet.target`.",
+             "apiVersion: kubelet.config.k8s.io/v1beta1",
+             "kind: KubeletConfiguration",
+             f"staticPodPath: {static_pod_path}"]
+    if pod_cidr:
+        lines.append(f"podCIDR: {pod_cidr}")
+    return "\n".join(lines) + "\n"
+
+
+class Installer:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.root = Path(args.root_dir)
+        self.conf = Path(args.config_dir)
+        self.units = Path(args.unit_dir)
+        self.changed: list[str] = []
+
+    def _write(self, path: Path, content: str, mode: int = 0o644) -> None:
+        """Write when different; remember what changed for the summary."""
+        if path.exists() and path.read_text() == content and (os.stat(path).st_mode & 0o777) == mode:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(content)
+        os.replace(tmp, path)
+        self.changed.append(str(path))
+
+    def values(self) -> dict[str, str]:
+        return {"PYTHON": self.args.python, "SRC": str(SRC), "ROOT_DIR": str(self.root),
+                "CONF_DIR": str(self.conf), "NATS_PORT": str(self.args.nats_port),
+                "NATS_SERVER": tool("nats-server"), "CONTAINERD": tool("containerd"),
+                "PROTECT_HOME": protect_home(self.args.python)}
+
+    def node_flags(self) -> str:
+        a = self.args
+        flags = []
+        for flag, value in (("--kubeconfig", a.kubeconfig), ("--hostname-override", a.hostname_override),
+                            ("--node-ip", a.node_ip)):
+            if value:
+                flags.append(f"{flag}={value}")
+        return " ".join(shlex.quote(f) for f in flags)
+
+    def bus(self) -> None:
+        bus_dir = self.conf / "bus"
+        users = None
+        if not self.args.rotate_bus_credentials:
+            try:
+                users = {s: read_credentials(credentials_file(bus_dir, s)) for s in SERVICES}
+            except CredentialsError:
+                users = None
+        if users is None:
+            users = write_credentials(bus_dir, SERVICES)
+            self.changed.append(f"{bus_dir}/*.json")
+        self._write(bus_dir / "nats.conf", server_config(self.args.nats_port, users), mode=0o600)
+
+    def containerd(self) -> None:
+        layout = ContainerdLayout(self.root / "containerd")
+        self._write(layout.config, render_config(
+            layout, cni_conf_dir=cni_conf_dir(self.root), cni_bin_dir=CNI_BIN_DIR,
+            sandbox_image=self.args.pod_infra_container_image, registry=None,
+            restrict_oom=kernel_refuses_negative_oom_score_adj()))
+
+    def install(self) -> None:
+        values = self.values()
+        for name in unit_names():
+            self._write(self.units / name, render_unit(name, values))
+        config = self.conf / "config.yaml"
+        if not config.exists():
+            self._write(config, default_kubelet_config(self.args.pod_manifest_path, self.args.pod_cidr))
+        self._write(self.conf / "flags.env", "# Node flags for every pykubelet service; written by pykubelet "
+                    "install.\nPYKUBELET_ARGS=" + shlex.quote(self.node_flags()) + "\n")
+        self.bus()
+        self.containerd()
+        Path(self.args.pod_manifest_path).mkdir(parents=True, exist_ok=True)
+
+    def uninstall(self) -> list[str]:
+        removed = []
+        for name in unit_names():
+            path = self.units / name
+            if path.exists():
+                path.unlink()
+                removed.append(str(path))
+        for path in (self.conf / "config.yaml", self.conf / "flags.env", self.root / "containerd" / "config.toml"):
+            if path.exists():
+                path.unlink()
+                removed.append(str(path))
+        if (self.conf / "bus").exists():
+            shutil.rmtree(self.conf / "bus")
+            removed.append(str(self.conf / "bus"))
+        if self.conf.exists() and not any(self.conf.iterdir()):
+            self.conf.rmdir()
+        return removed
+
+
+def systemd_running() -> bool:
+    return Path("/run/systemd/system").is_dir()
+
+
+def systemctl(*args: str) -> None:
+    res = subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT)
+    if res.returncode != 0:
+        raise RuntimeError(f"systemctl {' '.join(args)} failed: {res.stderr.strip()}")
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--root-dir", default="/var/lib/pykubelet", help="the node's state (/var/lib/pykubelet)")
+    p.add_argument("--config-dir", default="/etc/pykubelet", help="config, flags and bus credentials (/etc/pykubelet)")
+    p.add_argument("--unit-dir", default="/etc/systemd/system", help="where units go (/etc/systemd/system)")
+    return p
+
+
+def install(argv: list[str]) -> int:
+    p = _parser("pykubelet install", "Install the node as systemd units (one per service).")
+    p.add_argument("--python", default=sys.executable, help="the interpreter with pykubelet installed (this one)")
+    p.add_argument("--nats-port", type=int, default=4222, help="loopback port of the bus (4222)")
+    p.add_argument("--pod-manifest-path", default="/etc/kubernetes/manifests",
+                   help="static pod directory for a new config.yaml (/etc/kubernetes/manifests)")
+    p.add_argument("--pod-cidr", default="", help="podCIDR for a new config.yaml (standalone nodes)")
+    p.add_argument("--pod-infra-container-image", default=DEFAULT_PAUSE_IMAGE,
+                   help=f"the sandbox (pause) image containerd runs for each pod ({DEFAULT_PAUSE_IMAGE})")
+    p.add_argument("--kubeconfig", default="", help="join a cluster with this kubeconfig")
+    p.add_argument("--hostname-override", default="", help="the node's name")
+    p.add_argument("--node-ip", default="", help="the node's InternalIP")
+    p.add_argument("--rotate-bus-credentials", action="store_true", help="new bus passwords (restart the target after)")
+    p.add_argument("--enable", action="store_true", help=f"also `systemctl enable {TARGET}`")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("pykubelet install: run as root (it writes units and /etc/pykubelet)", file=sys.stderr)
+        return 2
+    if not TEMPLATES.is_dir():
+        print(f"pykubelet install: no unit templates at {TEMPLATES}; install from a checkout of pykubelet",
+              file=sys.stderr)
+        return 2
+    inst = Installer(args)
+    try:
+        inst.install()
+    except InstallError as exc:
+        print(f"pykubelet install: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(f"wrote {c}" for c in inst.changed) or "nothing to change: already installed")
+    if systemd_running():
+        systemctl("daemon-reload")
+        if args.enable:
+            systemctl("enable", TARGET)
+        print(f"start the node with: systemctl start {TARGET}   (logs: journalctl -u 'pykubelet-*')")
+    else:
+        print("systemd is not running here: the units take effect on a system booted with systemd")
+    return 0
+
+
+def uninstall(argv: list[str]) -> int:
+    p = _parser("pykubelet uninstall", "Stop the node's units and remove what `pykubelet install` wrote.")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("pykubelet uninstall: run as root", file=sys.stderr)
+        return 2
+    inst = Installer(args)
+    if systemd_running() and (inst.units / TARGET).exists():
+        systemctl("disable", "--now", TARGET)
+    removed = inst.uninstall()
+    if systemd_running():
+        systemctl("daemon-reload")
+    print("\n".join(f"removed {r}" for r in removed) or "nothing to remove: not installed")
+    print(f"the node's state is left in {args.root_dir}")
+    return 0

@@ -1,0 +1,100 @@
+"""The node as systemd units, in a real systemd: `pykubelet install`, `systemctl start
+pykubelet.target` -> a static pod Running; SIGKILL of a service -> systemd restarts it and the
+pod's container is the same; `systemctl stop pykubelet.target` stops every unit."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from shared.admin import SERVICES
+from tests.deploy.conftest import REPO
+
+PY = f"{REPO}/.venv/bin/python" if (REPO / ".venv").exists() else sys.executable
+UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", *(f"pykubelet-{s}.service" for s in SERVICES)]
+REGISTRY = "127.0.0.1:5000"  # Debian's docker-registry, running in the container
+
+PUSH = f"""
+from shared.images.build import IMAGES, build_image, busybox_applets
+from shared.images.registry import push_image, wait_for_registry
+wait_for_registry("{REGISTRY}")
+applets = busybox_applets()
+for key in ("pause", "web"):
+    print(push_image("{REGISTRY}", build_image(IMAGES[key], applets)))
+"""
+
+WEB = f"""apiVersion: v1
+kind: Pod
+metadata: {{name: web}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+    - name: web
+      image: {REGISTRY}/pykubelet/web:1.0
+"""
+
+
+def _status(machine) -> dict:
+    return json.loads(machine.run(PY, "-m", "services.cli.main", "status", "--root-dir", "/var/lib/pykubelet",
+                                  "-o", "json").stdout)
+
+
+def _wait(what: str, check, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except AssertionError as exc:
+            last = exc
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}" + (f": {last}" if last else ""))
+
+
+def _running_web(machine):
+    pods = [p for p in _status(machine)["pods"] if p["name"].startswith("web-")]
+    if pods and pods[0]["phase"] == "Running" and pods[0]["containers"][0]["state"] == "running":
+        return pods[0]
+    return None
+
+
+def test_the_node_runs_as_systemd_units(machine):
+    machine.run(PY, "-c", PUSH, timeout=180)
+    install = machine.run(PY, "-m", "services.cli.main", "install", "--python", PY, "--pod-cidr", "10.88.0.0/24",
+                          "--pod-infra-container-image", f"{REGISTRY}/pykubelet/pause:3.9",
+                          "--hostname-override", "nspawn-node", "--node-ip", "127.0.0.1", "--enable")
+    assert "wrote /etc/systemd/system/pykubelet-pod-sync.service" in install.stdout, install.stdout
+    again = machine.run(PY, "-m", "services.cli.main", "install", "--python", PY, "--pod-cidr", "10.88.0.0/24",
+                        "--pod-infra-container-image", f"{REGISTRY}/pykubelet/pause:3.9",
+                        "--hostname-override", "nspawn-node", "--node-ip", "127.0.0.1")
+    assert "nothing to change" in again.stdout, again.stdout
+
+    # Type=notify: start returns once every service is ready, or fails.
+    machine.run("systemctl", "start", "pykubelet.target", timeout=240)
+    states = machine.run("systemctl", "is-active", *UNITS, check=False).stdout.split()
+    assert states == ["active"] * len(UNITS), dict(zip(UNITS, states))
+
+    machine.run("sh", "-c", "cat > /etc/kubernetes/manifests/web.yaml", input=WEB)
+    pod = _wait("the static pod Running", lambda: _running_web(machine))
+    page = machine.run("busybox", "wget", "-qO-", f"http://{pod['podIP']}/")
+    assert "pykubelet" in page.stdout
+    container_id = pod["containers"][0]["containerID"]
+
+    machine.run("systemctl", "kill", "-s", "KILL", "pykubelet-pod-sync.service")
+    _wait("systemd to restart pod-sync", lambda: int(machine.run(
+        "systemctl", "show", "-p", "NRestarts", "--value", "pykubelet-pod-sync.service").stdout) >= 1
+        and machine.run("systemctl", "is-active", "pykubelet-pod-sync.service", check=False).stdout.strip() == "active")
+    after = _wait("the pod Running after the restart", lambda: _running_web(machine))
+    assert after["containers"][0]["containerID"] == container_id, "the same container, not a new one"
+    assert after["containers"][0]["restartCount"] == 0
+    journal = machine.run("journalctl", "-u", "pykubelet-pod-sync.service", "--no-pager", "-o", "cat").stdout
+    assert "pod-sync running" in journal, journal[-2000:]
+
+    # Stopping the target queues a stop for every unit (PartOf), services before the bus and
+    # containerd; containerd's KillMode=process leaves the containers to a later start.
+    machine.run("systemctl", "stop", "pykubelet.target", timeout=180)
+    _wait("every unit stopped", lambda: machine.run("systemctl", "is-active", *UNITS, check=False).stdout.split()
+          == ["inactive"] * len(UNITS), timeout=120)

@@ -1,0 +1,81 @@
+"""`pykubelet install` / `uninstall` into temporary directories, and every unit it writes checked
+by systemd-analyze verify."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from services.cli.install_cmd import Installer, unit_names
+from shared.admin import SERVICES
+
+
+@pytest.fixture
+def args(tmp_path):
+    return argparse.Namespace(root_dir=str(tmp_path / "root"), config_dir=str(tmp_path / "etc"),
+                              unit_dir=str(tmp_path / "units"), python=sys.executable, nats_port=4333,
+                              pod_manifest_path=str(tmp_path / "manifests"), pod_cidr="10.88.0.0/24",
+                              pod_infra_container_image="127.0.0.1:5000/pykubelet/pause:3.9", kubeconfig="",
+                              hostname_override="node-a", node_ip="192.0.2.7", rotate_bus_credentials=False)
+
+
+def test_install_writes_units_config_and_private_credentials(args, tmp_path):
+    Installer(args).install()
+    units = tmp_path / "units"
+    assert sorted(os.listdir(units)) == unit_names()
+    assert {f"pykubelet-{s}.service" for s in SERVICES} <= set(unit_names())
+    probe = (units / "pykubelet-probe.service").read_text()
+    assert "@" not in probe.replace("@system-service", ""), "every placeholder filled"
+    assert f"LoadCredential=bus:{tmp_path}/etc/bus/probe.json" in probe
+    assert "nats://127.0.0.1:4333" in probe and sys.executable in probe
+    config = (tmp_path / "etc" / "config.yaml").read_text()
+    assert "kind: KubeletConfiguration" in config and f"staticPodPath: {tmp_path}/manifests" in config
+    assert (tmp_path / "etc" / "flags.env").read_text().endswith(
+        "PYKUBELET_ARGS='--hostname-override=node-a --node-ip=192.0.2.7'\n")
+    bus = tmp_path / "etc" / "bus"
+    assert stat.S_IMODE(os.stat(bus).st_mode) == 0o700
+    assert all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in bus.iterdir())
+    assert "listen: 127.0.0.1:4333" in (bus / "nats.conf").read_text()
+    containerd = (tmp_path / "root" / "containerd" / "config.toml").read_text()
+    assert 'sandbox_image = "127.0.0.1:5000/pykubelet/pause:3.9"' in containerd
+
+
+def test_install_is_idempotent_and_keeps_what_the_operator_owns(args, tmp_path):
+    Installer(args).install()
+    passwords = (tmp_path / "etc" / "bus" / "probe.json").read_text()
+    (tmp_path / "etc" / "config.yaml").write_text("# mine\nkind: KubeletConfiguration\n")
+    again = Installer(args)
+    again.install()
+    assert again.changed == [], "a second install changes nothing"
+    assert (tmp_path / "etc" / "bus" / "probe.json").read_text() == passwords, "running services keep working"
+    assert (tmp_path / "etc" / "config.yaml").read_text().startswith("# mine")
+    args.rotate_bus_credentials = True
+    rotated = Installer(args)
+    rotated.install()
+    assert (tmp_path / "etc" / "bus" / "probe.json").read_text() != passwords
+
+
+def test_uninstall_removes_what_install_wrote(args, tmp_path):
+    Installer(args).install()
+    (tmp_path / "root" / "state.db").write_text("pods")
+    removed = Installer(args).uninstall()
+    assert os.listdir(tmp_path / "units") == []
+    assert not (tmp_path / "etc").exists()
+    assert (tmp_path / "root" / "state.db").exists(), "the node's state is left"
+    assert str(tmp_path / "etc" / "bus") in removed
+
+
+def test_every_unit_passes_systemd_analyze_verify(args, tmp_path):
+    assert shutil.which("systemd-analyze"), "systemd-analyze is missing (Debian: apt-get install systemd)"
+    Installer(args).install()
+    units = tmp_path / "units"
+    res = subprocess.run(["systemd-analyze", "verify", *sorted(str(p) for p in units.iterdir())],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "SYSTEMD_UNIT_PATH": f"{units}:"})
+    assert res.returncode == 0 and not res.stderr.strip(), res.stderr
