@@ -98,3 +98,9 @@ def test_the_node_runs_as_systemd_units(machine):
     machine.run("systemctl", "stop", "pykubelet.target", timeout=180)
     _wait("every unit stopped", lambda: machine.run("systemctl", "is-active", *UNITS, check=False).stdout.split()
           == ["inactive"] * len(UNITS), timeout=120)
+
+    removed = machine.run(PY, "-m", "services.cli.main", "uninstall").stdout
+    assert "removed /etc/systemd/system/pykubelet.target" in removed, removed
+    left = machine.run("systemctl", "list-unit-files", "pykubelet*", "--no-legend", check=False).stdout
+    assert left.strip() == "", left
+    assert machine.run("test", "-e", "/etc/pykubelet", check=False).returncode != 0
