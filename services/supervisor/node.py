@@ -264,7 +264,8 @@ class LocalNode:
         log.info("services stopped")
         if not self.opts.keep_pods and any(p.name == "containerd" and p.pid for p in infra):
             try:
-                n = await asyncio.wait_for(remove_all_pods(self.containerd.endpoint), 120)
+                n = await asyncio.wait_for(remove_all_pods(
+                    self.containerd.endpoint, pod_logs_dir=self.opts.settings.kubelet.pod_logs_dir), 120)
                 log.info("removed %d pod sandbox(es)", n)
                 # The volume service is stopped: unmount what it mounted for the removed pods.
                 for problem in unmount_all_under(self.root / "pods") + unmount_all_under(self.root / "plugins"):

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import subprocess
+from pathlib import Path
 
 from shared.cri import CRIClient, CRIError
-from shared.cri.labels import MANAGED_BY
+from shared.cri.labels import MANAGED_BY, pod_log_dir
+from shared.safe_paths import UnsafePath, beneath
 
 log = logging.getLogger(__name__)
 
 MANAGED_LABEL = {MANAGED_BY: "true"}
 
 
-async def remove_all_pods(endpoint: str, grace: int = 10, labels: dict[str, str] | None = None) -> int:
-    """labels: which pods (default: the ones pykubelet created)."""
+async def remove_all_pods(endpoint: str, grace: int = 10, labels: dict[str, str] | None = None,
+                          pod_logs_dir: str | None = None) -> int:
+    """labels: which pods (default: the ones pykubelet created); pod_logs_dir: remove their
+    container logs there too, as removing a pod does."""
     labels = MANAGED_LABEL if labels is None else labels
     cri = CRIClient(endpoint, timeout=30)
     try:
@@ -27,11 +32,21 @@ async def remove_all_pods(endpoint: str, grace: int = 10, labels: dict[str, str]
             try:
                 await cri.stop_pod_sandbox(sb.id)
                 await cri.remove_pod_sandbox(sb.id)
+                if pod_logs_dir:
+                    _remove_logs(pod_logs_dir, sb.metadata)
             except CRIError as exc:
                 log.warning("could not remove sandbox %s: %s", sb.id[:13], exc)
         return len(sandboxes)
     finally:
         await cri.close()
+
+
+def _remove_logs(pod_logs_dir: str, md) -> None:
+    try:
+        shutil.rmtree(beneath(Path(pod_logs_dir), Path(pod_log_dir("", md.namespace, md.name, md.uid)).name),
+                      ignore_errors=True)
+    except UnsafePath as exc:
+        log.warning("not removing the logs of sandbox %s: %s", md.name, exc)
 
 
 def remove_bridge(name: str) -> None:
