@@ -37,6 +37,14 @@ $(CSI_STUBS) &: protos/csi.proto protos/pluginregistration.proto $(VENV)/.instal
 .PHONY: protos
 protos: $(CSI_STUBS) ## Generate the CSI gRPC stubs from protos/
 
+.PHONY: compose-images
+compose-images: deps ## Build the image docker-compose.yml runs (Debian base via mmdebstrap, wheels built here)
+	@rm -rf build/docker/wheels
+	@echo "compose-images: building wheels of pykubelet and its dependencies into build/docker/wheels"
+	@$(PY) -m pip wheel -q --wheel-dir build/docker/wheels .
+	@deploy/docker-base.sh
+	docker build -q -f deploy/Dockerfile -t pykubelet:dev .
+
 .PHONY: run
 run: deps ## Start a local node running the example static pods (Ctrl-C stops everything)
 	$(PYKUBELET) up --root-dir $(ROOT_DIR) --config examples/kubelet-config.yaml --push-demo-images

@@ -137,18 +137,22 @@ class Installer:
             sandbox_image=self.args.pod_infra_container_image, registry=None,
             restrict_oom=kernel_refuses_negative_oom_score_adj()))
 
+    def configure(self, kubelet_config: bool = True) -> None:
+        """Everything but the units: what any way of running the services needs."""
+        config = self.conf / "config.yaml"
+        if kubelet_config and not config.exists():
+            self._write(config, default_kubelet_config(self.args.pod_manifest_path, self.args.pod_cidr))
+            Path(self.args.pod_manifest_path).mkdir(parents=True, exist_ok=True)
+        self.bus()
+        self.containerd()
+
     def install(self) -> None:
         values = self.values()
         for name in unit_names():
             self._write(self.units / name, render_unit(name, values))
-        config = self.conf / "config.yaml"
-        if not config.exists():
-            self._write(config, default_kubelet_config(self.args.pod_manifest_path, self.args.pod_cidr))
         self._write(self.conf / "flags.env", "# Node flags for every pykubelet service; written by pykubelet "
                     "install.\nPYKUBELET_ARGS=" + shlex.quote(self.node_flags()) + "\n")
-        self.bus()
-        self.containerd()
-        Path(self.args.pod_manifest_path).mkdir(parents=True, exist_ok=True)
+        self.configure()
 
     def uninstall(self) -> list[str]:
         removed = []
@@ -223,6 +227,24 @@ def install(argv: list[str]) -> int:
         print(f"start the node with: systemctl start {TARGET}   (logs: journalctl -u 'pykubelet-*')")
     else:
         print("systemd is not running here: the units take effect on a system booted with systemd")
+    return 0
+
+
+def configure(argv: list[str]) -> int:
+    """The node's files without units: bus credentials and NATS config under <config-dir>/bus and
+    containerd's config (docker-compose.yml's setup step runs this)."""
+    p = argparse.ArgumentParser(prog="pykubelet configure", description=configure.__doc__)
+    p.add_argument("--root-dir", default="/var/lib/pykubelet", help="the node's state (/var/lib/pykubelet)")
+    p.add_argument("--config-dir", default="/var/lib/pykubelet",
+                   help="where bus/ goes (/var/lib/pykubelet: the services' default credentials path)")
+    p.add_argument("--nats-port", type=int, default=4222, help="loopback port of the bus (4222)")
+    p.add_argument("--pod-infra-container-image", default=DEFAULT_PAUSE_IMAGE,
+                   help=f"the sandbox (pause) image containerd runs for each pod ({DEFAULT_PAUSE_IMAGE})")
+    p.add_argument("--rotate-bus-credentials", action="store_true", help="new bus passwords")
+    args = p.parse_args(argv)
+    inst = Installer(argparse.Namespace(**vars(args), unit_dir="", pod_manifest_path="", pod_cidr=""))
+    inst.configure(kubelet_config=False)
+    print("\n".join(f"wrote {c}" for c in inst.changed) or "nothing to change: already configured")
     return 0
 
 

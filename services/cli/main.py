@@ -27,6 +27,11 @@ As systemd units (production nodes):
   install            write the units, /etc/pykubelet and containerd's config (idempotent)
   uninstall          stop the units and remove what install wrote
 
+Containers (docker-compose.yml):
+  configure          write bus credentials and containerd's config, no units
+  containerd         run pykubelet's containerd; its pods are removed when it is stopped
+  push-images        build the demo images and push them to a registry (--registry H:P)
+
 Tools:
   wait-port H:P      wait until something accepts connections on H:P (--timeout S)
 
@@ -54,10 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         from services.cli import up_cmd
 
         return up_cmd.up(rest) if command == "up" else up_cmd.down(rest)
-    if command in ("install", "uninstall"):
+    if command in ("install", "uninstall", "configure"):
         from services.cli import install_cmd
 
-        return install_cmd.install(rest) if command == "install" else install_cmd.uninstall(rest)
+        return {"install": install_cmd.install, "uninstall": install_cmd.uninstall,
+                "configure": install_cmd.configure}[command](rest)
+    if command in ("containerd", "push-images"):
+        from services.cli import runtime_cmd
+
+        return runtime_cmd.containerd(rest) if command == "containerd" else runtime_cmd.push_images(rest)
     if command == "wait-port":
         from services.cli import wait_port
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import yaml
 
 from services.cli.main import SERVICES
+from shared.admin import admin_port
 from shared.config import add_node_flags
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,4 +23,11 @@ def test_compose_runs_every_service_with_valid_flags():
         assert command[0] == name
         args = parser.parse_args(command[1:])  # raises on a flag the services do not know
         assert Path(REPO / "examples" / "kubelet-config.yaml").exists() and args.config.endswith("kubelet-config.yaml")
-    assert (REPO / services["pod-sync"]["build"]["dockerfile"]).exists()
+        health = " ".join(services[name]["healthcheck"]["test"])
+        assert "/readyz" in health and str(admin_port(name)) in health, f"{name}: healthcheck is its /readyz"
+        assert services[name]["depends_on"]["bus"] == {"condition": "service_healthy"}
+
+
+def test_compose_images_are_built_by_make():
+    makefile = (REPO / "Makefile").read_text()
+    assert "compose-images:" in makefile and "deploy/Dockerfile" in makefile
