@@ -50,12 +50,23 @@ def tool(name: str) -> str:
     return path
 
 
+def _code_paths(python: str) -> list[str]:
+    return [os.path.realpath(python), os.path.realpath(SRC), os.path.realpath(python).rsplit("/bin/", 1)[0]]
+
+
 def protect_home(python: str) -> str:
     """ProtectHome= for the sandboxed units: home directories hidden, unless pykubelet's code or
     interpreter lives in one (a checkout or a pyenv under /root), which then stays readable."""
     homes = ("/home/", "/root/", "/run/user/")
-    paths = [os.path.realpath(python), os.path.realpath(SRC)]
-    return "read-only" if any(p.startswith(homes) or p + "/" in homes for p in paths) else "yes"
+    return "read-only" if any(p.startswith(homes) for p in _code_paths(python)) else "yes"
+
+
+def private_tmp(python: str) -> str:
+    """PrivateTmp= for the sandboxed units: yes, unless pykubelet's code lives under /tmp or
+    /var/tmp, which a private /tmp would hide from the service (it would not start)."""
+    tmps = ("/tmp/", "/var/tmp/")
+    paths = _code_paths(python) + [os.path.abspath(python)]
+    return "no" if any(p.startswith(tmps) for p in paths) else "yes"
 
 
 def unit_names() -> list[str]:
@@ -106,7 +117,7 @@ class Installer:
         return {"PYTHON": self.args.python, "SRC": str(SRC), "ROOT_DIR": str(self.root),
                 "CONF_DIR": str(self.conf), "NATS_PORT": str(self.args.nats_port),
                 "NATS_SERVER": tool("nats-server"), "CONTAINERD": tool("containerd"),
-                "PROTECT_HOME": protect_home(self.args.python)}
+                "PROTECT_HOME": protect_home(self.args.python), "PRIVATE_TMP": private_tmp(self.args.python)}
 
     def node_flags(self) -> str:
         a = self.args

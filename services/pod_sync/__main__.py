@@ -10,6 +10,7 @@ from services.pod_sync.disk_gc import IMAGE_GC_PERIOD, DiskReclaimer
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
+from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD, PodLogsGC
 from services.pod_sync.node_health import NodeHealthWriter
 from services.pod_sync.resources import enforce_pods_allocatable, own_oom_score_adj
 from services.pod_sync.runtime_config import NodeFacts
@@ -64,6 +65,8 @@ async def setup(ctx: ServiceContext) -> None:
     rotator = ContainerLogRotator(cri, to_bytes(k.container_log_max_size), k.container_log_max_files)
     await manager.start(ctx.spawn)
     ctx.spawn("container-log-rotation", rotator.run())
+    logs_gc = PodLogsGC(cri, ctx.store, k.pod_logs_dir)
+    ctx.spawn("pod-logs-gc", periodic.every(LOGS_GC_PERIOD, "removing deleted pods' logs", logs_gc.collect, log))
     reclaimer = DiskReclaimer(cri, ctx.store, ctx.bus, k.image_gc_high_threshold_percent,
                               k.image_gc_low_threshold_percent, k.image_minimum_gc_age)
     await ctx.bus.subscribe(DiskReclaimRequested, reclaimer.on_request)

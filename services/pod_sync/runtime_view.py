@@ -25,8 +25,6 @@ class SandboxInfo:
     ready: bool
     created_at: float
     ip: str = ""
-    pod_namespace: str = ""  # the pod the sandbox was made for (its metadata), even once it is gone
-    pod_name: str = ""
 
 
 @dataclass
@@ -134,8 +132,7 @@ async def get_runtime_pod(runtime: RuntimeService, uid: str) -> RuntimePod:
     pod = RuntimePod(uid=uid)
     for sb in sandboxes:
         info = SandboxInfo(id=sb.id, attempt=sb.metadata.attempt, ready=sb.state == cri.SANDBOX_READY,
-                           created_at=_sec(sb.created_at), pod_namespace=sb.metadata.namespace,
-                           pod_name=sb.metadata.name)
+                           created_at=_sec(sb.created_at))
         if info.ready:
             try:
                 info.ip = (await runtime.pod_sandbox_status(sb.id)).network.ip

@@ -468,13 +468,10 @@ class PodSyncer:
                 await self.runtime.remove_pod_sandbox(s.id)
         if pod is not None:
             remove_pod_cgroups(pod_cgroup_parent(pod, qos_class(pod)))
-        # Only pod-sync's own files (and the pod's container logs, as the kubelet's GC removes
-        # them); the pod directory (with its volumes) is the volume service's to remove, once it
-        # has unmounted them.
+        # Only pod-sync's own files; the pod directory (with its volumes) is the volume service's to
+        # remove, once it has unmounted them. Its logs stay a while for a last look (pod_logs_gc).
         try:
             shutil.rmtree(beneath(self.node.pods_dir, uid, "containers"), ignore_errors=True)
-            for name in _log_dir_names(pod, rt):
-                shutil.rmtree(beneath(Path(self.settings.kubelet.pod_logs_dir), name), ignore_errors=True)
         except UnsafePath as exc:  # a UID is checked where it enters; this is the last line
             log.error("pod %s: not removing its files: %s", uid, exc)
         self.backoff.forget(f"{uid}/")
@@ -526,11 +523,3 @@ def _grace_from_runtime(rt: RuntimePod) -> int:
         if value and value.isdigit():
             return int(value)
     return 30
-
-
-def _log_dir_names(pod: Pod | None, rt: RuntimePod) -> set[str]:
-    """The pod's log directories under podLogsDir: by its spec, and by each sandbox the runtime has."""
-    names = {Path(L.pod_log_dir("", sb.pod_namespace, sb.pod_name, rt.uid)).name for sb in rt.sandboxes}
-    if pod is not None:
-        names.add(Path(L.pod_log_dir("", pod.metadata.namespace, pod.metadata.name, pod.uid)).name)
-    return names

@@ -4,7 +4,6 @@ PullImage; without it the registry's refusal is what the pod shows."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 
 import bcrypt
@@ -12,7 +11,7 @@ import pytest
 
 from shared.images.build import IMAGES, ImageSpec, build_image, busybox_applets
 from shared.images.registry import push_image, wait_for_registry
-from tests.integration.conftest import free_port, wait_for
+from tests.integration.conftest import free_port, stop_process, wait_for
 
 USER, PASSWORD = "puller", "s3cret-pull"
 
@@ -35,12 +34,7 @@ def private_registry(tmp_path_factory):
         spec = ImageSpec("private/busybox", "1.36", base.cmd)
         yield push_image(address, build_image(spec, busybox_applets()), login=(USER, PASSWORD))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=10)
 
 
 def _events(cluster, pod: str) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from shared.cni import BRIDGE
 from shared.mounts import mounts_under, unmount_all_under
 from tests.deploy.conftest import REPO
+from tests.integration.conftest import stop_process, wait_for
 
 CACHE = Path(os.environ.get("PYKUBELET_CACHE_DIR", "/var/cache/pykubelet")) / "docker"
 PROJECT = "pykubelet-test"
@@ -59,12 +59,7 @@ def docker(tmp_path_factory):
             time.sleep(0.5)
         yield env
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         # dockerd leaves its own netns bind-mounted in its exec root.
         assert unmount_all_under(run_dir) == [], "could not unmount what dockerd left"
 
@@ -88,16 +83,6 @@ def _status(root: Path) -> dict:
     return json.loads(res.stdout) if res.returncode == 0 else {"pods": []}
 
 
-def _wait(what: str, check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def _web(root: Path) -> dict | None:
     pod = next((p for p in _status(root)["pods"] if p["name"].startswith("web-")), None)
     if pod and pod["phase"] == "Running" and pod["podIP"] and pod["containers"][0]["state"] == "running":
@@ -118,14 +103,14 @@ def test_compose_runs_a_node_and_leaves_nothing_behind(compose):
     cmd, env, root = compose
     rules_before, shims_before, logs_before = _cni_rules(), _shims(), _pod_logs()
     _run([*cmd, "up", "-d"], env, UP_TIMEOUT)
-    pod = _wait("the web pod Running", lambda: _web(root), 180)
+    pod = wait_for(lambda: _web(root), 180, "the web pod Running")
     assert "pykubelet" in httpx.get(f"http://{pod['podIP']}/", timeout=5).text
 
     container_id = pod["containers"][0]["containerID"]
     _run([*cmd, "restart", "pod-sync"], env, 120)
-    _wait("pod-sync healthy again", lambda: "healthy" in _run(
-        ["docker", "inspect", "-f", "{{.State.Health.Status}}", f"{PROJECT}_pod-sync_1"], env, 30).stdout, 90)
-    after = _wait("the web pod Running after the restart", lambda: _web(root), 60)
+    wait_for(lambda: "healthy" in _run(["docker", "inspect", "-f", "{{.State.Health.Status}}",
+                                        f"{PROJECT}_pod-sync_1"], env, 30).stdout, 90, "pod-sync healthy again")
+    after = wait_for(lambda: _web(root), 60, "the web pod Running after the restart")
     assert after["containers"][0]["containerID"] == container_id, "the same container, not a new one"
 
     _run([*cmd, "down", "--timeout", "120"], env, 300)

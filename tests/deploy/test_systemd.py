@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 from shared.admin import SERVICES
 from tests.deploy.conftest import REPO
+from tests.integration.conftest import wait_for
 
 PY = f"{REPO}/.venv/bin/python" if (REPO / ".venv").exists() else sys.executable
 UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", *(f"pykubelet-{s}.service" for s in SERVICES)]
@@ -40,20 +40,6 @@ def _status(machine) -> dict:
                                   "-o", "json").stdout)
 
 
-def _wait(what: str, check, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except AssertionError as exc:
-            last = exc
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}" + (f": {last}" if last else ""))
-
-
 def _running_web(machine):
     pods = [p for p in _status(machine)["pods"] if p["name"].startswith("web-")]
     if pods and pods[0]["phase"] == "Running" and pods[0]["containers"][0]["state"] == "running":
@@ -74,20 +60,22 @@ def test_the_node_runs_as_systemd_units(machine):
 
     # Type=notify: start returns once every service is ready, or fails.
     machine.run("systemctl", "start", "pykubelet.target", timeout=240)
-    states = machine.run("systemctl", "is-active", *UNITS, check=False).stdout.split()
-    assert states == ["active"] * len(UNITS), dict(zip(UNITS, states))
+    states = dict(zip(UNITS, machine.run("systemctl", "is-active", *UNITS, check=False).stdout.split()))
+    not_up = [u for u, state in states.items() if state != "active"]
+    assert not not_up, machine.run("systemctl", "status", "--no-pager", "-n", "15", *not_up, check=False).stdout
 
     machine.run("sh", "-c", "cat > /etc/kubernetes/manifests/web.yaml", input=WEB)
-    pod = _wait("the static pod Running", lambda: _running_web(machine))
+    pod = wait_for(lambda: _running_web(machine), 120, "the static pod Running")
     page = machine.run("busybox", "wget", "-qO-", f"http://{pod['podIP']}/")
     assert "pykubelet" in page.stdout
     container_id = pod["containers"][0]["containerID"]
 
     machine.run("systemctl", "kill", "-s", "KILL", "pykubelet-pod-sync.service")
-    _wait("systemd to restart pod-sync", lambda: int(machine.run(
-        "systemctl", "show", "-p", "NRestarts", "--value", "pykubelet-pod-sync.service").stdout) >= 1
-        and machine.run("systemctl", "is-active", "pykubelet-pod-sync.service", check=False).stdout.strip() == "active")
-    after = _wait("the pod Running after the restart", lambda: _running_web(machine))
+    wait_for(lambda: int(machine.run("systemctl", "show", "-p", "NRestarts", "--value",
+                                     "pykubelet-pod-sync.service").stdout) >= 1
+             and machine.run("systemctl", "is-active", "pykubelet-pod-sync.service", check=False).stdout.strip()
+             == "active", 120, "systemd to restart pod-sync")
+    after = wait_for(lambda: _running_web(machine), 120, "the pod Running after the restart")
     assert after["containers"][0]["containerID"] == container_id, "the same container, not a new one"
     assert after["containers"][0]["restartCount"] == 0
     journal = machine.run("journalctl", "-u", "pykubelet-pod-sync.service", "--no-pager", "-o", "cat").stdout
@@ -96,8 +84,8 @@ def test_the_node_runs_as_systemd_units(machine):
     # Stopping the target queues a stop for every unit (PartOf), services before the bus and
     # containerd; containerd's KillMode=process leaves the containers to a later start.
     machine.run("systemctl", "stop", "pykubelet.target", timeout=180)
-    _wait("every unit stopped", lambda: machine.run("systemctl", "is-active", *UNITS, check=False).stdout.split()
-          == ["inactive"] * len(UNITS), timeout=120)
+    wait_for(lambda: machine.run("systemctl", "is-active", *UNITS, check=False).stdout.split()
+             == ["inactive"] * len(UNITS), 120, "every unit stopped")
 
     removed = machine.run(PY, "-m", "services.cli.main", "uninstall").stdout
     assert "removed /etc/systemd/system/pykubelet.target" in removed, removed

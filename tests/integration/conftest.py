@@ -228,6 +228,18 @@ class Node:
         return self.runtime(lambda cri: cri.list_pod_sandbox({"io.kubernetes.pod.uid": uid}))
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within the timeout."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _tail(path: Path, n: int = 60) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])

@@ -79,3 +79,14 @@ def test_every_unit_passes_systemd_analyze_verify(args, tmp_path):
                          capture_output=True, text=True, timeout=60,
                          env={**os.environ, "SYSTEMD_UNIT_PATH": f"{units}:"})
     assert res.returncode == 0 and not res.stderr.strip(), res.stderr
+
+
+def test_sandboxing_keeps_the_code_reachable(monkeypatch):
+    from services.cli import install_cmd
+
+    monkeypatch.setattr(install_cmd, "SRC", install_cmd.Path("/opt/pykubelet/src"))
+    assert (install_cmd.protect_home("/usr/bin/python3"), install_cmd.private_tmp("/usr/bin/python3")) == ("yes", "yes")
+    monkeypatch.setattr(install_cmd, "SRC", install_cmd.Path("/var/tmp/checkout"))
+    assert install_cmd.private_tmp("/usr/bin/python3") == "no", "a checkout in /var/tmp stays visible"
+    monkeypatch.setattr(install_cmd, "SRC", install_cmd.Path("/root/pykubelet"))
+    assert install_cmd.protect_home("/usr/bin/python3") == "read-only"

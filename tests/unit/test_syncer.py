@@ -292,17 +292,3 @@ async def test_a_defect_building_a_container_config_is_shown_on_the_pod(syncer, 
     assert c["waiting_message"] == ("internal error building the container config: "
                                     "ZeroDivisionError: float division by zero")
     assert ("Warning", "Failed", "Error: " + c["waiting_message"]) in events.events
-
-
-async def test_a_removed_pods_container_logs_go_with_it(syncer, rt, store, settings, tmp_path):
-    want(store, manifest())
-    await syncer.sync("uid1")
-    logs = tmp_path / "logs" / "default_p_uid1"
-    (logs / "app").mkdir(parents=True)
-    (logs / "app" / "0.log").write_text("hello\n")
-    other = tmp_path / "logs" / "default_q_uid2"
-    other.mkdir()
-    want(store, manifest(), deleting=True)
-    await syncer.sync("uid1")
-    assert not logs.exists(), "the kubelet removes a deleted pod's logs"
-    assert other.exists(), "another pod's logs stay"
