@@ -18,10 +18,8 @@ import sys
 from pathlib import Path
 
 from services.supervisor.containerd_config import ContainerdLayout
-from services.supervisor.teardown import remove_all_pods, remove_bridge
-from shared.cni import BRIDGE
+from services.supervisor.teardown import teardown_node
 from shared.cri import CRIClient, CRIError
-from shared.mounts import unmount_all_under
 
 log = logging.getLogger("pykubelet.containerd")
 
@@ -46,17 +44,6 @@ async def _ready(endpoint: str, proc: asyncio.subprocess.Process) -> None:
         await cri.close()
 
 
-async def _teardown(root: Path, endpoint: str, pod_logs_dir: str) -> None:
-    try:
-        n = await asyncio.wait_for(remove_all_pods(endpoint, pod_logs_dir=pod_logs_dir), TEARDOWN_TIMEOUT)
-        log.info("removed %d pod sandbox(es)", n)
-    except Exception as exc:
-        log.warning("could not remove the pods: %s", exc)
-    for problem in unmount_all_under(root / "pods") + unmount_all_under(root / "plugins"):
-        log.warning("could not unmount %s", problem)
-    remove_bridge(BRIDGE)
-
-
 async def _run(root: Path, pod_logs_dir: str) -> int:
     layout = ContainerdLayout(root / "containerd")
     if not layout.config.exists():
@@ -73,15 +60,16 @@ async def _run(root: Path, pod_logs_dir: str) -> int:
     log.info("containerd ready on %s", layout.endpoint)
     waiter = asyncio.create_task(proc.wait(), name="containerd")
     stopper = asyncio.create_task(stop.wait(), name="stop-signal")
-    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    if waiter.done():
+    try:
+        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
         ready_file.unlink(missing_ok=True)
+    if waiter.done():
         log.error("containerd exited with %s", proc.returncode)
         stopper.cancel()
         return proc.returncode or 1
-    ready_file.unlink(missing_ok=True)
     log.info("stopping: removing the node's pods first")
-    await _teardown(root, layout.endpoint, pod_logs_dir)
+    await teardown_node(root, layout.endpoint, pod_logs_dir, TEARDOWN_TIMEOUT)
     proc.terminate()
     try:
         await asyncio.wait_for(waiter, STOP_TIMEOUT)

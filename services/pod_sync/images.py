@@ -61,7 +61,7 @@ class ImageManager:
         self._images = images
         self._backoff = backoff
         self._limit = asyncio.Semaphore(parallelism) if parallelism else None
-        self._inflight: dict[str, asyncio.Future[str]] = {}
+        self._inflight: dict[tuple[str, tuple[Credential, ...]], asyncio.Future[str]] = {}
 
     async def status(self, ref: str) -> cri.Image | None:
         """What the runtime knows of a present image (its user, for runAsNonRoot)."""

@@ -22,11 +22,10 @@ import httpx
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.process import ManagedProcess
-from services.supervisor.teardown import remove_all_pods, remove_bridge
-from shared.mounts import unmount_all_under
+from services.supervisor.teardown import teardown_node
 from shared.admin import SERVICES, admin_port
 from shared.bus_auth import BUS_DIR, credentials_file, write_credentials, write_server_config
-from shared.cni import BRIDGE, CNI_BIN_DIR, cni_conf_dir
+from shared.cni import CNI_BIN_DIR, cni_conf_dir
 from shared.config import FLAG_FIELDS, NodeSettings
 from shared.host import kernel_refuses_negative_oom_score_adj
 from shared.cri import CRIClient, CRIError
@@ -263,16 +262,8 @@ class LocalNode:
             await p.stop()
         log.info("services stopped")
         if not self.opts.keep_pods and any(p.name == "containerd" and p.pid for p in infra):
-            try:
-                n = await asyncio.wait_for(remove_all_pods(
-                    self.containerd.endpoint, pod_logs_dir=self.opts.settings.kubelet.pod_logs_dir), 120)
-                log.info("removed %d pod sandbox(es)", n)
-                # The volume service is stopped: unmount what it mounted for the removed pods.
-                for problem in unmount_all_under(self.root / "pods") + unmount_all_under(self.root / "plugins"):
-                    log.warning("could not unmount %s", problem)
-                remove_bridge(BRIDGE)
-            except Exception as exc:
-                log.warning("could not remove pods: %s", exc)
+            # The volume service is stopped: teardown unmounts what it mounted for the pods.
+            await teardown_node(self.root, self.containerd.endpoint, self.opts.settings.kubelet.pod_logs_dir)
         for p in reversed(infra):
             await p.stop()
         self.release_root()

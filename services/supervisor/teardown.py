@@ -8,8 +8,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from shared.cni import BRIDGE
 from shared.cri import CRIClient, CRIError
 from shared.cri.labels import MANAGED_BY, pod_log_dir
+from shared.mounts import unmount_all_under
 from shared.safe_paths import UnsafePath, beneath
 
 log = logging.getLogger(__name__)
@@ -53,3 +55,17 @@ def remove_bridge(name: str) -> None:
     """The pod bridge outlives its pods; remove it so the next node starts from a clean host."""
     if subprocess.run(["ip", "link", "show", name], capture_output=True, timeout=10).returncode == 0:
         subprocess.run(["ip", "link", "delete", name], capture_output=True, timeout=10)
+
+
+async def teardown_node(root: Path, endpoint: str, pod_logs_dir: str, timeout: float = 120.0) -> None:
+    """What stopping a node removes: every pod it created (with their logs), whatever is still
+    mounted under its pod and plugin directories, and the pod bridge. Problems are logged; the
+    stop goes on."""
+    try:
+        n = await asyncio.wait_for(remove_all_pods(endpoint, pod_logs_dir=pod_logs_dir), timeout)
+        log.info("removed %d pod sandbox(es)", n)
+    except Exception as exc:
+        log.warning("could not remove the pods: %s", exc)
+    for problem in unmount_all_under(root / "pods") + unmount_all_under(root / "plugins"):
+        log.warning("could not unmount %s", problem)
+    remove_bridge(BRIDGE)
