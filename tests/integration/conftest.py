@@ -139,6 +139,12 @@ class Node:
                  what: str = "") -> dict[str, Any]:
         return wait_for_object(lambda: self.pod(name), predicate, timeout, what or f"pod {name}")
 
+    def wait_manifest_errors(self, count: int, timeout: float = 30) -> tuple[dict[str, Any], dict[str, str]]:
+        """Once `count` manifests are reported unusable: the status, and file name -> error."""
+        status = wait_for(lambda: (s := self.status()) and len(s["manifestErrors"]) == count and s, timeout,
+                          f"{count} unusable manifests reported")
+        return status, {e["file"].rsplit("/", 1)[1]: e["error"] for e in status["manifestErrors"]}
+
     def wait_running(self, name: str, timeout: float = 60) -> dict[str, Any]:
         return self.wait_pod(name, lambda p: p["phase"] == "Running" and p["podIP"]
                              and all(c["state"] == "running" for c in p["containers"] if not c["init"]),

@@ -69,9 +69,7 @@ spec:
     pods.write("nonsense.yaml", "this: is: not yaml: [")
     pods.write("good.yaml", web_manifest(pods, "good"))
     pods.wait_running("good")
-    status = wait_for(lambda: (s := pods.status()) and len(s["manifestErrors"]) == 2 and s, 20,
-                      "both broken manifests reported")
-    errors = {e["file"].rsplit("/", 1)[1]: e["error"] for e in status["manifestErrors"]}
+    _, errors = pods.wait_manifest_errors(2, 20)
     assert "spec.containers[0].image: Required value" in errors["broken.yaml"]
     assert "not valid YAML" in errors["nonsense.yaml"]
     table = pods.cli("status").stdout

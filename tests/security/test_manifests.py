@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 
-from tests.integration.conftest import wait_for
 
 
 def _bomb() -> str:
@@ -39,9 +38,7 @@ def test_hostile_manifests_are_reported_and_skipped_beside_a_running_pod(pods, c
     pods.write_pod("good", {"containers": [{"name": "app", "image": pods.image("busybox"),
                                             "command": ["sleep", "3600"]}]})
     pods.wait_running("good")
-    status = wait_for(lambda: (s := pods.status()) and len(s["manifestErrors"]) == 5 and s, 30,
-                      "the five hostile manifests reported")
-    errors = {e["file"].rsplit("/", 1)[1]: e["error"] for e in status["manifestErrors"]}
+    status, errors = pods.wait_manifest_errors(5)
     assert "YAML aliases" in errors["bomb.yaml"]
     assert "1.5 MiB" in errors["huge.yaml"]
     assert "Required value" in errors["shadow.yaml"] or "expected a Pod" in errors["shadow.yaml"], errors
