@@ -4,6 +4,7 @@ system:node client certificate, as kubeadm would set it up."""
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -45,6 +46,14 @@ class Cluster:
         return wait_for_object(lambda: self.pod(name), predicate, timeout, what or f"pod {name}")
 
 
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory):
     require_node_prerequisites()
@@ -65,6 +74,9 @@ def cluster(tmp_path_factory):
                                         f"    clientCAFile: {cp.ca}\n")
         c = Cluster(cp, node, signer)
         wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
+        # The kubelet API listens once its serving certificate is issued (the CSR above), which
+        # can come after Ready; exec, logs and port-forward need it.
+        wait_for(lambda: _accepts(node.kubelet_port), 60, "the kubelet API to listen")
         yield c
     finally:
         if node is not None:
