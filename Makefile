@@ -58,8 +58,15 @@ status: ## Show the local node's pods
 	@$(PYKUBELET) status --root-dir $(ROOT_DIR)
 
 .PHONY: test
-test: deps kube ## Run all tests: unit, integration (containerd + NATS + SQLite), cluster (etcd + kube-apiserver)
+test: deps kube lint ## Run all tests: lint, unit, integration (containerd + NATS + SQLite), cluster (etcd + kube-apiserver)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: deps ## Static checks: ruff on all code, mypy --strict on shared/
+	@echo "lint: ruff"
+	@$(PY) -m ruff check --quiet services shared tests bench
+	@echo "lint: mypy (strict, shared/)"
+	@$(PY) -m mypy
 
 .PHONY: test-unit
 test-unit: deps ## Run only the unit tests (fakes, no root needed)

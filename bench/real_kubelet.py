@@ -118,7 +118,7 @@ containerLogMaxFiles: 5
         remove_stale_masquerade_rules()
         remove_bridge(BRIDGE)
         await self.infra.down()
-        for mount in sorted((l.split()[1] for l in open("/proc/mounts") if str(self.root) in l), reverse=True):
+        for mount in sorted((m.split()[1] for m in open("/proc/mounts") if str(self.root) in m), reverse=True):
             subprocess.run(["umount", "-l", mount], capture_output=True)
         if self._made_hard_coded_dir:  # it was not there before this kubelet: everything in it is its
             try:

@@ -40,6 +40,11 @@ class CgroupSample:
     memory_limit: int | None  # None: unlimited
 
 
+# The memory fields of a CgroupSample, in its order: usage, working set, rss, page faults,
+# major page faults, limit.
+MemoryFigures = tuple[int | None, int | None, int | None, int | None, int | None, int | None]
+
+
 def _read_int(path: Path) -> int | None:
     try:
         return int(path.read_text().split()[0])
@@ -127,7 +132,7 @@ class CgroupReader:
 
     # -- v1 ------------------------------------------------------------------------------------
 
-    def _memory_v1(self, cgroup: str):
+    def _memory_v1(self, cgroup: str) -> MemoryFigures:
         d = self._dir("memory", cgroup)
         usage = _read_int(d / "memory.usage_in_bytes")
         stat = _read_keyed(d / "memory.stat")
@@ -149,7 +154,7 @@ class CgroupReader:
             return self._proc_cpu_ns()
         return None
 
-    def _memory_v2(self, cgroup: str):
+    def _memory_v2(self, cgroup: str) -> MemoryFigures:
         d = self._dir("memory", cgroup)
         usage = _read_int(d / "memory.current")
         if usage is None and cgroup.strip("/") == "":
@@ -175,7 +180,7 @@ class CgroupReader:
         busy = sum(ticks) - ticks[3] - ticks[4]
         return busy * (1_000_000_000 // USER_HZ)
 
-    def _proc_memory(self):
+    def _proc_memory(self) -> MemoryFigures:
         info = read_meminfo(self.proc / "meminfo")
         vm = _read_keyed(self.proc / "vmstat")
         if "MemTotal" not in info:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
+
+if TYPE_CHECKING:
+    from shared.bus import Event
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ class Coalescer:
             self._pending.update(keys)
         self._wake.set()
 
-    async def handle(self, event) -> None:
+    async def handle(self, event: Event) -> None:
         """A bus handler: the event's `uids` (or everything when it has none)."""
         self.add(getattr(event, "uids", None))
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 from pydantic.alias_generators import to_camel
 
 from shared.durations import parse_duration, to_seconds
@@ -69,6 +70,12 @@ class CrashLoopBackOffConfig(BaseModel):
     @classmethod
     def _dur(cls, v: Any) -> float:
         return to_seconds(v)
+
+
+def _camel_field(info: ValidationInfo) -> str:
+    """The file's (camelCase) name of the field a field validator is validating."""
+    assert info.field_name is not None  # always set for a field validator
+    return to_camel(info.field_name)
 
 
 class KubeletConfiguration(ServerConfig):
@@ -170,10 +177,10 @@ class KubeletConfiguration(ServerConfig):
 
     @field_validator("eviction_hard", "eviction_soft", "eviction_minimum_reclaim", mode="before")
     @classmethod
-    def _signal_maps(cls, v: Any, info) -> dict[str, str]:
+    def _signal_maps(cls, v: Any, info: ValidationInfo) -> dict[str, str]:
         if not isinstance(v, dict):
             raise ValueError("must be a map of eviction signal to quantity or percentage")
-        return {str(k): str(val) for k, val in check_signal_map(v, to_camel(info.field_name)).items()}
+        return {str(k): str(val) for k, val in check_signal_map(v, _camel_field(info)).items()}
 
     @field_validator("eviction_soft_grace_period", mode="before")
     @classmethod
@@ -184,10 +191,10 @@ class KubeletConfiguration(ServerConfig):
 
     @field_validator("kube_reserved", "system_reserved", mode="before")
     @classmethod
-    def _reserved(cls, v: Any, info) -> dict[str, str]:
+    def _reserved(cls, v: Any, info: ValidationInfo) -> dict[str, str]:
         if not isinstance(v, dict):
             raise ValueError("must be a map of resource name to quantity")
-        return {str(k): str(val) for k, val in check_reserved(v, to_camel(info.field_name)).items()}
+        return {str(k): str(val) for k, val in check_reserved(v, _camel_field(info)).items()}
 
     @field_validator("allowed_unsafe_sysctls")
     @classmethod

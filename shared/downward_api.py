@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from shared.json_types import JSONObject
 from shared.podspec import Container, Pod
 from shared.quantity import millicores, parse_quantity, to_bytes
 
@@ -25,7 +26,7 @@ def metadata_field(pod: Pod, path: str) -> str:
     raise ValueError(f"fieldRef.fieldPath {path!r} is not supported")
 
 
-def resource_field(pod: Pod, c: Container | None, ref: dict, node_millicores: int, node_memory: int) -> str:
+def resource_field(pod: Pod, c: Container | None, ref: JSONObject, node_millicores: int, node_memory: int) -> str:
     """resourceFieldRef: a limit falls back to node allocatable when unset, as in the kubelet."""
     if ref.get("containerName"):
         c = next((x for x in pod.spec.initContainers + pod.spec.containers if x.name == ref["containerName"]), None)

@@ -22,7 +22,7 @@ class Recorder(Protocol):
 class BusRecorder:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self._pending: set[asyncio.Task] = set()
+        self._pending: set[asyncio.Task[None]] = set()
 
     def pod(self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str) -> None:
         event = KubeEvent(kind="Pod", namespace=namespace, name=name, uid=uid, type=type_, reason=reason,

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 from kubernetes_asyncio import client, config
+
+from shared.json_types import JSONObject
 
 
 class TokenBucket:
@@ -37,7 +40,7 @@ class RateLimitedApiClient(client.ApiClient):
         super().__init__(configuration=configuration)
         self._bucket = bucket
 
-    async def call_api(self, *args, **kwargs):
+    async def call_api(self, *args: Any, **kwargs: Any) -> Any:
         await self._bucket.acquire()
         return await super().call_api(*args, **kwargs)
 
@@ -48,12 +51,14 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 async def patch_pod_status(core: client.CoreV1Api, namespace: str, name: str, uid: str,
-                           status: dict) -> bool:
+                           status: JSONObject) -> bool:
     """Write a pod's status, only to the pod with this UID; False when that pod is gone (404)
     or the name now belongs to another pod (409)."""
     body = {"metadata": {"uid": uid}, "status": status}
     try:
-        await core.patch_namespaced_pod_status(name, namespace, body, _content_type=MERGE_PATCH,
+        # kubernetes_asyncio's bundled .pyi leave out _content_type; the method takes it through
+        # **kwargs (it is in its all_params) and sends it as the Content-Type header.
+        await core.patch_namespaced_pod_status(name, namespace, body, _content_type=MERGE_PATCH,  # type: ignore[call-arg]
                                                _request_timeout=REQUEST_TIMEOUT)
         return True
     except client.exceptions.ApiException as exc:

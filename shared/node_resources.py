@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shared.host import cpu_capacity_millicores, memory_capacity_bytes
 from shared.quantity import millicores, to_bytes
 from shared.thresholds import Threshold, hard_eviction_reservation
+
+if TYPE_CHECKING:
+    from shared.config import KubeletConfiguration
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class Reservations:
     thresholds: tuple[Threshold, ...] = ()
 
     @classmethod
-    def from_config(cls, kubelet) -> "Reservations":
+    def from_config(cls, kubelet: KubeletConfiguration) -> "Reservations":
         total: dict[str, int] = {}
         for source in (kubelet.kube_reserved, kubelet.system_reserved):
             for name, value in source.items():

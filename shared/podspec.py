@@ -35,7 +35,7 @@ class ManifestInvalid(ValueError):
     """A manifest that cannot become a pod; the message names the field."""
 
 
-_ASKS_NOTHING = (None, False, "", [], {})
+_ASKS_NOTHING: tuple[object, ...] = (None, False, "", [], {})
 
 
 class _Model(BaseModel):
@@ -125,7 +125,7 @@ class ResourceRequirements(_Model):
 
     @field_validator("requests", "limits")
     @classmethod
-    def _quantities(cls, v: dict) -> dict:
+    def _quantities(cls, v: dict[str, str | int | float]) -> dict[str, str | int | float]:
         for name, q in v.items():
             try:
                 parse_quantity(q)
@@ -390,7 +390,8 @@ class Volume(_Model):
 
     @property
     def source(self) -> dict[str, Any]:
-        return (self.model_extra or {})[self.kind]
+        source: dict[str, Any] = (self.model_extra or {})[self.kind]  # an object: see _one_source
+        return source
 
 
 class Container(_Model):
@@ -444,7 +445,8 @@ class Container(_Model):
 
     def probe(self, kind: str) -> "Probe | None":
         """kind is liveness, readiness or startup."""
-        return getattr(self, f"{kind}Probe")
+        probe: Probe | None = getattr(self, f"{kind}Probe")
+        return probe
 
     @model_validator(mode="after")
     def _default_pull_policy(self) -> "Container":
@@ -531,7 +533,7 @@ class PodSpec(_Model):
         if count > MAX_CONTAINERS:
             raise ValueError(f"has {count} containers; pykubelet runs at most {MAX_CONTAINERS} in a pod")
         seen: set[str] = set()
-        for i, c in enumerate(self.initContainers + self.containers):
+        for c in self.initContainers + self.containers:
             if c.name in seen:
                 raise ValueError(f"container name {c.name!r} is used twice")
             seen.add(c.name)
@@ -689,8 +691,9 @@ def _yaml_error(exc: yaml.YAMLError) -> str:
     return f"not valid YAML/JSON: {problem}{where}"
 
 
-def parse_manifest_text(text: str) -> dict[str, Any]:
-    """Decode one YAML or JSON document; JSON is YAML, so one parser serves both."""
+def parse_manifest_text(text: str) -> object:
+    """Decode one YAML or JSON document; JSON is YAML, so one parser serves both. The document
+    may be any YAML value, not only an object: validate_pod checks that."""
     if len(text.encode(errors="replace")) > MAX_MANIFEST_BYTES:
         raise ManifestInvalid(f"is larger than {MAX_MANIFEST_BYTES} bytes (1.5 MiB, the API server's limit)")
     try:

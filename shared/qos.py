@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.podspec import Pod
+from shared.podspec import Container, Pod
 from shared.quantity import millicores, parse_quantity, to_bytes
 
 COMPUTE = ("cpu", "memory")
@@ -23,7 +23,8 @@ def qos_class(pod: Pod) -> str:
                 limits[name] = lim
         if not all(n in r.limits for n in COMPUTE):
             guaranteed = False
-        elif any(parse_quantity(r.request(n)) != parse_quantity(r.limits[n]) for n in COMPUTE):
+        # Both limits are set, so each effective request is the request or else the limit.
+        elif any(parse_quantity(r.requests.get(n, r.limits[n])) != parse_quantity(r.limits[n]) for n in COMPUTE):
             guaranteed = False
     if not requests and not limits:
         return "BestEffort"
@@ -33,13 +34,13 @@ def qos_class(pod: Pod) -> str:
 def pod_requests(pod: Pod) -> dict[str, int]:
     """What the pod needs from the node: max(sum of app containers, largest init container)
     (sidecars run alongside everything, so they add to both), in millicores and bytes."""
-    def need(c, name):
+    def need(c: Container, name: str) -> int:
         q = c.resources.request(name)
         if q is None:
             return 0
         return millicores(q) if name == "cpu" else to_bytes(q)
 
-    out = {}
+    out: dict[str, int] = {}
     sidecars = pod.spec.sidecars
     for name in COMPUTE:
         side = sum(need(c, name) for c in sidecars)

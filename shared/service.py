@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 import uvicorn
 from fastapi import FastAPI
@@ -47,11 +48,11 @@ class ServiceContext:
     app: FastAPI
     checks: dict[str, Check]
     stopping: asyncio.Event
-    _tasks: list[asyncio.Task] = field(default_factory=list)
+    _tasks: list[asyncio.Task[object]] = field(default_factory=list)
     _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     failed: bool = False
 
-    def spawn(self, name: str, coro: Coroutine) -> asyncio.Task:
+    def spawn(self, name: str, coro: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
         """Run a long-lived coroutine; if it ever fails, log it and stop the process."""
         task = asyncio.create_task(coro, name=f"{self.name}:{name}")
         task.add_done_callback(self._on_task_done)
@@ -61,7 +62,7 @@ class ServiceContext:
     def on_shutdown(self, fn: Callable[[], Awaitable[None]]) -> None:
         self._cleanups.append(fn)
 
-    def _on_task_done(self, task: asyncio.Task) -> None:
+    def _on_task_done(self, task: asyncio.Task[object]) -> None:
         if task.cancelled():
             return
         exc = task.exception()
@@ -79,11 +80,20 @@ class ServiceContext:
 Setup = Callable[[ServiceContext], Awaitable[None]]
 
 
+class _AdminServer(uvicorn.Server):
+    """uvicorn's server without its signal handling: signals are ours (run_service's handler sets
+    `stopping`; _serve_admin then stops this server). uvicorn >= 0.29 takes SIGINT/SIGTERM for the
+    whole of serve() in capture_signals(), stops at the first one, and raises it again on return."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
 async def _serve_admin(ctx: ServiceContext, port: int) -> None:
     config = uvicorn.Config(ctx.app, host="127.0.0.1", port=port, log_level="warning",
                             lifespan="off", access_log=False)
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # signals are ours
+    server = _AdminServer(config)
     serve = asyncio.create_task(server.serve(), name=f"{ctx.name}:admin-http")
     # Ready for systemd (Type=notify) once /healthz answers, as `pykubelet up` judges it.
     deadline = asyncio.get_running_loop().time() + ADMIN_START_TIMEOUT

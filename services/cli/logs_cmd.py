@@ -41,7 +41,7 @@ def render(path: Path, tail: int | None) -> str:
         out.append(partial)
     if tail is not None:
         out = out[-tail:] if tail else []
-    return "".join(l + "\n" for l in out)
+    return "".join(line + "\n" for line in out)
 
 
 def find_pod(store: Store, name: str) -> tuple[DesiredPod | None, list[str]]:

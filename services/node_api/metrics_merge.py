@@ -102,7 +102,7 @@ async def scrape_all(targets: Mapping[str, str], client: httpx.AsyncClient,
             return err
 
     results = await asyncio.gather(*(one(url) for url in targets.values()))
-    return dict(zip(targets, results))
+    return dict(zip(targets, results, strict=True))
 
 
 async def _fetch(client: httpx.AsyncClient, url: str, timeout: float) -> str:

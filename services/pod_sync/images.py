@@ -145,4 +145,4 @@ class ImageManager:
         if len(errors) == 1:
             raise errors[0]
         raise CRIError("pull_image", errors[-1].code, "; ".join(
-            f"with the login for {login.key!r}: {e.details}" for login, e in zip(logins, errors)))
+            f"with the login for {login.key!r}: {e.details}" for login, e in zip(logins, errors, strict=True)))

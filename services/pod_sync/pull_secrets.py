@@ -86,7 +86,7 @@ def image_location(image: str) -> _Key:
 
 def _host_matches(pattern: str, host: str) -> bool:
     want, have = pattern.split("."), host.split(".")
-    return len(want) == len(have) and all(fnmatch.fnmatchcase(h, w) for w, h in zip(want, have))
+    return len(want) == len(have) and all(fnmatch.fnmatchcase(h, w) for w, h in zip(want, have, strict=True))
 
 
 def _matches(key: _Key, image: _Key) -> bool:

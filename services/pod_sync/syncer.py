@@ -231,7 +231,7 @@ class PodSyncer:
                 self._start_container(pod, rt, s.spec, s.attempt, s.init, sandbox_id, sb_config, pod_ip, progress,
                                       volumes)
                 for s in actions.start))
-            for start, failure in zip(actions.start, results):
+            for start, failure in zip(actions.start, results, strict=True):
                 if failure:
                     waiting[start.spec.name] = failure
                     requeue = min(requeue or ERROR_RETRY, ERROR_RETRY)

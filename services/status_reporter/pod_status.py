@@ -172,12 +172,12 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
     # init containers (init ones included), ContainerCreating otherwise.
     not_created = "PodInitializing" if pod.spec.initContainers else "ContainerCreating"
     init_statuses = [status_of(c, not_created) for c in pod.spec.initContainers]
-    for c, st in zip(pod.spec.initContainers, init_statuses):
+    for c, st in zip(pod.spec.initContainers, init_statuses, strict=True):
         if c.restartPolicy != "Always":
             # As the kubelet's prober manager: an init container is ready once it exited 0.
             st["ready"] = st["state"].get("terminated", {}).get("exitCode") == 0
     # Regular init containers must have succeeded; sidecars only need to have started.
-    incomplete_init = [c.name for c, st in zip(pod.spec.initContainers, init_statuses)
+    incomplete_init = [c.name for c, st in zip(pod.spec.initContainers, init_statuses, strict=True)
                        if (c.restartPolicy == "Always" and "waiting" in st["state"]
                            and "terminated" not in st.get("lastState", {}))
                        or (c.restartPolicy != "Always"
@@ -193,7 +193,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         phase = previous["phase"]  # terminal phases are sticky
 
     prev_conds = {c["type"]: c for c in previous.get("conditions", [])}
-    sidecar_statuses = [st for c, st in zip(pod.spec.initContainers, init_statuses) if c.restartPolicy == "Always"]
+    sidecar_statuses = [st for c, st in zip(pod.spec.initContainers, init_statuses, strict=True) if c.restartPolicy == "Always"]
     unready = [st["name"] for st in sidecar_statuses + app_statuses if not st["ready"]]
     sandbox_ok = bool(runtime.get("sandbox_ready"))
     conditions = [

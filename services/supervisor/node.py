@@ -164,7 +164,7 @@ class LocalNode:
         assert self.registry
         wait_for_registry(self.registry)
         applets = busybox_applets()
-        for key, spec in IMAGES.items():
+        for spec in IMAGES.values():
             t = time.monotonic()
             ref = push_image(self.registry, build_image(spec, applets))
             log.info("image %s ready (%.1fs)", ref, time.monotonic() - t)

@@ -175,7 +175,7 @@ class VolumeManager:
                 return False
 
         changed = await asyncio.gather(*(one(uid) for uid in sorted(candidates)))
-        touched = [uid for uid, c in zip(sorted(candidates), changed) if c]
+        touched = [uid for uid, c in zip(sorted(candidates), changed, strict=True) if c]
         if touched:
             await self.bus.publish(VolumesChanged(uids=touched))
         if uids is None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Awaitable, Callable
+from typing import Protocol, TypeVar
 
 import grpc
 from cri_api.v1 import api_pb2 as cri
 from cri_api.v1 import api_pb2_grpc as cri_grpc
 
 from shared.cri.metrics import RUNTIME_OPERATION_DURATION, RUNTIME_OPERATION_ERRORS, RUNTIME_OPERATIONS
+from shared.json_types import JSONObject
 
 # Image pulls have no CRI deadline in the kubelet; bound them anyway so nothing waits forever.
 PULL_TIMEOUT = 30 * 60.0
@@ -20,6 +21,46 @@ STOP_MARGIN = 30.0
 STATS_TIMEOUT = 10.0
 # Exec/Attach/PortForward only hand out a URL; the stream itself has no RPC deadline.
 STREAM_URL_TIMEOUT = 10.0
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+
+
+# The generated stubs (cri_api.v1.api_pb2_grpc) are not annotated: these are the RPCs this client
+# makes, typed by their request and response messages.
+class _RuntimeStub(Protocol):
+    """The RuntimeService RPCs of cri_api.v1.api_pb2_grpc.RuntimeServiceStub used here."""
+
+    Version: grpc.aio.UnaryUnaryMultiCallable[cri.VersionRequest, cri.VersionResponse]
+    Status: grpc.aio.UnaryUnaryMultiCallable[cri.StatusRequest, cri.StatusResponse]
+    RunPodSandbox: grpc.aio.UnaryUnaryMultiCallable[cri.RunPodSandboxRequest, cri.RunPodSandboxResponse]
+    StopPodSandbox: grpc.aio.UnaryUnaryMultiCallable[cri.StopPodSandboxRequest, cri.StopPodSandboxResponse]
+    RemovePodSandbox: grpc.aio.UnaryUnaryMultiCallable[cri.RemovePodSandboxRequest, cri.RemovePodSandboxResponse]
+    PodSandboxStatus: grpc.aio.UnaryUnaryMultiCallable[cri.PodSandboxStatusRequest, cri.PodSandboxStatusResponse]
+    ListPodSandbox: grpc.aio.UnaryUnaryMultiCallable[cri.ListPodSandboxRequest, cri.ListPodSandboxResponse]
+    CreateContainer: grpc.aio.UnaryUnaryMultiCallable[cri.CreateContainerRequest, cri.CreateContainerResponse]
+    StartContainer: grpc.aio.UnaryUnaryMultiCallable[cri.StartContainerRequest, cri.StartContainerResponse]
+    StopContainer: grpc.aio.UnaryUnaryMultiCallable[cri.StopContainerRequest, cri.StopContainerResponse]
+    RemoveContainer: grpc.aio.UnaryUnaryMultiCallable[cri.RemoveContainerRequest, cri.RemoveContainerResponse]
+    ListContainers: grpc.aio.UnaryUnaryMultiCallable[cri.ListContainersRequest, cri.ListContainersResponse]
+    ContainerStatus: grpc.aio.UnaryUnaryMultiCallable[cri.ContainerStatusRequest, cri.ContainerStatusResponse]
+    ExecSync: grpc.aio.UnaryUnaryMultiCallable[cri.ExecSyncRequest, cri.ExecSyncResponse]
+    ReopenContainerLog: grpc.aio.UnaryUnaryMultiCallable[cri.ReopenContainerLogRequest, cri.ReopenContainerLogResponse]
+    ListContainerStats: grpc.aio.UnaryUnaryMultiCallable[cri.ListContainerStatsRequest, cri.ListContainerStatsResponse]
+    ListPodSandboxStats: grpc.aio.UnaryUnaryMultiCallable[cri.ListPodSandboxStatsRequest, cri.ListPodSandboxStatsResponse]
+    Exec: grpc.aio.UnaryUnaryMultiCallable[cri.ExecRequest, cri.ExecResponse]
+    Attach: grpc.aio.UnaryUnaryMultiCallable[cri.AttachRequest, cri.AttachResponse]
+    PortForward: grpc.aio.UnaryUnaryMultiCallable[cri.PortForwardRequest, cri.PortForwardResponse]
+
+
+class _ImageStub(Protocol):
+    """The ImageService RPCs of cri_api.v1.api_pb2_grpc.ImageServiceStub used here."""
+
+    ImageStatus: grpc.aio.UnaryUnaryMultiCallable[cri.ImageStatusRequest, cri.ImageStatusResponse]
+    PullImage: grpc.aio.UnaryUnaryMultiCallable[cri.PullImageRequest, cri.PullImageResponse]
+    ListImages: grpc.aio.UnaryUnaryMultiCallable[cri.ListImagesRequest, cri.ListImagesResponse]
+    RemoveImage: grpc.aio.UnaryUnaryMultiCallable[cri.RemoveImageRequest, cri.RemoveImageResponse]
+    ImageFsInfo: grpc.aio.UnaryUnaryMultiCallable[cri.ImageFsInfoRequest, cri.ImageFsInfoResponse]
 
 
 class CRIError(RuntimeError):
@@ -47,14 +88,14 @@ class CRIClient:
         self._channel = grpc.aio.insecure_channel(
             target, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
         )
-        self._runtime = cri_grpc.RuntimeServiceStub(self._channel)
-        self._images = cri_grpc.ImageServiceStub(self._channel)
+        self._runtime: _RuntimeStub = cri_grpc.RuntimeServiceStub(self._channel)
+        self._images: _ImageStub = cri_grpc.ImageServiceStub(self._channel)
 
     async def close(self) -> None:
         await self._channel.close()
 
-    async def _call(self, op: str, method: Callable[..., Awaitable[Any]], request: Any,
-                    timeout: float | None = None) -> Any:
+    async def _call(self, op: str, method: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response],
+                    request: _Request, timeout: float | None = None) -> _Response:
         RUNTIME_OPERATIONS.labels(op).inc()
         start = time.monotonic()
         try:
@@ -195,7 +236,7 @@ class CRIClient:
         await self._call("remove_image", self._images.RemoveImage,
                          cri.RemoveImageRequest(image=cri.ImageSpec(image=image)))
 
-    async def runtime_config(self) -> dict:
+    async def runtime_config(self) -> JSONObject:
         """The runtime's own config from verbose Status (containerd: its CRI plugin config, with
         sandboxImage); {} when the runtime does not share it."""
         resp = await self._call("status", self._runtime.Status, cri.StatusRequest(verbose=True), timeout=10)

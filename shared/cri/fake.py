@@ -13,6 +13,7 @@ import grpc
 from cri_api.v1 import api_pb2 as cri
 
 from shared.cri.client import CRIError
+from shared.json_types import JSONObject
 
 
 def _now_ns() -> int:
@@ -94,7 +95,7 @@ class FakeRuntime:
                                       reason="" if self.network_ready else "NetworkPluginNotReady")]
         return cri.StatusResponse(status=cri.RuntimeStatus(conditions=conds))
 
-    async def runtime_config(self) -> dict:
+    async def runtime_config(self) -> JSONObject:
         self._record("status")
         return {"sandboxImage": self.sandbox_image}
 

@@ -66,7 +66,7 @@ class Blob:
     def digest(self) -> str:
         return "sha256:" + hashlib.sha256(self.data).hexdigest()
 
-    def descriptor(self) -> dict:
+    def descriptor(self) -> dict[str, str | int]:
         return {"mediaType": self.media_type, "digest": self.digest, "size": len(self.data)}
 
 

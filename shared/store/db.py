@@ -9,9 +9,11 @@ from typing import Iterator
 
 from prometheus_client import Histogram
 
-from sqlalchemy import Delete, Insert, Update, create_engine, event
+from sqlalchemy import Delete, Insert, Join, Update, create_engine, event
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.node_dirs import private_dir, private_files
 from shared.store.models import TABLE_OWNERS, Base
@@ -32,7 +34,7 @@ class OwnershipError(RuntimeError):
     """A service tried to write a table another service owns."""
 
 
-def _enable_wal(dbapi_conn, _record) -> None:
+def _enable_wal(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     # Several processes write; wait for the lock rather than fail.
@@ -98,13 +100,16 @@ class Store:
                 f"only {owner} writes it (ask it by an event instead)"
             )
 
-    def _check_flush(self, session: Session, _ctx, _instances) -> None:
+    def _check_flush(self, session: Session, _ctx: UOWTransaction, _instances: object) -> None:
         for obj in list(session.new) + list(session.dirty) + list(session.deleted):
             self._allowed(obj.__table__.name)
             session.info["wrote"] = True
 
-    def _check_statement(self, state) -> None:
+    def _check_statement(self, state: ORMExecuteState) -> None:
         stmt = state.statement
         if isinstance(stmt, (Insert, Update, Delete)):
+            if isinstance(stmt.table, Join):
+                # No one table to check the owner of (and a join has no name).
+                raise OwnershipError("a write through a join is not allowed; write each table by itself")
             self._allowed(stmt.table.name)
             state.session.info["wrote"] = True

@@ -60,7 +60,7 @@ def test_the_node_runs_as_systemd_units(machine):
 
     # Type=notify: start returns once every service is ready, or fails.
     machine.run("systemctl", "start", "pykubelet.target", timeout=240)
-    states = dict(zip(UNITS, machine.run("systemctl", "is-active", *UNITS, check=False).stdout.split()))
+    states = dict(zip(UNITS, machine.run("systemctl", "is-active", *UNITS, check=False).stdout.split(), strict=True))
     not_up = [u for u, state in states.items() if state != "active"]
     assert not not_up, machine.run("systemctl", "status", "--no-pager", "-n", "15", *not_up, check=False).stdout
 

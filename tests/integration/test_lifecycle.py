@@ -71,7 +71,7 @@ def test_restart_delays_follow_the_back_off(pods):
 
     wait_for(record, 90, "six attempts", interval=0.1)
     times = [seen[a] for a in sorted(seen)]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     # The first restart waits for no back-off (only for the next relist): faster than later ones.
     assert gaps[0] < min(gaps[2:]), f"first restart is immediate: {gaps}"
     for gap in gaps[1:]:

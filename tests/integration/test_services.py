@@ -67,7 +67,7 @@ spec:
 
     def value(name):
         text = httpx.get(pods.admin("pod-sync") + "/metrics", timeout=5).text
-        line = next((l for l in text.splitlines() if l.startswith(name + " ") or l.startswith(name + "{")), None)
+        line = next((s for s in text.splitlines() if s.startswith(name + " ") or s.startswith(name + "{")), None)
         assert line is not None, f"{name} missing"
         return float(line.split()[-1])
 

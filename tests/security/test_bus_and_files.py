@@ -8,6 +8,7 @@ import json
 import os
 import stat
 
+import httpx
 import nats
 import pytest
 
@@ -65,9 +66,8 @@ def test_forged_events_change_nothing(pods, canary):
             await nc.close()
     asyncio.run(forge())
     assert any("permissions violation" in e.lower() for e in errors), errors
-    for service in SERVICES:
-        wait_for(lambda: __import__("httpx").get(f"{pods.admin(service)}/readyz", timeout=2).status_code == 200,
-                 20, f"{service} still ready")
+    for url in [f"{pods.admin(service)}/readyz" for service in SERVICES]:
+        wait_for(lambda url=url: httpx.get(url, timeout=2).status_code == 200, 20, f"{url} answers ready")
     after = pods.wait_running("bystander")
     assert after["uid"] == before["uid"]
     assert [c["containerID"] for c in after["containers"]] == [c["containerID"] for c in before["containers"]]

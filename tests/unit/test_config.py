@@ -149,4 +149,4 @@ def test_node_ip_flag_is_checked_and_detection_never_guesses(monkeypatch):
     monkeypatch.setattr(host.subprocess, "run", no_route)
     settings = settings_from_args(parser.parse_args([]))
     with pytest.raises(host.NodeIPError, match="pass --node-ip ADDRESS"):
-        settings.node_address
+        _ = settings.node_address

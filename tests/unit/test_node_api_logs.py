@@ -22,14 +22,15 @@ async def not_running() -> bool:
     return False
 
 
-async def read_all(path, opts=LogOptions(), still_running=not_running) -> bytes:
-    return b"".join([c async for c in read_log(path, opts, still_running, poll_interval=POLL)])
+async def read_all(path, opts=None, still_running=not_running) -> bytes:
+    return b"".join([c async for c in read_log(path, opts or LogOptions(), still_running, poll_interval=POLL)])
 
 
 class Follower:
     """Follows a log in a task while the test writes; the container "exits" on stop()."""
 
-    def __init__(self, path, opts=LogOptions(follow=True)) -> None:
+    def __init__(self, path, opts=None) -> None:
+        opts = opts or LogOptions(follow=True)
         self.running = True
         self.out = bytearray()
         self.got = asyncio.Event()
@@ -140,7 +141,9 @@ async def test_since_time_skips_older_records(tmp_path):
 async def test_since_seconds_is_relative_to_now(tmp_path):
     log = tmp_path / "0.log"
     now = datetime.now(timezone.utc)
-    stamp = lambda dt: dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def stamp(dt):
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     write(log, rec("an hour ago", ts=stamp(now - timedelta(hours=1))),
           rec("a second ago", ts=stamp(now - timedelta(seconds=1))))
     assert await read_all(log, LogOptions(since_seconds=60)) == b"a second ago\n"

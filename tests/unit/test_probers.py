@@ -87,8 +87,8 @@ async def test_tcp_probe_and_no_time_wait():
     out = await probers.tcp_probe("127.0.0.1", free, 1)
     assert not out.ok and "connection refused" in out.output.lower()
     # Our side closed with SO_LINGER 0: no TIME-WAIT entries towards that port.
-    tw = [l for l in open("/proc/net/tcp").read().splitlines()[1:]
-          if l.split()[3] == "06" and int(l.split()[2].split(":")[1], 16) == port]
+    tw = [row for row in open("/proc/net/tcp").read().splitlines()[1:]
+          if row.split()[3] == "06" and int(row.split()[2].split(":")[1], 16) == port]
     assert tw == []
 
 
