@@ -18,7 +18,9 @@ from shared.admin import Check, admin_port, create_admin_app
 from shared.bus import Bus
 from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared import periodic
 from shared.sd_notify import notify
+from shared.service_state import HEARTBEAT_PERIOD, ServiceStateWriter
 from shared.store import Store
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ class ServiceContext:
     app: FastAPI
     checks: dict[str, Check]
     stopping: asyncio.Event
+    state: ServiceStateWriter
     _tasks: list[asyncio.Task[object]] = field(default_factory=list)
     _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     failed: bool = False
@@ -58,6 +61,11 @@ class ServiceContext:
         task.add_done_callback(self._on_task_done)
         self._tasks.append(task)
         return task
+
+    def synced(self) -> None:
+        """Call after each complete reconcile of what this service owns: `pykubelet status` and
+        /readyz treat its rows as current from the first call on."""
+        self.state.synced()
 
     def on_shutdown(self, fn: Callable[[], Awaitable[None]]) -> None:
         self._cleanups.append(fn)
@@ -127,17 +135,22 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
 
     store = Store(settings.store_path, writer=name)
     store.create_schema()
+    state = ServiceStateWriter(store, name)
+    state.started()
     creds = bus_credentials(name, settings)
     bus = Bus(settings.nats_url, name=f"pykubelet-{name}", user=creds.user if creds else "",
               password=creds.password if creds else "")
     await bus.connect()
     checks: dict[str, Check] = {
         "bus": lambda: (bus.connected, "connected" if bus.connected else f"not connected to {settings.nats_url}"),
+        "reconciled": lambda: (state.reconciled, "reconciled since start" if state.reconciled
+                               else "not reconciled since start yet"),
     }
     app = create_admin_app(name, checks)
     ctx = ServiceContext(name=name, settings=settings, store=store, bus=bus, app=app,
-                         checks=checks, stopping=stopping)
+                         checks=checks, stopping=stopping, state=state)
     await setup(ctx)
+    ctx.spawn("heartbeat", periodic.every(HEARTBEAT_PERIOD, "heartbeat to the store", state.heartbeat, log))
     port = settings.admin_port or admin_port(name, settings.admin_port_base)
     admin = asyncio.create_task(_serve_admin(ctx, port), name=f"{name}:admin")
     log.info("%s running (admin http://127.0.0.1:%d, store %s, bus %s)", name, port,
@@ -157,6 +170,10 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
         await asyncio.wait_for(admin, 5)
     except Exception as exc:
         log.warning("admin server did not stop cleanly: %s", exc)
+    try:
+        state.stopped()
+    except Exception as exc:  # a full disk must not keep the service from stopping
+        log.warning("could not record the stop in the store: %s", exc)
     await bus.close()
     store.close()
     log.info("%s stopped", name)

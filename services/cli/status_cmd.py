@@ -1,4 +1,11 @@
-"""`pykubelet status`: every pod on the node and, when it is not running, why."""
+"""`pykubelet status`: every pod on the node and, when it is not running, why.
+
+What it shows comes from the store, written by the services; when a service that owns part of
+it is not running or has not reconciled since it started, that part is the last recorded
+state, and `status` says so instead of passing it off as current (pods show phase Unknown with
+what was last recorded). Exit codes for scripts: 0 all current, 1 no readable state,
+3 node not running, 4 node running but some of what is shown is not current yet.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +21,31 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from shared.pressure_report import human, pressure_report
+from shared.service_state import ServiceView, at, node_view, not_current, read_states
 from shared.store import DesiredPod, ManifestError, NetworkStatus, PodStatusRecord, Store
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 
+EXIT_CURRENT, EXIT_NO_STATE, EXIT_NOT_RUNNING, EXIT_NOT_CURRENT = 0, 1, 3, 4
 
-def collect(store: Store) -> dict[str, Any]:
+# Who owns each part of the output; producers first (pod status is derived from pod-sync's rows).
+OWNERS = {"pods": ["pod-sync", "status-reporter"], "network": ["network"], "pressure": ["eviction"]}
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat() if t is not None else None
+
+
+def _service(v: ServiceView, now: datetime) -> dict[str, Any]:
+    return {"alive": v.alive(now), "startedAt": _iso(v.started_at), "lastHeartbeat": _iso(v.heartbeat_at),
+            "reconciledAt": _iso(v.reconciled_at), "stoppedAt": _iso(v.stopped_at)}
+
+
+def collect(store: Store, now: datetime | None = None) -> dict[str, Any]:
+    now = now or datetime.now(timezone.utc)
+    states = read_states(store)
+    node = node_view(states, now)
+    stale = {part: not_current(states, owners, now) for part, owners in OWNERS.items()}
     with store.session() as s:
         desired = {d.uid: d for d in s.scalars(select(DesiredPod))}
         statuses = {r.uid: r for r in s.scalars(select(PodStatusRecord))}
@@ -40,14 +67,35 @@ def collect(store: Store) -> dict[str, Any]:
                 (detail.get("exitCode") if state_name == "terminated" else None),
                 "containerID": st.get("containerID", ""),
             })
-        pods.append({
+        phase, ip = (rec.phase, rec.pod_ip) if rec else ("Pending", "")
+        pod = {
             "namespace": d.namespace, "name": d.name, "uid": uid, "source": d.source,
-            "sourcePath": d.source_path, "phase": rec.phase if rec else "Pending",
-            "podIP": rec.pod_ip if rec else "", "why": rec.summary if rec else "not synced yet",
-            "deleting": d.deleting, "containers": containers, "status": status,
-        })
-    network = {"ready": net.ready, "podCIDR": net.pod_cidr, "message": net.message} if net else None
-    return {"pods": pods, "manifestErrors": errors, "network": network, "pressure": pressure_report(store, 5)}
+            "sourcePath": d.source_path, "phase": phase, "podIP": ip,
+            "why": rec.summary if rec else "not synced yet",
+            "deleting": d.deleting, "containers": containers, "status": status, "current": not stale["pods"],
+        }
+        if stale["pods"]:
+            # As the API shows pods of a node that stopped reporting: phase Unknown.
+            pod.update(phase="Unknown", podIP="", recordedPhase=phase, recordedPodIP=ip,
+                       recordedAt=_iso(rec.updated_at.replace(tzinfo=timezone.utc) if rec else None))
+            for c in containers:
+                c.update(state="unknown", recordedState=c["state"], ready=False)
+        pods.append(pod)
+    network = {"ready": net.ready, "podCIDR": net.pod_cidr, "message": net.message,
+               "current": not stale["network"]} if net else None
+    return {
+        "node": {"running": node.running, "state": node.describe(now), "lastHeard": _iso(node.last_heard),
+                 "services": {name: _service(v, now) for name, v in sorted(states.items())}},
+        "current": node.running and not any(stale.values()),
+        "notCurrent": {part: reasons for part, reasons in stale.items() if reasons},
+        "pods": pods, "manifestErrors": errors, "network": network, "pressure": pressure_report(store, 5),
+    }
+
+
+def exit_code(data: dict[str, Any]) -> int:
+    if not data["node"]["running"]:
+        return EXIT_NOT_RUNNING
+    return EXIT_CURRENT if data["current"] else EXIT_NOT_CURRENT
 
 
 def render_pressure(report: dict[str, Any]) -> list[str]:
@@ -71,13 +119,29 @@ def render_pressure(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def render_node(data: dict[str, Any]) -> list[str]:
+    lines = [f"node: {data['node']['state']}"]
+    if data["notCurrent"] and data["node"]["running"]:
+        for part, reasons in data["notCurrent"].items():
+            lines.append(f"    {part} not current: {'; '.join(reasons)}")
+    elif not data["node"]["running"] and data["pods"]:
+        lines.append("    what follows is the last recorded state, not what runs now")
+    return lines
+
+
 def render_table(data: dict[str, Any]) -> str:
-    lines = []
+    lines = render_node(data)
     net = data["network"]
     if net is not None:
         state = "ready" if net["ready"] else f"NOT READY: {net['message']}"
-        lines.append(f"network: {net['podCIDR'] or '-'} {state}")
-    lines.extend(render_pressure(data["pressure"]))
+        if net["current"]:
+            lines.append(f"network: {net['podCIDR'] or '-'} {state}")
+        else:
+            lines.append(f"network: unknown (last recorded {net['podCIDR'] or '-'} {state})")
+    pressure = render_pressure(data["pressure"])
+    if pressure and "pressure" in data["notCurrent"]:
+        pressure[0] = pressure[0].replace("pressure:", "pressure (last recorded, not current):", 1)
+    lines.extend(pressure)
     header = f"{'NAMESPACE/NAME':<44} {'SOURCE':<6} {'PHASE':<10} {'POD IP':<15}"
     lines.append(header)
     for p in data["pods"]:
@@ -85,10 +149,15 @@ def render_table(data: dict[str, Any]) -> str:
                      f"{p['podIP'] or '-':<15}")
         for c in p["containers"]:
             state = ("init: " if c["init"] else "") + c["state"] + (f" ({c['reason']})" if c["reason"] else "")
+            if "recordedState" in c:
+                state += f" (last recorded {c['recordedState']})"
             last = f", last exit {c['lastExitCode']}" if c["lastExitCode"] is not None else ""
             lines.append(f"    {c['name']:<20} {state:<34} restarts {c['restartCount']}{last}")
         if p["why"]:
             lines.append(f"    why: {p['why']}")
+        if not p["current"]:
+            when = f" at {at(datetime.fromisoformat(p['recordedAt']))}" if p.get("recordedAt") else ""
+            lines.append(f"    last recorded{when}: {p['recordedPhase']} {p['recordedPodIP'] or '-'}")
     if not data["pods"]:
         lines.append("(no pods)")
     if data["manifestErrors"]:
@@ -100,7 +169,11 @@ def render_table(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pykubelet status", description="Show the node's pods.")
+    p = argparse.ArgumentParser(
+        prog="pykubelet status", description="Show the node's pods.",
+        epilog="exit codes: 0 all shown is current; 1 no readable node state; 3 node not running "
+               "(the last recorded state is shown); 4 node running, part of it not current yet "
+               "(a service down or not reconciled since it started)")
     p.add_argument("--root-dir", default=DEFAULT_ROOT)
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     args = p.parse_args(argv)
@@ -108,14 +181,14 @@ def main(argv: list[str]) -> int:
     if not db.exists():
         print(f"no node state in {args.root_dir} (no {db}); is a node running? Try `pykubelet up`.",
               file=sys.stderr)
-        return 1
+        return EXIT_NO_STATE
     store = Store(db, writer=None)
     try:
         data = collect(store)
     except OperationalError as exc:
         print(f"cannot read {db}: {exc.orig}", file=sys.stderr)
-        return 1
+        return EXIT_NO_STATE
     finally:
         store.close()
     print(json.dumps(data, indent=2) if args.output == "json" else render_table(data))
-    return 0
+    return exit_code(data)

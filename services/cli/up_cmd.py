@@ -11,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from services.supervisor.node import UpOptions, pid_alive, run_up
+from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, orphaned_shims, pid_alive,
+                                          stop_abandoned_node)
+from services.supervisor.node import UpOptions, run_up
 from shared.config import ConfigError, add_node_flags, settings_from_args
 from shared.host import NodeIPError
 
@@ -57,16 +59,14 @@ def down(argv: list[str]) -> int:
     p.add_argument("--root-dir", default=DEFAULT_ROOT)
     p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the stop (180)")
     args = p.parse_args(argv)
-    pid_file = Path(args.root_dir) / "run" / "supervisor.pid"
+    root = Path(args.root_dir).resolve()
+    pid_file = root / "run" / SUPERVISOR_PID
     try:
         pid = int(pid_file.read_text().strip())
     except (OSError, ValueError):
-        print(f"no node is running from {args.root_dir} (no {pid_file})")
-        return 0
-    if not pid_alive(pid):
-        print(f"node supervisor (pid {pid}) is not running; removing stale {pid_file}")
-        pid_file.unlink(missing_ok=True)
-        return 0
+        pid = 0
+    if pid <= 1 or not pid_alive(pid):
+        return down_abandoned(root, pid, args.timeout)
     os.kill(pid, signal.SIGTERM)
     print(f"stopping node (supervisor pid {pid}) ...", flush=True)
     deadline = time.monotonic() + args.timeout
@@ -75,5 +75,27 @@ def down(argv: list[str]) -> int:
             print(f"node did not stop within {args.timeout:.0f}s; see {args.root_dir}/logs", file=sys.stderr)
             return 1
         time.sleep(0.3)
+    print("node stopped")
+    return 0
+
+
+def down_abandoned(root: Path, pid: int, timeout: float) -> int:
+    """No supervisor: stop whatever the root dir's node still runs without it."""
+    leftovers = find_leftovers(root)
+    if not leftovers:
+        (root / "run" / SUPERVISOR_PID).unlink(missing_ok=True)
+        shims = orphaned_shims(root)
+        if shims:
+            # Their containers can only be removed through the runtime that made them.
+            print(f"no node is running from {root}, but {len(shims)} of its containers' shims still run "
+                  f"(pids {', '.join(map(str, shims))}): `pykubelet up --root-dir {root}` adopts them, "
+                  "then `pykubelet down` removes them", file=sys.stderr)
+            return 1
+        print(f"no node is running from {root}")
+        return 0
+    gone = f"node supervisor (pid {pid}) is gone" if pid else "no node supervisor is running"
+    print(f"{gone}; stopping what it left running: {', '.join(x.name for x in leftovers)} ...", flush=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    asyncio.run(stop_abandoned_node(root, leftovers, timeout=min(timeout, 30.0)))
     print("node stopped")
     return 0

@@ -49,7 +49,7 @@ async def setup(ctx: ServiceContext) -> None:
         return pressure_report(ctx.store)["signals"]
 
     ctx.app.include_router(views)
-    ctx.spawn("eviction-cycles", loop.run_cycles())
+    ctx.spawn("eviction-cycles", loop.run_cycles(ctx.synced))
     ctx.spawn("memory-poll", loop.poll_memory())
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from services.eviction.manager import MONITORING_PERIOD, EvictionManager
 
@@ -21,12 +22,13 @@ class EvictionLoop:
         self.memory_poll = memory_poll
         self.wake = asyncio.Event()
 
-    async def run_cycles(self) -> None:
+    async def run_cycles(self, on_synced: Callable[[], None] = lambda: None) -> None:
         failing = False
         while True:
             self.wake.clear()
             try:
                 evicted = await self.manager.synchronize()
+                on_synced()
                 failing = False
             except Exception:
                 if not failing:

@@ -32,7 +32,7 @@ async def setup(ctx: ServiceContext) -> None:
 
     ctx.app.include_router(views)
     ctx.checks["network"] = manager.ready
-    ctx.spawn("network-reconcile", manager.run())
+    ctx.spawn("network-reconcile", manager.run(ctx.synced))
     if ctx.settings.cluster_mode:
         # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
         from services.network.node_cidr import NodePodCIDRWatcher

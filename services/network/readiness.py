@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 from pathlib import Path
 
 from services.network.cni_config import write_conflist
@@ -72,10 +73,11 @@ class NetworkManager:
             return False, "not reconciled yet"
         return self._last[0], "ok" if self._last[0] else self._last[1]
 
-    async def run(self) -> None:
+    async def run(self, on_synced: Callable[[], None] = lambda: None) -> None:
         while True:
             try:
                 await self.reconcile()
+                on_synced()
             except OSError as exc:
                 log.error("cannot write CNI config in %s: %s", self.conf_dir, exc)
             await asyncio.sleep(self.period)

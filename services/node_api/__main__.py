@@ -33,6 +33,7 @@ async def setup(ctx: ServiceContext) -> None:
         return pod_list(ctx.store)
 
     ctx.app.include_router(views)
+    ctx.synced()  # it serves what others own and keeps no table of its own
 
 
 if __name__ == "__main__":

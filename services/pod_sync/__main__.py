@@ -58,7 +58,7 @@ async def setup(ctx: ServiceContext) -> None:
         ctx.on_shutdown(api.close)
     syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, recorder, env_source)
     manager = PodSyncManager(syncer, sources, ctx.bus, resync_every=k.sync_frequency,
-                             pleg_period=ctx.settings.pleg_relist_period)
+                             pleg_period=ctx.settings.pleg_relist_period, on_synced=ctx.synced)
 
     ctx.app.include_router(router(ctx.store))
     ctx.checks["pleg"] = manager.pleg.healthy

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_view import list_managed_uids
@@ -14,15 +15,18 @@ from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, EvictionsDecide
 
 log = logging.getLogger(__name__)
 
+FIRST_SYNC_WAIT = 30.0
+
 
 class PodSyncManager:
     def __init__(self, syncer: PodSyncer, sources: list, bus: Bus, resync_every: float,
-                 pleg_period: float = 1.0) -> None:
+                 pleg_period: float = 1.0, on_synced: Callable[[], None] = lambda: None) -> None:
         """sources: objects with run(), a `synced` event and an `on_change` callback slot."""
         self.syncer = syncer
         self.sources = sources
         self.bus = bus
         self.resync_every = resync_every
+        self.on_synced = on_synced
         self.workers = PodWorkers(self._sync)
         self.pleg = PLEG(syncer.runtime, pleg_period, self._wake, self._publish_lifecycle)
         for source in sources:
@@ -60,18 +64,35 @@ class PodSyncManager:
         """Probe results, volumes set up, evictions decided: sync the pods they name."""
         self._wake(set(event.uids))
 
-    async def resync_all(self) -> None:
+    async def resync_all(self) -> set[str]:
         uids = set(self.syncer.desired_uids()) | await list_managed_uids(self.syncer.runtime)
         self._wake(uids)
+        return uids
 
     async def run_resync(self) -> None:
         await asyncio.gather(*(s.synced.wait() for s in self.sources))
+        reconciled = False
         while True:
             try:
-                await self.resync_all()
+                uids = await self.resync_all()
+                if not reconciled:
+                    await self._first_syncs(uids)
+                    reconciled = True
+                self.on_synced()
             except Exception as exc:  # runtime down: the next round tries again
                 log.warning("resync failed: %s", exc)
             await asyncio.sleep(self.resync_every)
+
+    async def _first_syncs(self, uids: set[str]) -> None:
+        """After a start, the store's runtime rows are the previous run's until every pod has
+        been synced once: only then has pod-sync reconciled. A pod still syncing after the
+        bound (a long image pull) has written its current state by then."""
+        try:
+            async with asyncio.timeout(FIRST_SYNC_WAIT):
+                await self.workers.synced_once(uids)
+            log.info("reconciled: %d pod(s) synced since start", len(uids))
+        except TimeoutError:
+            log.info("reconciled: %d pod(s) synced, some still syncing after %.0fs", len(uids), FIRST_SYNC_WAIT)
 
     async def start(self, spawn) -> None:
         await self.bus.subscribe(NetworkChanged, self._on_network)

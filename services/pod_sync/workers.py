@@ -24,6 +24,7 @@ class PodWorkers:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._limit = asyncio.Semaphore(max_concurrent)
         self._closed = False
+        self._waiters: list[tuple[set[str], asyncio.Event]] = []
 
     def update(self, uid: str) -> None:
         """Ask for a sync of this pod; cheap and idempotent."""
@@ -51,6 +52,26 @@ class PodWorkers:
     def active(self) -> list[str]:
         return list(self._tasks)
 
+    async def synced_once(self, uids: set[str]) -> None:
+        """Wait until each of these pods has finished a sync. Call right after update(): the
+        waiter is in place before any of those syncs can run."""
+        left = set(uids) & (set(self._pending) | set(self._tasks))
+        if not left:
+            return
+        done = asyncio.Event()
+        entry = (left, done)
+        self._waiters.append(entry)
+        try:
+            await done.wait()
+        finally:
+            self._waiters.remove(entry)
+
+    def _finished(self, uid: str) -> None:
+        for left, done in self._waiters:
+            left.discard(uid)
+            if not left:
+                done.set()
+
     async def _run(self, uid: str) -> None:
         event = self._pending[uid]
         try:
@@ -64,6 +85,7 @@ class PodWorkers:
                     except Exception:
                         log.exception("sync of pod %s failed; retrying in %.0fs", uid, ERROR_RETRY)
                         result = SyncResult(requeue_after=ERROR_RETRY)
+                self._finished(uid)
                 if result.gone:
                     timer = self._timers.pop(uid, None)
                     if timer:

@@ -37,7 +37,7 @@ async def setup(ctx: ServiceContext) -> None:
         return manager.view()
 
     ctx.app.include_router(views)
-    ctx.spawn("probe-reconcile", manager.run())
+    ctx.spawn("probe-reconcile", manager.run(ctx.synced))
     ctx.on_shutdown(manager.close)
     ctx.on_shutdown(cri.close)
 

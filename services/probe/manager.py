@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 from datetime import datetime, timezone
 
 from sqlalchemy import delete, select
@@ -142,10 +143,11 @@ class ProbeManager:
                  "lastFailure": w.last_failure}
                 for k, w in sorted(self.workers.items(), key=lambda kv: (kv[0].pod_name, kv[0].container, kv[0].kind))]
 
-    async def run(self) -> None:
+    async def run(self, on_synced: Callable[[], None] = lambda: None) -> None:
         while True:
             try:
                 await self.reconcile()
+                on_synced()
             except Exception:
                 log.exception("probe reconcile failed")
             await asyncio.sleep(self.resync_every)

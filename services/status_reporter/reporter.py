@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from sqlalchemy import delete, select
 
@@ -71,12 +72,13 @@ class PodStatusReporter:
         if changed:
             await self.bus.publish(PodStatusChanged(uids=changed))
 
-    async def run_resync(self) -> None:
+    async def run_resync(self, on_synced: Callable[[], None] = lambda: None) -> None:
         while True:
             try:
                 changed = self.refresh()
                 if changed:
                     await self.bus.publish(PodStatusChanged(uids=changed))
+                on_synced()
             except Exception:
                 log.exception("pod status resync failed")
             await asyncio.sleep(self.resync_every)

@@ -21,6 +21,8 @@ from pathlib import Path
 import httpx
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
+from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers,
+                                           write_node_file)
 from services.supervisor.process import ManagedProcess
 from services.supervisor.teardown import teardown_node
 from shared.admin import SERVICES, admin_port
@@ -44,15 +46,6 @@ class NodeError(RuntimeError):
 
 def module_of(service: str) -> str:
     return "services." + service.replace("-", "_")
-
-
-def pid_alive(pid: int) -> bool:
-    """True while the process exists and has not exited (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @dataclass
@@ -98,7 +91,7 @@ class LocalNode:
             raise NodeError("a node runs containers: run pykubelet up as root")
 
     def claim_root(self) -> None:
-        pid_file = self.run_dir / "supervisor.pid"
+        pid_file = self.run_dir / SUPERVISOR_PID
         if pid_file.exists():
             try:
                 pid = int(pid_file.read_text().strip())
@@ -109,12 +102,25 @@ class LocalNode:
                                 f"stop it with `pykubelet down --root-dir {self.root}`")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         pid_file.write_text(f"{os.getpid()}\n")
+        (self.run_dir / "ready").unlink(missing_ok=True)
         self._claimed = True
+        write_node_file(self.run_dir, keep_pods=self.opts.keep_pods,
+                        pod_logs_dir=self.opts.settings.kubelet.pod_logs_dir)
+
+    async def replace_leftovers(self) -> None:
+        """A previous supervisor died and left its processes running: stop them (never the
+        pods) so this one starts its own; the new services adopt the running pods."""
+        leftovers = find_leftovers(self.root)
+        if not leftovers:
+            return
+        log.info("the previous node supervisor is gone but %s still run; replacing them "
+                 "(pods keep running and are adopted)", ", ".join(f"{x.name} ({x.pid})" for x in leftovers))
+        await stop_leftovers(self.root, leftovers)
 
     def release_root(self) -> None:
         if self._claimed:
-            (self.run_dir / "supervisor.pid").unlink(missing_ok=True)
-            (self.run_dir / "ready").unlink(missing_ok=True)
+            for name in (SUPERVISOR_PID, "ready", "node.json"):
+                (self.run_dir / name).unlink(missing_ok=True)
 
     def _proc(self, name: str, argv: list[str], ready=None, stop_timeout: float = 20.0) -> ManagedProcess:
         p = ManagedProcess(name=name, argv=argv, log_file=self.log_dir / f"{name}.log",
@@ -241,6 +247,7 @@ class LocalNode:
     async def up(self) -> None:
         self.check_prerequisites()
         self.claim_root()
+        await self.replace_leftovers()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log.info("starting a local node in %s (logs in %s)", self.root, self.log_dir)
         await self.start_nats()
@@ -289,9 +296,13 @@ def print_where(node: LocalNode, pods: list[dict]) -> None:
 
 
 async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
-    """Wait until every desired pod is Running (or the timeout); return their status rows."""
+    """Wait until every desired pod is Running (or the timeout); return their status rows.
+    Rows a previous run left behind do not count: pod status must be current first."""
+    from datetime import datetime, timezone
+
     from sqlalchemy import select
 
+    from shared.service_state import not_current, read_states
     from shared.store import DesiredPod, ManifestError, PodStatusRecord, Store
 
     store = Store(node.opts.settings.store_path, writer=None)
@@ -303,7 +314,8 @@ async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
                 rows = [{"namespace": r.namespace, "name": r.name, "phase": r.phase, "pod_ip": r.pod_ip,
                          "summary": r.summary} for r in s.scalars(select(PodStatusRecord))]
                 broken = {e.source_path: e.error for e in s.scalars(select(ManifestError))}
-            done = len(rows) >= len(desired) and all(r["phase"] != "Pending" for r in rows)
+            current = not not_current(read_states(store), ["pod-sync", "status-reporter"], datetime.now(timezone.utc))
+            done = current and len(rows) >= len(desired) and all(r["phase"] != "Pending" for r in rows)
             if done or time.monotonic() > deadline:
                 for path, err in broken.items():
                     log.warning("manifest %s skipped: %s", path, err)

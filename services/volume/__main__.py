@@ -66,7 +66,7 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.app.include_router(router(ctx.store, manager, registry))
     ctx.checks["volumes"] = lambda: (manager.reconciled.is_set(), "first volume reconcile not done yet")
     ctx.spawn("plugin-registry", registry.run())
-    ctx.spawn("volume-reconcile", manager.run(before_first=registry.scanned))
+    ctx.spawn("volume-reconcile", manager.run(before_first=registry.scanned, on_synced=ctx.synced))
     ctx.spawn("volume-stats", every(k.volume_stats_agg_period, "volume stats", manager.collect_stats, log))
     ctx.on_shutdown(registry.close)
     ctx.on_shutdown(cri.close)

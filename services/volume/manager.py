@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 import os
 import time
 from pathlib import Path
@@ -113,7 +114,8 @@ class VolumeManager:
         log.info("%s %s/%s changed; updating volumes of %d pod(s)", kind, namespace, name, len(uids))
         self.wake(uids)
 
-    async def run(self, before_first: asyncio.Event | None = None, wait_at_most: float = 15.0) -> None:
+    async def run(self, before_first: asyncio.Event | None = None, wait_at_most: float = 15.0,
+                  on_synced: Callable[[], None] = lambda: None) -> None:
         """before_first: wait (bounded) for it before the first round, e.g. for the plugins
         already running to register, so their volumes are recognised instead of retried."""
         if before_first is not None:
@@ -133,6 +135,8 @@ class VolumeManager:
             due = {uid for uid, (_, at) in self._retry.items() if at <= now}
             try:
                 await self.reconcile(None if full else dirty | due)
+                if full:
+                    on_synced()
             except Exception:
                 log.exception("volume reconcile failed; retrying on the next round")
                 self._full = True

@@ -16,6 +16,7 @@ from shared.store.models import (
     PodVolume,
     ProbeResult,
     RefusedPod,
+    ServiceState,
     TABLE_OWNERS,
 )
 
@@ -36,5 +37,6 @@ __all__ = [
     "PodVolume",
     "ProbeResult",
     "RefusedPod",
+    "ServiceState",
     "TABLE_OWNERS",
 ]

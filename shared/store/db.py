@@ -16,11 +16,11 @@ from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmake
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.node_dirs import private_dir, private_files
-from shared.store.models import TABLE_OWNERS, Base
+from shared.store.models import OWN_ROW_TABLES, TABLE_OWNERS, Base
 
 
 # Bump when a table changes: older stores are rebuilt at start (see Store.create_schema).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 # Commits that wrote something (flush + SQLite commit, including waiting for the write lock):
@@ -100,9 +100,18 @@ class Store:
                 f"only {owner} writes it (ask it by an event instead)"
             )
 
+    def _allowed_row(self, table: str, name: str) -> None:
+        if name != self.writer:
+            raise OwnershipError(f"{self.writer or 'a read-only client'} may not write the {table!r} row "
+                                 f"of {name!r}; each service writes its own row only")
+
     def _check_flush(self, session: Session, _ctx: UOWTransaction, _instances: object) -> None:
         for obj in list(session.new) + list(session.dirty) + list(session.deleted):
-            self._allowed(obj.__table__.name)
+            table = obj.__table__.name
+            if table in OWN_ROW_TABLES:
+                self._allowed_row(table, obj.name)
+            else:
+                self._allowed(table)
             session.info["wrote"] = True
 
     def _check_statement(self, state: ORMExecuteState) -> None:
@@ -111,5 +120,8 @@ class Store:
             if isinstance(stmt.table, Join):
                 # No one table to check the owner of (and a join has no name).
                 raise OwnershipError("a write through a join is not allowed; write each table by itself")
+            if stmt.table.name in OWN_ROW_TABLES:
+                # A statement could touch any row: own rows are written through the ORM only.
+                raise OwnershipError(f"{stmt.table.name!r} is written row by row through the ORM only")
             self._allowed(stmt.table.name)
             state.session.info["wrote"] = True

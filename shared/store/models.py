@@ -231,6 +231,27 @@ class DiskReclaim(Base):
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+
+class ServiceState(Base):
+    """Each service's own row: when it started, that it is still alive, and when it last brought
+    the tables it owns in line with their sources. Readers (`pykubelet status`) use it to tell
+    current rows from what a stopped or not yet reconciled service left behind."""
+
+    __tablename__ = "service_state"
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The first complete reconcile since started_at, and the latest one.
+    reconciled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+# Each row of these tables is written by the service it names (its `name`), by no one else.
+OWN_ROW_TABLES = {ServiceState.__tablename__}
+
+
 # The single writer of each table. Readers are everyone.
 TABLE_OWNERS: dict[str, str] = {
     DesiredPod.__tablename__: "pod-sync",

@@ -118,6 +118,7 @@ class Node:
     log: Path
     kubelet_port: int = 0  # the kubelet API (node-api), HTTPS
     written: list[Path] = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)  # how `pykubelet up` was run
 
     # the user's view
 
@@ -128,8 +129,14 @@ class Node:
             raise AssertionError(f"pykubelet {' '.join(args)} failed ({res.returncode}): {res.stderr}")
         return res
 
+    def status_output(self, *args: str) -> str:
+        """`pykubelet status` output; 3 (node not running) and 4 (not all current) print state too."""
+        res = self.cli("status", *args, check=False)
+        assert res.returncode in (0, 3, 4), f"pykubelet status failed ({res.returncode}): {res.stderr}"
+        return res.stdout
+
     def status(self) -> dict[str, Any]:
-        return json.loads(self.cli("status", "-o", "json").stdout)
+        return json.loads(self.status_output("-o", "json"))
 
     def pod(self, name: str) -> dict[str, Any] | None:
         full = f"{name}-{NODE_NAME}"
@@ -276,17 +283,30 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
             "--file-check-frequency", "5m", "--sync-frequency", "30s", *(extra_argv or [])]
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-    n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log, kubelet_port=kubelet_port)
+    n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log, kubelet_port=kubelet_port,
+             argv=argv)
+    _wait_up(n)
+    return n
+
+
+def relaunch_node(n: Node) -> None:
+    """`pykubelet up` again, as before, on the same root dir and ports (the log is appended)."""
+    (n.root / "run" / "ready").unlink(missing_ok=True)  # a killed supervisor leaves its own
+    with open(n.log, "a") as out:
+        n.proc = subprocess.Popen(n.argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    _wait_up(n)
+
+
+def _wait_up(n: Node) -> None:
     deadline = time.monotonic() + START_TIMEOUT
-    while not (root / "run" / "ready").exists():
-        if proc.poll() is not None:
+    while not (n.root / "run" / "ready").exists():
+        if n.proc.poll() is not None:
             stop_node(n)
-            pytest.fail(f"pykubelet up exited with {proc.returncode} while starting:\n{_tail(log)}")
+            pytest.fail(f"pykubelet up exited with {n.proc.returncode} while starting:\n{_tail(n.log)}")
         if time.monotonic() > deadline:
             stop_node(n)
-            pytest.fail(f"pykubelet up not ready after {START_TIMEOUT}s:\n{_tail(log)}")
+            pytest.fail(f"pykubelet up not ready after {START_TIMEOUT}s:\n{_tail(n.log)}")
         time.sleep(0.3)
-    return n
 
 
 # Package scope: this node is gone before another test package starts its own.

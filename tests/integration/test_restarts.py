@@ -77,7 +77,8 @@ spec:
     after = {c.id: c.metadata.attempt for c in pods.containers_of(pod["uid"])}
     assert after == before, "no container was created, removed or restarted"
     assert [s.id for s in pods.sandboxes_of(pod["uid"])] == sandboxes_before
-    now = pods.pod("steady")
+    # Current again once the status-reporter has caught up with the new pod-sync.
+    now = pods.wait_running("steady", timeout=30)
     assert [c["restartCount"] for c in now["containers"]] == [0, 0]
     assert httpx.get(f"http://{now['podIP']}/", timeout=5).status_code == 200
 

@@ -72,7 +72,7 @@ spec:
     _, errors = pods.wait_manifest_errors(2, 20)
     assert "spec.containers[0].image: Required value" in errors["broken.yaml"]
     assert "not valid YAML" in errors["nonsense.yaml"]
-    table = pods.cli("status").stdout
+    table = pods.status_output()
     assert "manifests that could not be used" in table and "broken.yaml" in table
     # fixing the file starts the pod and clears the error
     pods.write("broken.yaml", web_manifest(pods, "broken"))

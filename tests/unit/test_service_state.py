@@ -1,0 +1,122 @@
+"""Whether `pykubelet status` may call what the store holds current."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import insert
+
+from services.cli.status_cmd import EXIT_CURRENT, EXIT_NOT_CURRENT, EXIT_NOT_RUNNING, collect, exit_code, render_table
+from shared import service_state
+from shared.service_state import STALE_AFTER, ServiceStateWriter, node_view, not_current, read_states
+from shared.store import DesiredPod, OwnershipError, PodStatusRecord, ServiceState, Store
+
+NOW = lambda: datetime.now(timezone.utc)  # noqa: E731
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "state.db"
+    Store(path, writer=None).create_schema()
+    return path
+
+
+def writer(db, name: str) -> ServiceStateWriter:
+    w = ServiceStateWriter(Store(db, writer=name), name)
+    w.started()
+    return w
+
+
+def test_a_service_writes_its_own_row_only(db):
+    store = Store(db, writer="pod-sync")
+    with pytest.raises(OwnershipError, match="own row"):
+        with store.session() as s:
+            s.add(ServiceState(name="probe", pid=1))
+    with pytest.raises(OwnershipError, match="through the ORM only"):
+        with store.session() as s:
+            s.execute(insert(ServiceState).values(name="pod-sync", pid=1))
+    writer(db, "pod-sync")
+    assert set(read_states(store)) == {"pod-sync"}
+
+
+def test_rows_are_current_once_their_owner_reconciled_since_start(db):
+    net = writer(db, "network")
+    reader = Store(db, writer=None)
+    reasons = not_current(read_states(reader), ["network"], NOW())
+    assert len(reasons) == 1 and "network has not reconciled yet" in reasons[0]
+    net.synced()
+    assert not_current(read_states(reader), ["network"], NOW()) == []
+    # Restarted: what it wrote before is the previous run's until it reconciles again.
+    writer(db, "network")
+    assert "has not reconciled yet" in not_current(read_states(reader), ["network"], NOW())[0]
+
+
+def test_a_silent_or_stopped_owner_makes_its_rows_not_current(db):
+    net = writer(db, "network")
+    net.synced()
+    reader = Store(db, writer=None)
+    later = NOW() + timedelta(seconds=STALE_AFTER + 1)
+    assert "network is not responding (last heard from 3" in not_current(read_states(reader), ["network"], later)[0]
+    assert not node_view(read_states(reader), later).running
+    net.stopped()
+    states = read_states(reader)
+    assert "network stopped at" in not_current(states, ["network"], NOW())[0]
+    assert node_view(states, NOW()).describe(NOW()).startswith("not running (stopped at ")
+
+
+def test_derived_rows_wait_for_their_producer(db, monkeypatch):
+    """Pod status computed from the previous run's runtime rows is not current: the
+    status-reporter must have synced after pod-sync reconciled."""
+    monkeypatch.setattr(service_state, "SYNC_WRITE_INTERVAL", 0.0)
+    reporter = writer(db, "status-reporter")
+    reporter.synced()
+    pod_sync = writer(db, "pod-sync")
+    pod_sync.synced()
+    reader = Store(db, writer=None)
+    reasons = not_current(read_states(reader), ["pod-sync", "status-reporter"], NOW())
+    assert reasons and "status-reporter has not caught up with pod-sync" in reasons[0]
+    reporter.synced()
+    assert not_current(read_states(reader), ["pod-sync", "status-reporter"], NOW()) == []
+
+
+def _a_running_pod(db) -> None:
+    with Store(db, writer="pod-sync").session() as s:
+        s.add(DesiredPod(uid="u1", namespace="default", name="web", source="file", manifest={}))
+    with Store(db, writer="status-reporter").session() as s:
+        s.add(PodStatusRecord(uid="u1", namespace="default", name="web", source="file", phase="Running",
+                              pod_ip="10.88.0.5", status={}))
+
+
+def test_status_of_a_stopped_node_shows_no_pod_as_running(db):
+    _a_running_pod(db)
+    for name in ("pod-sync", "status-reporter", "network", "eviction"):
+        w = writer(db, name)
+        w.synced()
+        w.stopped()
+    data = collect(Store(db, writer=None))
+    assert exit_code(data) == EXIT_NOT_RUNNING
+    pod = data["pods"][0]
+    assert (pod["phase"], pod["podIP"], pod["recordedPhase"], pod["recordedPodIP"]) == \
+        ("Unknown", "", "Running", "10.88.0.5")
+    table = render_table(data)
+    assert table.startswith("node: not running (stopped at ")
+    assert "default/web" in table and "Unknown" in table
+    assert "what follows is the last recorded state, not what runs now" in table
+    assert any(line.strip().startswith("last recorded at ") and line.endswith(": Running 10.88.0.5")
+               for line in table.splitlines()), table
+
+
+def test_status_right_after_a_start_is_not_current_until_reconciled(db):
+    _a_running_pod(db)
+    services = {name: writer(db, name) for name in ("pod-sync", "status-reporter", "network", "eviction")}
+    data = collect(Store(db, writer=None))
+    assert exit_code(data) == EXIT_NOT_CURRENT
+    assert data["pods"][0]["phase"] == "Unknown"
+    assert "pods not current: pod-sync has not reconciled yet" in render_table(data)
+    for name in ("pod-sync", "network", "eviction", "status-reporter"):
+        services[name].synced()
+    data = collect(Store(db, writer=None))
+    assert exit_code(data) == EXIT_CURRENT, data["notCurrent"]
+    assert (data["pods"][0]["phase"], data["pods"][0]["podIP"]) == ("Running", "10.88.0.5")
+    assert render_table(data).startswith("node: running\n")
