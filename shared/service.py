@@ -13,15 +13,16 @@ from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy.exc import DatabaseError
 
 from shared.admin import Check, admin_port, create_admin_app
 from shared.bus import Bus
 from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
-from shared import periodic
 from shared.sd_notify import notify
 from shared.service_state import HEARTBEAT_PERIOD, ServiceStateWriter
 from shared.store import Store
+from shared.store.db import is_corruption
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,33 @@ async def _serve_admin(ctx: ServiceContext, port: int) -> None:
     await asyncio.wait_for(serve, timeout=5)
 
 
+class StoreReplaced(RuntimeError):
+    pass
+
+
+async def _heartbeat(store: Store, state: ServiceStateWriter) -> None:
+    """The service's heartbeat in the store. A damaged store, or one another service has
+    rebuilt, fails this task: the service stops and its restart opens a good store. Other
+    write failures (a full disk) are logged once and waited out; the service keeps running."""
+    failing = False
+    while True:
+        await asyncio.sleep(HEARTBEAT_PERIOD)
+        if store.replaced():
+            raise StoreReplaced(f"{store.path} was replaced (rebuilt after damage); restarting to use the new one")
+        try:
+            await state.heartbeat()
+        except DatabaseError as exc:
+            if is_corruption(exc):
+                raise
+            if not failing:
+                log.warning("cannot write to the store (%s); retrying every %.0fs", exc.orig, HEARTBEAT_PERIOD)
+            failing = True
+            continue
+        if failing:
+            log.info("store writes work again")
+        failing = False
+
+
 def bus_credentials(name: str, settings: NodeSettings) -> Credentials | None:
     """--bus-credentials, else the file the supervisor writes under the root dir, else none."""
     path = settings.bus_credentials or credentials_file(settings.root_dir / BUS_DIR, name)
@@ -150,7 +178,7 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     ctx = ServiceContext(name=name, settings=settings, store=store, bus=bus, app=app,
                          checks=checks, stopping=stopping, state=state)
     await setup(ctx)
-    ctx.spawn("heartbeat", periodic.every(HEARTBEAT_PERIOD, "heartbeat to the store", state.heartbeat, log))
+    ctx.spawn("heartbeat", _heartbeat(store, state))
     port = settings.admin_port or admin_port(name, settings.admin_port_base)
     admin = asyncio.create_task(_serve_admin(ctx, port), name=f"{name}:admin")
     log.info("%s running (admin http://127.0.0.1:%d, store %s, bus %s)", name, port,

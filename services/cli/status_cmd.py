@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError
 
 from shared.pressure_report import human, pressure_report
 from shared.service_state import ServiceView, at, node_view, not_current, read_states
@@ -185,7 +185,7 @@ def main(argv: list[str]) -> int:
     store = Store(db, writer=None)
     try:
         data = collect(store)
-    except OperationalError as exc:
+    except DatabaseError as exc:  # locked for too long, or damaged (the services rebuild it)
         print(f"cannot read {db}: {exc.orig}", file=sys.stderr)
         return EXIT_NO_STATE
     finally:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import logging
+import os
+import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +16,7 @@ from prometheus_client import Histogram
 from sqlalchemy import Delete, Insert, Join, Update, create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -30,8 +35,35 @@ STORE_WRITE_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 
 
+log = logging.getLogger(__name__)
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """SQLite says the file is damaged (truncated, overwritten), as opposed to busy or full."""
+    orig = exc.orig if isinstance(exc, DatabaseError) else exc
+    return isinstance(orig, sqlite3.DatabaseError) and \
+        getattr(orig, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """One process at a time checks (and rebuilds) the store: services start together."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class OwnershipError(RuntimeError):
     """A service tried to write a table another service owns."""
+
+
+def _corrupt(message: str) -> sqlite3.DatabaseError:
+    err = sqlite3.DatabaseError(message)
+    err.sqlite_errorname = "SQLITE_CORRUPT"
+    return err
 
 
 def _enable_wal(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
@@ -49,6 +81,7 @@ class Store:
     def __init__(self, path: Path | str, writer: str | None) -> None:
         self.path = Path(path)
         self.writer = writer
+        self._inode: int | None = None  # of the file create_schema checked
         private_dir(self.path.parent)
         self.engine: Engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": 5})
         event.listen(self.engine, "connect", _enable_wal)
@@ -57,11 +90,53 @@ class Store:
         event.listen(self._sessions, "do_orm_execute", self._check_statement)
 
     def create_schema(self) -> None:
-        """Create the tables; a store written by another schema version is rebuilt.
+        """Create the tables; a store written by another schema version is rebuilt, and a
+        damaged one is moved aside and started afresh.
 
         Everything in the store can be derived again (pods from their sources, runtime state from
-        CRI), so an upgrade drops the old tables instead of migrating them. One exclusive
-        transaction: services starting together do this once."""
+        CRI), so an upgrade drops the old tables instead of migrating them. Under a lock file:
+        services starting together do this once."""
+        lock = self.path.with_name(self.path.name + ".lock")
+        with _file_lock(lock):
+            try:
+                self._check_and_create()
+            except DatabaseError as exc:
+                if not is_corruption(exc):
+                    raise
+                self._move_aside(str(exc.orig))
+                self._check_and_create()
+            self._inode = os.stat(self.path).st_ino
+        private_files(self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"), lock)
+
+    def replaced(self) -> bool:
+        """The store file is no longer the one this process opened (another service rebuilt a
+        damaged store): this process must reopen it, by restarting."""
+        if self._inode is None:
+            return False
+        try:
+            return os.stat(self.path).st_ino != self._inode
+        except OSError:
+            return True
+
+    def _move_aside(self, why: str) -> None:
+        self.engine.dispose()
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{self.path}{suffix}")
+            if src.exists():
+                src.rename(f"{aside}{suffix}")
+        log.error("the state store %s is damaged (%s); moved it to %s and starting an empty one: the "
+                  "services rebuild it from the pod sources and the runtime, running pods are adopted",
+                  self.path, why, aside)
+
+    def _check_and_create(self) -> None:
+        with self.engine.connect() as conn:
+            # Cheap on a store this size; a truncated or overwritten file shows here, not in the
+            # middle of a pod sync.
+            check = conn.exec_driver_sql("PRAGMA quick_check").scalar()
+            if check != "ok":
+                raise DatabaseError("PRAGMA quick_check", None,
+                                    _corrupt(f"quick_check: {str(check)[:200]}"))
         with self.engine.connect() as conn:
             conn.exec_driver_sql("BEGIN EXCLUSIVE")
             version = conn.exec_driver_sql("PRAGMA user_version").scalar()
@@ -73,7 +148,6 @@ class Store:
                 Base.metadata.create_all(conn)
                 conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.exec_driver_sql("COMMIT")
-        private_files(self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
 
     @contextmanager
     def session(self) -> Iterator[Session]:

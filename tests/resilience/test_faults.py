@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from shared.cri.labels import MANAGED_BY
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import relaunch_node, wait_for
 
 FLEET = 30
 SERVICES = ["pod-sync", "probe", "volume", "network", "eviction", "status-reporter", "node-api"]
@@ -146,3 +146,30 @@ def test_all_services_and_nats_stopped_for_a_minute(fleet):
           f"status current after {current:5.1f}s")
     fleet.remove("latecomer.yaml")
     wait_for(lambda: fleet.pod("latecomer") is None, 60, "latecomer removed")
+
+
+
+def test_a_damaged_store_is_rebuilt_and_no_pod_restarts(fleet):
+    """The node dies with it (supervisor and services SIGKILLed) and state.db is left
+    overwritten, as by a crash mid-write: the next `up` moves it aside, starts an empty one,
+    rebuilds everything from the static pod files and the runtime, and adopts every
+    container instead of restarting it."""
+    before = snapshot(fleet)
+    services = [pid_of(fleet, name) for name in SERVICES]
+    fleet.proc.send_signal(signal.SIGKILL)
+    fleet.proc.wait(timeout=10)
+    for pid in services:
+        os.kill(pid, signal.SIGKILL)
+    db = fleet.root / "state.db"
+    with open(db, "r+b") as f:
+        f.write(os.urandom(8192))
+    for leftover in ("state.db-wal", "state.db-shm"):
+        (fleet.root / leftover).unlink(missing_ok=True)
+
+    started = time.monotonic()
+    relaunch_node(fleet)
+    assert list(fleet.root.glob("state.db.damaged-*")), "the damaged store was moved aside"
+    logs = "".join(path.read_text() for path in (fleet.root / "logs").glob("*.log"))
+    assert "the state store" in logs and "is damaged" in logs
+    current = wait_recovered(fleet, before, "a damaged state.db", started)
+    print(f"\ndamaged state.db: node back and status current after {current:5.1f}s")

@@ -120,3 +120,34 @@ def test_status_right_after_a_start_is_not_current_until_reconciled(db):
     assert exit_code(data) == EXIT_CURRENT, data["notCurrent"]
     assert (data["pods"][0]["phase"], data["pods"][0]["podIP"]) == ("Running", "10.88.0.5")
     assert render_table(data).startswith("node: running\n")
+
+
+async def test_heartbeat_waits_out_a_full_disk_but_stops_the_service_on_a_replaced_store(db, monkeypatch, caplog):
+    import asyncio
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from shared import service
+
+    monkeypatch.setattr(service, "HEARTBEAT_PERIOD", 0.01)
+    store = Store(db, writer="probe")
+    store.create_schema()
+    state = writer(db, "probe")
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorname = "SQLITE_FULL"
+
+    async def no_space() -> None:
+        raise OperationalError("UPDATE", None, full)
+
+    monkeypatch.setattr(state, "heartbeat", no_space)
+    beating = asyncio.create_task(service._heartbeat(store, state))
+    await asyncio.sleep(0.1)
+    assert not beating.done(), "a full disk does not stop the service"
+    assert caplog.text.count("cannot write to the store") == 1, "logged once, not every beat"
+
+    store.engine.dispose()
+    db.rename(db.with_name("elsewhere.db"))
+    Store(db, writer="pod-sync").create_schema()  # another service made a new one
+    with pytest.raises(service.StoreReplaced):
+        await asyncio.wait_for(beating, 5)

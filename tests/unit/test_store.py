@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from sqlalchemy import delete, select
 
@@ -72,3 +74,58 @@ def test_the_store_and_a_new_root_dir_are_private(tmp_path):
             assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, name
     assert stat.S_IMODE(os.stat(tmp_path / "new-root" / "state.db").st_mode) == 0o600
     s.close()
+
+
+def _store_with_a_pod(path):
+    store = Store(path, writer="pod-sync")
+    store.create_schema()
+    with store.session() as s:
+        s.add(DesiredPod(uid="u1", namespace="default", name="web", source="file", manifest={"spec": "x" * 5000}))
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+def test_a_damaged_store_is_moved_aside_and_started_afresh(tmp_path, damage, caplog):
+    path = tmp_path / "state.db"
+    _store_with_a_pod(path)
+    for f in (tmp_path / "state.db-wal", tmp_path / "state.db-shm"):
+        f.unlink(missing_ok=True)
+    if damage == "truncated":
+        os.truncate(path, path.stat().st_size // 3)
+    else:
+        path.write_bytes(b"not a database" * 1000)
+    store = Store(path, writer="pod-sync")
+    store.create_schema()
+    with store.session() as s:
+        assert s.scalars(select(DesiredPod)).all() == []
+    [aside] = tmp_path.glob("state.db.damaged-*")
+    assert aside.stat().st_size > 0
+    assert "is damaged" in caplog.text and str(aside) in caplog.text
+
+
+def test_a_service_notices_the_store_was_replaced_under_it(tmp_path):
+    path = tmp_path / "state.db"
+    running = Store(path, writer="probe")
+    running.create_schema()
+    assert not running.replaced()
+    running.engine.dispose()  # (its WAL checkpointed: the damage below is not papered over by it)
+    path.write_bytes(b"garbage!" * 512)  # damaged under the running service; another one restarts
+    restarted = Store(path, writer="pod-sync")
+    restarted.create_schema()
+    assert running.replaced() and not restarted.replaced()
+    assert not Store(path, writer=None).replaced()  # a reader that never created it: no opinion
+
+
+def test_only_damage_counts_as_corruption():
+    import sqlite3
+
+    from sqlalchemy.exc import DatabaseError, OperationalError
+
+    from shared.store.db import is_corruption
+
+    corrupt = sqlite3.DatabaseError("database disk image is malformed")
+    corrupt.sqlite_errorname = "SQLITE_CORRUPT"
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorname = "SQLITE_FULL"
+    assert is_corruption(DatabaseError("SELECT", None, corrupt))
+    assert not is_corruption(OperationalError("INSERT", None, full))
