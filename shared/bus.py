@@ -18,6 +18,7 @@ from prometheus_client import Histogram
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from shared.podspec import POD_UID
+from shared.retry import describe, until_done
 
 log = logging.getLogger(__name__)
 
@@ -174,38 +175,38 @@ class Bus:
 
     async def connect(self, timeout: float = 30.0) -> None:
         """Connect, retrying until `timeout`; afterwards nats-py reconnects by itself forever."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         self._auth_error = None
-        last_error: Exception | None = None
-        while loop.time() < deadline:
-            try:
-                # The whole attempt is bounded: nats-py may retry internally on its own.
-                self._nc = await asyncio.wait_for(nats.connect(
-                    self.url,
-                    name=self.name,
-                    connect_timeout=2,
-                    allow_reconnect=True,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.5,
-                    error_cb=self._on_error,
-                    disconnected_cb=self._on_disconnect,
-                    reconnected_cb=self._on_reconnect,
-                    **self._auth,
-                ), timeout=max(0.1, min(5.0, deadline - loop.time())))
-                return
-            except Exception as exc:  # nats raises several unrelated types here
-                last_error = exc
-                await asyncio.sleep(0.5)
-        # nats-py reports a refused login to the error callback (then often a reset connection);
-        # the attempt itself just times out.
-        if self._auth_error is not None:
-            raise ConnectionError(f"the event bus at {self.url} refused {self.name}'s credentials "
-                                  f"({self._auth_error}); pass this service's file with --bus-credentials")
-        raise ConnectionError(
-            f"cannot reach the event bus at {self.url}: {last_error}. Is nats-server running "
-            "(pykubelet up starts one)?"
-        )
+        deadline = time.monotonic() + timeout
+
+        async def attempt() -> NATS:
+            # The whole attempt is bounded: nats-py may retry internally on its own.
+            return await asyncio.wait_for(nats.connect(
+                self.url,
+                name=self.name,
+                connect_timeout=2,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnect,
+                reconnected_cb=self._on_reconnect,
+                **self._auth,
+            ), timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+
+        try:
+            # nats raises several unrelated types here: any failure is retried until the timeout.
+            self._nc = await until_done(f"connecting to the event bus at {self.url}", attempt, log,
+                                        initial=0.5, cap=2.0, timeout=timeout, level=logging.INFO)
+        except Exception as exc:
+            # nats-py reports a refused login to the error callback (then often a reset
+            # connection); the attempt itself just times out.
+            if self._auth_error is not None:
+                raise ConnectionError(
+                    f"the event bus at {self.url} refused {self.name}'s credentials ({self._auth_error}); "
+                    "pass this service's file with --bus-credentials") from None
+            raise ConnectionError(
+                f"cannot reach the event bus at {self.url}: {describe(exc)}. Is nats-server running "
+                "(pykubelet up starts one)?") from None
 
     @property
     def connected(self) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 from services.supervisor.containerd_config import ContainerdLayout
 from services.supervisor.teardown import teardown_node
 from shared.cri import CRIClient, CRIError
+from shared.retry import until_done
 
 log = logging.getLogger("pykubelet.containerd")
 
@@ -30,16 +31,17 @@ STOP_TIMEOUT = 30.0
 
 async def _ready(endpoint: str, proc: asyncio.subprocess.Process) -> None:
     cri = CRIClient(endpoint, timeout=2)
+
+    async def answers() -> None:
+        if proc.returncode is not None:
+            raise RuntimeError(f"containerd exited with code {proc.returncode} while starting")
+        await cri.version()
+
     try:
-        deadline = asyncio.get_running_loop().time() + READY_TIMEOUT
-        while True:
-            try:
-                await cri.version()
-                return
-            except CRIError:
-                if proc.returncode is not None or asyncio.get_running_loop().time() > deadline:
-                    raise RuntimeError(f"containerd did not answer on {endpoint}") from None
-                await asyncio.sleep(0.3)
+        await until_done(f"waiting for containerd on {endpoint}", answers, log, initial=0.2, cap=1.0,
+                         timeout=READY_TIMEOUT, retry_on=(CRIError,), level=logging.DEBUG)
+    except CRIError as exc:
+        raise RuntimeError(f"containerd did not answer on {endpoint}: {exc}") from None
     finally:
         await cri.close()
 

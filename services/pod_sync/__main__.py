@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from services.pod_sync.backoff import Backoff
+from shared.retry import Backoff
 from services.pod_sync.disk_gc import IMAGE_GC_PERIOD, DiskReclaimer
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator

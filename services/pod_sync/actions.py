@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.pod_sync.backoff import Backoff
+from shared.retry import Backoff
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
 from shared.cri import labels as L
 from shared.podspec import Container, Pod

@@ -17,6 +17,7 @@ from sqlalchemy import delete, select
 
 from shared.podspec import ManifestInvalid, validate_pod
 from shared.events import Recorder
+from shared.retry import keep_running
 from shared.store import DesiredPod, ManifestError, RefusedPod, Store
 
 log = logging.getLogger(__name__)
@@ -178,22 +179,15 @@ class ApiPodSource:
             await self.on_change(changed)
 
     async def run(self) -> None:
-        delay = RETRY_INITIAL
-        while True:
-            try:
-                pods, version = await self._list()
-                await self._notify(self.apply_list(pods))
-                self.synced.set()
-                delay = RETRY_INITIAL
-                version = await self._watch(version)
-            except ApiException as exc:
-                log.warning("API pod source: %s %s; listing again in %.0fs", exc.status, exc.reason, delay)
-            except (OSError, asyncio.TimeoutError, Exception) as exc:  # aiohttp raises many kinds
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                log.warning("API pod source: %s; listing again in %.0fs", exc or type(exc).__name__, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX)
+        # aiohttp and the API raise many kinds of errors: any failure lists again after a back-off.
+        await keep_running("API pod source (list and watch)", self._list_and_watch, log,
+                           initial=RETRY_INITIAL, cap=RETRY_MAX)
+
+    async def _list_and_watch(self) -> None:
+        pods, version = await self._list()
+        await self._notify(self.apply_list(pods))
+        self.synced.set()
+        await self._watch(version)
 
     async def _watch(self, version: str) -> str:
         """Watch until the stream ends or the version expires; return the last version seen."""

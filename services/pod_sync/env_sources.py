@@ -18,11 +18,12 @@ from typing import Any, Protocol
 from services.pod_sync.pull_secrets import Credential, PullSecretInvalid, credentials_from_secret
 from services.pod_sync.service_env import service_env
 from shared.podspec import Container, Pod
+from shared.retry import keep_running
 
 log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT = 300
-RETRY = 5.0
+RETRY_INITIAL, RETRY_MAX = 1.0, 30.0
 # A container created right after pod-sync starts waits this long for the first service list.
 SERVICES_SYNC_WAIT = 10.0
 
@@ -173,33 +174,31 @@ class ApiEnvSource:
             raise EnvSourceError(f"couldn't get {kind} {ns}/{name}: API server unreachable: {exc}") from None
 
     async def watch_services(self) -> None:
-        """Long-running: list every service, then follow changes; relist after any failure."""
+        """Long-running: list every service, then follow changes; relist when the watch ends,
+        after a back-off when it fails."""
+        await keep_running("watching services", self._list_and_watch_services, log,
+                           initial=RETRY_INITIAL, cap=RETRY_MAX)
+
+    async def _list_and_watch_services(self) -> None:
         from kubernetes_asyncio import watch
 
         from shared.kube import REQUEST_TIMEOUT
-        while True:
-            try:
-                listed = self.api.sanitize_for_serialization(
-                    await self.core.list_service_for_all_namespaces(_request_timeout=REQUEST_TIMEOUT))
-                self._services = {_key(s): s for s in listed.get("items") or []}
-                self._synced.set()
-                w = watch.Watch()
-                async with w.stream(self.core.list_service_for_all_namespaces,
-                                    resource_version=listed["metadata"]["resourceVersion"],
-                                    timeout_seconds=WATCH_TIMEOUT) as stream:
-                    async for event in stream:
-                        obj = event["raw_object"]
-                        if event["type"] == "DELETED":
-                            self._services.pop(_key(obj), None)
-                        elif event["type"] in ("ADDED", "MODIFIED"):
-                            self._services[_key(obj)] = obj
-                        else:  # ERROR, e.g. 410 Gone: start over from a fresh list
-                            break
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("watching services failed: %s; listing again in %.0fs", exc, RETRY)
-                await asyncio.sleep(RETRY)
+        listed = self.api.sanitize_for_serialization(
+            await self.core.list_service_for_all_namespaces(_request_timeout=REQUEST_TIMEOUT))
+        self._services = {_key(s): s for s in listed.get("items") or []}
+        self._synced.set()
+        w = watch.Watch()
+        async with w.stream(self.core.list_service_for_all_namespaces,
+                            resource_version=listed["metadata"]["resourceVersion"],
+                            timeout_seconds=WATCH_TIMEOUT) as stream:
+            async for event in stream:
+                obj = event["raw_object"]
+                if event["type"] == "DELETED":
+                    self._services.pop(_key(obj), None)
+                elif event["type"] in ("ADDED", "MODIFIED"):
+                    self._services[_key(obj)] = obj
+                else:  # ERROR, e.g. 410 Gone: start over from a fresh list
+                    return
 
 
 def _key(svc: dict[str, Any]) -> tuple[str, str]:

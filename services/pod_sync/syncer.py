@@ -16,7 +16,7 @@ from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
 from services.pod_sync.admission import EVICTED, admit, admit_sysctls, admit_to_node, admit_under_pressure
 from shared.node_resources import Reservations, allocatable
-from services.pod_sync.backoff import Backoff
+from shared.retry import Backoff
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
 from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_managed_hosts, write_hosts_file
 from services.pod_sync.hooks import HookFailed, run_hook

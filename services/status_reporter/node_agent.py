@@ -17,6 +17,7 @@ from shared.host import node_labels
 from shared import periodic
 from shared.kube import MERGE_PATCH, REQUEST_TIMEOUT
 from shared.node_resources import NO_RESERVATIONS, Reservations
+from shared.retry import until_done
 from shared.store import NetworkStatus, NodeHealth, NodePressure, Store
 
 log = logging.getLogger(__name__)
@@ -153,14 +154,7 @@ class NodeAgent:
     # -- loops ----------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        delay = 1.0
-        while not self.registered.is_set():
-            try:
-                await self.register()
-            except Exception as exc:
-                log.warning("node registration failed (%s); retrying in %.0fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30)
+        await until_done(f"registering node {self.name}", self.register, log, initial=1.0, cap=30.0)
         # The kubelet renews every quarter of the lease duration (10s for 40s).
         await asyncio.gather(
             periodic.every(self.lease_seconds / 4, "lease renewal", self.renew_lease, log),

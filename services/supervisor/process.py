@@ -11,7 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from shared.retry import describe, keep_running, until_done
+
 log = logging.getLogger(__name__)
+
+
+class ProcessExited(RuntimeError):
+    pass
+
+
+class NotReady(RuntimeError):
+    pass
 
 RESTART_INITIAL, RESTART_CAP = 1.0, 30.0
 # A process that ran this long is considered healthy again: its back-off starts over.
@@ -30,7 +40,6 @@ class ManagedProcess:
     proc: asyncio.subprocess.Process | None = None
     restarts: int = 0
     _stopping: bool = False
-    _delay: float = RESTART_INITIAL
     _started_at: float = 0.0
     _watch: asyncio.Task | None = field(default=None, repr=False)
 
@@ -60,35 +69,49 @@ class ManagedProcess:
         self._watch = asyncio.create_task(self._keep_running(), name=f"supervise:{self.name}")
 
     async def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.returncode is not None:
-                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode} while starting; "
-                                   f"see {self.log_file}")
+        assert self.proc is not None and self.ready is not None
+        proc, ready = self.proc, self.ready
+
+        async def check() -> None:
+            if proc.returncode is not None:
+                raise ProcessExited(f"{self.name} exited with code {proc.returncode} while starting; "
+                                    f"see {self.log_file}")
             try:
-                if await self.ready():
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"{self.name} not ready after {timeout:.0f}s; see {self.log_file}")
+                ok = await ready()
+            except Exception as exc:  # not listening yet, and the like
+                raise NotReady(describe(exc)) from exc
+            if not ok:
+                raise NotReady("not ready yet")
+
+        try:
+            # Polled quickly (starting takes a second or two), logged only at debug level; an
+            # exit while starting is raised at once.
+            await until_done(f"waiting for {self.name}", check, log, initial=0.1, cap=0.5, timeout=timeout,
+                             retry_on=(NotReady,), level=logging.DEBUG)
+        except NotReady as exc:
+            raise TimeoutError(f"{self.name} not ready after {timeout:.0f}s ({describe(exc)}); "
+                               f"see {self.log_file}") from None
 
     async def _keep_running(self) -> None:
-        while not self._stopping:
+        """Started; from now on restarted whenever it exits, with a back-off that starts over
+        once it has run STABLE_AFTER."""
+        first = True
+
+        async def run_once() -> None:
+            nonlocal first
+            if not first:
+                self.restarts += 1
+                await self._spawn()
+            first = False
+            assert self.proc is not None
             code = await self.proc.wait()
-            if self._stopping:
-                return
-            ran = time.monotonic() - self._started_at
-            if ran > STABLE_AFTER:
-                self._delay = RESTART_INITIAL
-            log.warning("%s exited with code %s after %.0fs; restarting in %.0fs (log: %s)",
-                        self.name, code, ran, self._delay, self.log_file)
-            await asyncio.sleep(self._delay)
-            self._delay = min(self._delay * 2, RESTART_CAP)
-            if self._stopping:
-                return
-            self.restarts += 1
-            await self._spawn()
+            if self._stopping:  # stop() cancels this task next
+                await asyncio.Event().wait()
+            raise ProcessExited(f"exited with code {code} after {time.monotonic() - self._started_at:.0f}s "
+                                f"(log: {self.log_file})")
+
+        await keep_running(f"process {self.name}", run_once, log, initial=RESTART_INITIAL, cap=RESTART_CAP,
+                           healthy_after=STABLE_AFTER)
 
     async def stop(self) -> None:
         self._stopping = True

@@ -40,6 +40,7 @@ from shared.cri import labels as L
 from shared.events import Recorder
 from shared.podspec import VOLUME_SOURCES, Pod, PodCache, Volume
 from shared.quantity import to_bytes
+from shared.retry import Backoff
 from shared.store import DesiredPod, PodVolume, Store
 from shared.store.models import utcnow
 from shared import subpath
@@ -90,7 +91,8 @@ class VolumeManager:
         self._dirty: set[str] = set()
         self._full = True
         self._wake = asyncio.Event()
-        self._retry: dict[str, tuple[float, float]] = {}  # uid -> (delay, due at)
+        # Pods whose volumes failed to set up or tear down: retried alone, after a back-off.
+        self._retry = Backoff(RETRY_INITIAL, RETRY_MAX, clock=time.monotonic)
         self._last_event: dict[tuple[str, str], tuple[str, float]] = {}
         self.cleanup_errors: dict[str, str] = {}  # uid -> why its volumes could not be removed yet
         self.reconciled = asyncio.Event()
@@ -131,8 +133,7 @@ class VolumeManager:
             self._wake.clear()
             full, dirty = self._full, self._dirty
             self._full, self._dirty = False, set()
-            now = time.monotonic()
-            due = {uid for uid, (_, at) in self._retry.items() if at <= now}
+            due = {uid for uid, wait in self._retry.waiting().items() if wait <= 0}
             try:
                 await self.reconcile(None if full else dirty | due)
                 if full:
@@ -146,8 +147,8 @@ class VolumeManager:
         timeout = max(0.0, self._last_full + self.resync_every - time.monotonic())
         if timeout == 0.0:
             self._full = True
-        for _, at in self._retry.values():
-            timeout = min(timeout, max(0.0, at - time.monotonic()))
+        for wait in self._retry.waiting().values():
+            timeout = min(timeout, wait)
         return max(timeout, 0.05)
 
     # -- reconcile -------------------------------------------------------------------------------
@@ -173,9 +174,8 @@ class VolumeManager:
                         return await self._teardown_pod(uid)
                 except Exception:
                     # One pod's failure must not hold back the others' volumes: retry it alone.
-                    delay = min(RETRY_MAX, self._retry.get(uid, (RETRY_INITIAL / 2, 0))[0] * 2)
+                    delay = self._retry.failed(uid)
                     log.exception("volumes of pod %s failed; retrying it in %.0fs", uid, delay)
-                    self._retry[uid] = (delay, time.monotonic() + delay)
                 return False
 
         changed = await asyncio.gather(*(one(uid) for uid in sorted(candidates)))
@@ -220,10 +220,9 @@ class VolumeManager:
                                              f"internal error: {type(exc).__name__}: {exc}"))
         failed = [r for r in results if not r.ready]
         if failed:
-            delay = min(RETRY_MAX, self._retry.get(pod.uid, (RETRY_INITIAL / 2, 0))[0] * 2)
-            self._retry[pod.uid] = (delay, time.monotonic() + delay)
+            self._retry.failed(pod.uid)
         else:
-            self._retry.pop(pod.uid, None)
+            self._retry.forget(pod.uid)
         return self._record(pod.uid, results)
 
     def _failure(self, pod: Pod, volume: Volume, plugin: str, reason: str, message: str) -> PodVolume:
@@ -320,11 +319,10 @@ class VolumeManager:
             if self.cleanup_errors.get(uid) != message:
                 log.warning("%s (retrying)", message)
             self.cleanup_errors[uid] = message
-            delay = min(RETRY_MAX, self._retry.get(uid, (RETRY_INITIAL / 2, 0))[0] * 2)
-            self._retry[uid] = (delay, time.monotonic() + delay)
+            self._retry.failed(uid)
             return False
         self.cleanup_errors.pop(uid, None)
-        self._retry.pop(uid, None)
+        self._retry.forget(uid)
         self._pods.forget(uid)
         self.objects.forget_pod(uid)
         for key in [k for k in self._last_event if k[0] == uid]:

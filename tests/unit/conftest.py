@@ -2,7 +2,7 @@ import pytest
 
 from shared.subpath import FakeSubPathMounts
 
-from services.pod_sync.backoff import Backoff
+from shared.retry import Backoff
 from services.pod_sync.images import ImageManager
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.syncer import PodSyncer
