@@ -149,6 +149,33 @@ def test_all_services_and_nats_stopped_for_a_minute(fleet):
 
 
 
+
+def test_a_minute_without_the_bus(fleet):
+    """NATS hung for a minute: events are lost, but state lives in the store and every service
+    reconciles from it, so a pod written meanwhile still starts, becomes Ready and is reported
+    as such before the bus is back."""
+    before = snapshot(fleet)
+    nats = pid_of(fleet, "nats")
+    started = time.monotonic()
+    os.kill(nats, signal.SIGSTOP)
+    try:
+        fleet.write_pod("busless", fleet_pod(fleet, 0))
+        fleet.wait_pod("busless", ready, STOP_SECONDS - 5, "a pod started and Ready with the bus away")
+        came_up = time.monotonic() - started
+        time.sleep(max(0.0, STOP_SECONDS - (time.monotonic() - started)))
+    finally:
+        os.kill(nats, signal.SIGCONT)
+    back = time.monotonic()
+    wait_for(lambda: status_current(fleet) and fleet_ready(fleet), 60, "status current with the bus back")
+    current = time.monotonic() - back
+    after = snapshot(fleet)
+    assert {cid: after[0].get(cid) for cid in before[0]} == before[0], "fleet containers unchanged"
+    assert pid_of(fleet, "nats") == nats
+    print(f"\nbus hung {STOP_SECONDS}s: a new pod Ready {came_up:5.1f}s into it, "
+          f"status current {current:5.1f}s after the bus came back")
+    fleet.remove("busless.yaml")
+    wait_for(lambda: fleet.pod("busless") is None, 60, "busless removed")
+
 def test_a_damaged_store_is_rebuilt_and_no_pod_restarts(fleet):
     """The node dies with it (supervisor and services SIGKILLed) and state.db is left
     overwritten, as by a crash mid-write: the next `up` moves it aside, starts an empty one,
