@@ -1,5 +1,6 @@
 """The Kubernetes API client every cluster-mode service uses: a maintained async client
-(kubernetes_asyncio) behind the kubelet's client-side rate limit (kubeAPIQPS / kubeAPIBurst)."""
+(kubernetes_asyncio) behind the kubelet's client-side rate limit (kubeAPIQPS / kubeAPIBurst),
+one budget for the whole node (shared/api_budget.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any
 
 from kubernetes_asyncio import client, config
 
+from shared.api_budget import SharedTokenBucket, budget_file
 from shared.json_types import JSONObject
 
 
 class TokenBucket:
-    """qps tokens a second, at most burst saved up; acquire() waits for a token."""
+    """qps tokens a second, at most burst saved up; acquire() waits for a token. One process's
+    own limit (events, which only the status-reporter posts)."""
 
     def __init__(self, qps: float, burst: int) -> None:
         self.qps = qps
@@ -36,7 +39,7 @@ class TokenBucket:
 
 
 class RateLimitedApiClient(client.ApiClient):
-    def __init__(self, configuration: client.Configuration, bucket: TokenBucket) -> None:
+    def __init__(self, configuration: client.Configuration, bucket: TokenBucket | SharedTokenBucket) -> None:
         super().__init__(configuration=configuration)
         self._bucket = bucket
 
@@ -67,7 +70,8 @@ async def patch_pod_status(core: client.CoreV1Api, namespace: str, name: str, ui
         raise
 
 
-async def api_client(kubeconfig: Path, qps: float, burst: int) -> client.ApiClient:
+async def api_client(kubeconfig: Path, qps: float, burst: int, root_dir: Path) -> client.ApiClient:
+    """A client drawing on the node's API budget, kept under root_dir by every service."""
     cfg = client.Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    return RateLimitedApiClient(cfg, TokenBucket(qps, burst))
+    return RateLimitedApiClient(cfg, SharedTokenBucket(budget_file(root_dir), qps, burst))

@@ -39,7 +39,7 @@ async def setup(ctx: ServiceContext) -> None:
         from shared.kube import api_client
 
         k = ctx.settings.kubelet
-        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
         ctx.spawn("node-pod-cidr", NodePodCIDRWatcher(api, ctx.settings.node_name, manager.use_node_pod_cidr).run())
         ctx.on_shutdown(api.close)
     ctx.on_shutdown(cri.close)

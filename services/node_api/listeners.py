@@ -52,7 +52,7 @@ async def _api_client(ctx: ServiceContext):
     from shared.kube import api_client
 
     k = ctx.settings.kubelet
-    api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+    api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
     ctx.on_shutdown(api.close)
     return api
 

@@ -51,7 +51,7 @@ async def setup(ctx: ServiceContext) -> None:
         from services.pod_sync.env_sources import ApiEnvSource
         from shared.kube import api_client
 
-        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
         sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store, events=recorder))
         env_source = ApiEnvSource(api)
         ctx.spawn("watch-services", env_source.watch_services())

@@ -41,7 +41,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     from shared.node_resources import Reservations
 
     k = ctx.settings.kubelet
-    api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+    api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
     events = EventPoster(api, ctx.settings.node_name, k.event_record_qps, k.event_burst)
     node_ip = ctx.settings.node_address
     agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,

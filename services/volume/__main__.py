@@ -39,7 +39,7 @@ async def setup(ctx: ServiceContext) -> None:
         from services.volume.api_objects import ApiObjects
         from shared.kube import api_client
 
-        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst)
+        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
         objects = api_objects = ApiObjects(api)
         ctx.on_shutdown(api_objects.close)
         ctx.on_shutdown(api.close)

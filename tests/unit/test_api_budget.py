@@ -1,0 +1,57 @@
+"""The node's kube API budget holds across processes, not per process."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+
+from shared.api_budget import SharedTokenBucket
+
+QPS, BURST, RUN_FOR, PROCESSES = 40.0, 10, 1.0, 4
+
+
+def _take_all_you_can(path, results) -> None:
+    bucket = SharedTokenBucket(path, QPS, BURST)
+    taken, deadline = 0, time.monotonic() + RUN_FOR
+    while time.monotonic() < deadline:
+        wait = bucket.try_take()
+        if wait == 0:
+            taken += 1
+        else:
+            time.sleep(min(wait, 0.005))
+    results.put(taken)
+
+
+def test_processes_share_one_budget(tmp_path):
+    """Four processes, each asking as fast as it can: together they get the burst plus qps a
+    second, as one kubelet would, not four times that."""
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    path = tmp_path / "run" / "kube-api-budget"
+    SharedTokenBucket(path, QPS, BURST).close()
+    procs = [ctx.Process(target=_take_all_you_can, args=(path, results)) for _ in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=30)
+    counts = [results.get(timeout=5) for _ in procs]
+    allowed = BURST + QPS * RUN_FOR
+    assert sum(counts) <= allowed + QPS * 0.2, f"{counts} exceed the node's budget of ~{allowed:.0f}"
+    assert sum(counts) >= allowed * 0.7, f"{counts}: the budget is not used"
+    assert all(c > 0 for c in counts), f"{counts}: a process was starved"
+
+
+async def test_acquire_waits_for_a_token(tmp_path):
+    bucket = SharedTokenBucket(tmp_path / "budget", qps=20, burst=2)
+    start = time.monotonic()
+    for _ in range(6):
+        await bucket.acquire()
+    # Two at once, then four at 20/s.
+    assert time.monotonic() - start == pytest.approx(0.2, abs=0.08)
+
+
+def test_a_nonsense_budget_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="qps > 0"):
+        SharedTokenBucket(tmp_path / "budget", qps=0, burst=1)
