@@ -86,7 +86,7 @@ conformance: deps kube ## Upstream e2e [NodeConformance] specs on pykubelet and 
 	$(PY) -m tests.conformance.run --agent $(or $(CONFORMANCE_AGENT),both) $(CONFORMANCE_ARGS)
 
 .PHONY: kube
-kube: ## Build and cache kube-apiserver/kubectl/kubelet 1.20 from Debian's source package (cluster tests)
+kube: ## Build and cache kube-apiserver/-scheduler/-controller-manager, kubelet, kubectl 1.20 from Debian's source package
 	@deploy/build-kube.sh
 
 .PHONY: clean

@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kubelet and kubectl 1.20 from Debian's kubernetes source package, once.
-# `build-kube.sh e2e` builds, from the same tree, what `make conformance` needs: the upstream e2e
-# suite (e2e.test), its parallel runner (ginkgo), its test-image binary (agnhost), and the
-# scheduler and controller-manager a conformance cluster runs.
+# Build kube-apiserver, kube-scheduler, kube-controller-manager, kubelet and kubectl 1.20 from
+# Debian's kubernetes source package, once. `build-kube.sh e2e` builds, from the same tree, what
+# `make conformance` needs besides: the upstream e2e suite (e2e.test), its parallel runner
+# (ginkgo) and its test-image binaries (agnhost, nonewprivs).
 #
 # No Kubernetes binaries are published in the package registries these machines reach, but the
 # Debian source package carries the whole tree with vendor/. The binaries are cached outside the
 # checkout ($PYKUBELET_CACHE, default /var/cache/pykubelet), so only the first run pays the
 # 10-20 minutes of compiling on 2 cores. Cluster tests use kube-apiserver (+ Debian's etcd) and
-# kubectl; benchmarks use the real kubelet as a baseline.
+# kubectl, the multi-node test a whole control plane; benchmarks use the real kubelet as a baseline.
 set -euo pipefail
 
 CACHE=${PYKUBELET_CACHE:-/var/cache/pykubelet}
 BIN=$CACHE/kube-1.20/bin
 SET=${1:-kube}
 case "$SET" in
-  kube) PKGS=(cmd/kube-apiserver cmd/kubelet cmd/kubectl) ;;
-  e2e) PKGS=(cmd/kube-scheduler cmd/kube-controller-manager test/e2e/e2e.test test/images/agnhost
-             test/images/nonewprivs vendor/github.com/onsi/ginkgo/ginkgo) ;;
+  kube) PKGS=(cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager cmd/kubelet cmd/kubectl) ;;
+  e2e) PKGS=(test/e2e/e2e.test test/images/agnhost test/images/nonewprivs vendor/github.com/onsi/ginkgo/ginkgo) ;;
   *) echo "usage: $0 [kube|e2e]" >&2; exit 2 ;;
 esac
 TARGETS=()

@@ -21,7 +21,7 @@ import ssl
 from pathlib import Path
 from typing import Any, Protocol
 
-from tenacity import AsyncRetrying, RetryCallState, wait_exponential_jitter
+from shared.retry import describe, until_done
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ POLL = 2.0
 # How long one CSR may wait for approval and signing before a new one is made.
 ISSUE_TIMEOUT = 15 * 60.0
 CURRENT = "kubelet-server-current.pem"
+RETRY_CAP = 30.0
 
 
 class CSRAPI(Protocol):
@@ -157,14 +158,14 @@ class ServingCertificate:
 
     async def _obtain_with_retry(self) -> None:
         """A denied or unanswered CSR, or an unreachable API server, is retried with back-off
-        (a new CSR each time), for as long as it takes; the readiness check shows why."""
-        async for attempt in AsyncRetrying(wait=wait_exponential_jitter(initial=2, max=300),
-                                           before_sleep=self._retrying):
-            with attempt:
+        (a new CSR each time), for as long as it takes; the readiness check shows why. The cap
+        is short: a certificate due for renewal may expire while the API server is away, and
+        must be renewed soon after it is back."""
+        async def attempt() -> None:
+            try:
                 await self.obtain()
+            except Exception as exc:
+                self.state = f"no serving certificate: {describe(exc)}"
+                raise
 
-    def _retrying(self, state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        self.state = f"no serving certificate: {exc}"
-        log.warning("serving certificate: %s; retrying in %.0fs", self.state,
-                    state.next_action.sleep if state.next_action else 0)
+        await until_done("getting a serving certificate", attempt, log, initial=2.0, cap=RETRY_CAP)

@@ -47,12 +47,15 @@ class ControlPlane:
     # A whole cluster (the conformance runs): ServiceAccount admission, and start_controllers()
     # runs the scheduler and the controller-manager (service accounts and their token secrets).
     full: bool = False
+    # Where the API server listens (and what its certificate names): another address than
+    # loopback when nodes run in network namespaces of their own (tests/multinode).
+    listen_ip: str = "127.0.0.1"
 
     def start(self) -> None:
         ensure_kube_binaries()
         pki = self.pki = PKI(self.root / "pki")
         self.ca = pki.ca.cert
-        serving = pki.issue("apiserver", "kube-apiserver", server=True, ips=["127.0.0.1"],
+        serving = pki.issue("apiserver", "kube-apiserver", server=True, ips=sorted({"127.0.0.1", self.listen_ip}),
                             dns=["localhost", "kubernetes", "kubernetes.default"])
         sa_key = pki.service_account_key()
         self.admin = pki.issue("admin", "kubernetes-admin", ["system:masters"])
@@ -62,15 +65,15 @@ class ControlPlane:
                                         ["system:masters"])
         self.etcd_port, peer = free_port(), free_port()
         self.api_port = free_port()
-        self.server = f"https://127.0.0.1:{self.api_port}"
+        self.server = f"https://{self.listen_ip}:{self.api_port}"
         self.admin_kubeconfig = kubeconfig(self.root / "admin.kubeconfig", self.server, self.ca, self.admin, "admin")
         self.node_kubeconfig = kubeconfig(self.root / "node.kubeconfig", self.server, self.ca, self.node_cert,
                                           f"system:node:{self.node_name}")
         self._start_etcd(peer)
         self.apiserver_argv = [
             str(KUBE_BIN / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.api_port}", "--insecure-port=0",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.listen_ip}", f"--secure-port={self.api_port}", "--insecure-port=0",
+            f"--advertise-address={self.listen_ip}",
             f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
             f"--client-ca-file={self.ca}",
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
@@ -87,12 +90,12 @@ class ControlPlane:
         self.start_apiserver()
         self.sa_key = sa_key
 
-    def start_controllers(self) -> None:
-        """kube-scheduler and kube-controller-manager 1.20 (`make conformance` builds them), each
+    def start_controllers(self, controller_manager_args: tuple[str, ...] = ()) -> None:
+        """kube-scheduler and kube-controller-manager 1.20 (`make kube` builds them), each
         with its own identity as kubeadm gives them, serving nothing."""
         missing = [b for b in ("kube-scheduler", "kube-controller-manager") if not (KUBE_BIN / b).exists()]
         if missing:
-            raise HarnessError(f"missing {', '.join(missing)} in {KUBE_BIN}: run `deploy/build-kube.sh e2e`")
+            raise HarnessError(f"missing {', '.join(missing)} in {KUBE_BIN}: run `make kube`")
         for name, user in (("kube-scheduler", "system:kube-scheduler"),
                            ("kube-controller-manager", "system:kube-controller-manager")):
             cert = self.pki.issue(name, user)
@@ -101,7 +104,7 @@ class ControlPlane:
                     "--secure-port=0"]
             if name == "kube-controller-manager":
                 argv += [f"--service-account-private-key-file={self.sa_key}", f"--root-ca-file={self.ca}",
-                         "--use-service-account-credentials=true"]
+                         "--use-service-account-credentials=true", *controller_manager_args]
             self._spawn(name, argv)
         # Ready when the default namespace has its service account (the token controller ran).
         self._wait(lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default",

@@ -119,6 +119,7 @@ class Node:
     kubelet_port: int = 0  # the kubelet API (node-api), HTTPS
     written: list[Path] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # how `pykubelet up` was run
+    node_name: str = NODE_NAME
 
     # the user's view
 
@@ -139,7 +140,7 @@ class Node:
         return json.loads(self.status_output("-o", "json"))
 
     def pod(self, name: str) -> dict[str, Any] | None:
-        full = f"{name}-{NODE_NAME}"
+        full = f"{name}-{self.node_name}"
         return next((p for p in self.status()["pods"] if p["name"] == full), None)
 
     def wait_pod(self, name: str, predicate: Callable[[dict], bool], timeout: float = 60,
@@ -260,31 +261,35 @@ def _tail(path: Path, n: int = 60) -> str:
         return "(no log)"
 
 
-def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: str = "") -> Node:
+def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: str = "", *,
+                node_name: str = NODE_NAME, pod_cidr: str = POD_CIDR, wrap: tuple[str, ...] = (),
+                registry_port: int | None = None) -> Node:
     """Start a node with `pykubelet up` in root, wait until it is ready, return it.
-    extra_config: more KubeletConfiguration fields (YAML lines)."""
+    extra_config: more KubeletConfiguration fields (YAML lines); wrap: what runs `pykubelet up`
+    (e.g. nsenter into a network namespace)."""
     require_node_prerequisites()
     manifests = root / "manifests"
     manifests.mkdir()
-    registry_port, nats_port, admin_base = free_port(), free_port(), free_port_range(len(SERVICES))
+    registry_port = registry_port or free_port()
+    nats_port, admin_base = free_port(), free_port_range(len(SERVICES))
     kubelet_port = free_port()
     log = root / "up.log"
     config = root / "kubelet-config.yaml"
     # Short back-off and small logs so restart and rotation behaviour shows within a test; the
     # kubelet API on a free port so a node on this machine keeps its 10250.
     config.write_text(KUBELET_CONFIG + f"port: {kubelet_port}\n" + extra_config)
-    argv = [*PYKUBELET, "up", "--config", str(config), "--root-dir", str(root),
+    argv = [*wrap, *PYKUBELET, "up", "--config", str(config), "--root-dir", str(root),
             "--pod-manifest-path", str(manifests),
             "--pod-logs-dir", str(root / "pod-logs"), "--nats-port", str(nats_port),
             "--registry-port", str(registry_port), "--admin-port-base", str(admin_base),
-            "--push-demo-images", "--wait-pods", "1", "--pod-cidr", POD_CIDR,
-            "--hostname-override", NODE_NAME,
+            "--push-demo-images", "--wait-pods", "1", "--pod-cidr", pod_cidr,
+            "--hostname-override", node_name,
             # Long rescan period: changes must arrive through the directory watch.
             "--file-check-frequency", "5m", "--sync-frequency", "30s", *(extra_argv or [])]
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
     n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log, kubelet_port=kubelet_port,
-             argv=argv)
+             argv=argv, node_name=node_name)
     _wait_up(n)
     return n
 
