@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -314,14 +314,20 @@ def _wait_up(n: Node) -> None:
         time.sleep(0.3)
 
 
-# Package scope: this node is gone before another test package starts its own.
-@pytest.fixture(scope="package")
-def node(tmp_path_factory) -> Node:
-    n = launch_node(tmp_path_factory.mktemp("node"))
-    try:
-        yield n
-    finally:
-        stop_node(n)
+def package_node(dir_name: str):
+    """A `node` fixture for a test package: a node of its own, gone before another test package
+    starts its own."""
+    @pytest.fixture(scope="package")
+    def node(tmp_path_factory) -> Iterator[Node]:
+        n = launch_node(tmp_path_factory.mktemp(dir_name))
+        try:
+            yield n
+        finally:
+            stop_node(n)
+    return node
+
+
+node = package_node("node")
 
 
 def stop_node(n: Node) -> None:
