@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy import select
+from sqlalchemy.exc import DatabaseError
 
 from shared.store import ServiceState, Store
 
@@ -53,13 +54,18 @@ class ServiceStateWriter:
                                  reconciled_at=None, synced_at=None, stopped_at=None))
 
     def synced(self) -> None:
-        """The service's tables match their sources now (a full reconcile finished)."""
+        """The service's tables match their sources now (a full reconcile finished). Never
+        raises: a store that cannot be written (a full disk) is the heartbeat's to report, and
+        the reconcile is recorded on a later call."""
         now = self._synced_at = _now()
-        if not self._reconciled:
-            self._reconciled = True
-            self._write(reconciled_at=now, synced_at=now)
-        elif self._written_sync is None or (now - self._written_sync).total_seconds() >= SYNC_WRITE_INTERVAL:
-            self._write(synced_at=now, heartbeat_at=now)
+        try:
+            if not self._reconciled:
+                self._write(reconciled_at=now, synced_at=now)
+                self._reconciled = True
+            elif self._written_sync is None or (now - self._written_sync).total_seconds() >= SYNC_WRITE_INTERVAL:
+                self._write(synced_at=now, heartbeat_at=now)
+        except DatabaseError as exc:
+            log.debug("could not record the reconcile: %s", exc)
 
     @property
     def reconciled(self) -> bool:

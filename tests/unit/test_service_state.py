@@ -151,3 +151,20 @@ async def test_heartbeat_waits_out_a_full_disk_but_stops_the_service_on_a_replac
     Store(db, writer="pod-sync").create_schema()  # another service made a new one
     with pytest.raises(service.StoreReplaced):
         await asyncio.wait_for(beating, 5)
+
+
+def test_a_reconcile_that_cannot_be_written_is_written_later(db, monkeypatch):
+    from sqlalchemy.exc import OperationalError
+
+    net = writer(db, "network")
+    real_write = net._write
+
+    def full(**fields):
+        raise OperationalError("UPDATE", None, Exception("database or disk is full"))
+
+    monkeypatch.setattr(net, "_write", full)
+    net.synced()  # does not raise into the service's loop
+    assert not net.reconciled
+    monkeypatch.setattr(net, "_write", real_write)
+    net.synced()
+    assert net.reconciled and not_current(read_states(Store(db, writer=None)), ["network"], NOW()) == []
