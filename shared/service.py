@@ -124,11 +124,21 @@ class StoreReplaced(RuntimeError):
     pass
 
 
-async def _heartbeat(store: Store, state: ServiceStateWriter) -> None:
+@dataclass
+class StoreHealth:
+    """Whether this service can write the store, as its heartbeat last found (a readiness check)."""
+
+    problem: str = ""
+
+    def check(self) -> tuple[bool, str]:
+        return not self.problem, self.problem or "writable"
+
+
+async def _heartbeat(store: Store, state: ServiceStateWriter, health: StoreHealth) -> None:
     """The service's heartbeat in the store. A damaged store, or one another service has
     rebuilt, fails this task: the service stops and its restart opens a good store. Other
-    write failures (a full disk) are logged once and waited out; the service keeps running."""
-    failing = False
+    write failures (a full disk) are logged once, shown by /readyz, and waited out; the service
+    keeps running."""
     while True:
         await asyncio.sleep(HEARTBEAT_PERIOD)
         if store.replaced():
@@ -138,13 +148,13 @@ async def _heartbeat(store: Store, state: ServiceStateWriter) -> None:
         except DatabaseError as exc:
             if is_corruption(exc):
                 raise
-            if not failing:
+            if not health.problem:
                 log.warning("cannot write to the store (%s); retrying every %.0fs", exc.orig, HEARTBEAT_PERIOD)
-            failing = True
+            health.problem = f"cannot write to the store {store.path}: {exc.orig}"
             continue
-        if failing:
+        if health.problem:
             log.info("store writes work again")
-        failing = False
+        health.problem = ""
 
 
 def bus_credentials(name: str, settings: NodeSettings) -> Credentials | None:
@@ -178,7 +188,9 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     ctx = ServiceContext(name=name, settings=settings, store=store, bus=bus, app=app,
                          checks=checks, stopping=stopping, state=state)
     await setup(ctx)
-    ctx.spawn("heartbeat", _heartbeat(store, state))
+    store_health = StoreHealth()
+    checks["store"] = store_health.check
+    ctx.spawn("heartbeat", _heartbeat(store, state, store_health))
     port = settings.admin_port or admin_port(name, settings.admin_port_base)
     admin = asyncio.create_task(_serve_admin(ctx, port), name=f"{name}:admin")
     log.info("%s running (admin http://127.0.0.1:%d, store %s, bus %s)", name, port,

@@ -7,6 +7,8 @@ import logging
 from typing import Callable
 from pathlib import Path
 
+from sqlalchemy.exc import DatabaseError
+
 from services.network.cni_config import write_conflist
 from shared.bus import Bus, NetworkChanged
 from shared.cni import cni_conf_dir, cni_ipam_dir
@@ -80,4 +82,6 @@ class NetworkManager:
                 on_synced()
             except OSError as exc:
                 log.error("cannot write CNI config in %s: %s", self.conf_dir, exc)
+            except DatabaseError as exc:  # a full disk: the next round tries again
+                log.error("cannot record the network state in the store: %s", exc.orig)
             await asyncio.sleep(self.period)

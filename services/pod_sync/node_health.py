@@ -3,12 +3,15 @@ status-reporter reads it for the Node's Ready condition."""
 
 from __future__ import annotations
 
-import asyncio
+import logging
 from typing import Callable
 
+from shared import periodic
 from shared.cri import CRIError, RuntimeService
 from shared.store import NodeHealth, Store
 from shared.store.models import utcnow
+
+log = logging.getLogger(__name__)
 
 PERIOD = 5.0
 
@@ -44,6 +47,6 @@ class NodeHealthWriter:
         return self.runtime_state
 
     async def run(self) -> None:
-        while True:
-            await self.write_once()
-            await asyncio.sleep(PERIOD)
+        # A store that cannot be written (a full disk) is logged and retried; the runtime's own
+        # trouble is what write_once records.
+        await periodic.every(PERIOD, "recording the node's runtime health", self.write_once, log)

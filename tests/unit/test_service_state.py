@@ -141,10 +141,13 @@ async def test_heartbeat_waits_out_a_full_disk_but_stops_the_service_on_a_replac
         raise OperationalError("UPDATE", None, full)
 
     monkeypatch.setattr(state, "heartbeat", no_space)
-    beating = asyncio.create_task(service._heartbeat(store, state))
+    health = service.StoreHealth()
+    beating = asyncio.create_task(service._heartbeat(store, state, health))
     await asyncio.sleep(0.1)
     assert not beating.done(), "a full disk does not stop the service"
     assert caplog.text.count("cannot write to the store") == 1, "logged once, not every beat"
+    ok, why = health.check()
+    assert not ok and "database or disk is full" in why, "/readyz says why"
 
     store.engine.dispose()
     db.rename(db.with_name("elsewhere.db"))
