@@ -4,6 +4,9 @@ through the API (labels into downward-API volumes, a new image, activeDeadlineSe
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
 from tests.integration.conftest import wait_for
 
@@ -86,3 +89,35 @@ def test_a_pod_the_node_cannot_run_fails_with_the_reason_and_can_be_deleted(clus
     assert not cluster.node.sandboxes_of(pod["metadata"]["uid"]), "nothing of it was started"
     cluster.kubectl("delete", "pod", "refused", "--timeout=30s")
     assert cluster.pod("refused") is None
+
+
+def test_changes_made_while_pod_sync_is_down_are_acted_on_when_it_is_back(cluster):
+    """pod-sync hung (SIGSTOP) while an API pod gets a new image (kubectl set image), another is
+    deleted and a third created: once it runs again, all three converge within seconds."""
+    node = cluster.node
+    sleeper = {"containers": [{"name": "app", "image": node.image("busybox"), "command": ["sleep", "3600"]}]}
+    cluster.create_pod("changed-meanwhile", sleeper)
+    cluster.create_pod("deleted-meanwhile", sleeper)
+    cluster.wait_pod("changed-meanwhile", _running, 60, "Running")
+    deleted = cluster.wait_pod("deleted-meanwhile", _running, 60, "Running")
+    pod_sync = node.service_pid("pod-sync")
+    os.kill(pod_sync, signal.SIGSTOP)
+    try:
+        new_image = node.image("web")
+        cluster.kubectl("set", "image", "pod/changed-meanwhile", f"app={new_image}")
+        cluster.kubectl("delete", "pod", "deleted-meanwhile", "--wait=false")
+        cluster.create_pod("created-meanwhile", sleeper)
+        time.sleep(5)
+    finally:
+        os.kill(pod_sync, signal.SIGCONT)
+    back = time.monotonic()
+    cluster.wait_pod("created-meanwhile", _running, 60, "the pod created meanwhile Running")
+    changed = cluster.wait_pod("changed-meanwhile", lambda p: _running(p) and p["status"]["containerStatuses"][0][
+        "restartCount"] == 1 and "running" in p["status"]["containerStatuses"][0]["state"], 60,
+        "the pod changed meanwhile running its new image")
+    assert changed["status"]["containerStatuses"][0]["image"] == new_image
+    wait_for(lambda: cluster.pod("deleted-meanwhile") is None
+             and not node.containers_of(deleted["metadata"]["uid"]), 60, "the pod deleted meanwhile gone")
+    print(f"\npod-sync hung while pods were created, changed and deleted: converged "
+          f"{time.monotonic() - back:.1f}s after it was back")
+    cluster.kubectl("delete", "pod", "changed-meanwhile", "created-meanwhile", "--wait=false")
