@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Awaitable, Callable
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 # A check returns (ok, message); readiness is the conjunction of all checks.
 Check = Callable[[], tuple[bool, str]]
+# Why what the views show may not be current (empty: it is).
+Freshness = Callable[[], list[str]]
+OWN_PATHS = {"/healthz", "/readyz", "/metrics"}
 
 # The services in start order: network first so pods find the network ready, node-api last.
 SERVICES = ["network", "pod-sync", "status-reporter", "probe", "volume", "eviction", "node-api"]
@@ -32,8 +35,22 @@ def admin_port(service: str, base: int = 0) -> int:
     return base + SERVICES.index(service) if base else ADMIN_PORTS[service]
 
 
-def create_admin_app(service: str, checks: dict[str, Check]) -> FastAPI:
+def create_admin_app(service: str, checks: dict[str, Check], freshness: Freshness | None = None) -> FastAPI:
     app = FastAPI(title=f"pykubelet {service} admin", docs_url=None, redoc_url=None)
+
+    if freshness is not None:
+        @app.middleware("http")
+        async def say_if_not_current(request: Request,
+                                     call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+            """Every view says whether what it shows is current: Pykubelet-Current: yes, or no
+            with the reasons in Pykubelet-Not-Current (as `pykubelet status` words them)."""
+            response = await call_next(request)
+            if request.url.path not in OWN_PATHS:
+                reasons = freshness()
+                response.headers["Pykubelet-Current"] = "no" if reasons else "yes"
+                if reasons:
+                    response.headers["Pykubelet-Not-Current"] = "; ".join(reasons)
+            return response
 
     @app.get("/healthz")
     def healthz() -> Response:

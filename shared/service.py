@@ -20,7 +20,7 @@ from shared.bus import Bus
 from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
 from shared.sd_notify import notify
-from shared.service_state import HEARTBEAT_PERIOD, ServiceStateWriter
+from shared.service_state import HEARTBEAT_PERIOD, ServiceStateWriter, view_freshness
 from shared.store import Store
 from shared.store.db import is_corruption
 
@@ -184,7 +184,7 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
         "reconciled": lambda: (state.reconciled, "reconciled since start" if state.reconciled
                                else "not reconciled since start yet"),
     }
-    app = create_admin_app(name, checks)
+    app = create_admin_app(name, checks, freshness=lambda: view_freshness(store, name))
     ctx = ServiceContext(name=name, settings=settings, store=store, bus=bus, app=app,
                          checks=checks, stopping=stopping, state=state)
     await setup(ctx)

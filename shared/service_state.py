@@ -110,6 +110,19 @@ def read_states(store: Store) -> dict[str, ServiceView]:
                                 _aware(r.synced_at), _aware(r.stopped_at)) for r in rows}
 
 
+# What each service's views are made of besides its own tables, producers first.
+VIEW_INPUTS: dict[str, list[str]] = {
+    "status-reporter": ["pod-sync"],
+    "node-api": ["pod-sync", "status-reporter"],
+    "eviction": ["pod-sync"],
+}
+
+
+def view_freshness(store: Store, service: str) -> list[str]:
+    """Why a service's admin views may not be current (empty when they are)."""
+    return not_current(read_states(store), [*VIEW_INPUTS.get(service, []), service], _now())
+
+
 def ago(t: datetime, now: datetime) -> str:
     s = max(0, int((now - t).total_seconds()))
     if s < 120:

@@ -171,3 +171,31 @@ def test_a_reconcile_that_cannot_be_written_is_written_later(db, monkeypatch):
     monkeypatch.setattr(net, "_write", real_write)
     net.synced()
     assert net.reconciled and not_current(read_states(Store(db, writer=None)), ["network"], NOW()) == []
+
+
+def test_admin_views_say_whether_they_are_current(db):
+    from fastapi.testclient import TestClient
+
+    from shared.admin import create_admin_app
+    from shared.service_state import view_freshness
+
+    store = Store(db, writer=None)
+    app = create_admin_app("status-reporter", {}, freshness=lambda: view_freshness(store, "status-reporter"))
+
+    @app.get("/pods")
+    def pods() -> list:
+        return []
+
+    client = TestClient(app)
+    reporter = writer(db, "status-reporter")
+    reporter.synced()
+    res = client.get("/pods")
+    assert res.headers["Pykubelet-Current"] == "no"
+    assert "pod-sync has not run from this root dir" in res.headers["Pykubelet-Not-Current"]
+    assert "Pykubelet-Current" not in client.get("/healthz").headers
+    pod_sync = writer(db, "pod-sync")
+    pod_sync.synced()
+    reporter._written_sync = None  # its next reconcile is written at once
+    reporter.synced()
+    res = client.get("/pods")
+    assert res.headers["Pykubelet-Current"] == "yes" and "Pykubelet-Not-Current" not in res.headers
