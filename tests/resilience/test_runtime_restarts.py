@@ -4,15 +4,12 @@ containers, mounts, veths, addresses from host-local)."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
-import subprocess
 import time
 
-from shared.cni import BRIDGE, cni_ipam_dir
-from shared.cri.labels import MANAGED_BY
 from tests.integration.conftest import wait_for
+from tests.resilience.leftovers import consistent, ipam_addresses, pod_mounts
 
 
 def web_pod(node) -> dict:
@@ -26,44 +23,6 @@ def kill_containerd(node) -> None:
     old = int(pid_file.read_text())
     os.kill(old, signal.SIGKILL)
     wait_for(lambda: int(pid_file.read_text()) != old, 60, "the supervisor to restart containerd")
-
-
-def ipam_addresses(node) -> set[str]:
-    found = set()
-    for net in cni_ipam_dir(node.root).iterdir():
-        for entry in net.iterdir():
-            try:
-                found.add(str(ipaddress.ip_address(entry.name)))
-            except ValueError:
-                continue  # host-local's lock and last_reserved_ip files
-    return found
-
-
-def bridge_ports() -> int:
-    out = subprocess.run(["ip", "-o", "link", "show", "master", BRIDGE], capture_output=True, text=True).stdout
-    return len(out.splitlines())
-
-
-def runtime_pods(node) -> tuple[list, list]:
-    async def go(cri):
-        return (await cri.list_pod_sandbox({MANAGED_BY: "true"}), await cri.list_containers({MANAGED_BY: "true"}))
-    return node.runtime(go)
-
-
-def pod_mounts(node, uid: str) -> list[str]:
-    where = str(node.root / "pods" / uid)
-    return [line.split()[1] for line in open("/proc/mounts") if line.split()[1].startswith(where)]
-
-
-def consistent(node) -> bool:
-    """One ready sandbox per running pod; no stopped sandbox left; host-local and the bridge
-    hold exactly the running pods' addresses and veths."""
-    sandboxes, _ = runtime_pods(node)
-    ready = [sb for sb in sandboxes if sb.state == 0]
-    pods = [p for p in node.status()["pods"] if p["phase"] == "Running"]
-    return (len(ready) == len(sandboxes) == len(pods)
-            and ipam_addresses(node) == {p["podIP"] for p in pods}
-            and bridge_ports() == len(pods))
 
 
 def test_containerd_killed_while_a_pod_is_created(node):
