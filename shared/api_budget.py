@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import math
 import os
 import struct
 import time
@@ -45,7 +46,11 @@ class SharedTokenBucket:
             raw = os.pread(self._fd, _STATE.size, 0)
             now = time.monotonic()
             tokens, last = _STATE.unpack(raw) if len(raw) == _STATE.size else (float(self.burst), now)
-            tokens = min(float(self.burst), tokens + max(0.0, now - last) * self.qps)
+            if not (math.isfinite(last) and last <= now and 0.0 <= tokens <= self.burst):
+                # A damaged file (or a machine reboot: the monotonic clock started over): a full
+                # bucket, as at the first start.
+                tokens, last = float(self.burst), now
+            tokens = max(0.0, min(float(self.burst), tokens + (now - last) * self.qps))
             wait = 0.0
             if tokens >= 1:
                 tokens -= 1

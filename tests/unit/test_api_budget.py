@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import struct
 import time
 
 import pytest
@@ -55,3 +56,14 @@ async def test_acquire_waits_for_a_token(tmp_path):
 def test_a_nonsense_budget_is_refused(tmp_path):
     with pytest.raises(ValueError, match="qps > 0"):
         SharedTokenBucket(tmp_path / "budget", qps=0, burst=1)
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage", struct.pack("dd", float("nan"), 0.0),
+                                     struct.pack("dd", float("inf"), float("inf")),
+                                     struct.pack("dd", -1e300, 0.0), struct.pack("dd", 5.0, 1e300)])
+def test_a_damaged_budget_file_starts_a_full_bucket(tmp_path, content):
+    path = tmp_path / "budget"
+    path.write_bytes(content)
+    bucket = SharedTokenBucket(path, qps=10, burst=3)
+    assert [bucket.try_take() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert 0 < bucket.try_take() <= 0.1

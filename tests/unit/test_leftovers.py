@@ -36,3 +36,29 @@ async def test_leftovers_are_found_and_stopped_and_strangers_left_alone(tmp_path
         for p in (ours, config_under_root, stranger):
             p.kill()
             p.wait()
+
+
+async def test_a_hostile_node_file_falls_back_to_safe_defaults(tmp_path, monkeypatch):
+    """run/node.json tells `down` whether to keep pods and where their logs are; what is not an
+    absolute path or a real boolean is not used."""
+    from services.supervisor import leftovers, teardown
+
+    root = tmp_path / "node"
+    (root / "run").mkdir(parents=True)
+    seen = []
+
+    async def fake_teardown(root_dir, endpoint, logs_dir):
+        seen.append(logs_dir)
+
+    monkeypatch.setattr(teardown, "teardown_node", fake_teardown)
+    containerd = _sleeper("--config", f"{root}/containerd/config.toml")
+    try:
+        for content in ('[1, 2]', '{"pod_logs_dir": "../../etc", "keep_pods": "yes"}', "not json"):
+            (root / "run" / "node.json").write_text(content)
+            await leftovers.stop_abandoned_node(root, [Leftover("containerd", containerd.pid)], timeout=5)
+            containerd.wait(5)
+            containerd = _sleeper("--config", f"{root}/containerd/config.toml")
+        assert seen == ["/var/log/pods"] * 3, "pods removed (keep_pods only when true), logs dir the default"
+    finally:
+        containerd.kill()
+        containerd.wait()
