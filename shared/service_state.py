@@ -118,9 +118,14 @@ VIEW_INPUTS: dict[str, list[str]] = {
 }
 
 
+def owners_of(service: str) -> list[str]:
+    """Whose reconciles make what this service shows current: its inputs, then itself."""
+    return [*VIEW_INPUTS.get(service, []), service]
+
+
 def view_freshness(store: Store, service: str) -> list[str]:
     """Why a service's admin views may not be current (empty when they are)."""
-    return not_current(read_states(store), [*VIEW_INPUTS.get(service, []), service], _now())
+    return not_current(read_states(store), owners_of(service), _now())
 
 
 def ago(t: datetime, now: datetime) -> str:

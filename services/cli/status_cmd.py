@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DatabaseError
 
 from shared.pressure_report import human, pressure_report
-from shared.service_state import ServiceView, at, node_view, not_current, read_states
+from shared.service_state import ServiceView, at, node_view, not_current, owners_of, read_states
 from shared.store import DesiredPod, ManifestError, NetworkStatus, PodStatusRecord, Store
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
@@ -29,7 +29,8 @@ DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 EXIT_CURRENT, EXIT_NO_STATE, EXIT_NOT_RUNNING, EXIT_NOT_CURRENT = 0, 1, 3, 4
 
 # Who owns each part of the output; producers first (pod status is derived from pod-sync's rows).
-OWNERS = {"pods": ["pod-sync", "status-reporter"], "network": ["network"], "pressure": ["eviction"]}
+# Pressure is the eviction service's own observation of the node, whatever pod-sync's state.
+OWNERS = {"pods": owners_of("status-reporter"), "network": owners_of("network"), "pressure": ["eviction"]}
 
 
 def _iso(t: datetime | None) -> str | None:

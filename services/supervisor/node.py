@@ -302,7 +302,7 @@ async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
 
     from sqlalchemy import select
 
-    from shared.service_state import not_current, read_states
+    from shared.service_state import not_current, owners_of, read_states
     from shared.store import DesiredPod, ManifestError, PodStatusRecord, Store
 
     store = Store(node.opts.settings.store_path, writer=None)
@@ -314,7 +314,7 @@ async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
                 rows = [{"namespace": r.namespace, "name": r.name, "phase": r.phase, "pod_ip": r.pod_ip,
                          "summary": r.summary} for r in s.scalars(select(PodStatusRecord))]
                 broken = {e.source_path: e.error for e in s.scalars(select(ManifestError))}
-            current = not not_current(read_states(store), ["pod-sync", "status-reporter"], datetime.now(timezone.utc))
+            current = not not_current(read_states(store), owners_of("status-reporter"), datetime.now(timezone.utc))
             done = current and len(rows) >= len(desired) and all(r["phase"] != "Pending" for r in rows)
             if done or time.monotonic() > deadline:
                 for path, err in broken.items():
