@@ -11,10 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, orphaned_shims, pid_alive,
+from services.supervisor.leftovers import (FORK_SERVER_PID, SUPERVISOR_PID, find_leftovers, orphaned_shims, pid_alive,
                                           stop_abandoned_node)
+from services.supervisor.forked import ForkServer
+from services.supervisor.forkserver import ForkServerError
 from services.supervisor.node import UpOptions, run_up
-from shared.config import ConfigError, add_node_flags, settings_from_args
+from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
 from shared.host import NodeIPError
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
@@ -32,6 +34,9 @@ def up(argv: list[str]) -> int:
     g.add_argument("--keep-pods", action="store_true", help="leave pods running when the node stops")
     g.add_argument("--wait-pods", type=float, default=120.0,
                    help="seconds to wait for pods to start before printing the summary (120)")
+    g.add_argument("--exec-services", action="store_true",
+                   help="start each service with an interpreter of its own, as the systemd units do, instead "
+                        "of forking them from one that imported their code once (shared pages: far less memory)")
     args = p.parse_args(argv)
     if args.root_dir is None:
         args.root_dir = DEFAULT_ROOT
@@ -50,8 +55,19 @@ def up(argv: list[str]) -> int:
         return 2
     opts = UpOptions(args=args, settings=settings, nats_port=args.nats_port,
                      registry_port=args.registry_port or None, admin_port_base=args.admin_port_base,
-                     push_images=args.push_demo_images, keep_pods=args.keep_pods, wait_pods=args.wait_pods)
+                     push_images=args.push_demo_images, keep_pods=args.keep_pods, wait_pods=args.wait_pods,
+                     fork_server=None if args.exec_services else start_fork_server(settings))
     return asyncio.run(run_up(opts))
+
+
+def start_fork_server(settings: NodeSettings) -> ForkServer | None:
+    """Before any event loop or thread exists (a fork copies neither safely)."""
+    try:
+        return ForkServer.start(settings.cluster_mode, settings.root_dir.resolve())
+    except (ForkServerError, ImportError, OSError) as exc:
+        logging.getLogger("pykubelet.up").warning(
+            "no fork server (%s); every service starts with an interpreter of its own (more memory)", exc)
+        return None
 
 
 def down(argv: list[str]) -> int:
@@ -83,7 +99,8 @@ def down_abandoned(root: Path, pid: int, timeout: float) -> int:
     """No supervisor: stop whatever the root dir's node still runs without it."""
     leftovers = find_leftovers(root)
     if not leftovers:
-        (root / "run" / SUPERVISOR_PID).unlink(missing_ok=True)
+        for name in (SUPERVISOR_PID, FORK_SERVER_PID):  # the fork server exits with its supervisor
+            (root / "run" / name).unlink(missing_ok=True)
         shims = orphaned_shims(root)
         if shims:
             # Their containers can only be removed through the runtime that made them.

@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
-from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers,
+from services.supervisor.forked import ForkServer
+from services.supervisor.leftovers import (FORK_SERVER_PID, SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers,
                                            write_node_file)
 from services.supervisor.process import ManagedProcess
 from services.supervisor.teardown import teardown_node
@@ -31,12 +32,12 @@ from shared.cni import CNI_BIN_DIR, cni_conf_dir
 from shared.config import FLAG_FIELDS, NodeSettings
 from shared.host import kernel_refuses_negative_oom_score_adj
 from shared.cri import CRIClient, CRIError
-from shared.images.build import IMAGES, build_image, busybox_applets
-from shared.images.registry import push_image, wait_for_registry
+from shared.images.build import IMAGES
 
 log = logging.getLogger("pykubelet.up")
 
 DEFAULT_POD_CIDR = "10.88.0.0/24"
+PUSH_TIMEOUT = 300.0
 REQUIRED_TOOLS = {"containerd": "containerd", "runc": "runc", "nats-server": "nats-server"}
 
 
@@ -58,6 +59,7 @@ class UpOptions:
     push_images: bool
     keep_pods: bool
     wait_pods: float
+    fork_server: ForkServer | None = None  # services are forked from it; without it, exec'd
 
 
 class LocalNode:
@@ -119,7 +121,7 @@ class LocalNode:
 
     def release_root(self) -> None:
         if self._claimed:
-            for name in (SUPERVISOR_PID, "ready", "node.json"):
+            for name in (SUPERVISOR_PID, FORK_SERVER_PID, "ready", "node.json"):
                 (self.run_dir / name).unlink(missing_ok=True)
 
     def _proc(self, name: str, argv: list[str], ready=None, stop_timeout: float = 20.0) -> ManagedProcess:
@@ -166,14 +168,25 @@ class LocalNode:
         p = self._proc("registry", ["docker-registry", "serve", str(cfg)], ready)
         await p.start(ready_timeout=20)
 
-    def push_images(self) -> None:
+    async def push_images(self) -> None:
+        """In a process of its own: building the images takes tens of MiB that a long-running
+        supervisor would keep (freed Python memory is rarely given back)."""
         assert self.registry
-        wait_for_registry(self.registry)
-        applets = busybox_applets()
-        for spec in IMAGES.values():
-            t = time.monotonic()
-            ref = push_image(self.registry, build_image(spec, applets))
-            log.info("image %s ready (%.1fs)", ref, time.monotonic() - t)
+        out = self.log_dir / "push-images.log"
+        started = time.monotonic()
+        with open(out, "ab") as f:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "services.cli.main", "push-images", "--registry", self.registry,
+                stdout=f, stderr=f, stdin=asyncio.subprocess.DEVNULL)
+        try:
+            code = await asyncio.wait_for(proc.wait(), PUSH_TIMEOUT)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise NodeError(f"pushing the demo images took over {PUSH_TIMEOUT:.0f}s; see {out}") from None
+        if code != 0:
+            raise NodeError(f"pushing the demo images failed (exit code {code}); see {out}")
+        log.info("demo images pushed in %.1fs (%s)", time.monotonic() - started, ", ".join(IMAGES))
 
     @property
     def sandbox_image(self) -> str:
@@ -204,8 +217,12 @@ class LocalNode:
             await cri.close()
 
     def service_argv(self, service: str) -> list[str]:
-        argv = [sys.executable, "-m", module_of(service), "--root-dir", str(self.root),
-                "--nats-url", self.nats_url, "--bus-credentials", str(credentials_file(self.bus_dir, service)),
+        return [sys.executable, "-m", module_of(service), *self.service_args(service)]
+
+    def service_args(self, service: str) -> list[str]:
+        # --root-dir first: a forked service's title may be cut at the length of the supervisor's
+        # command line, and the leftover check looks for the root dir in it.
+        argv = ["--root-dir", str(self.root), "--nats-url", self.nats_url, "--bus-credentials", str(credentials_file(self.bus_dir, service)),
                 "--container-runtime-endpoint", self.containerd.endpoint, "--pod-cidr", self.pod_cidr]
         a = self.opts.args
         if self.opts.admin_port_base:
@@ -239,6 +256,7 @@ class LocalNode:
                     return (await c.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
 
             p = self._proc(service, self.service_argv(service), ready)
+            p.fork_server, p.service_args = self.opts.fork_server, self.service_args(service)
             await p.start(ready_timeout=60)
             log.info("%-15s running (pid %d, admin http://127.0.0.1:%d)", service, p.pid, port)
 
@@ -248,6 +266,8 @@ class LocalNode:
         self.check_prerequisites()
         self.claim_root()
         await self.replace_leftovers()
+        if self.opts.fork_server is not None:  # after the leftovers: it is no leftover
+            (self.run_dir / FORK_SERVER_PID).write_text(f"{self.opts.fork_server.pid}\n")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log.info("starting a local node in %s (logs in %s)", self.root, self.log_dir)
         await self.start_nats()
@@ -257,7 +277,7 @@ class LocalNode:
             log.info("registry        running on http://%s", self.registry)
             if self.opts.push_images:
                 log.info("building demo images from busybox-static and pushing them ...")
-                await asyncio.to_thread(self.push_images)
+                await self.push_images()
         await self.start_containerd()
         log.info("containerd      running (%s)", self.containerd.endpoint)
         await self.start_services()
@@ -331,6 +351,8 @@ async def run_up(opts: UpOptions) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if opts.fork_server is not None:
+        await opts.fork_server.open()
     try:
         up = asyncio.create_task(node.up(), name="node-up")
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")
@@ -351,3 +373,5 @@ async def run_up(opts: UpOptions) -> int:
         return 1
     finally:
         await node.down()
+        if opts.fork_server is not None:
+            await opts.fork_server.close()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from services.supervisor.forked import ForkedProcess, ForkServer
 from shared.retry import describe, keep_running, until_done
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,11 @@ class ManagedProcess:
     env: dict[str, str] | None = None
     ready: Callable[[], Awaitable[bool]] | None = None  # polled after start until True
     stop_timeout: float = 20.0
-    proc: asyncio.subprocess.Process | None = None
+    # A pykubelet service: forked from the fork server while it runs (args: the service's flags),
+    # else started with argv.
+    fork_server: ForkServer | None = None
+    service_args: list[str] | None = None
+    proc: asyncio.subprocess.Process | ForkedProcess | None = None
     restarts: int = 0
     _stopping: bool = False
     _started_at: float = 0.0
@@ -49,6 +54,15 @@ class ManagedProcess:
 
     async def _spawn(self) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        if self.fork_server is not None and self.fork_server.alive and self.service_args is not None:
+            self.proc = await self.fork_server.spawn(self.name, self.service_args, self.log_file, self.env or {})
+        else:
+            await self._exec()
+        self._started_at = time.monotonic()
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_file.write_text(f"{self.proc.pid}\n")
+
+    async def _exec(self) -> None:
         out = open(self.log_file, "ab", buffering=0)
         try:
             # Own session: a Ctrl-C in the terminal reaches only the supervisor, which then stops
@@ -58,9 +72,6 @@ class ManagedProcess:
                 start_new_session=True, env={**os.environ, **(self.env or {})})
         finally:
             out.close()
-        self._started_at = time.monotonic()
-        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        self.pid_file.write_text(f"{self.proc.pid}\n")
 
     async def start(self, ready_timeout: float = 60.0) -> None:
         await self._spawn()

@@ -1,0 +1,114 @@
+"""The fork server and the supervisor's client of it, in a fresh interpreter of their own
+(forking the test process would copy its threads): services forked with their arguments, log,
+environment and title; exits and signals; hostile requests refused without harm."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.supervisor.forked import CODE_UNKNOWN, ForkServer
+from tests.integration.conftest import REPO
+
+SERVE = "import socket, sys; from services.supervisor.forkserver import serve; serve(socket.socket(fileno=int(sys.argv[1])))"
+
+
+@pytest.fixture
+def server():
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, str(theirs.fileno())], pass_fds=[theirs.fileno()], cwd=REPO)
+    theirs.close()
+    try:
+        yield proc, ours
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        ours.close()
+
+
+def cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+
+
+async def test_a_service_is_forked_with_its_arguments_log_and_environment(server, tmp_path):
+    proc, sock = server
+    forks = ForkServer(proc.pid, sock)
+    await forks.open()
+    log = tmp_path / "eviction.log"
+    child = await forks.spawn("eviction", ["--root-dir", str(tmp_path), "--help"], log, {"PYKUBELET_TEST": "1"})
+    assert await asyncio.wait_for(child.wait(), 30) == 0
+    assert "usage: pykubelet eviction" in log.read_text()
+
+    # A service that keeps running: its title says what it is; a signal through the server ends it.
+    child = await forks.spawn("eviction", ["--root-dir", str(tmp_path), "--nats-url", "nats://127.0.0.1:1"],
+                              log, {})
+    await asyncio.sleep(1.0)
+    assert cmdline(child.pid).startswith(f"pykubelet eviction --root-dir {tmp_path} ")
+    assert os.getsid(child.pid) == child.pid, "its own session, as an exec'd service has"
+    child.kill()
+    assert await asyncio.wait_for(child.wait(), 10) == -signal.SIGKILL
+    await forks.close()
+    assert proc.wait(timeout=10) == 0, "the server exits once the supervisor's end is closed"
+
+
+async def test_services_outlive_a_lost_server_and_are_still_watched(server, tmp_path):
+    proc, sock = server
+    forks = ForkServer(proc.pid, sock)
+    await forks.open()
+    child = await forks.spawn("probe", ["--root-dir", str(tmp_path), "--nats-url", "nats://127.0.0.1:1"],
+                              tmp_path / "probe.log", {})
+    proc.kill()
+    for _ in range(100):
+        if not forks.alive:
+            break
+        await asyncio.sleep(0.05)
+    assert not forks.alive
+    assert child.returncode is None, "the service runs on without the server"
+    with pytest.raises(ConnectionError):
+        await forks.spawn("probe", [], tmp_path / "probe.log", {})
+    child.kill()  # signalled directly now; its exit is seen through a pidfd
+    assert await asyncio.wait_for(child.wait(), 10) == CODE_UNKNOWN
+    await forks.close()
+
+
+def ask(sock: socket.socket, msg: bytes) -> dict:
+    sock.sendall(msg + b"\n")
+    return json.loads(sock.makefile().readline())
+
+
+def test_hostile_requests_are_refused_and_the_server_keeps_serving(server, tmp_path):
+    proc, sock = server
+    assert "error" in ask(sock, b"not json")
+    assert "not a pykubelet service" in ask(sock, json.dumps(
+        {"op": "spawn", "name": "../../bin/sh", "args": [], "log": str(tmp_path / "x"), "env": {}}).encode())["error"]
+    assert "strings" in ask(sock, json.dumps(
+        {"op": "spawn", "name": "probe", "args": [1], "log": str(tmp_path / "x"), "env": {}}).encode())["error"]
+    assert "error" in ask(sock, json.dumps(
+        {"op": "spawn", "name": "probe", "args": [], "log": "/nonexistent/dir/log", "env": {}}).encode())
+    # A pid that is not one of its children is never signalled (here: a process of ours).
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        sock.sendall(json.dumps({"op": "signal", "pid": bystander.pid, "signal": 9}).encode() + b"\n")
+        sock.sendall(json.dumps({"op": "signal", "pid": "1; rm -rf /", "signal": 9}).encode() + b"\n")
+        assert "error" in json.loads(sock.makefile().readline())
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+    log = tmp_path / "ok.log"
+    assert "pid" in ask(sock, json.dumps({"op": "spawn", "name": "probe", "args": ["--help"], "log": str(log),
+                                          "env": {}}).encode()), "still serving after all that"
+    # A message that never ends is not the supervisor talking: the server leaves.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it may leave mid-message
+        sock.sendall(b"x" * (2 << 20))
+    assert proc.wait(timeout=10) == 2
