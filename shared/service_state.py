@@ -22,8 +22,9 @@ from shared.store import ServiceState, Store
 log = logging.getLogger(__name__)
 
 HEARTBEAT_PERIOD = 10.0
-# A reconcile is written at once unless one was written this recently (the heartbeat carries it).
-SYNC_WRITE_INTERVAL = 5.0
+# A reconcile is written at once unless one was written this recently: the heartbeat carries the
+# latest one, so a service reconciling every few seconds adds no commits of its own.
+SYNC_WRITE_INTERVAL = 2 * HEARTBEAT_PERIOD
 # A service not heard from for three heartbeats is taken as down (killed, stopped, hung).
 STALE_AFTER = 3 * HEARTBEAT_PERIOD
 

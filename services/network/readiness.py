@@ -18,6 +18,10 @@ from shared.store.models import utcnow
 
 log = logging.getLogger(__name__)
 
+# The runtime's network status is polled every 5 s once ready (as the kubelet polls runtime
+# status), every second until then so a starting node is ready soon after containerd is.
+READY_PERIOD, NOT_READY_PERIOD = 5.0, 1.0
+
 
 def choose_pod_cidr(node_cidr: str | None, configured: str) -> str:
     """In cluster mode the Node's spec.podCIDR wins; the configured one is the fallback."""
@@ -26,15 +30,16 @@ def choose_pod_cidr(node_cidr: str | None, configured: str) -> str:
 
 class NetworkManager:
     def __init__(self, store: Store, bus: Bus, health: RuntimeHealth, pod_cidr: str, root_dir: Path,
-                 period: float = 2.0) -> None:
+                 period: float = READY_PERIOD, not_ready_period: float = NOT_READY_PERIOD) -> None:
         self.store = store
         self.bus = bus
         self.health = health
         self.configured_pod_cidr = pod_cidr
         self.pod_cidr = pod_cidr
         self.conf_dir, self.ipam_dir = cni_conf_dir(root_dir), cni_ipam_dir(root_dir)
-        self.period = period
+        self.period, self.not_ready_period = period, not_ready_period
         self._last: tuple[bool, str] | None = None
+        self._written: tuple[str, bool, str, str, str] | None = None
 
     def use_node_pod_cidr(self, node_cidr: str) -> None:
         chosen = choose_pod_cidr(node_cidr, self.configured_pod_cidr)
@@ -61,10 +66,12 @@ class NetworkManager:
             reason = "" if ready else "NetworkPluginNotReady"
             if not ready:
                 message = f"container runtime network not ready: {message}"
-        with self.store.session() as s:
-            s.merge(NetworkStatus(id=1, pod_cidr=self.pod_cidr, ready=ready, reason=reason,
-                                  message=message if not ready else "ok",
-                                  conf_path=str(path or ""), updated_at=utcnow()))
+        row = (self.pod_cidr, ready, reason, message if not ready else "ok", str(path or ""))
+        if row != self._written:  # a write only when something changed: no store commit per poll
+            with self.store.session() as s:
+                s.merge(NetworkStatus(id=1, pod_cidr=row[0], ready=row[1], reason=row[2], message=row[3],
+                                      conf_path=row[4], updated_at=utcnow()))
+            self._written = row
         if self._last != (ready, message):
             self._last = (ready, message)
             log.info("network %s%s", "ready" if ready else "not ready: ", "" if ready else message)
@@ -84,4 +91,4 @@ class NetworkManager:
                 log.error("cannot write CNI config in %s: %s", self.conf_dir, exc)
             except DatabaseError as exc:  # a full disk: the next round tries again
                 log.error("cannot record the network state in the store: %s", exc.orig)
-            await asyncio.sleep(self.period)
+            await asyncio.sleep(self.period if self._last and self._last[0] else self.not_ready_period)
