@@ -25,16 +25,21 @@ class Pykubelet:
     node_name = NODE_NAME
     sandbox_labels = {"pykubelet.io/managed": "true"}
 
-    def __init__(self, root: Path, cp: ControlPlane | None, extra_config: str = "") -> None:
+    def __init__(self, root: Path, cp: ControlPlane | None, extra_config: str = "", exec_services: bool = False) -> None:
         self.root = root
         self.cp = cp
         self.extra_config = extra_config
+        # The systemd units' layout: every service an interpreter of its own, no shared pages.
+        self.exec_services = exec_services
+        self.label = "pykubelet-exec" if exec_services else "pykubelet"
         self.node = None
         self._store: Store | None = None
 
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         argv = ["--kubeconfig", str(self.cp.node_kubeconfig)] if self.cp else []
+        if self.exec_services:
+            argv.append("--exec-services")
         # launch_node writes the tests' config (logs rotated at 4Ki); these later keys override it
         # (PyYAML keeps the last) so both agents rotate logs alike (bench/real_kubelet.py). In
         # cluster mode the kubelet API trusts the cluster CA for client certificates, as the
@@ -68,7 +73,11 @@ class Pykubelet:
         return self.node.image(name)
 
     def pids(self) -> dict[str, int]:
-        return {name: self.node.service_pid(name) for name in [*SERVICES, "nats"]}
+        """Everything pykubelet runs (the registry serves both agents' images: not counted)."""
+        names = [*SERVICES, "nats", "supervisor"]
+        if (self.node.root / "run" / "fork-server.pid").exists():
+            names.append("fork-server")
+        return {name: self.node.service_pid(name) for name in names}
 
     def metrics_urls(self) -> dict[str, str]:
         return {name: self.node.admin(name) + "/metrics" for name in SERVICES}
@@ -90,7 +99,7 @@ class Pykubelet:
 
 
 class Kubelet:
-    name = "kubelet"
+    name = label = "kubelet"
     node_name = KUBELET_NODE
     sandbox_labels: dict[str, str] = {}
 

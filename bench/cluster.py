@@ -257,52 +257,63 @@ async def node_api_logs_exec(agent, api, cp: ControlPlane, progress) -> dict:
     return {"logs": logs, "exec": exec_}
 
 
+ALL_PHASES = frozenset({"startup", "floor", "bus", "steady", "probe", "node-api"})
+# What each agent is measured on. pykubelet's systemd layout (every service exec'd on its own, as
+# the units start them) only for its steady-state cost: everything else is the same code.
+PHASES = {"pykubelet": ALL_PHASES, "pykubelet-exec": frozenset({"steady"}),
+          "kubelet": ALL_PHASES - {"floor", "bus"}}
+ONLY = {"node-api": frozenset({"node-api"}), "footprint": frozenset({"steady", "probe"})}
+
+
 async def run_agent(agent, api, cp: ControlPlane, steady_seconds: float, probe_seconds: float, targets: Targets,
-                    progress, with_floor: bool, only: str | None = None) -> dict:
-    """All phases; only="node-api": just the kubelet API figures (the 100 pods for stats/summary
-    are started, but no startup, steady-state or probe figures are taken)."""
-    full = only is None
-    progress(f"{agent.name}: starting a node joined to the API server ...")
+                    progress, phases: frozenset[str]) -> dict:
+    """The phases asked for. The workloads' pods are started whenever a phase needs them running
+    (steady state at 30 and 100 pods, stats/summary at 100)."""
+    label_of = agent.label
+    progress(f"{label_of}: starting a node joined to the API server ...")
     await agent.start()
     await wait_node_ready(api, agent.node_name)
     image = agent.image("busybox")
-    out: dict = {"startup": {}, "steady": {}, "node_api": {}} if full else {"node_api": {}}
+    out: dict = {}
     await create_and_wait(api, [pod_manifest("warm", image, agent.node_name)], None, "startup")
     await delete_all(api, agent.endpoint, agent.sandbox_labels, "startup")
-    if full:
-        progress(f"{agent.name}: steady state with 0 pods for {steady_seconds:.0f}s ...")
-        out["steady"]["0"] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
+    if "steady" in phases:
+        progress(f"{label_of}: steady state with 0 pods for {steady_seconds:.0f}s ...")
+        out.setdefault("steady", {})["0"] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
     for label, count, rate in WORKLOADS:
-        if not full and count != STATS_AT:
+        steady = "steady" in phases and count in STEADY_AT
+        stats = "node-api" in phases and count == STATS_AT
+        if not ("startup" in phases or steady or stats):
             continue
-        progress(f"{agent.name}: pod startup, {label} ...")
+        progress(f"{label_of}: pod startup, {label} ...")
         pods = [pod_manifest(f"s{count}-{i}", image, agent.node_name) for i in range(count)]
-        before, t0 = ((scrape(agent), time.monotonic()) if full and agent.name == "pykubelet" and count == 100
-                      else (None, 0))
+        bus = "bus" in phases and count == 100
+        before, t0 = (scrape(agent), time.monotonic()) if bus else (None, 0.0)
         times = await create_and_wait(api, pods, rate, "startup")
         if before is not None:
             out["bus_store_100_pods"] = bus_and_store(before, scrape(agent), time.monotonic() - t0)
         result = {"startup": summary(times)}
-        if count in STEADY_AT or count == STATS_AT:
+        if steady or stats:
             await asyncio.sleep(5)  # let the start-up work drain
-        if full and count in STEADY_AT:
-            progress(f"{agent.name}: steady state with {count} pods for {steady_seconds:.0f}s ...")
+        if steady:
+            progress(f"{label_of}: steady state with {count} pods for {steady_seconds:.0f}s ...")
             out["steady"][str(count)] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
-        if count == STATS_AT:  # after the steady-state window, which it would disturb
-            out["node_api"][f"stats_summary_{count}_pods"] = await node_api.stats_summary_latency(
+        if stats:  # after the steady-state window, which it would disturb
+            out.setdefault("node_api", {})[f"stats_summary_{count}_pods"] = await node_api.stats_summary_latency(
                 cp, api, agent, progress)
         result["delete_all_seconds"] = round(await delete_all(api, agent.endpoint, agent.sandbox_labels,
                                                               "startup"), 2)
-        if not full:
+        if "startup" not in phases:
             continue
-        if with_floor:
-            progress(f"{agent.name}: {label} straight through CRI (the floor) ...")
+        if "floor" in phases:
+            progress(f"{label_of}: {label} straight through CRI (the floor) ...")
             floor = await cri_floor(agent.endpoint, agent.root / "floor-logs", image, count, rate)
             result["cri_floor"] = summary(floor)
-        out["startup"][label] = result
-    if full:
+        out.setdefault("startup", {})[label] = result
+    if "probe" in phases:
         out["probe_load"] = await probe_load(agent, api, targets, probe_seconds, progress)
-    out["node_api"].update(await node_api_logs_exec(agent, api, cp, progress))
+    if "node-api" in phases:
+        out.setdefault("node_api", {}).update(await node_api_logs_exec(agent, api, cp, progress))
     return out
 
 
@@ -314,12 +325,16 @@ def run(root: Path, steady_seconds: float, probe_seconds: float, progress=print,
 
     async def go():
         api = await k8s(cp.admin_kubeconfig)
+        agents = [Pykubelet(root / "pykubelet", cp), Pykubelet(root / "pykubelet-exec", cp, exec_services=True),
+                  Kubelet(root / "kubelet", cp)]
         try:
-            for agent in (Pykubelet(root / "pykubelet", cp), Kubelet(root / "kubelet", cp)):
+            for agent in agents:
+                phases = PHASES[agent.label] & ONLY.get(only, ALL_PHASES)
+                if not phases:
+                    continue
                 try:
-                    results[agent.name] = await run_agent(agent, api, cp, steady_seconds, probe_seconds, targets,
-                                                          progress, with_floor=agent.name == "pykubelet" and not only,
-                                                          only=only)
+                    results[agent.label] = await run_agent(agent, api, cp, steady_seconds, probe_seconds, targets,
+                                                           progress, phases)
                 finally:
                     await agent.stop()
         finally:

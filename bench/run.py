@@ -69,6 +69,35 @@ def _node_api_table(py: dict, kube: dict) -> list[str]:
     return lines
 
 
+def _steady_tables(py: dict, exec_: dict, kube: dict, py_probe: dict | None, kube_probe: dict | None) -> list[str]:
+    nan = float("nan")
+    lines = ["", "Steady state, cluster mode (pykubelet: all its processes + NATS, `pykubelet up` forking its services "
+                 "from one process; the systemd units' layout: every service exec'd on its own; kubelet: its "
+                 "process; containerd excluded for all)",
+             f"  {'running pods':<13} {'CPU pykubelet':>14} {'CPU kubelet':>12} {'PSS pykubelet':>14} "
+             f"{'PSS kubelet':>12} {'PSS systemd layout':>19} {'CPU systemd layout':>19}"]
+    for count, r in py.items():
+        k, e = kube.get(count, {}), exec_.get(count, {})
+        lines.append(f"  {count:<13} {r['cpu_cores']:>11.3f} c {k.get('cpu_cores', nan):>9.3f} c "
+                     f"{r['pss_mib']:>10.1f} MiB {k.get('pss_mib', nan):>8.1f} MiB {e.get('pss_mib', nan):>15.1f} MiB "
+                     f"{e.get('cpu_cores', nan):>17.3f} c")
+    # Per process: where the figures above come from.
+    windows = {f"{n} pods": r for n, r in py.items()}
+    if py_probe:
+        windows["probe load"] = py_probe
+    names = list(next(iter(windows.values()))["per_process"])
+    lines += ["", "  pykubelet per process, PSS MiB / CPU cores"
+                  + ("  (the kubelet: one process, figures above)" if kube or kube_probe else ""),
+              "    " + f"{'process':<16}" + "".join(f"{w:>20}" for w in windows)]
+    for name in names:
+        cells = []
+        for r in windows.values():
+            pp = r["per_process"].get(name)
+            cells.append(f"{pp['pss_mib']:>9.1f} / {pp['cpu_cores']:.3f}" if pp else "-")
+        lines.append("    " + f"{name:<16}" + "".join(f"{c:>20}" for c in cells))
+    return lines
+
+
 def render(out: dict) -> str:
     lines: list[str] = []
     c, s = out.get("cluster", {}), out.get("standalone", {})
@@ -83,14 +112,8 @@ def render(out: dict) -> str:
         lines += _startup_table("standalone: static pod file written -> the agent reports it Running",
                                 s.get("pykubelet", {}), s.get("kubelet", {}), floor)
     if py.get("steady"):
-        lines += ["", "Steady state, cluster mode (pykubelet: all its processes + NATS; kubelet: its process; "
-                      "containerd excluded for both)",
-                  f"  {'running pods':<13} {'CPU pykubelet':>14} {'CPU kubelet':>12} {'PSS pykubelet':>14} "
-                  f"{'PSS kubelet':>12}"]
-        for count, r in py["steady"].items():
-            k = kube.get("steady", {}).get(count, {})
-            lines.append(f"  {count:<13} {r['cpu_cores']:>11.3f} c {k.get('cpu_cores', float('nan')):>9.3f} c "
-                         f"{r['pss_mib']:>10.1f} MiB {k.get('pss_mib', float('nan')):>8.1f} MiB")
+        lines += _steady_tables(py["steady"], c.get("pykubelet-exec", {}).get("steady", {}), kube.get("steady", {}),
+                                py.get("probe_load"), kube.get("probe_load"))
     if py.get("probe_load"):
         lines += ["", "Probe load, cluster mode (100 host-network pods x 3 containers, readiness httpGet + liveness "
                       "tcpSocket every 1s each)",
@@ -128,11 +151,12 @@ def main() -> int:
     p.add_argument("--steady-seconds", type=float, default=60, help="steady-state window per pod count")
     p.add_argument("--probe-seconds", type=float, default=60, help="probe load window")
     p.add_argument("--skip", action="append", default=[], choices=["cluster", "standalone", "eviction"])
-    p.add_argument("--only", choices=["node-api", "eviction"],
+    p.add_argument("--only", choices=["node-api", "eviction", "footprint"],
                    help="node-api: only the kubelet API figures (cluster mode, both agents; a few minutes); "
-                        "eviction: only the eviction reaction time (both agents; a few minutes)")
+                        "eviction: only the eviction reaction time (both agents; a few minutes); "
+                        "footprint: only steady-state CPU and memory and the probe load (cluster mode; ~12 minutes)")
     args = p.parse_args()
-    if args.only == "node-api":
+    if args.only in ("node-api", "footprint"):
         args.skip = [*args.skip, "standalone", "eviction"]
     elif args.only == "eviction":
         args.skip = [*args.skip, "standalone", "cluster"]
