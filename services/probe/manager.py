@@ -25,17 +25,20 @@ from shared.store.models import utcnow
 log = logging.getLogger(__name__)
 
 KINDS = ("startup", "liveness", "readiness")
+# Pod changes arrive as events and reconcile just those pods; the full pass behind them only
+# covers a lost event, and reads every pod: not more often than this (seconds).
+RESYNC_EVERY = 10.0
 
 
 def _epoch(rfc3339: str | None) -> float:
     if not rfc3339:
         return 0.0
-    return datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.fromisoformat(rfc3339).replace(tzinfo=timezone.utc).timestamp()
 
 
 class ProbeManager:
     def __init__(self, store: Store, bus: Bus, runtime: RuntimeService, events: Recorder,
-                 resync_every: float = 2.0) -> None:
+                 resync_every: float = RESYNC_EVERY) -> None:
         self.store = store
         self.events = events
         self.bus = bus

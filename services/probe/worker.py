@@ -75,6 +75,11 @@ class ProbeWorker:
         self._run_count = 0
         self.on_hold = False
         self.last_failure = ""  # what the last failed run said, for the admin view
+        self._labels = (key.kind.capitalize(), key.container, key.pod_name, key.namespace)
+        # Its counters, looked up once: their series carry the pod UID, so they are this worker's
+        # alone (the duration's are not: a pod recreated under the same name shares them).
+        self._total = {result: PROBE_TOTAL.labels(*self._labels, result, key.pod_uid)
+                       for result in ("successful", "failed")}
 
     def set_target(self, target: Target | None) -> None:
         if target is not None and target.container_id != self.container_id:
@@ -128,9 +133,8 @@ class ProbeWorker:
             return
         start = time.monotonic()
         outcome = await self._run_probe(t)
-        labels = (self.key.kind.capitalize(), self.key.container, self.key.pod_name, self.key.namespace)
-        PROBE_DURATION.labels(*labels).observe(time.monotonic() - start)
-        PROBE_TOTAL.labels(*labels, _RESULT_LABEL[outcome.result], self.key.pod_uid).inc()
+        PROBE_DURATION.labels(*self._labels).observe(time.monotonic() - start)
+        self._total[_RESULT_LABEL[outcome.result]].inc()
         if outcome.result == probers.WARNING:
             log.warning("%s probe of %s/%s: %s", self.key.kind, self.key.pod_name, self.key.container,
                         outcome.output[:200])

@@ -92,6 +92,23 @@ async def test_tcp_probe_and_no_time_wait():
     assert tw == []
 
 
+async def test_tcp_and_http_probes_resolve_a_host_name_and_time_out():
+    server, port = await http_server(responder(200, b"ok"))
+    assert (await probers.tcp_probe("localhost", port, 1)).ok
+    assert (await probers.http_probe("http", "localhost", port, "/", {}, 1)).output == "ok"
+    out = await probers.tcp_probe("no-such-host.invalid", port, 1)
+    assert not out.ok and out.output.startswith("dial tcp no-such-host.invalid:")
+    server.close()
+
+    async def silent(reader, writer):  # accepts, never answers
+        await asyncio.sleep(5)
+        writer.close()
+    server, port = await http_server(silent)
+    out = await probers.http_probe("http", "127.0.0.1", port, "/", {}, 0.3)
+    assert not out.ok and "context deadline exceeded" in out.output
+    server.close()
+
+
 async def test_grpc_health():
     server = grpc.aio.server()
     servicer = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
