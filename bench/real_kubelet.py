@@ -55,7 +55,7 @@ class RealKubelet:
         self.infra.log_dir.mkdir(parents=True, exist_ok=True)
         self.infra.run_dir.mkdir(parents=True, exist_ok=True)
         await self.infra.start_registry()
-        await asyncio.to_thread(self.infra.push_images)
+        await self.infra.push_images()
         await self.infra.start_containerd()
         write_conflist(cni_conf_dir(self.root), POD_CIDR, cni_ipam_dir(self.root))
         config = self.root / "kubelet.yaml"
