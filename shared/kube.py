@@ -1,18 +1,72 @@
-"""The Kubernetes API client every cluster-mode service uses: a maintained async client
-(kubernetes_asyncio) behind the kubelet's client-side rate limit (kubeAPIQPS / kubeAPIBurst),
-one budget for the whole node (shared/api_budget.py)."""
+"""The Kubernetes API as the node's services use it: JSON objects in and out over one httpx
+client, behind the kubelet's client-side rate limit (kubeAPIQPS / kubeAPIBurst), one budget for
+the whole node (shared/api_budget.py).
+
+The kubeconfig (clusters, contexts, client certificates, tokens, exec plugins) is read by
+lightkube's config loader. Requests are plain REST on resource paths: every service works with
+API objects as dicts (the manifests it stores, the statuses it writes, what it compares), and
+some calls need a DeleteOptions body (UID preconditions, as the kubelet deletes pods) that typed
+clients leave out. A typed client's models would also cost each service tens of MiB.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import AsyncIterator
+from urllib.parse import quote
 
-from kubernetes_asyncio import client, config
+import httpx
 
 from shared.api_budget import SharedTokenBucket, budget_file
+from shared.config import ConfigError
 from shared.json_types import JSONObject
+
+# Every API call is bounded (seconds); a watch is bounded by its server-side timeout.
+REQUEST_TIMEOUT = 30.0
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class KubeconfigError(ConfigError):
+    pass
+
+
+class ApiError(Exception):
+    """The API server answered with an error status (or a watch sent an ERROR event)."""
+
+    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
+        super().__init__(f"{status} {reason}: {message}".rstrip(": "))
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def path(group_version: str, plural: str, name: str | None = None, namespace: str | None = None,
+         subresource: str | None = None) -> str:
+    """A resource's URL path; every name is escaped, so none can reach another path."""
+    parts = ["api" if "/" not in group_version else "apis", group_version]
+    if namespace is not None:
+        parts += ["namespaces", quote(namespace, safe="")]
+    parts.append(plural)
+    if name is not None:
+        parts.append(quote(name, safe=""))
+    if subresource is not None:
+        parts.append(subresource)
+    return "/" + "/".join(parts)
+
+
+def _error(resp: httpx.Response) -> ApiError:
+    try:
+        status = resp.json()
+    except ValueError:
+        status = {}
+    if not isinstance(status, dict):
+        status = {}
+    return ApiError(resp.status_code, str(status.get("reason") or resp.reason_phrase),
+                    str(status.get("message") or resp.text[:200]))
 
 
 class TokenBucket:
@@ -38,40 +92,119 @@ class TokenBucket:
                 await asyncio.sleep((1 - self._tokens) / self.qps)
 
 
-class RateLimitedApiClient(client.ApiClient):
-    def __init__(self, configuration: client.Configuration, bucket: TokenBucket | SharedTokenBucket) -> None:
-        super().__init__(configuration=configuration)
-        self._bucket = bucket
+class KubeApi:
+    def __init__(self, http: httpx.AsyncClient, budget: SharedTokenBucket | None = None) -> None:
+        self.http = http
+        self._budget = budget
 
-    async def call_api(self, *args: Any, **kwargs: Any) -> Any:
-        await self._bucket.acquire()
-        return await super().call_api(*args, **kwargs)
+    async def request(self, method: str, url: str, body: object = None, content_type: str = "application/json",
+                      params: dict[str, str] | None = None) -> JSONObject:
+        content = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": content_type} if content is not None else {}
+        resp = await self.http.request(method, url, content=content, headers=headers, params=params)
+        if resp.status_code >= 400:
+            raise _error(resp)
+        data = resp.json() if resp.content else {}
+        return data if isinstance(data, dict) else {}
+
+    async def get(self, url: str, **params: str) -> JSONObject:
+        return await self.request("GET", url, params=params or None)
+
+    async def get_or_none(self, url: str) -> JSONObject | None:
+        try:
+            return await self.get(url)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create(self, url: str, body: JSONObject) -> JSONObject:
+        return await self.request("POST", url, body)
+
+    async def patch(self, url: str, body: JSONObject, content_type: str = MERGE_PATCH) -> JSONObject:
+        return await self.request("PATCH", url, body, content_type)
+
+    async def delete(self, url: str, grace_period: int | None = None, uid: str | None = None) -> None:
+        """Delete; with uid, only the object with that UID (409 if the name is someone else's now)."""
+        options: JSONObject = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period is not None:
+            options["gracePeriodSeconds"] = grace_period
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        await self.request("DELETE", url, options)
+
+    async def list(self, url: str, **params: str) -> tuple[list[JSONObject], str]:
+        """All items (a single page) and the list's resourceVersion, to watch from."""
+        data = await self.get(url, **params)
+        items = data.get("items") or []
+        meta = data.get("metadata") or {}
+        return ([i for i in items if isinstance(i, dict)] if isinstance(items, list) else [],
+                str(meta.get("resourceVersion", "")) if isinstance(meta, dict) else "")
+
+    async def watch(self, url: str, resource_version: str, timeout_seconds: int,
+                    **params: str) -> AsyncIterator[tuple[str, JSONObject]]:
+        """(type, object) of each change after resource_version, until the server ends the
+        watch (timeout_seconds). An ERROR event raises ApiError: 410 means the version is too
+        old, list again."""
+        query = {**params, "watch": "1", "resourceVersion": resource_version,
+                 "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
+        timeout = httpx.Timeout(REQUEST_TIMEOUT, read=timeout_seconds + REQUEST_TIMEOUT)
+        async with self.http.stream("GET", url, params=query, timeout=timeout) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                raise _error(resp)
+            async for line in resp.aiter_lines():
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object")
+                if not isinstance(obj, dict) or not isinstance(kind, str):
+                    raise ApiError(500, "BadWatchEvent", f"unexpected watch event: {line[:200]}")
+                if kind == "ERROR":
+                    raise ApiError(int(obj.get("code") or 500), str(obj.get("reason") or ""),
+                                   str(obj.get("message") or ""))
+                yield kind, obj
+
+    async def close(self) -> None:
+        await self.http.aclose()
+        if self._budget is not None:
+            self._budget.close()
 
 
-# Every API call is bounded (seconds); watches set their own server-side timeout.
-REQUEST_TIMEOUT = 30
-MERGE_PATCH = "application/merge-patch+json"
-
-
-async def patch_pod_status(core: client.CoreV1Api, namespace: str, name: str, uid: str,
-                           status: JSONObject) -> bool:
+async def patch_pod_status(api: KubeApi, namespace: str, name: str, uid: str, status: JSONObject) -> bool:
     """Write a pod's status, only to the pod with this UID; False when that pod is gone (404)
     or the name now belongs to another pod (409)."""
-    body = {"metadata": {"uid": uid}, "status": status}
     try:
-        # kubernetes_asyncio's bundled .pyi leave out _content_type; the method takes it through
-        # **kwargs (it is in its all_params) and sends it as the Content-Type header.
-        await core.patch_namespaced_pod_status(name, namespace, body, _content_type=MERGE_PATCH,  # type: ignore[call-arg]
-                                               _request_timeout=REQUEST_TIMEOUT)
+        await api.patch(path("v1", "pods", name, namespace, "status"), {"metadata": {"uid": uid}, "status": status})
         return True
-    except client.exceptions.ApiException as exc:
+    except ApiError as exc:
         if exc.status in (404, 409):
             return False
         raise
 
 
-async def api_client(kubeconfig: Path, qps: float, burst: int, root_dir: Path) -> client.ApiClient:
+async def api_client(kubeconfig: Path, qps: float, burst: int, root_dir: Path) -> KubeApi:
     """A client drawing on the node's API budget, kept under root_dir by every service."""
-    cfg = client.Configuration()
-    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    return RateLimitedApiClient(cfg, SharedTokenBucket(budget_file(root_dir), qps, burst))
+    # Imported here: what only cluster mode needs is not loaded by a standalone node.
+    import yaml
+    from lightkube.config import client_adapter
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.core.exceptions import ConfigError as LightkubeConfigError
+
+    try:
+        cfg = KubeConfig.from_file(kubeconfig).get()
+        if cfg is None or cfg.user is None:
+            raise KubeconfigError("it has no current context with a cluster and a user; set current-context "
+                                  "(kubectl config use-context)")
+        verify = client_adapter.verify_cluster(cfg.cluster, cfg.user, cfg.abs_file)  # CA, client certificate
+        auth = client_adapter.user_auth(cfg.user)  # token, token file or exec plugin
+    except (OSError, ValueError, yaml.YAMLError, LightkubeConfigError, KubeconfigError) as exc:
+        raise KubeconfigError(f"cannot use kubeconfig {kubeconfig}: {exc}") from None
+    bucket = SharedTokenBucket(budget_file(root_dir), qps, burst)
+
+    async def take_token(_: httpx.Request) -> None:
+        await bucket.acquire()
+
+    http = httpx.AsyncClient(base_url=cfg.cluster.server, verify=verify, auth=auth, timeout=REQUEST_TIMEOUT,
+                             event_hooks={"request": [take_token]}, trust_env=False)
+    return KubeApi(http, bucket)

@@ -34,7 +34,7 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.checks["network"] = manager.ready
     ctx.spawn("network-reconcile", manager.run(ctx.synced))
     if ctx.settings.cluster_mode:
-        # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
+        # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.network.node_cidr import NodePodCIDRWatcher
         from shared.kube import api_client
 

@@ -46,7 +46,7 @@ async def setup(ctx: ServiceContext) -> None:
     sources: list = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
     env_source = None
     if ctx.settings.cluster_mode:
-        # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
+        # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.pod_sync.api_source import ApiPodSource
         from services.pod_sync.env_sources import ApiEnvSource
         from shared.kube import api_client

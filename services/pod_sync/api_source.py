@@ -7,16 +7,14 @@ watch failure, list again. Every list result is applied as a whole, so nothing i
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any, Awaitable, Callable
 
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import delete, select
 
 from shared.podspec import ManifestInvalid, validate_pod
 from shared.events import Recorder
+from shared.kube import ApiError, KubeApi, path
 from shared.retry import keep_running
 from shared.store import DesiredPod, ManifestError, RefusedPod, Store
 
@@ -37,10 +35,10 @@ REFUSED_REASON = "UnsupportedPodSpec"
 
 
 class ApiPodSource:
-    def __init__(self, api: client.ApiClient, node_name: str, store: Store,
+    def __init__(self, api: KubeApi, node_name: str, store: Store,
                  on_change: Callable[[set[str]], Awaitable[None]] | None = None,
                  events: Recorder | None = None) -> None:
-        self.v1 = client.CoreV1Api(api)
+        self.api = api
         self.node_name = node_name
         self.store = store
         self.on_change = on_change
@@ -169,17 +167,14 @@ class ApiPodSource:
     # -- list + watch ------------------------------------------------------------------------
 
     async def _list(self) -> tuple[list[dict[str, Any]], str]:
-        resp = await self.v1.list_pod_for_all_namespaces(field_selector=self.field_selector,
-                                                         _preload_content=False, _request_timeout=30)
-        body = json.loads(await resp.read())
-        return body.get("items", []), body["metadata"]["resourceVersion"]
+        return await self.api.list(path("v1", "pods"), fieldSelector=self.field_selector)
 
     async def _notify(self, changed: set[str]) -> None:
         if changed and self.on_change is not None:
             await self.on_change(changed)
 
     async def run(self) -> None:
-        # aiohttp and the API raise many kinds of errors: any failure lists again after a back-off.
+        # httpx and the API raise many kinds of errors: any failure lists again after a back-off.
         await keep_running("API pod source (list and watch)", self._list_and_watch, log,
                            initial=RETRY_INITIAL, cap=RETRY_MAX)
 
@@ -192,21 +187,18 @@ class ApiPodSource:
     async def _watch(self, version: str) -> str:
         """Watch until the stream ends or the version expires; return the last version seen."""
         while True:
-            w = watch.Watch()
-            async with w:
-                async for event in w.stream(self.v1.list_pod_for_all_namespaces,
-                                            field_selector=self.field_selector, resource_version=version,
-                                            timeout_seconds=WATCH_TIMEOUT, allow_watch_bookmarks=True):
-                    kind, raw = event["type"], event["raw_object"]
-                    if kind == "ERROR":
-                        if raw.get("code") == 410:
-                            log.info("API pod watch: resourceVersion too old (410 Gone); listing again")
-                            return version
-                        raise ApiException(status=raw.get("code"), reason=raw.get("message"))
+            try:
+                async for kind, raw in self.api.watch(path("v1", "pods"), version, WATCH_TIMEOUT,
+                                                      fieldSelector=self.field_selector):
                     version = raw.get("metadata", {}).get("resourceVersion", version)
                     if kind == "BOOKMARK":
                         continue
                     await self._notify(self.apply_event(kind, raw))
+            except ApiError as exc:
+                if exc.status == 410:
+                    log.info("API pod watch: resourceVersion too old (410 Gone); listing again")
+                    return version
+                raise
 
 
 def _is_mirror(pod: dict[str, Any]) -> bool:

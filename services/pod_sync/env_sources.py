@@ -15,8 +15,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import httpx
+
 from services.pod_sync.pull_secrets import Credential, PullSecretInvalid, credentials_from_secret
 from services.pod_sync.service_env import service_env
+from shared.kube import ApiError, KubeApi, path
 from shared.podspec import Container, Pod
 from shared.retry import keep_running
 
@@ -123,11 +126,8 @@ class StaticEnvSource:
 
 
 class ApiEnvSource:
-    def __init__(self, api: Any) -> None:
-        from kubernetes_asyncio import client  # cluster mode only: the client is large
-
+    def __init__(self, api: KubeApi) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
         self._services: dict[tuple[str, str], dict[str, Any]] = {}
         self._synced = asyncio.Event()
 
@@ -136,10 +136,10 @@ class ApiEnvSource:
         cms, secrets = referenced(c)
         objs = EnvObjects()
         for name in sorted(cms):
-            raw = await self._read("configMap", self.core.read_namespaced_config_map, ns, name)
+            raw = await self._read("configMap", "configmaps", ns, name)
             objs.config_maps[name] = None if raw is None else {k: str(v) for k, v in (raw.get("data") or {}).items()}
         for name in sorted(secrets):
-            raw = await self._read("secret", self.core.read_namespaced_secret, ns, name)
+            raw = await self._read("secret", "secrets", ns, name)
             objs.secrets[name] = None if raw is None else secret_data(raw)
         try:
             await asyncio.wait_for(self._synced.wait(), SERVICES_SYNC_WAIT)
@@ -153,24 +153,19 @@ class ApiEnvSource:
         out = PullCredentials()
         for ref in pod.spec.imagePullSecrets:
             try:
-                raw = await self._read("secret", self.core.read_namespaced_secret, pod.metadata.namespace, ref.name)
+                raw = await self._read("secret", "secrets", pod.metadata.namespace, ref.name)
             except EnvSourceError as exc:
                 out.add(ref.name, "", None, str(exc))
                 continue
             out.add(ref.name, (raw or {}).get("type") or "", None if raw is None else secret_data(raw))
         return out
 
-    async def _read(self, kind: str, read: Any, ns: str, name: str) -> dict[str, Any] | None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        from shared.kube import REQUEST_TIMEOUT
+    async def _read(self, kind: str, plural: str, ns: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.api.sanitize_for_serialization(await read(name, ns, _request_timeout=REQUEST_TIMEOUT))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
+            return await self.api.get_or_none(path("v1", plural, name, ns))
+        except ApiError as exc:
             raise EnvSourceError(f"couldn't get {kind} {ns}/{name}: {exc.status} {exc.reason}") from None
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (httpx.HTTPError, OSError, asyncio.TimeoutError) as exc:
             raise EnvSourceError(f"couldn't get {kind} {ns}/{name}: API server unreachable: {exc}") from None
 
     async def watch_services(self) -> None:
@@ -180,25 +175,18 @@ class ApiEnvSource:
                            initial=RETRY_INITIAL, cap=RETRY_MAX)
 
     async def _list_and_watch_services(self) -> None:
-        from kubernetes_asyncio import watch
-
-        from shared.kube import REQUEST_TIMEOUT
-        listed = self.api.sanitize_for_serialization(
-            await self.core.list_service_for_all_namespaces(_request_timeout=REQUEST_TIMEOUT))
-        self._services = {_key(s): s for s in listed.get("items") or []}
+        items, version = await self.api.list(path("v1", "services"))
+        self._services = {_key(s): s for s in items}
         self._synced.set()
-        w = watch.Watch()
-        async with w.stream(self.core.list_service_for_all_namespaces,
-                            resource_version=listed["metadata"]["resourceVersion"],
-                            timeout_seconds=WATCH_TIMEOUT) as stream:
-            async for event in stream:
-                obj = event["raw_object"]
-                if event["type"] == "DELETED":
+        try:
+            async for kind, obj in self.api.watch(path("v1", "services"), version, WATCH_TIMEOUT):
+                if kind == "DELETED":
                     self._services.pop(_key(obj), None)
-                elif event["type"] in ("ADDED", "MODIFIED"):
+                elif kind in ("ADDED", "MODIFIED"):
                     self._services[_key(obj)] = obj
-                else:  # ERROR, e.g. 410 Gone: start over from a fresh list
-                    return
+        except ApiError as exc:
+            if exc.status != 410:  # 410 Gone: start over from a fresh list
+                raise
 
 
 def _key(svc: dict[str, Any]) -> tuple[str, str]:

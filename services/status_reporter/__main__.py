@@ -32,7 +32,7 @@ async def setup(ctx: ServiceContext) -> None:
 
 
 async def start_cluster_mode(ctx: ServiceContext) -> None:
-    # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
+    # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
     from services.status_reporter.api_pods import ApiPodStatusWriter
     from services.status_reporter.events import EventPoster
     from services.status_reporter.mirror_pods import MirrorPods

@@ -8,12 +8,10 @@ import logging
 from datetime import timezone
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
 from shared import periodic
-from shared.kube import REQUEST_TIMEOUT, patch_pod_status
+from shared.kube import ApiError, KubeApi, patch_pod_status, path
 from shared.store import DesiredPod, PodStatusRecord, RefusedPod, Store
 
 log = logging.getLogger(__name__)
@@ -28,8 +26,8 @@ def refused_status(r: RefusedPod) -> dict[str, Any]:
 
 
 class ApiPodStatusWriter:
-    def __init__(self, api: client.ApiClient, store: Store, host_ip: str, resync_every: float = 10.0) -> None:
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: KubeApi, store: Store, host_ip: str, resync_every: float = 10.0) -> None:
+        self.api = api
         self.store = store
         self.resync_every = resync_every
         self.host_ip = host_ip
@@ -64,7 +62,7 @@ class ApiPodStatusWriter:
         status = {**status, "hostIP": self.host_ip}
         if self._sent.get(pod.uid) == status:
             return
-        if await patch_pod_status(self.core, pod.namespace, pod.name, pod.uid, status):
+        if await patch_pod_status(self.api, pod.namespace, pod.name, pod.uid, status):
             self._sent[pod.uid] = status
         else:
             self._sent.pop(pod.uid, None)
@@ -72,12 +70,9 @@ class ApiPodStatusWriter:
     async def _delete(self, pod: DesiredPod | RefusedPod) -> None:
         """Nothing of the pod runs any more: remove it for good (grace 0, only this UID)."""
         try:
-            await self.core.delete_namespaced_pod(
-                pod.name, pod.namespace, body=client.V1DeleteOptions(
-                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.uid)),
-                _request_timeout=REQUEST_TIMEOUT)
+            await self.api.delete(path("v1", "pods", pod.name, pod.namespace), grace_period=0, uid=pod.uid)
             log.info("pod %s/%s terminated; deleted from the API", pod.namespace, pod.name)
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status not in (404, 409):
                 raise
         self._sent.pop(pod.uid, None)

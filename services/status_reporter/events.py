@@ -10,11 +10,9 @@ import time
 import uuid
 from datetime import datetime, timezone
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from shared.bus import KubeEvent
-from shared.kube import MERGE_PATCH, REQUEST_TIMEOUT, TokenBucket
+from shared.kube import ApiError, KubeApi, TokenBucket, path
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +25,8 @@ def _now() -> str:
 
 
 class EventPoster:
-    def __init__(self, api: client.ApiClient, node_name: str, qps: float, burst: int) -> None:
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: KubeApi, node_name: str, qps: float, burst: int) -> None:
+        self.api = api
         self.node_name = node_name
         self.bucket = TokenBucket(qps, burst) if qps > 0 else None
         self.queue: asyncio.Queue[KubeEvent] = asyncio.Queue(QUEUE_LIMIT)
@@ -58,11 +56,10 @@ class EventPoster:
         if seen and time.monotonic() - seen[3] < AGGREGATE_WINDOW:
             ns, name, count, first = seen
             try:
-                await self.core.patch_namespaced_event(name, ns, {"count": count + 1, "lastTimestamp": stamp},
-                                                       _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT)
+                await self.api.patch(path("v1", "events", name, ns), {"count": count + 1, "lastTimestamp": stamp})
                 self._seen[key] = (ns, name, count + 1, first)
                 return
-            except ApiException as exc:
+            except ApiError as exc:
                 if exc.status != 404:
                     raise
         name = f"{e.name}.{uuid.uuid4().hex[:16]}"
@@ -74,7 +71,7 @@ class EventPoster:
                 "firstTimestamp": stamp, "lastTimestamp": stamp,
                 "source": {"component": "kubelet", "host": self.node_name},
                 "reportingComponent": "kubelet", "reportingInstance": self.node_name}
-        await self.core.create_namespaced_event(namespace, body, _request_timeout=REQUEST_TIMEOUT)
+        await self.api.create(path("v1", "events", namespace=namespace), body)
         self._seen[key] = (namespace, name, 1, time.monotonic())
         if len(self._seen) > 4096:  # forget the oldest half
             for k in sorted(self._seen, key=lambda k: self._seen[k][3])[:2048]:

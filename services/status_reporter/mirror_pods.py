@@ -8,16 +8,13 @@ static pod; its status follows the static pod's.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
 from shared import periodic
-from shared.kube import REQUEST_TIMEOUT, patch_pod_status
+from shared.kube import ApiError, KubeApi, patch_pod_status, path
 from shared.store import DesiredPod, PodStatusRecord, Store
 
 log = logging.getLogger(__name__)
@@ -38,8 +35,8 @@ def mirror_body(manifest: dict[str, Any], node_name: str, node_uid: str) -> dict
 
 
 class MirrorPods:
-    def __init__(self, api: client.ApiClient, store: Store, node_name: str, node_uid, host_ip: str) -> None:
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: KubeApi, store: Store, node_name: str, node_uid, host_ip: str) -> None:
+        self.api = api
         self.store = store
         self.node_name = node_name
         self.node_uid = node_uid  # callable: the Node's UID once registered
@@ -47,9 +44,7 @@ class MirrorPods:
         self._lock = asyncio.Lock()
 
     async def _existing(self) -> dict[tuple[str, str], dict]:
-        resp = await self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node_name}",
-                                                           _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
-        items = json.loads(await resp.read()).get("items", [])
+        items, _ = await self.api.list(path("v1", "pods"), fieldSelector=f"spec.nodeName={self.node_name}")
         return {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in items
                 if MIRROR in (p["metadata"].get("annotations") or {})}
 
@@ -81,13 +76,11 @@ class MirrorPods:
 
     async def _create(self, d: DesiredPod) -> dict | None:
         try:
-            pod = await self.core.create_namespaced_pod(d.namespace, mirror_body(d.manifest, self.node_name,
-                                                                                  self.node_uid()),
-                                                        _request_timeout=REQUEST_TIMEOUT)
+            pod = await self.api.create(path("v1", "pods", namespace=d.namespace),
+                                        mirror_body(d.manifest, self.node_name, self.node_uid()))
             log.info("mirror pod %s/%s created", d.namespace, d.name)
-            return {"metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
-                                 "uid": pod.metadata.uid}}
-        except ApiException as exc:
+            return {"metadata": {k: pod["metadata"][k] for k in ("name", "namespace", "uid")}}
+        except ApiError as exc:
             if exc.status == 409:
                 return None
             log.warning("mirror pod %s/%s not created: %s %s", d.namespace, d.name, exc.status, exc.reason)
@@ -96,11 +89,9 @@ class MirrorPods:
     async def _delete(self, mirror: dict) -> None:
         m = mirror["metadata"]
         try:
-            await self.core.delete_namespaced_pod(m["name"], m["namespace"], body=client.V1DeleteOptions(
-                grace_period_seconds=0, preconditions=client.V1Preconditions(uid=m["uid"])),
-                _request_timeout=REQUEST_TIMEOUT)
+            await self.api.delete(path("v1", "pods", m["name"], m["namespace"]), grace_period=0, uid=m["uid"])
             log.info("mirror pod %s/%s deleted", m["namespace"], m["name"])
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status not in (404, 409):
                 raise
 
@@ -111,7 +102,7 @@ class MirrorPods:
         if mirror.get("status", {}).get("phase") == status["phase"] and \
                 mirror.get("status", {}).get("containerStatuses") == status.get("containerStatuses"):
             return
-        await patch_pod_status(self.core, m["namespace"], m["name"], m["uid"], {**status, "hostIP": self.host_ip})
+        await patch_pod_status(self.api, m["namespace"], m["name"], m["uid"], {**status, "hostIP": self.host_ip})
 
     async def run(self, period: float = 5.0) -> None:
         await periodic.every(period, "mirror pod sync", self.sync, log)

@@ -8,14 +8,12 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
 from services.status_reporter.node_object import PRESSURE, conditions, node_status_facts, pressure_event
 from shared.host import node_labels
 from shared import periodic
-from shared.kube import MERGE_PATCH, REQUEST_TIMEOUT
+from shared.kube import ApiError, KubeApi, path
 from shared.node_resources import NO_RESERVATIONS, Reservations
 from shared.retry import until_done
 from shared.store import NetworkStatus, NodeHealth, NodePressure, Store
@@ -23,6 +21,7 @@ from shared.store import NetworkStatus, NodeHealth, NodePressure, Store
 log = logging.getLogger(__name__)
 
 LEASE_NAMESPACE = "kube-node-lease"
+LEASES = "coordination.k8s.io/v1"
 # pod-sync writes node health every few seconds; older than this means it is not running.
 HEALTH_STALE_AFTER = 30.0
 
@@ -32,12 +31,11 @@ def micro_time() -> str:
 
 
 class NodeAgent:
-    def __init__(self, api: client.ApiClient, store: Store, name: str, root_dir: str, max_pods: int,
+    def __init__(self, api: KubeApi, store: Store, name: str, root_dir: str, max_pods: int,
                  lease_seconds: int, status_every: float, report_every: float,
                  node_event: Callable[[str, str, str], None], kubelet_port: int = 10250,
                  node_ip: str = "", reservations: Reservations = NO_RESERVATIONS) -> None:
-        self.core = client.CoreV1Api(api)
-        self.coord = client.CoordinationV1Api(api)
+        self.api = api
         self.store = store
         self.name = name
         self.root_dir = root_dir
@@ -91,16 +89,15 @@ class NodeAgent:
         body = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": self.name, "labels": node_labels(self.name)}, "spec": {}}
         try:
-            node = await self.core.create_node(body, _request_timeout=REQUEST_TIMEOUT)
+            node = await self.api.create(path("v1", "nodes"), body)
             log.info("registered node %s", self.name)
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status != 409:
                 raise
             # Re-registration: reconcile our labels onto the existing Node.
-            node = await self.core.patch_node(self.name, {"metadata": {"labels": node_labels(self.name)}},
-                                              _request_timeout=REQUEST_TIMEOUT)
+            node = await self.api.patch(path("v1", "nodes", self.name), {"metadata": {"labels": node_labels(self.name)}})
             log.info("node %s already registered; reconciled", self.name)
-        self.node_uid = node.metadata.uid
+        self.node_uid = node["metadata"]["uid"]
         self.node_event("Normal", "Starting", "Starting kubelet.")
         await self.report_status(force=True)
         self.registered.set()
@@ -112,8 +109,7 @@ class NodeAgent:
         due = time.monotonic() - self._last_report_at >= self.report_every
         if not force and not due and comparable == self._last_reported:
             return
-        await self.core.patch_node_status(self.name, {"status": status}, _content_type=MERGE_PATCH,
-                                          _request_timeout=REQUEST_TIMEOUT)
+        await self.api.patch(path("v1", "nodes", self.name, subresource="status"), {"status": status})
         before = {c["type"]: c["status"] for c in (self._last_reported or {}).get("conditions", [])}
         for c in status["conditions"]:
             if c["type"] in PRESSURE and before.get(c["type"], "False") != c["status"]:
@@ -142,14 +138,13 @@ class NodeAgent:
 
     async def renew_lease(self) -> None:
         try:
-            await self.coord.patch_namespaced_lease(
-                self.name, LEASE_NAMESPACE, {"spec": {"renewTime": micro_time(), "holderIdentity": self.name,
-                                                      "leaseDurationSeconds": self.lease_seconds}},
-                _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT)
-        except ApiException as exc:
+            await self.api.patch(path(LEASES, "leases", self.name, LEASE_NAMESPACE),
+                                 {"spec": {"renewTime": micro_time(), "holderIdentity": self.name,
+                                           "leaseDurationSeconds": self.lease_seconds}})
+        except ApiError as exc:
             if exc.status != 404:
                 raise
-            await self.coord.create_namespaced_lease(LEASE_NAMESPACE, self._lease(), _request_timeout=REQUEST_TIMEOUT)
+            await self.api.create(path(LEASES, "leases", namespace=LEASE_NAMESPACE), self._lease())
 
     # -- loops ----------------------------------------------------------------------------------
 

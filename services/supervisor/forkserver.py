@@ -45,10 +45,10 @@ from shared.admin import SERVICES
 log = logging.getLogger(__name__)
 
 # What every service imports (each service's __main__ pulls in its own modules and the shared
-# stack), and in cluster mode the modules it imports only then (the Kubernetes client).
+# stack), and in cluster mode the modules it imports only then (the API client and kubeconfig loader).
 SERVICE_MAIN = {s: f"services.{s.replace('-', '_')}.__main__" for s in SERVICES}
 CLUSTER_MODULES = [
-    "shared.kube",
+    "shared.kube", "lightkube.config.kubeconfig", "lightkube.config.client_adapter",
     "services.pod_sync.api_source", "services.pod_sync.env_sources",
     "services.status_reporter.api_pods", "services.status_reporter.events",
     "services.status_reporter.mirror_pods", "services.status_reporter.node_agent",

@@ -35,7 +35,7 @@ async def setup(ctx: ServiceContext) -> None:
     objects = STANDALONE_OBJECTS
     api_objects = None
     if ctx.settings.cluster_mode:
-        # The Kubernetes client costs ~60 MiB per process: load it only in cluster mode.
+        # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.volume.api_objects import ApiObjects
         from shared.kube import api_client
 

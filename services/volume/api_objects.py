@@ -14,13 +14,10 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
-
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
+from typing import Callable
 
 from services.volume.objects import ObjectUnavailable
-from shared.kube import REQUEST_TIMEOUT
+from shared.kube import ApiError, KubeApi, path
 from shared.podspec import Pod
 
 log = logging.getLogger(__name__)
@@ -28,6 +25,8 @@ log = logging.getLogger(__name__)
 WATCH_TIMEOUT = 300
 RETRY = 5.0
 MAX_TOKEN_AGE = 24 * 3600
+PLURAL = {"configmap": "configmaps", "secret": "secrets"}
+STORAGE = "storage.k8s.io/v1"
 
 
 @dataclass
@@ -44,25 +43,17 @@ def token_needs_refresh(tok: _Token, now: float) -> bool:
 
 
 class ApiObjects:
-    def __init__(self, api: client.ApiClient, on_change: Callable[[str, str, str], None] | None = None) -> None:
+    def __init__(self, api: KubeApi, on_change: Callable[[str, str, str], None] | None = None) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
-        self.storage = client.StorageV1Api(api)
         self.on_change = on_change  # (kind, namespace, name) of a watched object that changed
         self._cache: dict[tuple[str, str, str], dict | None] = {}
         self._watches: dict[tuple[str, str, str], asyncio.Task] = {}
         self._tokens: dict[tuple, _Token] = {}
 
-    def _raw(self, obj: Any) -> dict:
-        return self.api.sanitize_for_serialization(obj)
-
     async def _get(self, kind: str, namespace: str, name: str) -> dict | None:
-        read = self.core.read_namespaced_config_map if kind == "configmap" else self.core.read_namespaced_secret
         try:
-            return self._raw(await read(name, namespace, _request_timeout=REQUEST_TIMEOUT))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
+            return await self.api.get_or_none(path("v1", PLURAL[kind], name, namespace))
+        except ApiError as exc:
             raise ObjectUnavailable(f'{kind} "{name}": {exc.status} {exc.reason}') from None
 
     async def _watched(self, kind: str, namespace: str, name: str) -> dict | None:
@@ -77,18 +68,15 @@ class ApiObjects:
 
     async def _watch(self, key: tuple[str, str, str]) -> None:
         kind, namespace, name = key
-        lister = self.core.list_namespaced_config_map if kind == "configmap" else self.core.list_namespaced_secret
         while True:
             try:
-                w = watch.Watch()
-                async with w.stream(lister, namespace, field_selector=f"metadata.name={name}",
-                                    timeout_seconds=WATCH_TIMEOUT) as stream:
-                    async for event in stream:
-                        raw = event["raw_object"]
-                        value = None if event["type"] == "DELETED" else raw
-                        if event["type"] in ("ADDED", "MODIFIED", "DELETED") and self._cache.get(key) != value:
-                            self._cache[key] = value
-                            self._changed(kind, namespace, name)
+                # No resourceVersion: the server first sends the object as it is now (ADDED).
+                async for event, raw in self.api.watch(path("v1", PLURAL[kind], namespace=namespace), "",
+                                                       WATCH_TIMEOUT, fieldSelector=f"metadata.name={name}"):
+                    value = None if event == "DELETED" else raw
+                    if event in ("ADDED", "MODIFIED", "DELETED") and self._cache.get(key) != value:
+                        self._cache[key] = value
+                        self._changed(kind, namespace, name)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # watch broke: re-read (it may have changed meanwhile), watch again
@@ -123,40 +111,40 @@ class ApiObjects:
                          "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name,
                                             "uid": pod.uid}}}
         try:
-            resp = await self.core.create_namespaced_service_account_token(
-                sa, pod.metadata.namespace, body, _request_timeout=REQUEST_TIMEOUT)
-        except ApiException as exc:
+            resp = await self.api.create(path("v1", "serviceaccounts", sa, pod.metadata.namespace, "token"), body)
+        except ApiError as exc:
             if tok is not None and time.time() < tok.expires:
                 log.warning("token refresh for %s/%s failed (%s %s); the current token is still valid",
                             pod.metadata.namespace, sa, exc.status, exc.reason)
                 return tok.value
             raise ObjectUnavailable(f'failed to fetch token for service account "{sa}": {exc.status} '
                                     f"{exc.reason}") from None
-        expires = resp.status.expiration_timestamp
-        expires_at = expires.timestamp() if isinstance(expires, datetime) else time.time() + expiration_seconds
-        self._tokens[key] = _Token(resp.status.token, time.time(), expires_at)
-        return resp.status.token
-
-    async def _read(self, fn, *args) -> dict | None:
+        status = resp.get("status") or {}
         try:
-            return self._raw(await fn(*args, _request_timeout=REQUEST_TIMEOUT))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise ObjectUnavailable(f"{fn.__name__.removeprefix('read_')} {args[0]!r}: {exc.status} {exc.reason}") \
-                from None
+            expires_at = datetime.fromisoformat(status["expirationTimestamp"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            expires_at = time.time() + expiration_seconds
+        self._tokens[key] = _Token(status["token"], time.time(), expires_at)
+        return status["token"]
+
+    async def _read(self, what: str, url: str, name: str) -> dict | None:
+        try:
+            return await self.api.get_or_none(url)
+        except ApiError as exc:
+            raise ObjectUnavailable(f"{what} {name!r}: {exc.status} {exc.reason}") from None
 
     async def persistent_volume_claim(self, namespace: str, name: str) -> dict | None:
-        return await self._read(self.core.read_namespaced_persistent_volume_claim, name, namespace)
+        return await self._read("PersistentVolumeClaim",
+                                path("v1", "persistentvolumeclaims", name, namespace), name)
 
     async def persistent_volume(self, name: str) -> dict | None:
-        return await self._read(self.core.read_persistent_volume, name)
+        return await self._read("PersistentVolume", path("v1", "persistentvolumes", name), name)
 
     async def csi_driver(self, name: str) -> dict | None:
-        return await self._read(self.storage.read_csi_driver, name)
+        return await self._read("CSIDriver", path(STORAGE, "csidrivers", name), name)
 
     async def volume_attachment(self, name: str) -> dict | None:
-        return await self._read(self.storage.read_volume_attachment, name)
+        return await self._read("VolumeAttachment", path(STORAGE, "volumeattachments", name), name)
 
     def forget_pod(self, uid: str) -> None:
         for key in [k for k in self._tokens if k[0] == uid]:
