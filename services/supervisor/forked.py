@@ -120,6 +120,7 @@ class ForkServer:
         except (OSError, ValueError) as exc:
             log.error("fork server connection failed: %s", exc)
         self.alive = False
+        self._replies.put_nowait({"error": "the fork server is gone"})  # a spawn waiting for its reply
         self._reap_server()
         if self._closing:
             return
