@@ -24,6 +24,9 @@ from tests.integration.conftest import POD_CIDR, free_port
 NAME = "kubeletnode"
 # The kubelet 1.20 opens its device-plugin socket here whatever --root-dir says.
 HARD_CODED_DIR = Path("/var/lib/kubelet")
+# Where the kubelet 1.20 writes container logs (not configurable before 1.29): the directories its
+# pods add there are removed when it stops, those that were there before are left alone.
+POD_LOGS_DIR = Path("/var/log/pods")
 
 
 class RealKubelet:
@@ -43,6 +46,7 @@ class RealKubelet:
                                          keep_pods=True, wait_pods=0))
         self.proc: subprocess.Popen | None = None
         self._made_hard_coded_dir = False
+        self._logs_before: set[str] = set()
 
     @property
     def endpoint(self) -> str:
@@ -51,7 +55,11 @@ class RealKubelet:
     def image(self, name: str) -> str:
         return f"{self.infra.registry}/pykubelet/{ {'busybox': 'busybox:1.36', 'web': 'web:1.0'}[name] }"
 
+    def _pod_log_dirs(self) -> set[str]:
+        return set(p.name for p in POD_LOGS_DIR.iterdir()) if POD_LOGS_DIR.is_dir() else set()
+
     async def start(self) -> None:
+        self._logs_before = self._pod_log_dirs()
         self.infra.log_dir.mkdir(parents=True, exist_ok=True)
         self.infra.run_dir.mkdir(parents=True, exist_ok=True)
         await self.infra.start_registry()
@@ -120,6 +128,11 @@ containerLogMaxFiles: 5
         await self.infra.down()
         for mount in sorted((m.split()[1] for m in open("/proc/mounts") if str(self.root) in m), reverse=True):
             subprocess.run(["umount", "-l", mount], capture_output=True)
+        for name in self._pod_log_dirs() - self._logs_before:
+            try:
+                remove_tree(POD_LOGS_DIR / name)
+            except MountError as exc:
+                print(f"bench: {exc}")
         if self._made_hard_coded_dir:  # it was not there before this kubelet: everything in it is its
             try:
                 remove_tree(HARD_CODED_DIR)
