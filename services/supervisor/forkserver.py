@@ -59,7 +59,7 @@ CLUSTER_MODULES = [
 RUNTIME_MODULES = [
     "anyio._backends._asyncio", "concurrent.futures.thread", "encodings.idna",
     "sqlalchemy.dialects.sqlite.pysqlite", "uvicorn.lifespan.off", "uvicorn.protocols.http.h11_impl",
-    "uvicorn.protocols.websockets.auto", "httpcore", "cryptography.x509", "bcrypt",
+    "uvicorn.protocols.websockets.auto", "httpcore", "cryptography.x509",
 ]
 MAX_MESSAGE = 1 << 20
 

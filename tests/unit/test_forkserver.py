@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from services.supervisor import forkserver
 from services.supervisor.forked import CODE_UNKNOWN, ForkServer
 from tests.integration.conftest import REPO
 
@@ -112,3 +116,42 @@ def test_hostile_requests_are_refused_and_the_server_keeps_serving(server, tmp_p
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it may leave mid-message
         sock.sendall(b"x" * (2 << 20))
     assert proc.wait(timeout=10) == 2
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    names = set()
+    for req in requirements:
+        if ";" in req and "extra ==" in req.split(";", 1)[1]:
+            continue  # only for an extra: not installed with the package
+        names.add(re.split(r"[\s=<>!~\[;(]", req, maxsplit=1)[0].lower().replace("_", "-"))
+    return names
+
+
+def test_the_preload_needs_only_what_a_node_installs():
+    """Every module the fork server imports comes with pykubelet's runtime dependencies (or
+    theirs), not with a test or bench extra: otherwise a node installed without those would run
+    without the fork server."""
+    declared = _requirement_names(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
+    installed, todo = set(), list(declared)
+    while todo:  # the runtime dependencies and everything they require
+        name = todo.pop()
+        if name in installed:
+            continue
+        installed.add(name)
+        try:
+            todo += _requirement_names(importlib.metadata.requires(name) or [])
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    owners = importlib.metadata.packages_distributions()
+    for module in [*forkserver.RUNTIME_MODULES, *forkserver.CLUSTER_MODULES]:
+        top = module.split(".")[0]
+        if top in ("services", "shared") or top in sys.stdlib_module_names:
+            continue
+        dists = {d.lower().replace("_", "-") for d in owners.get(top, [])}
+        assert dists & installed, f"{module} ({', '.join(dists) or 'not installed'}) is not a runtime dependency"
+
+
+def test_preload_imports_everything_and_starts_no_thread():
+    out = subprocess.run([sys.executable, "-c", "from services.supervisor.forkserver import preload; "
+                          "preload(True); print('ok')"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
