@@ -269,8 +269,7 @@ async def run_agent(agent, api, cp: ControlPlane, steady_seconds: float, probe_s
                     progress, phases: frozenset[str]) -> dict:
     """The phases asked for. The workloads' pods are started whenever a phase needs them running
     (steady state at 30 and 100 pods, stats/summary at 100)."""
-    label_of = agent.label
-    progress(f"{label_of}: starting a node joined to the API server ...")
+    progress(f"{agent.label}: starting a node joined to the API server ...")
     await agent.start()
     await wait_node_ready(api, agent.node_name)
     image = agent.image("busybox")
@@ -278,14 +277,14 @@ async def run_agent(agent, api, cp: ControlPlane, steady_seconds: float, probe_s
     await create_and_wait(api, [pod_manifest("warm", image, agent.node_name)], None, "startup")
     await delete_all(api, agent.endpoint, agent.sandbox_labels, "startup")
     if "steady" in phases:
-        progress(f"{label_of}: steady state with 0 pods for {steady_seconds:.0f}s ...")
+        progress(f"{agent.label}: steady state with 0 pods for {steady_seconds:.0f}s ...")
         out.setdefault("steady", {})["0"] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
     for label, count, rate in WORKLOADS:
         steady = "steady" in phases and count in STEADY_AT
         stats = "node-api" in phases and count == STATS_AT
         if not ("startup" in phases or steady or stats):
             continue
-        progress(f"{label_of}: pod startup, {label} ...")
+        progress(f"{agent.label}: pod startup, {label} ...")
         pods = [pod_manifest(f"s{count}-{i}", image, agent.node_name) for i in range(count)]
         bus = "bus" in phases and count == 100
         before, t0 = (scrape(agent), time.monotonic()) if bus else (None, 0.0)
@@ -296,7 +295,7 @@ async def run_agent(agent, api, cp: ControlPlane, steady_seconds: float, probe_s
         if steady or stats:
             await asyncio.sleep(5)  # let the start-up work drain
         if steady:
-            progress(f"{label_of}: steady state with {count} pods for {steady_seconds:.0f}s ...")
+            progress(f"{agent.label}: steady state with {count} pods for {steady_seconds:.0f}s ...")
             out["steady"][str(count)] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
         if stats:  # after the steady-state window, which it would disturb
             out.setdefault("node_api", {})[f"stats_summary_{count}_pods"] = await node_api.stats_summary_latency(
@@ -306,7 +305,7 @@ async def run_agent(agent, api, cp: ControlPlane, steady_seconds: float, probe_s
         if "startup" not in phases:
             continue
         if "floor" in phases:
-            progress(f"{label_of}: {label} straight through CRI (the floor) ...")
+            progress(f"{agent.label}: {label} straight through CRI (the floor) ...")
             floor = await cri_floor(agent.endpoint, agent.root / "floor-logs", image, count, rate)
             result["cri_floor"] = summary(floor)
         out.setdefault("startup", {})[label] = result

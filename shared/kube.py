@@ -27,7 +27,6 @@ from shared.json_types import JSONObject
 # Every API call is bounded (seconds); a watch is bounded by its server-side timeout.
 REQUEST_TIMEOUT = 30.0
 MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 
 
 class KubeconfigError(ConfigError):

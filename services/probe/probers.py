@@ -41,17 +41,18 @@ class Outcome:
         return self.result != FAILURE
 
 
-def _no_linger(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
+def _no_linger(sock: socket.socket) -> None:
+    """Closing sends a reset (SO_LINGER 0): no TIME-WAIT left behind."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
-    _no_linger(writer)
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        _no_linger(sock)
     writer.close()
     try:
         await writer.wait_closed()
@@ -91,11 +92,7 @@ async def _connect(host: str, port: int) -> socket.socket:
 
 
 def _abort(sock: socket.socket) -> None:
-    """Close with a reset (SO_LINGER 0): no TIME-WAIT left behind."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    except OSError:
-        pass
+    _no_linger(sock)
     sock.close()
 
 

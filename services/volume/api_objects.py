@@ -51,10 +51,7 @@ class ApiObjects:
         self._tokens: dict[tuple, _Token] = {}
 
     async def _get(self, kind: str, namespace: str, name: str) -> dict | None:
-        try:
-            return await self.api.get_or_none(path("v1", PLURAL[kind], name, namespace))
-        except ApiError as exc:
-            raise ObjectUnavailable(f'{kind} "{name}": {exc.status} {exc.reason}') from None
+        return await self._read(kind, path("v1", PLURAL[kind], name, namespace), name)
 
     async def _watched(self, kind: str, namespace: str, name: str) -> dict | None:
         key = (kind, namespace, name)
@@ -131,7 +128,7 @@ class ApiObjects:
         try:
             return await self.api.get_or_none(url)
         except ApiError as exc:
-            raise ObjectUnavailable(f"{what} {name!r}: {exc.status} {exc.reason}") from None
+            raise ObjectUnavailable(f'{what} "{name}": {exc.status} {exc.reason}') from None
 
     async def persistent_volume_claim(self, namespace: str, name: str) -> dict | None:
         return await self._read("PersistentVolumeClaim",
