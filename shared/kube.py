@@ -26,6 +26,10 @@ from shared.json_types import JSONObject
 
 # Every API call is bounded (seconds); a watch is bounded by its server-side timeout.
 REQUEST_TIMEOUT = 30.0
+# How long an idle connection to the API server is kept for the next request (client-go's
+# transport keeps them 90 s). httpx's default, 5 s, is shorter than the node's own 5-10 s
+# cadences (mirror pods, Lease, node status): every one of them paid a new TLS handshake.
+IDLE_CONNECTION_TIMEOUT = 90.0
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -205,5 +209,6 @@ async def api_client(kubeconfig: Path, qps: float, burst: int, root_dir: Path) -
         await bucket.acquire()
 
     http = httpx.AsyncClient(base_url=cfg.cluster.server, verify=verify, auth=auth, timeout=REQUEST_TIMEOUT,
+                             limits=httpx.Limits(keepalive_expiry=IDLE_CONNECTION_TIMEOUT),
                              event_hooks={"request": [take_token]}, trust_env=False)
     return KubeApi(http, bucket)
