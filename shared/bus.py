@@ -112,6 +112,14 @@ class PodStatusChanged(Event):
     uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
+class MirrorPodsChanged(Event):
+    """pod-sync's watch of this node's API pods saw a mirror pod added, changed or deleted:
+    status-reporter, which keeps the mirror pods, looks again."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.mirror"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
+
+
 class VolumesChanged(Event):
     """volume wrote pod_volumes rows for these pods (set up, failed, or torn down)."""
 

@@ -18,7 +18,7 @@ from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer
 from services.pod_sync.views import router
 from shared import periodic
-from shared.bus import DiskReclaimRequested
+from shared.bus import DiskReclaimRequested, MirrorPodsChanged
 from shared.cri import CRIClient
 from shared.events import BusRecorder
 from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
@@ -52,7 +52,8 @@ async def setup(ctx: ServiceContext) -> None:
         from shared.kube import api_client
 
         api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
-        sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store, events=recorder))
+        sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store, events=recorder,
+                                    on_mirror=lambda: ctx.bus.publish(MirrorPodsChanged())))
         env_source = ApiEnvSource(api)
         ctx.spawn("watch-services", env_source.watch_services())
         ctx.on_shutdown(api.close)

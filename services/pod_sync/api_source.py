@@ -37,11 +37,15 @@ REFUSED_REASON = "UnsupportedPodSpec"
 class ApiPodSource:
     def __init__(self, api: KubeApi, node_name: str, store: Store,
                  on_change: Callable[[set[str]], Awaitable[None]] | None = None,
-                 events: Recorder | None = None) -> None:
+                 events: Recorder | None = None,
+                 on_mirror: Callable[[], Awaitable[None]] | None = None) -> None:
         self.api = api
         self.node_name = node_name
         self.store = store
         self.on_change = on_change
+        # Mirror pods are not run here, but the watch sees them first: whoever keeps them
+        # (status-reporter) hears of every change instead of listing the node's pods on a timer.
+        self.on_mirror = on_mirror
         self.events = events
         self.synced = asyncio.Event()
         self.field_selector = f"spec.nodeName={node_name}"
@@ -173,6 +177,10 @@ class ApiPodSource:
         if changed and self.on_change is not None:
             await self.on_change(changed)
 
+    async def _mirror_changed(self) -> None:
+        if self.on_mirror is not None:
+            await self.on_mirror()
+
     async def run(self) -> None:
         # httpx and the API raise many kinds of errors: any failure lists again after a back-off.
         await keep_running("API pod source (list and watch)", self._list_and_watch, log,
@@ -181,6 +189,7 @@ class ApiPodSource:
     async def _list_and_watch(self) -> None:
         pods, version = await self._list()
         await self._notify(self.apply_list(pods))
+        await self._mirror_changed()
         self.synced.set()
         await self._watch(version)
 
@@ -192,6 +201,9 @@ class ApiPodSource:
                                                       fieldSelector=self.field_selector):
                     version = raw.get("metadata", {}).get("resourceVersion", version)
                     if kind == "BOOKMARK":
+                        continue
+                    if _is_mirror(raw):
+                        await self._mirror_changed()
                         continue
                     await self._notify(self.apply_event(kind, raw))
             except ApiError as exc:

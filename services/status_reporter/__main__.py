@@ -7,8 +7,8 @@ import sys
 
 from services.status_reporter.reporter import PodStatusReporter
 from services.status_reporter.views import router
-from shared.bus import (DesiredPodsChanged, KubeEvent, NodePressureChanged, PodRuntimeChanged, PodStatusChanged,
-                        ProbeResultsChanged)
+from shared.bus import (DesiredPodsChanged, KubeEvent, MirrorPodsChanged, NodePressureChanged, PodRuntimeChanged,
+                        PodStatusChanged, ProbeResultsChanged)
 from shared.coalesce import Coalescer
 from shared.service import ServiceContext, service_main
 
@@ -73,9 +73,13 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
                 log.warning("node status update after a pressure change failed: %s", exc)
 
     await ctx.bus.subscribe(NodePressureChanged, on_pressure)
+    mirror_changes = Coalescer("mirror pod sync", mirrors.on_pods)
+    for event in (MirrorPodsChanged, DesiredPodsChanged, PodStatusChanged):
+        await ctx.bus.subscribe(event, mirror_changes.handle)
+    ctx.spawn("mirror-pod-changes", mirror_changes.run())
     ctx.spawn("node-agent", agent.run())
     ctx.spawn("api-pod-status", pods.run())
-    ctx.spawn("mirror-pods", mirrors.run())
+    ctx.spawn("mirror-pods", mirrors.run(mirror_changes))
     ctx.spawn("events", events.run())
     ctx.on_shutdown(api.close)
 

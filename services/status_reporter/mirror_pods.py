@@ -3,6 +3,11 @@
 Created with the kubelet's annotation (kubernetes.io/config.mirror = the static pod's hash) and
 owned by the Node; recreated when someone deletes it or the static pod changes; deleted with the
 static pod; its status follows the static pod's.
+
+Synced when something it depends on changes: a static pod (its desired state or status, from the
+bus) or a mirror pod in the API (pod-sync's watch of the node's pods sees those and says so), and
+every RESYNC_PERIOD in case a wake-up was lost. A sync lists the node's pods, so it is not run on
+a short timer.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from shared import periodic
+from shared.coalesce import Coalescer
 from shared.kube import ApiError, KubeApi, patch_pod_status, path
 from shared.store import DesiredPod, PodStatusRecord, Store
 
@@ -21,6 +26,9 @@ log = logging.getLogger(__name__)
 
 MIRROR = "kubernetes.io/config.mirror"
 CONFIG_HASH = "kubernetes.io/config.hash"
+RESYNC_PERIOD = 60.0  # the longest a lost wake-up delays a mirror pod change (the kubelet's syncFrequency)
+REGISTRATION_POLL = 1.0  # mirror pods are owned by the Node: none before it is registered
+SOURCE_FILE = "file"
 
 
 def mirror_body(manifest: dict[str, Any], node_name: str, node_uid: str) -> dict[str, Any]:
@@ -42,20 +50,47 @@ class MirrorPods:
         self.node_uid = node_uid  # callable: the Node's UID once registered
         self.host_ip = host_ip
         self._lock = asyncio.Lock()
+        self._static: set[str] = set()  # static pod uids at the last sync
+        self._failing = False
 
     async def _existing(self) -> dict[tuple[str, str], dict]:
         items, _ = await self.api.list(path("v1", "pods"), fieldSelector=f"spec.nodeName={self.node_name}")
         return {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in items
                 if MIRROR in (p["metadata"].get("annotations") or {})}
 
+    async def on_pods(self, uids: set[str] | None) -> None:
+        """A coalesced wake-up: these pods changed (None: a mirror pod did, or it is time to
+        resync). Pods that are not static need no sync."""
+        if uids is not None and not self._concern_static(uids):
+            return
+        try:
+            await self.sync()
+        except Exception as exc:  # the next wake-up or resync tries again; pods keep running
+            if not self._failing:
+                log.warning("mirror pod sync failed (%s); retrying at the next change or in %.0fs",
+                            exc or type(exc).__name__, RESYNC_PERIOD)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("mirror pod sync works again")
+        self._failing = False
+
+    def _concern_static(self, uids: set[str]) -> bool:
+        if uids & self._static:
+            return True
+        with self.store.session() as s:
+            return s.scalar(select(DesiredPod.uid).where(DesiredPod.uid.in_(uids),
+                                                         DesiredPod.source == SOURCE_FILE).limit(1)) is not None
+
     async def sync(self) -> None:
         if not self.node_uid():
             return
         async with self._lock:
             with self.store.session() as s:
-                static = [d for d in s.scalars(select(DesiredPod).where(DesiredPod.source == "file",
+                static = [d for d in s.scalars(select(DesiredPod).where(DesiredPod.source == SOURCE_FILE,
                                                                         DesiredPod.deleting.is_(False)))]
                 statuses = {r.uid: r.status for r in s.scalars(select(PodStatusRecord))}
+            self._static = {d.uid for d in static}
             existing = await self._existing()
             wanted = {(d.namespace, d.name): d for d in static}
             for key, mirror in existing.items():
@@ -104,5 +139,11 @@ class MirrorPods:
             return
         await patch_pod_status(self.api, m["namespace"], m["name"], m["uid"], {**status, "hostIP": self.host_ip})
 
-    async def run(self, period: float = 5.0) -> None:
-        await periodic.every(period, "mirror pod sync", self.sync, log)
+    async def run(self, changes: Coalescer) -> None:
+        """The first sync once the Node is registered, then a resync every RESYNC_PERIOD;
+        changes (fed by the bus) runs on_pods."""
+        while not self.node_uid():
+            await asyncio.sleep(REGISTRATION_POLL)
+        while True:
+            changes.add(None)
+            await asyncio.sleep(RESYNC_PERIOD)

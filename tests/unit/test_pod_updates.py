@@ -122,3 +122,34 @@ def test_a_pod_the_node_cannot_run_is_refused_visibly_and_forgotten_with_its_obj
     assert source.apply_event("DELETED", deleting) == {"u1"}
     with store.session() as s:
         assert s.get(RefusedPod, "u1") is None and not s.scalars(select(ManifestError)).all()
+
+
+async def test_mirror_pods_in_the_watch_are_not_run_but_wake_their_keeper(store):
+    """A mirror pod is the API's copy of a static pod: never a pod to run here, but each change
+    to one (a user deleted it) wakes status-reporter, which recreates it."""
+    from shared.kube import ApiError
+
+    mirror = api_pod()
+    mirror["metadata"] = {**mirror["metadata"], "uid": "m1", "name": "static-node1",
+                          "annotations": {"kubernetes.io/config.mirror": "hash"}}
+
+    class Api:
+        async def watch(self, url, version, timeout, **params):
+            yield "DELETED", mirror
+            yield "ADDED", api_pod(rv="2")
+            raise ApiError(410, "Gone")
+
+    woken, changed = [], []
+
+    async def on_mirror():
+        woken.append(True)
+
+    async def on_change(uids):
+        changed.append(uids)
+
+    source = ApiPodSource(Api(), "node1", store, on_change=on_change, on_mirror=on_mirror)
+    await source._watch("1")
+    assert woken == [True]
+    assert changed == [{"u1"}]
+    with store.session() as s:
+        assert s.get(DesiredPod, "m1") is None
