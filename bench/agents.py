@@ -41,10 +41,13 @@ class Pykubelet:
         if self.exec_services:
             argv.append("--exec-services")
         # launch_node writes the tests' config (logs rotated at 4Ki); these later keys override it
-        # (PyYAML keeps the last) so both agents rotate logs alike (bench/real_kubelet.py). In
-        # cluster mode the kubelet API trusts the cluster CA for client certificates, as the
-        # kubelet's does; webhook authentication and authorization are pykubelet's defaults.
+        # (PyYAML keeps the last) so both agents rotate logs and measure volumes alike
+        # (bench/real_kubelet.py). In cluster mode the kubelet API trusts the cluster CA for client
+        # certificates, as the kubelet's does; webhook authentication and authorization are
+        # pykubelet's defaults.
         extra = f"containerLogMaxSize: {CONTAINER_LOG_MAX_SIZE}\ncontainerLogMaxFiles: 5\n"
+        # The tests measure volumes every 2 s to see usage soon; the kubelet's default is 1m.
+        extra += "volumeStatsAggPeriod: 1m\n"
         if self.cp:
             extra += f"authentication:\n  x509:\n    clientCAFile: {self.cp.ca}\n"
         extra += self.extra_config
