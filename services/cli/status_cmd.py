@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from shared.store import DesiredPod, ManifestError, NetworkStatus, PodStatusReco
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 
 EXIT_CURRENT, EXIT_NO_STATE, EXIT_NOT_RUNNING, EXIT_NOT_CURRENT = 0, 1, 3, 4
+WAIT_POLL = 0.5  # seconds between looks at the store with --wait
 
 # Who owns each part of the output; producers first (pod status is derived from pod-sync's rows).
 # Pressure is the eviction service's own observation of the node, whatever pod-sync's state.
@@ -169,6 +171,21 @@ def render_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def settled(data: dict[str, Any]) -> bool:
+    """Every pod has started or failed to (none Pending), as seen by current state."""
+    return bool(data["current"]) and all(p["phase"] != "Pending" for p in data["pods"])
+
+
+def collect_when_settled(store: Store, wait: float) -> dict[str, Any]:
+    """collect(), once the pods have settled or after `wait` seconds, whichever comes first."""
+    deadline = time.monotonic() + wait
+    while True:
+        data = collect(store)
+        if settled(data) or time.monotonic() >= deadline:
+            return data
+        time.sleep(WAIT_POLL)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="pykubelet status", description="Show the node's pods.",
@@ -177,7 +194,11 @@ def main(argv: list[str]) -> int:
                "(a service down or not reconciled since it started)")
     p.add_argument("--root-dir", default=DEFAULT_ROOT)
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="first wait up to SECONDS until no pod is Pending any more and the state is current")
     args = p.parse_args(argv)
+    if args.wait < 0:
+        p.error("--wait must be 0 or more seconds")
     db = Path(args.root_dir) / "state.db"
     if not db.exists():
         print(f"no node state in {args.root_dir} (no {db}); is a node running? Try `pykubelet up`.",
@@ -185,7 +206,7 @@ def main(argv: list[str]) -> int:
         return EXIT_NO_STATE
     store = Store(db, writer=None)
     try:
-        data = collect(store)
+        data = collect_when_settled(store, args.wait)
     except DatabaseError as exc:  # locked for too long, or damaged (the services rebuild it)
         print(f"cannot read {db}: {exc.orig}", file=sys.stderr)
         return EXIT_NO_STATE

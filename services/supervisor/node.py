@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -18,10 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.forked import ForkServer
+from services.supervisor.http_check import http_ok
 from services.supervisor.leftovers import (FORK_SERVER_PID, SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers,
                                            write_node_file)
 from services.supervisor.process import ManagedProcess
@@ -38,6 +38,7 @@ log = logging.getLogger("pykubelet.up")
 
 DEFAULT_POD_CIDR = "10.88.0.0/24"
 PUSH_TIMEOUT = 300.0
+STATUS_MARGIN = 30.0  # beyond --wait-pods, for `pykubelet status` to start and read the store
 REQUIRED_TOOLS = {"containerd": "containerd", "runc": "runc", "nats-server": "nats-server"}
 
 
@@ -161,9 +162,8 @@ class LocalNode:
             f"storage:\n  filesystem:\n    rootdirectory: {reg_dir / 'data'}\n  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.registry}\n")
 
-        async def ready() -> bool:
-            async with httpx.AsyncClient(timeout=1) as c:
-                return (await c.get(f"http://{self.registry}/v2/")).status_code == 200
+        async def ready(port: int = self.opts.registry_port or 0) -> bool:
+            return await http_ok("127.0.0.1", port, "/v2/")
 
         p = self._proc("registry", ["docker-registry", "serve", str(cfg)], ready)
         await p.start(ready_timeout=20)
@@ -252,8 +252,7 @@ class LocalNode:
             self.admin_ports[service] = port
 
             async def ready(port: int = port) -> bool:
-                async with httpx.AsyncClient(timeout=1) as c:
-                    return (await c.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+                return await http_ok("127.0.0.1", port, "/healthz")
 
             p = self._proc(service, self.service_argv(service), ready)
             p.fork_server, p.service_args = self.opts.fork_server, self.service_args(service)
@@ -302,8 +301,8 @@ def print_where(node: LocalNode, pods: list[dict]) -> None:
     if pods:
         lines.append("  pods:")
         for p in pods:
-            ip = p["pod_ip"] or "-"
-            why = f"  ({p['summary']})" if p["summary"] else ""
+            ip = p["podIP"] or "-"
+            why = f"  ({p['why']})" if p["why"] else ""
             lines.append(f"    {p['namespace']}/{p['name']:<32} {p['phase']:<9} {ip}{why}")
     lines += ["", "  admin apps:"]
     for name, port in node.admin_ports.items():
@@ -316,33 +315,32 @@ def print_where(node: LocalNode, pods: list[dict]) -> None:
 
 
 async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
-    """Wait until every desired pod is Running (or the timeout); return their status rows.
-    Rows a previous run left behind do not count: pod status must be current first."""
-    from datetime import datetime, timezone
-
-    from sqlalchemy import select
-
-    from shared.service_state import not_current, owners_of, read_states
-    from shared.store import DesiredPod, ManifestError, PodStatusRecord, Store
-
-    store = Store(node.opts.settings.store_path, writer=None)
-    deadline = time.monotonic() + timeout
+    """Wait until no pod is Pending any more (or the timeout); return the pods as `pykubelet
+    status -o json` shows them. Rows a previous run left behind do not count: pod status must be
+    current first. Asked of `pykubelet status --wait` in a child process: reading the store here
+    would keep its code's pages in the supervisor for as long as the node runs."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.cli.main", "status", "--root-dir", str(node.root), "-o", "json",
+        "--wait", str(timeout), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
     try:
-        while True:
-            with store.session() as s:
-                desired = list(s.scalars(select(DesiredPod.uid)))
-                rows = [{"namespace": r.namespace, "name": r.name, "phase": r.phase, "pod_ip": r.pod_ip,
-                         "summary": r.summary} for r in s.scalars(select(PodStatusRecord))]
-                broken = {e.source_path: e.error for e in s.scalars(select(ManifestError))}
-            current = not not_current(read_states(store), owners_of("status-reporter"), datetime.now(timezone.utc))
-            done = current and len(rows) >= len(desired) and all(r["phase"] != "Pending" for r in rows)
-            if done or time.monotonic() > deadline:
-                for path, err in broken.items():
-                    log.warning("manifest %s skipped: %s", path, err)
-                return rows
-            await asyncio.sleep(0.5)
-    finally:
-        store.close()
+        out, err = await asyncio.wait_for(proc.communicate(), timeout + STATUS_MARGIN)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        log.warning("pod status not read within %.0fs; see `pykubelet status --root-dir %s`",
+                    timeout + STATUS_MARGIN, node.root)
+        return []
+    try:
+        data = json.loads(out)
+    except ValueError:
+        log.warning("pod status not read: %s", err.decode(errors="replace").strip()[-500:] or
+                    f"`pykubelet status` exited with code {proc.returncode}")
+        return []
+    for error in data["manifestErrors"]:
+        log.warning("manifest %s skipped: %s", error["file"], error["error"])
+    pods: list[dict] = data["pods"]
+    return pods
 
 
 async def run_up(opts: UpOptions) -> int:

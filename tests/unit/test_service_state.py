@@ -122,6 +122,46 @@ def test_status_right_after_a_start_is_not_current_until_reconciled(db):
     assert render_table(data).startswith("node: running\n")
 
 
+def test_status_wait_returns_once_no_pod_is_pending_or_at_the_deadline(db, monkeypatch):
+    import threading
+    import time
+
+    from services.cli import status_cmd
+
+    monkeypatch.setattr(status_cmd, "WAIT_POLL", 0.05)
+    with Store(db, writer="pod-sync").session() as s:
+        s.add(DesiredPod(uid="u1", namespace="default", name="web", source="file", manifest={}))
+    for name in ("pod-sync", "status-reporter", "network", "eviction"):
+        writer(db, name).synced()
+    reader = Store(db, writer=None)
+    start = time.monotonic()
+    data = status_cmd.collect_when_settled(reader, 0.3)
+    assert time.monotonic() - start >= 0.3, "a Pending pod: waited the whole time"
+    assert data["pods"][0]["phase"] == "Pending"
+
+    def starts_later() -> None:
+        time.sleep(0.2)
+        with Store(db, writer="status-reporter").session() as s:
+            s.add(PodStatusRecord(uid="u1", namespace="default", name="web", source="file", phase="Running",
+                                  pod_ip="10.88.0.5", status={}))
+
+    t = threading.Thread(target=starts_later)
+    t.start()
+    start = time.monotonic()
+    data = status_cmd.collect_when_settled(reader, 30)
+    t.join()
+    assert time.monotonic() - start < 5, "returned when the pod started, not at the deadline"
+    assert (data["pods"][0]["phase"], data["pods"][0]["podIP"]) == ("Running", "10.88.0.5")
+
+
+def test_status_refuses_a_negative_wait(db, capsys):
+    from services.cli import status_cmd
+
+    with pytest.raises(SystemExit):
+        status_cmd.main(["--root-dir", str(db.parent), "--wait", "-1"])
+    assert "--wait must be 0 or more seconds" in capsys.readouterr().err
+
+
 async def test_heartbeat_waits_out_a_full_disk_but_stops_the_service_on_a_replaced_store(db, monkeypatch, caplog):
     import asyncio
     import sqlite3

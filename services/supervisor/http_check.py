@@ -1,0 +1,29 @@
+"""Is a loopback HTTP server up: one GET, answered 200.
+
+The supervisor asks this of the registry and of every service's admin app while the node
+starts. It imports the services' stack only so that the fork server shares it with them; code the
+supervisor runs stays in its memory as long as the node runs (its pages are copied the first time
+they are touched), so it uses a plain socket here, not an HTTP client with its TLS setup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+TIMEOUT = 1.0
+
+
+async def http_ok(host: str, port: int, path: str, timeout: float = TIMEOUT) -> bool:
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\n\r\n".encode())
+                await writer.drain()
+                status_line = await reader.readline()
+            finally:
+                writer.close()
+    except (OSError, TimeoutError):
+        return False
+    parts = status_line.split()
+    return len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1] == b"200"

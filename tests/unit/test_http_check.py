@@ -1,0 +1,50 @@
+"""The supervisor's readiness GET (services/supervisor/http_check.py) against real loopback
+servers: only an HTTP 200 is up; an error status, garbage, silence or no listener is not."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from services.supervisor.http_check import http_ok
+
+
+async def serve(reply: bytes | None):
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        if reply is None:
+            await asyncio.sleep(10)  # never answers
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize("reply, up", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", True),
+    (b"HTTP/1.0 200 OK\r\n\r\n", True),
+    (b"HTTP/1.1 503 Service Unavailable\r\n\r\n", False),
+    (b"SSH-2.0-OpenSSH_9.2\r\n", False),
+    (b"", False),
+])
+async def test_only_a_200_is_up(reply, up):
+    server, port = await serve(reply)
+    try:
+        assert await http_ok("127.0.0.1", port, "/healthz") is up
+    finally:
+        server.close()
+
+
+async def test_a_silent_server_or_none_is_not_up_and_the_check_ends_on_time():
+    server, port = await serve(None)
+    try:
+        start = time.monotonic()
+        assert await http_ok("127.0.0.1", port, "/healthz", timeout=0.3) is False
+        assert time.monotonic() - start < 2
+    finally:
+        server.close()
+    assert await http_ok("127.0.0.1", port, "/healthz") is False  # nothing listens now
