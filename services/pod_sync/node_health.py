@@ -4,6 +4,7 @@ status-reporter reads it for the Node's Ready condition."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 from shared import periodic
@@ -13,7 +14,10 @@ from shared.store.models import utcnow
 
 log = logging.getLogger(__name__)
 
-PERIOD = 5.0
+PERIOD = 5.0  # how often the runtime is asked (the kubelet's runtime state check)
+# The row is rewritten when what it says changes, else only this often: status-reporter takes it
+# as stale after 30 s (HEALTH_STALE_AFTER), and a commit every 5 s said the same thing.
+REFRESH = 10.0
 
 
 class NodeHealthWriter:
@@ -22,25 +26,33 @@ class NodeHealthWriter:
         self.store = store
         self.pleg_healthy = pleg_healthy
         self.runtime_state: tuple[bool, str] = (False, "not checked yet")
+        self._runtime_version = ""  # asked again only after the runtime failed a call (it may have changed)
+        self._written: tuple[object, ...] | None = None
+        self._written_at = 0.0
 
     async def write_once(self) -> None:
         try:
-            version = await self.runtime.version()
+            if not self._runtime_version:
+                version = await self.runtime.version()
+                self._runtime_version = f"{version.runtime_name}://{version.runtime_version}"
             status = await self.runtime.status()
             conds = {c.type: c for c in status.status.conditions}
             rt = conds.get("RuntimeReady")
             ready = bool(rt and rt.status)
             message = "" if ready else f"container runtime status check may not have completed yet: " \
                                        f"{rt.reason + ': ' + rt.message if rt else 'no RuntimeReady condition'}"
-            runtime_version = f"{version.runtime_name}://{version.runtime_version}"
         except CRIError as exc:
-            ready, message, runtime_version = False, f"container runtime is down: {exc}", ""
+            ready, message, self._runtime_version = False, f"container runtime is down: {exc}", ""
         self.runtime_state = (ready, "ok" if ready else message)
         pleg_ok, pleg_message = self.pleg_healthy()
+        health = (ready, message, self._runtime_version, pleg_ok, "" if pleg_ok else pleg_message)
+        if health == self._written and time.monotonic() - self._written_at < REFRESH:
+            return
         with self.store.session() as s:
-            s.merge(NodeHealth(id=1, runtime_ready=ready, runtime_message=message, runtime_version=runtime_version,
-                               pleg_healthy=pleg_ok, pleg_message="" if pleg_ok else pleg_message,
-                               updated_at=utcnow()))
+            s.merge(NodeHealth(id=1, runtime_ready=ready, runtime_message=message,
+                               runtime_version=self._runtime_version, pleg_healthy=pleg_ok,
+                               pleg_message=health[4], updated_at=utcnow()))
+        self._written, self._written_at = health, time.monotonic()
 
     def runtime_ready(self) -> tuple[bool, str]:
         """The admin app's readiness check: the same observation the node reports."""

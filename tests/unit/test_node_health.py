@@ -1,0 +1,62 @@
+"""pod-sync's record of the runtime's health (services/pod_sync/node_health.py): asked every
+5 s, written when it changes or to stay fresh, never a commit saying the same thing every time."""
+
+from __future__ import annotations
+
+import grpc
+
+from services.pod_sync import node_health
+from services.pod_sync.node_health import NodeHealthWriter
+from shared.cri import CRIError
+from shared.cri.fake import FakeRuntime
+from shared.store import NodeHealth, Store
+
+
+class FlakyRuntime(FakeRuntime):
+    down = False
+
+    async def status(self):
+        if self.down:
+            raise CRIError("Status", grpc.StatusCode.UNAVAILABLE, "connection refused")
+        return await super().status()
+
+
+def row(store: Store) -> NodeHealth:
+    with store.session() as s:
+        h = s.get(NodeHealth, 1)
+        assert h is not None
+        return h
+
+
+async def test_health_is_written_on_change_and_refreshed_not_rewritten_each_check(tmp_path, monkeypatch):
+    store = Store(tmp_path / "state.db", writer="pod-sync")
+    store.create_schema()
+    rt = FlakyRuntime()
+    pleg = [(True, "")]
+    writer = NodeHealthWriter(rt, store, lambda: pleg[0])
+
+    await writer.write_once()
+    first = row(store)
+    assert (first.runtime_ready, first.runtime_version, first.pleg_healthy) == (True, "fake://1.0", True)
+    await writer.write_once()
+    assert row(store).updated_at == first.updated_at, "nothing changed: no new commit"
+    assert len(rt.ops("version")) == 1, "the runtime's version is asked once while it answers"
+
+    pleg[0] = (False, "pleg was last seen active 3m ago")
+    await writer.write_once()
+    assert (row(store).pleg_healthy, row(store).pleg_message) == (False, "pleg was last seen active 3m ago")
+
+    rt.down = True
+    await writer.write_once()
+    down = row(store)
+    assert not down.runtime_ready and "container runtime is down" in down.runtime_message
+    assert writer.runtime_ready() == (False, down.runtime_message)
+    rt.down = False
+    await writer.write_once()
+    assert row(store).runtime_ready and row(store).runtime_version == "fake://1.0"
+    assert len(rt.ops("version")) == 2, "asked again after the runtime failed: it may be a new one"
+
+    monkeypatch.setattr(node_health, "REFRESH", 0.0)
+    before = row(store).updated_at
+    await writer.write_once()
+    assert row(store).updated_at > before, "rewritten to stay fresh for status-reporter"
