@@ -1,6 +1,7 @@
 """Running the eviction manager: a full cycle every MONITORING_PERIOD (the kubelet's
 housekeeping), and at once when the memory poll sees a threshold met, pod-sync answers a disk
-reclaim, or a held pressure condition may end."""
+reclaim, or a held pressure condition may end. The memory poll reads more often the closer memory
+is to a threshold."""
 
 from __future__ import annotations
 
@@ -12,12 +13,18 @@ from services.eviction.manager import MONITORING_PERIOD, EvictionManager
 
 log = logging.getLogger(__name__)
 
+MEMORY_POLL = 0.5  # seconds between memory reads near a threshold
+# The fastest memory growth (bytes/s) the poll keeps up with: the next read comes before growth at
+# this rate could use up the headroom left, so a node far from its thresholds reads memory every
+# few seconds and one close to them every MEMORY_POLL. (The kubelet reads it every 10 s.)
+MEMORY_GROWTH = 1 << 30
+
 
 class EvictionLoop:
     """Runs the manager: a full cycle every MONITORING_PERIOD, or at once when the memory poll
     sees a threshold met, pod-sync answers a reclaim, or a held condition may end."""
 
-    def __init__(self, manager: EvictionManager, memory_poll: float = 0.5) -> None:
+    def __init__(self, manager: EvictionManager, memory_poll: float = MEMORY_POLL) -> None:
         self.manager = manager
         self.memory_poll = memory_poll
         self.wake = asyncio.Event()
@@ -46,10 +53,21 @@ class EvictionLoop:
 
     async def poll_memory(self) -> None:
         """Between cycles, only memory: it can run out in seconds, disk and pids rarely do."""
+        delay = self.memory_poll
         while True:
-            await asyncio.sleep(self.memory_poll)
+            await asyncio.sleep(delay)
+            delay = self.memory_poll
             try:
-                if self.manager.memory_threshold_met():
-                    self.wake.set()
+                headroom = self.manager.memory_headroom()
             except Exception as exc:  # a cgroup file gone for a moment: the cycle logs real trouble
                 log.debug("memory poll: %s", exc)
+                continue
+            delay = self.next_poll_in(headroom)
+            if headroom is not None and headroom < 0:
+                self.wake.set()
+
+    def next_poll_in(self, headroom: int | None) -> float:
+        """Seconds until the next memory read, given the headroom the last one found."""
+        if headroom is None:
+            return MONITORING_PERIOD  # no memory threshold: nothing to poll for
+        return min(MONITORING_PERIOD, max(self.memory_poll, headroom / MEMORY_GROWTH))

@@ -103,12 +103,19 @@ class EvictionManager:
     # -- measuring ------------------------------------------------------------------------------
 
     def memory_threshold_met(self) -> bool:
-        """The fast check: is any memory threshold met now? (Memory is polled between cycles;
-        only the signals that have a threshold are read.)"""
+        """The fast check: is any memory threshold met now?"""
+        headroom = self.memory_headroom()
+        return headroom is not None and headroom < 0
+
+    def memory_headroom(self) -> int | None:
+        """Bytes of memory left before the nearest memory threshold is met (negative: met now);
+        None without memory thresholds. Memory is polled between cycles: only the signals that
+        have a threshold are read."""
         if not self._memory_signals:
-            return False
+            return None
         obs = self.signals.memory(self._memory_signals)
-        return any(self._is_met(t, obs) for t in self.thresholds if t.signal in obs)
+        rooms = [obs[t.signal].available - self._limit(t, obs) for t in self.thresholds if t.signal in obs]
+        return min(rooms) if rooms else None
 
     def _limit(self, t: Threshold, obs: Observations) -> int:
         return t.value.of(obs[t.signal].capacity)

@@ -7,8 +7,8 @@
   the runtime keeps images on (CRI ImageFsInfo), often the same one.
 - pid.available: kernel.pid_max minus the threads the kernel has now.
 
-Reading memory costs two small cgroup files, cheap enough to poll every half second; the rest is
-read once per housekeeping cycle.
+Reading memory costs two small cgroup files, cheap enough to poll every half second near a
+threshold; the rest is read once per housekeeping cycle.
 """
 
 from __future__ import annotations

@@ -449,3 +449,31 @@ async def test_pykubelet_status_shows_pressure_signals_and_evictions(world):
     assert "memory.available             900.0Mi of 8.0Gi available, hard < 1Gi: MET" in text
     assert "nodefs.available             50.0Gi of 100.0Gi available" in text
     assert "evicted default/hog at " in text and "Container hog was using 412Mi" in text
+
+
+async def test_memory_is_read_more_often_the_closer_it_is_to_a_threshold(world):
+    import asyncio
+
+    from services.eviction.loop import MEMORY_GROWTH, MEMORY_POLL, EvictionLoop
+    from services.eviction.manager import MONITORING_PERIOD
+
+    m = world.make(HARD_MEMORY)  # memory.available < 1Gi
+    loop = EvictionLoop(m)
+    world.signals.obs["memory.available"] = Observed(7 * GIB, 8 * GIB)
+    assert m.memory_headroom() == 6 * GIB
+    assert loop.next_poll_in(m.memory_headroom()) == min(MONITORING_PERIOD, 6 * GIB / MEMORY_GROWTH)
+    world.signals.obs["memory.available"] = Observed(1 * GIB + 100 * MIB, 8 * GIB)
+    assert loop.next_poll_in(m.memory_headroom()) == MEMORY_POLL, "100Mi from the threshold: every 0.5 s"
+    world.signals.obs["memory.available"] = Observed(900 * MIB, 8 * GIB)
+    assert m.memory_headroom() == -124 * MIB and m.memory_threshold_met()
+
+    # The poll itself: the threshold met wakes the cycle at once.
+    task = asyncio.create_task(loop.poll_memory())
+    try:
+        await asyncio.wait_for(loop.wake.wait(), MEMORY_POLL * 4)
+    finally:
+        task.cancel()
+
+    no_memory = world.make({"evictionHard": {"nodefs.available": "10%"}})
+    assert no_memory.memory_headroom() is None
+    assert EvictionLoop(no_memory).next_poll_in(None) == MONITORING_PERIOD
