@@ -40,6 +40,7 @@ from typing import NoReturn
 
 import sqlalchemy.orm
 
+from services.supervisor import metric_owners
 from shared.admin import SERVICES
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,9 @@ def preload(cluster_mode: bool) -> None:
     gc.disable()  # no collection between the imports and the freeze: no holes in shared pages
     import setproctitle  # noqa: F401  (the forked services set their title with it)
 
-    for module in [*SERVICE_MAIN.values(), *RUNTIME_MODULES, *(CLUSTER_MODULES if cluster_mode else [])]:
-        importlib.import_module(module)
+    with metric_owners.recording():
+        for module in [*SERVICE_MAIN.values(), *RUNTIME_MODULES, *(CLUSTER_MODULES if cluster_mode else [])]:
+            importlib.import_module(module)
     # The ORM's mapper setup happens at first use; done here, each service inherits it.
     sqlalchemy.orm.configure_mappers()
     if threading.active_count() != 1:
@@ -212,6 +214,7 @@ class _Server:
 
             # `ps` and the leftover check (services/supervisor/leftovers.py) read the command line.
             setproctitle.setproctitle(" ".join(argv))
+            metric_owners.keep_only(name)
             module = SERVICE_MAIN[name]
             sys.modules.pop(module, None)  # run afresh as __main__, as `python -m` does
             sys.argv = argv

@@ -256,8 +256,10 @@ def test_proxy_endpoints_answer_in_the_kubelets_formats(cluster, talker):
     assert cfg["syncFrequency"] == "30s"
     spec = json.loads(raw(cluster, "/spec"))
     assert spec["num_cores"] >= 1 and spec["memory_capacity"] > 0
-    metrics = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics"))}
-    assert {"kubelet_running_pods", "kubelet_runtime_operations", "pykubelet_service_up"} <= metrics
+    families = {f.name: f for f in text_string_to_metric_families(raw(cluster, "/metrics"))}
+    assert {"kubelet_running_pods", "kubelet_runtime_operations", "pykubelet_service_up"} <= set(families)
+    # One series, as the kubelet's: only pod-sync exports it (not every service forked beside it).
+    assert [s.labels for s in families["kubelet_running_pods"].samples] == [{}]
     cadvisor = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics/cadvisor"))}
     assert {"container_memory_working_set_bytes", "machine_cpu_cores"} <= cadvisor
     probes = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics/probes"))}

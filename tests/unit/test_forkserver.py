@@ -155,3 +155,54 @@ def test_preload_imports_everything_and_starts_no_thread():
     out = subprocess.run([sys.executable, "-c", "from services.supervisor.forkserver import preload; "
                           "preload(True); print('ok')"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+METRICS_FORKED = """
+import json, os, sys
+from prometheus_client import REGISTRY
+from services.supervisor import forkserver, metric_owners
+from shared.admin import SERVICES
+forkserver.preload(False)
+out = {}
+for service in SERVICES:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        metric_owners.keep_only(service)
+        os.write(w, json.dumps(sorted(m.name for m in REGISTRY.collect())).encode())
+        os._exit(0)
+    os.close(w)
+    out[service] = json.loads(os.read(r, 1 << 20))
+    os.waitpid(pid, 0)
+print(json.dumps(out))
+"""
+METRICS_EXECD = """
+import importlib, json, sys
+from prometheus_client import REGISTRY
+importlib.import_module(sys.argv[1])
+print(json.dumps(sorted(m.name for m in REGISTRY.collect())))
+"""
+
+
+SHARED_SUMMED = {"kubelet_runtime_operations", "kubelet_runtime_operations_duration_seconds",
+                 "kubelet_runtime_operations_errors", "pykubelet_bus_delivery_seconds",
+                 "pykubelet_bus_handler_seconds", "pykubelet_store_write_seconds"}
+
+
+def test_a_forked_service_exports_the_metrics_it_would_export_started_on_its_own():
+    """The preload registers every service's metrics; each forked service keeps only its own (and
+    the shared ones), as when started by itself, so the kubelet API's merged /metrics shows
+    kubelet_running_pods once, from pod-sync, not once per service."""
+    forked = json.loads(subprocess.run([sys.executable, "-c", METRICS_FORKED], cwd=REPO, capture_output=True,
+                                       text=True, timeout=120, check=True).stdout)
+    procs = {s: subprocess.Popen([sys.executable, "-c", METRICS_EXECD, m], cwd=REPO, stdout=subprocess.PIPE, text=True)
+             for s, m in forkserver.SERVICE_MAIN.items()}
+    execd = {s: json.loads(p.communicate(timeout=120)[0]) for s, p in procs.items()}
+    for service in forkserver.SERVICE_MAIN:
+        assert set(execd[service]) <= set(forked[service]), service
+        # All it may have besides: the shared code's counters and histograms (CRI calls, bus,
+        # store), all zero in a service that does not use them, and summed by the merge.
+        assert set(forked[service]) - set(execd[service]) <= SHARED_SUMMED, service
+    assert "kubelet_running_pods" in forked["pod-sync"] and "kubelet_running_pods" not in forked["eviction"]
+    assert "pykubelet_eviction_signal_available" in forked["eviction"]
+    assert "prober_probe" not in forked["pod-sync"]
