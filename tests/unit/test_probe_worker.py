@@ -82,3 +82,34 @@ async def test_resume_after_restart_keeps_the_stored_result():
     s = Scripted("readiness", [True], resumed=("c1", SUCCESS))
     s.worker.set_target(Target("c1", True, time.time() - 100, "10.0.0.1"))
     assert s.worker.result == SUCCESS  # no flap to Failure after a probe-service restart
+
+
+async def test_probes_due_in_the_same_slot_start_together_on_the_grid(monkeypatch):
+    """Workers started at different moments, their first runs due within one START_GRID slot,
+    run in the same pass of the event loop, at a grid time: few loop wake-ups under load."""
+    import asyncio
+    import math
+
+    from services.probe import worker as w
+
+    monkeypatch.setattr(w.random, "uniform", lambda a, b: 0.0)  # no jitter: due as soon as started
+    loop = asyncio.get_running_loop()
+    # Start just after a grid point, so all five are due within the same slot.
+    await asyncio.sleep(math.ceil(loop.time() / w.START_GRID) * w.START_GRID - loop.time() + 0.001)
+    started: list[float] = []
+    tasks = []
+    for _ in range(5):
+        s = Scripted("readiness", [True] * 5)
+
+        async def once(s=s):
+            started.append(loop.time())
+        s.worker.probe_once = once
+        tasks.append(asyncio.create_task(s.worker.run()))
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(w.START_GRID * 2)
+    for t in tasks:
+        t.cancel()
+    assert len(started) == 5
+    assert max(started) - min(started) < 0.001, "one pass of the loop, not five wake-ups"
+    slot = min(started) / w.START_GRID
+    assert slot - math.floor(slot) < 0.1 or math.ceil(slot) - slot < 0.1, "started on the grid"
