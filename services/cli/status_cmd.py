@@ -197,7 +197,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="first wait up to SECONDS until no pod is Pending any more and the state is current")
     args = p.parse_args(argv)
-    if args.wait < 0:
+    if not 0 <= args.wait < float("inf"):  # also refuses nan, which no deadline is ever past
         p.error("--wait must be 0 or more seconds")
     db = Path(args.root_dir) / "state.db"
     if not db.exists():
