@@ -45,13 +45,15 @@ class NodeHealthWriter:
             ready, message, self._runtime_version = False, f"container runtime is down: {exc}", ""
         self.runtime_state = (ready, "ok" if ready else message)
         pleg_ok, pleg_message = self.pleg_healthy()
-        health = (ready, message, self._runtime_version, pleg_ok, "" if pleg_ok else pleg_message)
+        if pleg_ok:
+            pleg_message = ""
+        health = (ready, message, self._runtime_version, pleg_ok, pleg_message)
         if health == self._written and time.monotonic() - self._written_at < REFRESH:
             return
         with self.store.session() as s:
             s.merge(NodeHealth(id=1, runtime_ready=ready, runtime_message=message,
                                runtime_version=self._runtime_version, pleg_healthy=pleg_ok,
-                               pleg_message=health[4], updated_at=utcnow()))
+                               pleg_message=pleg_message, updated_at=utcnow()))
         self._written, self._written_at = health, time.monotonic()
 
     def runtime_ready(self) -> tuple[bool, str]:
