@@ -56,11 +56,11 @@ class EvictionLoop:
         delay = self.memory_poll
         while True:
             await asyncio.sleep(delay)
-            delay = self.memory_poll
             try:
                 headroom = self.manager.memory_headroom()
             except Exception as exc:  # a cgroup file gone for a moment: the cycle logs real trouble
                 log.debug("memory poll: %s", exc)
+                delay = self.memory_poll
                 continue
             delay = self.next_poll_in(headroom)
             if headroom is not None and headroom < 0:

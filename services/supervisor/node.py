@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.forked import ForkServer
@@ -174,15 +175,10 @@ class LocalNode:
         assert self.registry
         out = self.log_dir / "push-images.log"
         started = time.monotonic()
-        with open(out, "ab") as f:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "services.cli.main", "push-images", "--registry", self.registry,
-                stdout=f, stderr=f, stdin=asyncio.subprocess.DEVNULL)
         try:
-            code = await asyncio.wait_for(proc.wait(), PUSH_TIMEOUT)
+            with open(out, "ab") as f:
+                code, _, _ = await run_cli(["push-images", "--registry", self.registry], PUSH_TIMEOUT, f)
         except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
             raise NodeError(f"pushing the demo images took over {PUSH_TIMEOUT:.0f}s; see {out}") from None
         if code != 0:
             raise NodeError(f"pushing the demo images failed (exit code {code}); see {out}")
@@ -314,20 +310,30 @@ def print_where(node: LocalNode, pods: list[dict]) -> None:
     print("\n".join(lines), flush=True)
 
 
+async def run_cli(args: list[str], timeout: float, output: IO[bytes] | None = None) -> tuple[int, bytes, bytes]:
+    """`pykubelet ARGS` in a child process: its exit code, stdout and stderr (empty when they go
+    to `output`). Killed, and asyncio.TimeoutError raised, after `timeout` seconds."""
+    target = output if output is not None else asyncio.subprocess.PIPE
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "services.cli.main", *args,
+                                                stdin=asyncio.subprocess.DEVNULL, stdout=target, stderr=target)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    return proc.returncode or 0, out or b"", err or b""
+
+
 async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
     """Wait until no pod is Pending any more (or the timeout); return the pods as `pykubelet
     status -o json` shows them. Rows a previous run left behind do not count: pod status must be
     current first. Asked of `pykubelet status --wait` in a child process: reading the store here
     would keep its code's pages in the supervisor for as long as the node runs."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.cli.main", "status", "--root-dir", str(node.root), "-o", "json",
-        "--wait", str(timeout), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout + STATUS_MARGIN)
+        code, out, err = await run_cli(["status", "--root-dir", str(node.root), "-o", "json", "--wait", str(timeout)],
+                                       timeout + STATUS_MARGIN)
     except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
         log.warning("pod status not read within %.0fs; see `pykubelet status --root-dir %s`",
                     timeout + STATUS_MARGIN, node.root)
         return []
@@ -335,7 +341,7 @@ async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
         data = json.loads(out)
     except ValueError:
         log.warning("pod status not read: %s", err.decode(errors="replace").strip()[-500:] or
-                    f"`pykubelet status` exited with code {proc.returncode}")
+                    f"`pykubelet status` exited with code {code}")
         return []
     for error in data["manifestErrors"]:
         log.warning("manifest %s skipped: %s", error["file"], error["error"])
