@@ -13,6 +13,7 @@ from tests.cluster.harness import ControlPlane, HarnessError
 from tests.integration.conftest import (NODE_NAME, launch_node, require_node_prerequisites, stop_node, wait_for,
                                        wait_for_object)
 
+CLUSTER_LOG_MAX_SIZE = 64 * 1024
 
 class Cluster:
     def __init__(self, cp: ControlPlane, node, signer: KubeletServingSigner | None = None) -> None:
@@ -69,9 +70,11 @@ def cluster(tmp_path_factory):
     signer = KubeletServingSigner(cp)
     signer.start()
     try:
+        # Logs up to 64 KiB before a rotation: kubectl logs reads the current file only, so
+        # a test's expected output must fit in one (the rotation test writes fast enough).
         node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig)],
                            extra_config=f"serverTLSBootstrap: true\nauthentication:\n  x509:\n"
-                                        f"    clientCAFile: {cp.ca}\n")
+                                        f"    clientCAFile: {cp.ca}\n", log_max_size=CLUSTER_LOG_MAX_SIZE)
         c = Cluster(cp, node, signer)
         wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
         # The kubelet API listens once its serving certificate is issued (the CSR above), which

@@ -108,11 +108,12 @@ def test_logs_previous_instance(cluster):
 
 
 def test_logs_follow_survives_rotation(cluster):
-    """`kubectl logs -f` of a fast writer across pod-sync's log rotations (4 KiB files here):
+    """`kubectl logs -f` of a fast writer across pod-sync's log rotations (64 KiB files here):
     every line exactly once, in order."""
+    pad = "p" * 200  # ~60 KiB/s: a rotation at each of pod-sync's 10 s checks
     cluster.create_pod("ticker", {"containers": [
         {"name": "t", "image": cluster.node.image("busybox"),
-         "command": ["sh", "-c", 'i=0; while true; do echo "tick $i"; i=$((i+1)); usleep 3000; done']}]})
+         "command": ["sh", "-c", f'i=0; while true; do echo "tick $i {pad}"; i=$((i+1)); usleep 3000; done']}]})
     try:
         cluster.wait_pod("ticker", running, 60, "ticker Running")
         uid = cluster.pod("ticker")["metadata"]["uid"]

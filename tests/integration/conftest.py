@@ -36,7 +36,6 @@ kind: KubeletConfiguration
 crashLoopBackOff:
   initialContainerRestartPeriod: {CRASH_BACKOFF_INITIAL}s
   maxContainerRestartPeriod: {CRASH_BACKOFF_MAX}s
-containerLogMaxSize: {LOG_MAX_SIZE // 1024}Ki
 containerLogMaxFiles: {LOG_MAX_FILES}
 volumeStatsAggPeriod: 2s
 """
@@ -263,10 +262,10 @@ def _tail(path: Path, n: int = 60) -> str:
 
 def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: str = "", *,
                 node_name: str = NODE_NAME, pod_cidr: str = POD_CIDR, wrap: tuple[str, ...] = (),
-                registry_port: int | None = None) -> Node:
+                registry_port: int | None = None, log_max_size: int = LOG_MAX_SIZE) -> Node:
     """Start a node with `pykubelet up` in root, wait until it is ready, return it.
     extra_config: more KubeletConfiguration fields (YAML lines); wrap: what runs `pykubelet up`
-    (e.g. nsenter into a network namespace)."""
+    (e.g. nsenter into a network namespace); log_max_size: containerLogMaxSize in bytes."""
     require_node_prerequisites()
     manifests = root / "manifests"
     manifests.mkdir()
@@ -277,7 +276,8 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     config = root / "kubelet-config.yaml"
     # Short back-off and small logs so restart and rotation behaviour shows within a test; the
     # kubelet API on a free port so a node on this machine keeps its 10250.
-    config.write_text(KUBELET_CONFIG + f"port: {kubelet_port}\n" + extra_config)
+    config.write_text(KUBELET_CONFIG + f"containerLogMaxSize: {log_max_size // 1024}Ki\nport: {kubelet_port}\n"
+                      + extra_config)
     argv = [*wrap, *PYKUBELET, "up", "--config", str(config), "--root-dir", str(root),
             "--pod-manifest-path", str(manifests),
             "--pod-logs-dir", str(root / "pod-logs"), "--nats-port", str(nats_port),
