@@ -50,9 +50,10 @@ class ServiceStateWriter:
         self._reconciled = False
 
     def started(self) -> None:
-        with self.store.session() as s:
-            s.merge(ServiceState(name=self.name, pid=os.getpid(), started_at=_now(), heartbeat_at=_now(),
-                                 reconciled_at=None, synced_at=None, stopped_at=None))
+        now = _now()
+        self.store.upsert(ServiceState, {"name": self.name}, {
+            "pid": os.getpid(), "started_at": now, "heartbeat_at": now, "reconciled_at": None, "synced_at": None,
+            "stopped_at": None})
 
     def synced(self) -> None:
         """The service's tables match their sources now (a full reconcile finished). Never
@@ -79,13 +80,8 @@ class ServiceStateWriter:
         self._write(stopped_at=_now())
 
     def _write(self, **fields: datetime | None) -> None:
-        with self.store.session() as s:
-            row = s.get(ServiceState, self.name)
-            if row is None:  # the store was rebuilt under a running service
-                row = ServiceState(name=self.name, pid=os.getpid(), started_at=_now())
-                s.add(row)
-            for key, value in fields.items():
-                setattr(row, key, value)
+        # A missing row (the store was rebuilt under a running service) is written anew.
+        self.store.upsert(ServiceState, {"name": self.name}, fields, insert={"pid": os.getpid(), "started_at": _now()})
         if fields.get("synced_at") is not None:
             self._written_sync = fields["synced_at"]
 

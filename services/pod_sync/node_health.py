@@ -50,10 +50,9 @@ class NodeHealthWriter:
         health = (ready, message, self._runtime_version, pleg_ok, pleg_message)
         if health == self._written and time.monotonic() - self._written_at < REFRESH:
             return
-        with self.store.session() as s:
-            s.merge(NodeHealth(id=1, runtime_ready=ready, runtime_message=message,
-                               runtime_version=self._runtime_version, pleg_healthy=pleg_ok,
-                               pleg_message=pleg_message, updated_at=utcnow()))
+        self.store.upsert(NodeHealth, {"id": 1}, {
+            "runtime_ready": ready, "runtime_message": message, "runtime_version": self._runtime_version,
+            "pleg_healthy": pleg_ok, "pleg_message": pleg_message, "updated_at": utcnow()})
         self._written, self._written_at = health, time.monotonic()
 
     def runtime_ready(self) -> tuple[bool, str]:

@@ -9,13 +9,14 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from prometheus_client import Histogram
 
 from sqlalchemy import Delete, Insert, Join, Update, create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -163,6 +164,24 @@ class Store:
                 s.rollback()
                 raise
 
+    def upsert(self, model: type[Base], key: dict[str, Any], update: dict[str, Any],
+               insert: dict[str, Any] | None = None) -> None:
+        """Write one row of a table this service owns in one statement: set `update` on the row
+        with this primary key, or add it with `insert` + `update`. No ORM unit of work: a row
+        rewritten every few seconds (a heartbeat, the node's health) costs ~0.1 ms of CPU this
+        way, ~1 ms through Session.get and a flush."""
+        table = Base.metadata.tables[model.__tablename__]
+        if table.name in OWN_ROW_TABLES:
+            self._allowed_row(table.name, str(key.get("name")))
+        else:
+            self._allowed(table.name)
+        stmt = sqlite_insert(table).values(**key, **(insert or {}), **update)
+        stmt = stmt.on_conflict_do_update(index_elements=list(key), set_=update)
+        start = time.monotonic()
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+        STORE_WRITE_SECONDS.observe(time.monotonic() - start)
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -195,7 +214,8 @@ class Store:
                 # No one table to check the owner of (and a join has no name).
                 raise OwnershipError("a write through a join is not allowed; write each table by itself")
             if stmt.table.name in OWN_ROW_TABLES:
-                # A statement could touch any row: own rows are written through the ORM only.
-                raise OwnershipError(f"{stmt.table.name!r} is written row by row through the ORM only")
+                # A statement could touch any row: own rows are written through the ORM or
+                # upsert only, which check the row's name.
+                raise OwnershipError(f"{stmt.table.name!r} is written row by row (the ORM or Store.upsert) only")
             self._allowed(stmt.table.name)
             state.session.info["wrote"] = True

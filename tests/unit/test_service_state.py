@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -33,11 +35,29 @@ def test_a_service_writes_its_own_row_only(db):
     with pytest.raises(OwnershipError, match="own row"):
         with store.session() as s:
             s.add(ServiceState(name="probe", pid=1))
-    with pytest.raises(OwnershipError, match="through the ORM only"):
+    with pytest.raises(OwnershipError, match="row by row"):
         with store.session() as s:
             s.execute(insert(ServiceState).values(name="pod-sync", pid=1))
+    with pytest.raises(OwnershipError, match="own row"):
+        store.upsert(ServiceState, {"name": "probe"}, {"heartbeat_at": NOW()}, insert={"pid": 1})
     writer(db, "pod-sync")
     assert set(read_states(store)) == {"pod-sync"}
+
+
+def test_the_heartbeat_moves_only_the_heartbeat_and_rewrites_a_lost_row(db):
+    store = Store(db, writer="probe")
+    w = writer(db, "probe")
+    started = read_states(store)["probe"].started_at
+    asyncio.run(w.heartbeat())
+    after = read_states(store)["probe"]
+    assert after.started_at == started and after.heartbeat_at > started
+    with Store(db, writer=None).engine.begin() as conn:  # the store rebuilt under the service
+        conn.exec_driver_sql("DELETE FROM service_state")
+    asyncio.run(w.heartbeat())
+    with store.session() as s:
+        row = s.get(ServiceState, "probe")
+        assert row is not None and row.pid == os.getpid() and row.started_at is not None
+    assert read_states(store)["probe"].alive(NOW())
 
 
 def test_rows_are_current_once_their_owner_reconciled_since_start(db):

@@ -3,7 +3,7 @@ import os
 import pytest
 from sqlalchemy import delete, select
 
-from shared.store import DesiredPod, NetworkStatus, OwnershipError, PodStatusRecord, Store
+from shared.store import DesiredPod, NetworkStatus, NodeHealth, OwnershipError, PodStatusRecord, Store
 
 
 def test_owner_writes_and_others_read(tmp_path):
@@ -28,10 +28,24 @@ def test_writing_anothers_table_is_refused(tmp_path):
     with pytest.raises(OwnershipError, match="only status-reporter writes it"):
         with store.session() as s:
             s.execute(delete(PodStatusRecord))
+    with pytest.raises(OwnershipError, match="only pod-sync writes it"):
+        store.upsert(NodeHealth, {"id": 1}, {"runtime_ready": True})
     ro = Store(tmp_path / "state.db", writer=None)
     with pytest.raises(OwnershipError, match="read-only client"):
         with ro.session() as s:
             s.merge(NetworkStatus(id=1))
+    with pytest.raises(OwnershipError, match="read-only client"):
+        ro.upsert(NetworkStatus, {"id": 1}, {"ready": True})
+
+
+def test_upsert_adds_the_row_then_sets_only_what_it_names(tmp_path):
+    store = Store(tmp_path / "state.db", writer="network")
+    store.create_schema()
+    store.upsert(NetworkStatus, {"id": 1}, {"ready": False}, insert={"pod_cidr": "10.1.0.0/24"})
+    store.upsert(NetworkStatus, {"id": 1}, {"ready": True}, insert={"pod_cidr": "10.9.0.0/24"})
+    with store.session() as s:
+        rows = list(s.scalars(select(NetworkStatus)))
+    assert [(r.id, r.ready, r.pod_cidr) for r in rows] == [(1, True, "10.1.0.0/24")]
 
 
 def test_wal_mode(tmp_path):
