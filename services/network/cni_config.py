@@ -6,6 +6,7 @@ the node), portmap implements hostPort. containerd's CRI plugin reads the file f
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -42,11 +43,18 @@ def conflist(pod_cidr: str, ipam_dir: Path) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=4)
+def _content(pod_cidr: str, ipam_dir: Path) -> str:
+    # Checked against the file every few seconds: rendered once (json with an indent is encoded
+    # in pure Python, ~1 ms a time).
+    return json.dumps(conflist(pod_cidr, ipam_dir), indent=2) + "\n"
+
+
 def write_conflist(conf_dir: Path, pod_cidr: str, ipam_dir: Path) -> tuple[Path, bool]:
     """Write atomically; return (path, whether the content changed)."""
     conf_dir.mkdir(parents=True, exist_ok=True)
     path = conf_dir / CONFLIST_NAME
-    content = json.dumps(conflist(pod_cidr, ipam_dir), indent=2) + "\n"
+    content = _content(pod_cidr, ipam_dir)
     if path.exists() and path.read_text() == content:
         return path, False
     tmp = path.with_suffix(".tmp")
