@@ -5,6 +5,8 @@ from __future__ import annotations
 import runpy
 import sys
 
+from shared import grpc_env
+
 SERVICES = {
     "pod-sync": "services.pod_sync",
     "probe": "services.probe",
@@ -43,6 +45,7 @@ Run `pykubelet COMMAND --help` for a command's flags.
 
 
 def main(argv: list[str] | None = None) -> int:
+    grpc_env.apply()  # before any command imports grpc
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)

@@ -1,5 +1,6 @@
 """The CLI's answers to bad input: a clear message, a non-zero exit, nothing started."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,32 @@ def test_help_lists_every_service():
     out = run("--help").stdout
     for svc in ("pod-sync", "probe", "volume", "network", "eviction", "status-reporter", "node-api"):
         assert svc in out
+
+
+GRPC_SEEN = """
+import os, sys
+from services.cli.main import main
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "grpc":
+            print("GRPC_EXPERIMENTS at import:", os.environ.get("GRPC_EXPERIMENTS"))
+        return None
+
+sys.meta_path.insert(0, Watch())
+main(sys.argv[1:])
+"""
+
+
+def test_grpc_settings_are_set_before_a_service_imports_grpc(tmp_path):
+    """gRPC core reads GRPC_EXPERIMENTS once, at import: the CLI sets it before any service
+    module is loaded, and leaves an operator's own value alone."""
+    cfg = tmp_path / "k.yaml"
+    cfg.write_text("maxPods: -1\n")  # the service stops at the config, after its imports
+    argv = [sys.executable, "-c", GRPC_SEEN, "pod-sync", "--config", str(cfg), "--root-dir", str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_EXPERIMENTS"}
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert "GRPC_EXPERIMENTS at import: -event_engine_client" in res.stdout, res.stdout + res.stderr
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env={**env, "GRPC_EXPERIMENTS": "-event_engine_listener"})
+    assert "GRPC_EXPERIMENTS at import: -event_engine_listener" in res.stdout, res.stdout + res.stderr
