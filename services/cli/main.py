@@ -5,7 +5,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from shared import grpc_env
+from shared import process_tuning
 
 SERVICES = {
     "pod-sync": "services.pod_sync",
@@ -45,7 +45,7 @@ Run `pykubelet COMMAND --help` for a command's flags.
 
 
 def main(argv: list[str] | None = None) -> int:
-    grpc_env.apply()  # before any command imports grpc
+    process_tuning.apply()  # before any command imports grpc, nats or httpx
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
