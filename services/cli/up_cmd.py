@@ -63,7 +63,7 @@ def up(argv: list[str]) -> int:
 def start_fork_server(settings: NodeSettings) -> ForkServer | None:
     """Before any event loop or thread exists (a fork copies neither safely)."""
     try:
-        return ForkServer.start(settings.cluster_mode, settings.root_dir.resolve())
+        return ForkServer.start(settings.cluster_mode, settings.root_dir.resolve(), settings.store_path)
     except (ForkServerError, ImportError, OSError) as exc:
         logging.getLogger("pykubelet.up").warning(
             "no fork server (%s); every service starts with an interpreter of its own (more memory)", exc)

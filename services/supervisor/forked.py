@@ -63,9 +63,9 @@ class ForkServer:
         self._closing = False
 
     @classmethod
-    def start(cls, cluster_mode: bool, root_dir: Path) -> ForkServer:
+    def start(cls, cluster_mode: bool, root_dir: Path, store_path: Path | None = None) -> ForkServer:
         t = time.monotonic()
-        pid, sock = forkserver.start(cluster_mode, f"pykubelet fork-server --root-dir {root_dir}")
+        pid, sock = forkserver.start(cluster_mode, f"pykubelet fork-server --root-dir {root_dir}", store_path)
         log.info("fork server       running (pid %d, services preloaded in %.1fs)", pid, time.monotonic() - t)
         return cls(pid, sock)
 

@@ -36,12 +36,16 @@ import socket
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import NoReturn
 
 import sqlalchemy.orm
 
 from services.supervisor import metric_owners
 from shared.admin import SERVICES
+from shared.store import Store
+from shared.store.db import prepare_engine_for_fork
+from shared.store.warm_up import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +76,9 @@ class ForkServerError(RuntimeError):
     pass
 
 
-def preload(cluster_mode: bool) -> None:
-    """Import what the services share, then freeze it (call before forking the server)."""
+def preload(cluster_mode: bool, store_path: Path | None = None) -> None:
+    """Import what the services share, prepare the store they all open (store_path), then
+    freeze it (call before forking the server)."""
     gc.disable()  # no collection between the imports and the freeze: no holes in shared pages
     import setproctitle  # noqa: F401  (the forked services set their title with it)
 
@@ -82,6 +87,8 @@ def preload(cluster_mode: bool) -> None:
             importlib.import_module(module)
     # The ORM's mapper setup happens at first use; done here, each service inherits it.
     sqlalchemy.orm.configure_mappers()
+    if store_path is not None:
+        _prepare_store(store_path)
     if threading.active_count() != 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
         raise ForkServerError(f"importing the services started threads ({names}); a fork would not copy them")
@@ -89,9 +96,21 @@ def preload(cluster_mode: bool) -> None:
     gc.enable()
 
 
-def start(cluster_mode: bool, title: str) -> tuple[int, socket.socket]:
+def _prepare_store(path: Path) -> None:
+    """The store engine every service opens, made and warmed here (shared/store/warm_up.py)."""
+    engine = prepare_engine_for_fork(path)
+    try:
+        Store(path, writer=None).create_schema()  # on the prepared engine
+    except Exception as exc:  # the services will say what is wrong with the store
+        log.warning("store %s not prepared before forking the services: %s", path, exc)
+        engine.dispose()
+        return
+    warm_up(engine)
+
+
+def start(cluster_mode: bool, title: str, store_path: Path | None = None) -> tuple[int, socket.socket]:
     """Preload, fork the server; return its pid and the supervisor's end of the socket pair."""
-    preload(cluster_mode)
+    preload(cluster_mode, store_path)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     sys.stdout.flush()
     sys.stderr.flush()

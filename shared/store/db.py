@@ -76,6 +76,45 @@ def _enable_wal(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> No
     cur.close()
 
 
+def _new_engine(path: Path) -> Engine:
+    engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 5})
+    event.listen(engine, "connect", _enable_wal)
+    return engine
+
+
+# Engines made before the process forked its services (the fork server's preload), by store
+# path; and the process that last took each one over (its own connection pool).
+_prepared_engines: dict[Path, Engine] = {}
+_engine_owner_pid: dict[Path, int] = {}
+
+
+def prepare_engine_for_fork(path: Path | str) -> Engine:
+    """Make the engine of the store at path now, in a process that will fork services: a Store
+    for that path in a forked child uses it instead of making its own. Its compiled statement
+    cache, the dialect's first-connect setup and everything the engine built on first use are
+    then pages the children share (see shared/store/warm_up.py), not private copies each child
+    makes again (~2 MiB a process for the engine alone). The caller disposes its connections
+    before forking."""
+    key = Path(path).resolve()
+    engine = _prepared_engines.get(key)
+    if engine is None:
+        engine = _prepared_engines[key] = _new_engine(key)
+        _engine_owner_pid[key] = os.getpid()
+    return engine
+
+
+def _inherited_engine(path: Path) -> Engine | None:
+    key = path.resolve()
+    engine = _prepared_engines.get(key)
+    if engine is not None and _engine_owner_pid.get(key) != os.getpid():
+        # A connection must never be shared across a fork: the first Store of a forked process
+        # starts a pool of its own, leaving any connection the parent had to the parent
+        # (SQLAlchemy's way after a fork).
+        engine.dispose(close=False)
+        _engine_owner_pid[key] = os.getpid()
+    return engine
+
+
 class Store:
     """The store as one service sees it: reads anything, writes its own tables only."""
 
@@ -84,8 +123,7 @@ class Store:
         self.writer = writer
         self._inode: int | None = None  # of the file create_schema checked
         private_dir(self.path.parent)
-        self.engine: Engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": 5})
-        event.listen(self.engine, "connect", _enable_wal)
+        self.engine: Engine = _inherited_engine(self.path) or _new_engine(self.path)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         event.listen(self._sessions, "before_flush", self._check_flush)
         event.listen(self._sessions, "do_orm_execute", self._check_statement)

@@ -143,3 +143,85 @@ def test_only_damage_counts_as_corruption():
     full.sqlite_errorname = "SQLITE_FULL"
     assert is_corruption(DatabaseError("SELECT", None, corrupt))
     assert not is_corruption(OperationalError("INSERT", None, full))
+
+
+def _dump(path):
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        return {t: con.execute(f'SELECT * FROM "{t}"').fetchall() for t in tables}, \
+            con.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_warm_up_compiles_every_table_s_statements_and_leaves_the_store_as_it_was(tmp_path):
+    from shared.store.db import prepare_engine_for_fork
+    from shared.store.models import Base
+    from shared.store.warm_up import warm_up
+
+    db = tmp_path / "state.db"
+    net = Store(db, writer="network")
+    net.create_schema()
+    with net.session() as s:
+        s.merge(NetworkStatus(id=1, ready=True, pod_cidr="10.1.0.0/24"))
+    before = _dump(db)
+    engine = prepare_engine_for_fork(db)
+    warm_up(engine)
+    assert _dump(db) == before
+    # Reads of every table (by key and in full) are compiled; each mapper has its writes.
+    assert len(engine._compiled_cache) >= 2 * len(Base.registry.mappers)
+    assert all(m._compiled_cache for m in Base.registry.mappers)
+    assert engine.pool.checkedout() == 0 and engine.pool.checkedin() == 0, "no connection left to cross a fork"
+
+
+def test_warm_up_of_a_damaged_store_only_logs(tmp_path, caplog):
+    from shared.store.db import prepare_engine_for_fork
+    from shared.store.warm_up import warm_up
+
+    db = tmp_path / "state.db"
+    db.write_bytes(b"not a database" * 100)
+    warm_up(prepare_engine_for_fork(db))
+    assert "store statements not prepared" in caplog.text
+
+
+FORKED_STORE = """
+import os, sys
+from pathlib import Path
+from shared.store import NetworkStatus, Store
+from shared.store.db import prepare_engine_for_fork
+db = Path(sys.argv[1])
+engine = prepare_engine_for_fork(db)
+Store(db, writer=None).create_schema()
+parent_pool = engine.pool
+engine.dispose()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    store = Store(db, writer="network")
+    again = Store(db, writer="network")
+    with store.session() as s:
+        s.merge(NetworkStatus(id=1, ready=True, pod_cidr="10.9.0.0/24"))
+    os.write(w, f"{store.engine is engine} {engine.pool is not parent_pool} {again.engine.pool is store.engine.pool}".encode())
+    os._exit(0)
+os.close(w)
+print(os.read(r, 100).decode())
+os.waitpid(pid, 0)
+with Store(db, writer=None).session() as s:
+    print(s.get(NetworkStatus, 1).pod_cidr)
+"""
+
+
+def test_a_forked_process_takes_over_the_prepared_engine_with_a_pool_of_its_own(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.integration.conftest import REPO
+
+    out = subprocess.run([sys.executable, "-c", FORKED_STORE, str(tmp_path / "state.db")], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # Same engine (its caches shared), a new pool once per process, and writes reach the file.
+    assert out.stdout.split() == ["True", "True", "True", "10.9.0.0/24"]
