@@ -52,13 +52,15 @@ def create_admin_app(service: str, checks: dict[str, Check], freshness: Freshnes
                     response.headers["Pykubelet-Not-Current"] = "; ".join(reasons)
             return response
 
+    # async: answered on the event loop. A plain def would run in a worker thread: a thread (and
+    # its malloc arena) in every service only to say "ok" to the supervisor's polls.
     @app.get("/healthz")
-    def healthz() -> Response:
+    async def healthz() -> Response:
         # Liveness: the event loop answers. Dependencies belong to /readyz.
         return Response("ok", media_type="text/plain")
 
     @app.get("/readyz")
-    def readyz() -> JSONResponse:
+    async def readyz() -> JSONResponse:
         results = {name: check() for name, check in checks.items()}
         ready = all(ok for ok, _ in results.values())
         body = {"service": service, "ready": ready,
@@ -66,7 +68,7 @@ def create_admin_app(service: str, checks: dict[str, Check], freshness: Freshnes
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics")
-    def metrics() -> Response:
+    async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app
