@@ -47,10 +47,6 @@ class NodeError(RuntimeError):
     pass
 
 
-def module_of(service: str) -> str:
-    return "services." + service.replace("-", "_")
-
-
 @dataclass
 class UpOptions:
     args: argparse.Namespace      # the node flags, forwarded to every service
@@ -213,7 +209,9 @@ class LocalNode:
             await cri.close()
 
     def service_argv(self, service: str) -> list[str]:
-        return [sys.executable, "-m", module_of(service), *self.service_args(service)]
+        # Through the CLI, as the systemd units run them: it applies the process settings
+        # (shared/process_tuning.py) before the service imports anything.
+        return [sys.executable, "-m", "services.cli.main", service, *self.service_args(service)]
 
     def service_args(self, service: str) -> list[str]:
         # --root-dir first: a forked service's title may be cut at the length of the supervisor's

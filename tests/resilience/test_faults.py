@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -226,5 +227,9 @@ def test_without_the_fork_server_services_run_on_and_restart_on_their_own(fleet)
     wait_for(lambda: pid_of(fleet, "pod-sync") != old, 60, "the supervisor to restart pod-sync")
     assert parent_of(pid_of(fleet, "pod-sync")) == fleet.proc.pid, "started by the supervisor itself"
     wait_for(lambda: admin_healthy(fleet, "pod-sync"), 60, "pod-sync healthy again")
+    # Through the CLI, with pykubelet's process settings (shared/process_tuning.py): aiohttp,
+    # which nats-py would import, is refused.
+    maps = Path(f"/proc/{pid_of(fleet, 'pod-sync')}/maps").read_text()
+    assert "/aiohttp/" not in maps, "the exec'd service runs without pykubelet's process settings"
     current = wait_recovered(fleet, before, "the fork server's loss and a pod-sync crash", started)
     print(f"\nfork server lost, then pod-sync killed: status current after {current:5.1f}s")
