@@ -20,6 +20,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
                       model_validator)
 from pydantic.alias_generators import to_camel
 
+from shared import safe_yaml
 from shared.durations import parse_duration, to_seconds
 from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
@@ -346,7 +347,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read kubelet config {p}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = safe_yaml.load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"kubelet config {p} is not valid YAML: {exc}") from None
     return data

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from shared import safe_yaml
 from shared.ip import ip_address
 from shared.quantity import parse_quantity
 
@@ -697,10 +698,10 @@ def parse_manifest_text(text: str) -> object:
     if len(text.encode(errors="replace")) > MAX_MANIFEST_BYTES:
         raise ManifestInvalid(f"is larger than {MAX_MANIFEST_BYTES} bytes (1.5 MiB, the API server's limit)")
     try:
-        aliases = sum(1 for e in yaml.parse(text, Loader=yaml.SafeLoader) if isinstance(e, yaml.AliasEvent))
+        aliases = sum(1 for e in safe_yaml.events(text) if isinstance(e, yaml.AliasEvent))
         if aliases > MAX_ALIASES:
             raise ManifestInvalid(f"uses {aliases} YAML aliases; at most {MAX_ALIASES} are accepted")
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in safe_yaml.load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise ManifestInvalid(_yaml_error(exc)) from None
     if not docs:
