@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from asyncinotify import Inotify, Mask
 from sqlalchemy import delete, select
 
+from shared.dir_watch import Change, DirectoryWatch
 from shared.podspec import (MAX_MANIFEST_BYTES, ManifestInvalid, Pod, canonical_json, parse_manifest_text,
                             validate_pod)
 from shared.store import DesiredPod, ManifestError, Store
@@ -29,10 +29,6 @@ SOURCE = "file"
 CONFIG_SOURCE = "kubernetes.io/config.source"
 CONFIG_HASH = "kubernetes.io/config.hash"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-# Everything that can change which files are there or what they hold.
-WATCH_MASK = (Mask.CREATE | Mask.DELETE | Mask.MODIFY | Mask.CLOSE_WRITE | Mask.MOVED_FROM | Mask.MOVED_TO
-              | Mask.ATTRIB | Mask.DELETE_SELF | Mask.MOVE_SELF)
-DIRECTORY_GONE = Mask.DELETE_SELF | Mask.MOVE_SELF | Mask.IGNORED | Mask.UNMOUNT
 SETTLE, DEBOUNCE = 0.05, 0.2  # seconds
 
 
@@ -183,26 +179,16 @@ class StaticPodSource:
 
     async def _watch(self, until: float) -> None:
         """Scan on every change in the directory until `until` (loop time), or until the
-        directory itself goes away. inotify's fd is on the event loop: no thread, no wake-ups
-        while nothing changes. A burst of changes (an editor's save, a copy) is one scan, once
-        the directory has been quiet for SETTLE seconds (at most DEBOUNCE after the first)."""
+        directory itself goes away (shared/dir_watch.py: no thread, no wake-ups while nothing
+        changes, a burst of changes is one scan)."""
         loop = asyncio.get_running_loop()
-        with Inotify() as inotify:
-            inotify.add_watch(self.directory, WATCH_MASK)
+        async with DirectoryWatch(self.directory, settle=SETTLE, debounce=DEBOUNCE) as watch:
             while (left := until - loop.time()) > 0:
-                try:
-                    event = await asyncio.wait_for(inotify.get(), left)
-                except asyncio.TimeoutError:
+                change = await watch.next_change(left)
+                if change is Change.TIMEOUT:
                     return
-                gone = event.mask & DIRECTORY_GONE
-                first = loop.time()
-                while not gone and (quiet := min(SETTLE, first + DEBOUNCE - loop.time())) > 0:
-                    try:
-                        gone = (await asyncio.wait_for(inotify.get(), quiet)).mask & DIRECTORY_GONE
-                    except asyncio.TimeoutError:
-                        break
                 await self._scan_and_notify()
-                if gone:
+                if change is Change.GONE:
                     return
 
     async def _scan_and_notify(self) -> None:

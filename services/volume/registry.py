@@ -19,10 +19,13 @@ import grpc
 
 from services.volume.csi_client import CSIError, CSINodeClient
 from shared.csi import registration, registration_grpc
+from shared.dir_watch import Change, DirectoryWatch
 
 log = logging.getLogger(__name__)
 
-SCAN_PERIOD = 1.0
+# The registry is watched with inotify, as the kubelet's plugin watcher does (fsnotify); this
+# rescan only catches what inotify dropped.
+RESCAN_PERIOD = 30.0
 REGISTRATION_TIMEOUT = 10.0
 
 
@@ -69,11 +72,21 @@ class PluginRegistry:
         return found
 
     async def run(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
         while True:
-            await self.scan_once()
-            self.scanned.set()
-            await asyncio.sleep(SCAN_PERIOD)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # Watching before scanning: a socket made during the scan is the next change.
+            async with DirectoryWatch(self.directory, recursive=True) as watch:
+                await self.scan_once()
+                self.scanned.set()
+                until = loop.time() + RESCAN_PERIOD
+                while (left := until - loop.time()) > 0:
+                    change = await watch.next_change(left)
+                    if change is Change.TIMEOUT:
+                        break
+                    await self.scan_once()
+                    if change is Change.GONE:
+                        break
 
     async def scan_once(self) -> None:
         found = self._scan()
