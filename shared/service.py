@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 import uvicorn
-from fastapi import FastAPI
 from sqlalchemy.exc import DatabaseError
 
-from shared.admin import Check, admin_port, create_admin_app
+from shared.admin import AdminApp, Check, admin_port
 from shared.bus import Bus
 from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
@@ -48,7 +47,7 @@ class ServiceContext:
     settings: NodeSettings
     store: Store
     bus: Bus
-    app: FastAPI
+    app: AdminApp
     checks: dict[str, Check]
     stopping: asyncio.Event
     state: ServiceStateWriter
@@ -200,7 +199,7 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
         "reconciled": lambda: (state.reconciled, "reconciled since start" if state.reconciled
                                else "not reconciled since start yet"),
     }
-    app = create_admin_app(name, checks, freshness=lambda: view_freshness(store, name))
+    app = AdminApp(name, checks, freshness=lambda: view_freshness(store, name))
     ctx = ServiceContext(name=name, settings=settings, store=store, bus=bus, app=app,
                          checks=checks, stopping=stopping, state=state)
     await setup(ctx)

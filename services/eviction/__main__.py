@@ -38,17 +38,20 @@ async def setup(ctx: ServiceContext) -> None:
         loop.wake.set()
 
     await ctx.bus.subscribe(DiskReclaimed, on_reclaimed)
-    views = APIRouter()
 
-    @views.get("/eviction")
-    def eviction() -> dict:
-        return pressure_report(ctx.store)
+    def views() -> APIRouter:
+        r = APIRouter()
 
-    @views.get("/signals")
-    def signal_views() -> list[dict]:
-        return pressure_report(ctx.store)["signals"]
+        @r.get("/eviction")
+        def eviction() -> dict:
+            return pressure_report(ctx.store)
 
-    ctx.app.include_router(views)
+        @r.get("/signals")
+        def signal_views() -> list[dict]:
+            return pressure_report(ctx.store)["signals"]
+        return r
+
+    ctx.app.add_views(views)
     ctx.spawn("eviction-cycles", loop.run_cycles(ctx.synced))
     ctx.spawn("memory-poll", loop.poll_memory())
 

@@ -19,18 +19,21 @@ async def setup(ctx: ServiceContext) -> None:
     cri = CRIClient(ctx.settings.kubelet.container_runtime_endpoint)
     manager = NetworkManager(ctx.store, ctx.bus, RuntimeHealth(cri), ctx.settings.kubelet.pod_cidr,
                              ctx.settings.root_dir)
-    views = APIRouter()
 
-    @views.get("/network")
-    def network() -> dict:
-        with ctx.store.session() as s:
-            row = s.get(NetworkStatus, 1)
-            if row is None:
-                return {"ready": False, "message": "not reconciled yet"}
-            return {"podCIDR": row.pod_cidr, "ready": row.ready, "reason": row.reason,
-                    "message": row.message, "cniConfig": row.conf_path}
+    def views() -> APIRouter:
+        r = APIRouter()
 
-    ctx.app.include_router(views)
+        @r.get("/network")
+        def network() -> dict:
+            with ctx.store.session() as s:
+                row = s.get(NetworkStatus, 1)
+                if row is None:
+                    return {"ready": False, "message": "not reconciled yet"}
+                return {"podCIDR": row.pod_cidr, "ready": row.ready, "reason": row.reason,
+                        "message": row.message, "cniConfig": row.conf_path}
+        return r
+
+    ctx.app.add_views(views)
     ctx.checks["network"] = manager.ready
     ctx.spawn("network-reconcile", manager.run(ctx.synced))
     if ctx.settings.cluster_mode:

@@ -26,13 +26,15 @@ async def setup(ctx: ServiceContext) -> None:
     kubelet = KubeletAPI(ctx.settings, ctx.store, runtime, stats, node_metrics_source(ctx))
     await start_listeners(ctx, kubelet)
 
-    views = APIRouter()
+    def views() -> APIRouter:
+        r = APIRouter()
 
-    @views.get("/pods")
-    def pods() -> dict:
-        return pod_list(ctx.store)
+        @r.get("/pods")
+        def pods() -> dict:
+            return pod_list(ctx.store)
+        return r
 
-    ctx.app.include_router(views)
+    ctx.app.add_views(views)
     ctx.synced()  # it serves what others own and keeps no table of its own
 
 

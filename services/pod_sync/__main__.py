@@ -61,7 +61,7 @@ async def setup(ctx: ServiceContext) -> None:
     manager = PodSyncManager(syncer, sources, ctx.bus, resync_every=k.sync_frequency,
                              pleg_period=ctx.settings.pleg_relist_period, on_synced=ctx.synced)
 
-    ctx.app.include_router(router(ctx.store))
+    ctx.app.add_views(lambda: router(ctx.store))
     ctx.checks["pleg"] = manager.pleg.healthy
     rotator = ContainerLogRotator(cri, to_bytes(k.container_log_max_size), k.container_log_max_files)
     await manager.start(ctx.spawn)

@@ -30,13 +30,16 @@ async def setup(ctx: ServiceContext) -> None:
     await ctx.bus.subscribe(PodRuntimeChanged, changes.handle)
     await ctx.bus.subscribe(PodLifecycleEvents, on_lifecycle)
     ctx.spawn("probe-changes", changes.run())
-    views = APIRouter()
 
-    @views.get("/probes")
-    def probes() -> list[dict]:
-        return manager.view()
+    def views() -> APIRouter:
+        r = APIRouter()
 
-    ctx.app.include_router(views)
+        @r.get("/probes")
+        def probes() -> list[dict]:
+            return manager.view()
+        return r
+
+    ctx.app.add_views(views)
     ctx.spawn("probe-reconcile", manager.run(ctx.synced))
     ctx.on_shutdown(manager.close)
     ctx.on_shutdown(cri.close)

@@ -25,7 +25,7 @@ async def setup(ctx: ServiceContext) -> None:
     await ctx.bus.subscribe(DesiredPodsChanged, changes.handle)
     await ctx.bus.subscribe(ProbeResultsChanged, changes.handle)
     ctx.spawn("pod-status-changes", changes.run())
-    ctx.app.include_router(router(ctx.store))
+    ctx.app.add_views(lambda: router(ctx.store))
     ctx.spawn("pod-status-resync", reporter.run_resync(ctx.synced))
     if ctx.settings.cluster_mode:
         await start_cluster_mode(ctx)

@@ -63,7 +63,7 @@ async def setup(ctx: ServiceContext) -> None:
 
     await ctx.bus.subscribe(DesiredPodsChanged, on_desired)
     await ctx.bus.subscribe(PodRuntimeChanged, on_runtime)
-    ctx.app.include_router(router(ctx.store, manager, registry))
+    ctx.app.add_views(lambda: router(ctx.store, manager, registry))
     ctx.checks["volumes"] = lambda: (manager.reconciled.is_set(), "first volume reconcile not done yet")
     ctx.spawn("plugin-registry", registry.run())
     ctx.spawn("volume-reconcile", manager.run(before_first=registry.scanned, on_synced=ctx.synced))

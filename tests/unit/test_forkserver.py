@@ -170,7 +170,7 @@ before = set(sys.modules)
 # What every service does as it starts (shared/service.py), short of connecting to the bus.
 import uvicorn
 from fastapi import APIRouter
-from shared.admin import create_admin_app
+from shared.admin import AdminApp
 from shared.config import ConfigError
 from shared.service_state import ServiceStateWriter
 from shared.store import NetworkStatus, Store
@@ -182,15 +182,19 @@ state.started()
 state.synced()
 with store.session() as s:
     s.get(NetworkStatus, 1)
-app = create_admin_app("network", {}, freshness=lambda: [])
-views = APIRouter()
+app = AdminApp("network", {}, freshness=lambda: [])
 
-@views.get("/network")
-def network() -> dict:
-    return {}
+def views() -> APIRouter:
+    r = APIRouter()
 
-app.include_router(views)
+    @r.get("/network")
+    def network() -> dict:
+        return {}
+    return r
+
+app.add_views(views)
 uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off").load()
+app.views_app()  # built when the first view is asked for
 new = sorted(m for m in set(sys.modules) - before if sys.modules[m] is not None)
 print(" ".join(new) or "none")
 """

@@ -237,16 +237,23 @@ def test_a_reconcile_that_cannot_be_written_is_written_later(db, monkeypatch):
 def test_admin_views_say_whether_they_are_current(db):
     from fastapi.testclient import TestClient
 
-    from shared.admin import create_admin_app
+    from fastapi import APIRouter
+
+    from shared.admin import AdminApp
     from shared.service_state import view_freshness
 
     store = Store(db, writer=None)
-    app = create_admin_app("status-reporter", {}, freshness=lambda: view_freshness(store, "status-reporter"))
+    app = AdminApp("status-reporter", {}, freshness=lambda: view_freshness(store, "status-reporter"))
 
-    @app.get("/pods")
-    def pods() -> list:
-        return []
+    def views() -> APIRouter:
+        r = APIRouter()
 
+        @r.get("/pods")
+        def pods() -> list:
+            return []
+        return r
+
+    app.add_views(views)
     client = TestClient(app)
     reporter = writer(db, "status-reporter")
     reporter.synced()
