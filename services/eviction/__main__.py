@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sys
-
-from fastapi import APIRouter
+from typing import TYPE_CHECKING
 
 from services.eviction.loop import EvictionLoop
 from services.eviction.manager import EvictionManager
@@ -18,6 +17,9 @@ from shared.host import cpu_capacity_millicores, memory_capacity_bytes
 from shared.node_resources import Reservations, allocatable
 from shared.pressure_report import pressure_report
 from shared.service import ServiceContext, service_main
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 NAME = "eviction"
 
@@ -40,6 +42,8 @@ async def setup(ctx: ServiceContext) -> None:
     await ctx.bus.subscribe(DiskReclaimed, on_reclaimed)
 
     def views() -> APIRouter:
+        from fastapi import APIRouter
+
         r = APIRouter()
 
         @r.get("/eviction")

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import sys
-
-from fastapi import APIRouter
+from typing import TYPE_CHECKING
 
 from services.network.readiness import NetworkManager
 from shared.cri import CRIClient
 from shared.runtime_check import RuntimeHealth
 from shared.service import ServiceContext, service_main
 from shared.store import NetworkStatus
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 NAME = "network"
 
@@ -21,6 +23,8 @@ async def setup(ctx: ServiceContext) -> None:
                              ctx.settings.root_dir)
 
     def views() -> APIRouter:
+        from fastapi import APIRouter
+
         r = APIRouter()
 
         @r.get("/network")

@@ -4,8 +4,7 @@ plus the loopback admin views."""
 from __future__ import annotations
 
 import sys
-
-from fastapi import APIRouter
+from typing import TYPE_CHECKING
 
 from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.listeners import node_metrics_source, start_listeners
@@ -13,6 +12,9 @@ from services.node_api.pods import pod_list
 from services.node_api.stats import StatsProvider
 from shared.cri import CRIClient
 from shared.service import ServiceContext, service_main
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 NAME = "node-api"
 
@@ -27,6 +29,8 @@ async def setup(ctx: ServiceContext) -> None:
     await start_listeners(ctx, kubelet)
 
     def views() -> APIRouter:
+        from fastapi import APIRouter
+
         r = APIRouter()
 
         @r.get("/pods")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from shared.retry import Backoff
 from services.pod_sync.disk_gc import IMAGE_GC_PERIOD, DiskReclaimer
@@ -16,7 +17,6 @@ from services.pod_sync.resources import enforce_pods_allocatable, own_oom_score_
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer
-from services.pod_sync.views import router
 from shared import periodic
 from shared.bus import DiskReclaimRequested, MirrorPodsChanged
 from shared.cri import CRIClient
@@ -26,6 +26,9 @@ from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_sc
 from shared.node_resources import Reservations, pods_cgroup_limits
 from shared.quantity import to_bytes
 from shared.service import ServiceContext, service_main
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 NAME = "pod-sync"
 log = logging.getLogger(__name__)
@@ -61,7 +64,12 @@ async def setup(ctx: ServiceContext) -> None:
     manager = PodSyncManager(syncer, sources, ctx.bus, resync_every=k.sync_frequency,
                              pleg_period=ctx.settings.pleg_relist_period, on_synced=ctx.synced)
 
-    ctx.app.add_views(lambda: router(ctx.store))
+
+    def views() -> APIRouter:
+        from services.pod_sync.views import router
+        return router(ctx.store)
+
+    ctx.app.add_views(views)
     ctx.checks["pleg"] = manager.pleg.healthy
     rotator = ContainerLogRotator(cri, to_bytes(k.container_log_max_size), k.container_log_max_files)
     await manager.start(ctx.spawn)

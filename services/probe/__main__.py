@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sys
-
-from fastapi import APIRouter
+from typing import TYPE_CHECKING
 
 from services.probe.manager import ProbeManager
 from shared.bus import PodLifecycleEvents, PodRuntimeChanged
@@ -12,6 +11,9 @@ from shared.coalesce import Coalescer
 from shared.cri import CRIClient
 from shared.events import BusRecorder
 from shared.service import ServiceContext, service_main
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 NAME = "probe"
 
@@ -32,6 +34,8 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.spawn("probe-changes", changes.run())
 
     def views() -> APIRouter:
+        from fastapi import APIRouter
+
         r = APIRouter()
 
         @r.get("/probes")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from services.status_reporter.reporter import PodStatusReporter
-from services.status_reporter.views import router
 from shared.bus import (DesiredPodsChanged, KubeEvent, MirrorPodsChanged, NodePressureChanged, PodRuntimeChanged,
                         PodStatusChanged, ProbeResultsChanged)
 from shared.coalesce import Coalescer
 from shared.service import ServiceContext, service_main
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 NAME = "status-reporter"
 log = logging.getLogger(__name__)
@@ -25,7 +28,12 @@ async def setup(ctx: ServiceContext) -> None:
     await ctx.bus.subscribe(DesiredPodsChanged, changes.handle)
     await ctx.bus.subscribe(ProbeResultsChanged, changes.handle)
     ctx.spawn("pod-status-changes", changes.run())
-    ctx.app.add_views(lambda: router(ctx.store))
+
+    def views() -> APIRouter:
+        from services.status_reporter.views import router
+        return router(ctx.store)
+
+    ctx.app.add_views(views)
     ctx.spawn("pod-status-resync", reporter.run_resync(ctx.synced))
     if ctx.settings.cluster_mode:
         await start_cluster_mode(ctx)

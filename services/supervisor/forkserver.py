@@ -60,14 +60,14 @@ CLUSTER_MODULES = [
     "services.network.node_cidr", "services.volume.api_objects", "services.node_api.apiserver",
 ]
 # Imported by the services only once they run (asyncio backends, the SQLite dialect, uvicorn's
-# protocol classes, the kubelet API's certificate code, the pydantic v1 shim FastAPI imports to
-# check each route's response annotation): imported here, they are shared too. Each one missed
-# is a private copy in every service (pydantic.v1: 23 modules, ~1.5 MiB each).
+# protocol classes, the kubelet API's certificate code): imported here, they are shared too. Each
+# one missed is a private copy in every service. FastAPI is not among them: a service imports it
+# when the first of its admin views is asked for (shared/admin.py); preloaded, its ~14 MiB would
+# be paid on every node for views that are rarely opened.
 RUNTIME_MODULES = [
     "anyio._backends._asyncio", "concurrent.futures.thread", "encodings.idna",
     "sqlalchemy.dialects.sqlite.pysqlite", "uvicorn.lifespan.off", "uvicorn.protocols.http.auto",
     "uvicorn.protocols.http.h11_impl", "uvicorn.protocols.websockets.auto", "httpcore", "cryptography.x509",
-    "pydantic.v1",
 ]
 MAX_MESSAGE = 1 << 20
 

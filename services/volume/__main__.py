@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from services.volume.csi_volumes import CSIVolumes
 from services.volume.manager import VolumeManager, done_with
@@ -11,7 +12,6 @@ from services.volume.objects import STANDALONE_OBJECTS
 from services.volume.paths import Layout
 from services.volume.projection import NodeAllocatable
 from services.volume.registry import PluginRegistry
-from services.volume.views import router
 from shared.bus import DesiredPodsChanged, PodRuntimeChanged
 from shared.cri import CRIClient
 from shared.events import BusRecorder
@@ -19,6 +19,9 @@ from shared.host import cpu_capacity_millicores, memory_capacity_bytes
 from shared.periodic import every
 from shared.service import ServiceContext, service_main
 from shared.store import DesiredPod
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 NAME = "volume"
 log = logging.getLogger(__name__)
@@ -63,7 +66,12 @@ async def setup(ctx: ServiceContext) -> None:
 
     await ctx.bus.subscribe(DesiredPodsChanged, on_desired)
     await ctx.bus.subscribe(PodRuntimeChanged, on_runtime)
-    ctx.app.add_views(lambda: router(ctx.store, manager, registry))
+
+    def views() -> APIRouter:
+        from services.volume.views import router
+        return router(ctx.store, manager, registry)
+
+    ctx.app.add_views(views)
     ctx.checks["volumes"] = lambda: (manager.reconciled.is_set(), "first volume reconcile not done yet")
     ctx.spawn("plugin-registry", registry.run())
     ctx.spawn("volume-reconcile", manager.run(before_first=registry.scanned, on_synced=ctx.synced))
