@@ -128,6 +128,14 @@ class VolumesChanged(Event):
     uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
 
 
+class RuntimeStatusChanged(Event):
+    """pod-sync recorded a change in the runtime's status (node_health): RuntimeReady,
+    NetworkReady, its version or PLEG health."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.runtime.status"
+    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
+
+
 class NetworkChanged(Event):
     """network wrote a new network_status row."""
 

@@ -6,8 +6,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from services.network.readiness import NetworkManager
-from shared.cri import CRIClient
-from shared.runtime_check import RuntimeHealth
+from shared.bus import RuntimeStatusChanged
+from shared.runtime_status import runtime_network
 from shared.service import ServiceContext, service_main
 from shared.store import NetworkStatus
 
@@ -18,9 +18,13 @@ NAME = "network"
 
 
 async def setup(ctx: ServiceContext) -> None:
-    cri = CRIClient(ctx.settings.kubelet.container_runtime_endpoint)
-    manager = NetworkManager(ctx.store, ctx.bus, RuntimeHealth(cri), ctx.settings.kubelet.pod_cidr,
+    manager = NetworkManager(ctx.store, ctx.bus, lambda: runtime_network(ctx.store), ctx.settings.kubelet.pod_cidr,
                              ctx.settings.root_dir)
+
+    async def on_runtime_status(_event: RuntimeStatusChanged) -> None:
+        manager.wake.set()
+
+    await ctx.bus.subscribe(RuntimeStatusChanged, on_runtime_status)
 
     def views() -> APIRouter:
         from fastapi import APIRouter
@@ -49,7 +53,6 @@ async def setup(ctx: ServiceContext) -> None:
         api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
         ctx.spawn("node-pod-cidr", NodePodCIDRWatcher(api, ctx.settings.node_name, manager.use_node_pod_cidr).run())
         ctx.on_shutdown(api.close)
-    ctx.on_shutdown(cri.close)
 
 
 if __name__ == "__main__":

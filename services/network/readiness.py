@@ -1,25 +1,25 @@
-"""Network readiness: our CNI config is written and the runtime says its network is ready."""
+"""Network readiness: our CNI config is written and the runtime says its network is ready (its
+NetworkReady condition, as pod-sync records the runtime's status: shared/runtime_status.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 from sqlalchemy.exc import DatabaseError
 
 from services.network.cni_config import write_conflist
 from shared.bus import Bus, NetworkChanged
 from shared.cni import cni_conf_dir, cni_ipam_dir
-from shared.runtime_check import RuntimeHealth
 from shared.store import NetworkStatus, Store
 from shared.store.models import utcnow
 
 log = logging.getLogger(__name__)
 
-# The runtime's network status is polled every 5 s once ready (as the kubelet polls runtime
-# status), every second until then so a starting node is ready soon after containerd is.
+# Looked at again when pod-sync records a change in the runtime's status (RuntimeStatusChanged),
+# and every 5 s once ready, every second until then, so a lost event costs that long at most.
 READY_PERIOD, NOT_READY_PERIOD = 5.0, 1.0
 
 
@@ -29,11 +29,12 @@ def choose_pod_cidr(node_cidr: str | None, configured: str) -> str:
 
 
 class NetworkManager:
-    def __init__(self, store: Store, bus: Bus, health: RuntimeHealth, pod_cidr: str, root_dir: Path,
-                 period: float = READY_PERIOD, not_ready_period: float = NOT_READY_PERIOD) -> None:
+    def __init__(self, store: Store, bus: Bus, runtime_network: Callable[[], tuple[bool, str]], pod_cidr: str,
+                 root_dir: Path, period: float = READY_PERIOD, not_ready_period: float = NOT_READY_PERIOD) -> None:
         self.store = store
         self.bus = bus
-        self.health = health
+        self.runtime_network = runtime_network  # (ready, why not) of the runtime's NetworkReady
+        self.wake = asyncio.Event()
         self.configured_pod_cidr = pod_cidr
         self.pod_cidr = pod_cidr
         self.conf_dir, self.ipam_dir = cni_conf_dir(root_dir), cni_ipam_dir(root_dir)
@@ -46,6 +47,7 @@ class NetworkManager:
         if chosen != self.pod_cidr:
             log.info("pod CIDR %s from the Node's spec.podCIDR", chosen)
             self.pod_cidr = chosen
+            self.wake.set()
 
     def ensure_config(self) -> Path | None:
         if not self.pod_cidr:
@@ -57,12 +59,11 @@ class NetworkManager:
 
     async def reconcile(self) -> None:
         path = self.ensure_config()
-        await self.health.poll()
         if path is None:
             ready, reason = False, "NoPodCIDR"
             message = "podCIDR is not set: set podCIDR in the kubelet config (or --pod-cidr)"
         else:
-            ready, message = self.health.condition("NetworkReady")
+            ready, message = self.runtime_network()
             reason = "" if ready else "NetworkPluginNotReady"
             if not ready:
                 message = f"container runtime network not ready: {message}"
@@ -91,4 +92,9 @@ class NetworkManager:
                 log.error("cannot write CNI config in %s: %s", self.conf_dir, exc)
             except DatabaseError as exc:  # a full disk: the next round tries again
                 log.error("cannot record the network state in the store: %s", exc.orig)
-            await asyncio.sleep(self.period if self._last and self._last[0] else self.not_ready_period)
+            try:
+                await asyncio.wait_for(self.wake.wait(),
+                                       self.period if self._last and self._last[0] else self.not_ready_period)
+            except asyncio.TimeoutError:
+                pass
+            self.wake.clear()

@@ -84,7 +84,7 @@ async def setup(ctx: ServiceContext) -> None:
         limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k))
         for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"]):
             log.warning("enforceNodeAllocatable: cannot limit the pods cgroup: %s", problem)
-    health = NodeHealthWriter(cri, ctx.store, manager.pleg.healthy)
+    health = NodeHealthWriter(cri, ctx.store, manager.pleg.healthy, ctx.bus)
     ctx.checks["runtime"] = health.runtime_ready
     ctx.spawn("node-health", health.run())
     ctx.on_shutdown(manager.close)

@@ -1,5 +1,6 @@
 """Publishing what node readiness is made of (runtime status, PLEG health) to the store, where
-status-reporter reads it for the Node's Ready condition."""
+status-reporter reads it for the Node's Ready condition and the network service reads the
+runtime's NetworkReady condition."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import logging
 import time
 from typing import Callable
 
+from cri_api.v1 import api_pb2 as cri
+
 from shared import periodic
+from shared.bus import Bus, RuntimeStatusChanged
 from shared.cri import CRIError, RuntimeService
 from shared.store import NodeHealth, Store
 from shared.store.models import utcnow
@@ -15,16 +19,25 @@ from shared.store.models import utcnow
 log = logging.getLogger(__name__)
 
 PERIOD = 5.0  # how often the runtime is asked (the kubelet's runtime state check)
-# The row is rewritten when what it says changes, else only this often: status-reporter takes it
-# as stale after 30 s (HEALTH_STALE_AFTER), and a commit every 5 s said the same thing.
+# The row is rewritten when what it says changes, else only this often: readers take it as stale
+# after 30 s (shared.runtime_status.STALE_AFTER), and a commit every 5 s said the same thing.
 REFRESH = 10.0
 
 
+def _condition(conds: dict[str, cri.RuntimeCondition], name: str) -> tuple[bool, str]:
+    c = conds.get(name)
+    if c is None:
+        return False, f"runtime reports no {name} condition"
+    return bool(c.status), f"{c.reason}: {c.message}".strip(": ")
+
+
 class NodeHealthWriter:
-    def __init__(self, runtime: RuntimeService, store: Store, pleg_healthy: Callable[[], tuple[bool, str]]) -> None:
+    def __init__(self, runtime: RuntimeService, store: Store, pleg_healthy: Callable[[], tuple[bool, str]],
+                 bus: Bus | None = None) -> None:
         self.runtime = runtime
         self.store = store
         self.pleg_healthy = pleg_healthy
+        self.bus = bus
         self.runtime_state: tuple[bool, str] = (False, "not checked yet")
         self._runtime_version = ""  # asked again only after the runtime failed a call (it may have changed)
         self._written: tuple[object, ...] | None = None
@@ -37,23 +50,28 @@ class NodeHealthWriter:
                 self._runtime_version = f"{version.runtime_name}://{version.runtime_version}"
             status = await self.runtime.status()
             conds = {c.type: c for c in status.status.conditions}
-            rt = conds.get("RuntimeReady")
-            ready = bool(rt and rt.status)
-            message = "" if ready else f"container runtime status check may not have completed yet: " \
-                                       f"{rt.reason + ': ' + rt.message if rt else 'no RuntimeReady condition'}"
+            ready, why = _condition(conds, "RuntimeReady")
+            message = "" if ready else f"container runtime status check may not have completed yet: {why}"
+            network_ready, network_why = _condition(conds, "NetworkReady")
+            network_message = "" if network_ready else network_why
         except CRIError as exc:
             ready, message, self._runtime_version = False, f"container runtime is down: {exc}", ""
+            network_ready, network_message = False, message
         self.runtime_state = (ready, "ok" if ready else message)
         pleg_ok, pleg_message = self.pleg_healthy()
         if pleg_ok:
             pleg_message = ""
-        health = (ready, message, self._runtime_version, pleg_ok, pleg_message)
+        health = (ready, message, self._runtime_version, network_ready, network_message, pleg_ok, pleg_message)
         if health == self._written and time.monotonic() - self._written_at < REFRESH:
             return
         self.store.upsert(NodeHealth, {"id": 1}, {
             "runtime_ready": ready, "runtime_message": message, "runtime_version": self._runtime_version,
+            "network_ready": network_ready, "network_message": network_message,
             "pleg_healthy": pleg_ok, "pleg_message": pleg_message, "updated_at": utcnow()})
+        changed = health != self._written
         self._written, self._written_at = health, time.monotonic()
+        if changed and self.bus is not None:
+            await self.bus.publish(RuntimeStatusChanged())
 
     def runtime_ready(self) -> tuple[bool, str]:
         """The admin app's readiness check: the same observation the node reports."""

@@ -16,14 +16,13 @@ from shared import periodic
 from shared.kube import ApiError, KubeApi, path
 from shared.node_resources import NO_RESERVATIONS, Reservations
 from shared.retry import until_done
+from shared.runtime_status import STALE_AFTER, recorded_age
 from shared.store import NetworkStatus, NodeHealth, NodePressure, Store
 
 log = logging.getLogger(__name__)
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASES = "coordination.k8s.io/v1"
-# pod-sync writes node health every few seconds; older than this means it is not running.
-HEALTH_STALE_AFTER = 30.0
 
 
 def micro_time() -> str:
@@ -60,7 +59,7 @@ class NodeAgent:
         with self.store.session() as s:
             h = s.get(NodeHealth, 1)
             net = s.get(NetworkStatus, 1)
-        if h is None or (time.time() - h.updated_at.replace(tzinfo=timezone.utc).timestamp()) > HEALTH_STALE_AFTER:
+        if h is None or recorded_age(h) > STALE_AFTER:
             return False, "pod-sync is not reporting the container runtime's health", h.runtime_version if h else ""
         problems = []
         if not h.runtime_ready:

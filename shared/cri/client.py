@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from typing import Protocol, TypeVar
 
@@ -21,6 +23,10 @@ STOP_MARGIN = 30.0
 STATS_TIMEOUT = 10.0
 # Exec/Attach/PortForward only hand out a URL; the stream itself has no RPC deadline.
 STREAM_URL_TIMEOUT = 10.0
+# A channel no call has used for this long is closed (CRIClient).
+IDLE_CLOSE = 30.0
+
+log = logging.getLogger(__name__)
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -79,25 +85,87 @@ class CRIError(RuntimeError):
 
 
 class CRIClient:
-    """RuntimeService and ImageService of one CRI endpoint."""
+    """RuntimeService and ImageService of one CRI endpoint.
 
-    def __init__(self, endpoint: str, timeout: float = 120.0) -> None:
+    The gRPC channel is opened by the first call and closed once no call has been made for
+    idle_close seconds; the next call opens it again. An open channel keeps gRPC's worker threads
+    (four event-engine threads, a lifeguard and a timer: ~15 wake-ups a second) running in the
+    process, and most services call the runtime only now and then (an exec probe, a pod's volumes
+    torn down, a stats request), so they hold it only while they use it. A service calling every
+    few seconds (pod-sync's relist) keeps it open. idle_close=None: never closed."""
+
+    def __init__(self, endpoint: str, timeout: float = 120.0, idle_close: float | None = IDLE_CLOSE) -> None:
         target = endpoint if endpoint.startswith("unix:") else f"unix://{endpoint}"
         self.endpoint = target
         self.timeout = timeout
-        self._channel = grpc.aio.insecure_channel(
-            target, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
-        )
-        self._runtime: _RuntimeStub = cri_grpc.RuntimeServiceStub(self._channel)
-        self._images: _ImageStub = cri_grpc.ImageServiceStub(self._channel)
+        self.idle_close = idle_close
+        self._channel: grpc.aio.Channel | None = None
+        self._runtime_stub: _RuntimeStub | None = None
+        self._image_stub: _ImageStub | None = None
+        self._in_flight = 0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the channel is open now (it opens with the next call)."""
+        return self._channel is not None
+
+    def _open(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(
+                self.endpoint, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
+            self._runtime_stub = cri_grpc.RuntimeServiceStub(self._channel)
+            self._image_stub = cri_grpc.ImageServiceStub(self._channel)
+        return self._channel
+
+    @property
+    def _runtime(self) -> _RuntimeStub:
+        self._open()
+        assert self._runtime_stub is not None
+        return self._runtime_stub
+
+    @property
+    def _images(self) -> _ImageStub:
+        self._open()
+        assert self._image_stub is not None
+        return self._image_stub
+
+    def _close_if_idle(self) -> None:
+        self._idle_timer = None
+        if self._in_flight or self._channel is None:
+            return
+        channel, self._channel = self._channel, None
+        self._runtime_stub = self._image_stub = None
+        task = asyncio.get_running_loop().create_task(self._close_channel(channel), name="cri:close-idle-channel")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _close_channel(self, channel: grpc.aio.Channel) -> None:
+        try:
+            await channel.close()
+        except Exception as exc:  # the next call opens a new channel either way
+            log.warning("closing the idle channel to %s failed: %s", self.endpoint, exc)
 
     async def close(self) -> None:
-        await self._channel.close()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self._closing:
+            await asyncio.gather(*self._closing)
+        if self._channel is not None:
+            channel, self._channel = self._channel, None
+            self._runtime_stub = self._image_stub = None
+            await channel.close()
 
     async def _call(self, op: str, method: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response],
                     request: _Request, timeout: float | None = None) -> _Response:
         RUNTIME_OPERATIONS.labels(op).inc()
         start = time.monotonic()
+        self._in_flight += 1
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         try:
             return await method(request, timeout=timeout or self.timeout)
         except grpc.aio.AioRpcError as exc:
@@ -108,6 +176,9 @@ class CRIClient:
             raise CRIError(op, exc.code(), details) from None
         finally:
             RUNTIME_OPERATION_DURATION.labels(op).observe(time.monotonic() - start)
+            self._in_flight -= 1
+            if not self._in_flight and self.idle_close is not None and self._channel is not None:
+                self._idle_timer = asyncio.get_running_loop().call_later(self.idle_close, self._close_if_idle)
 
     # RuntimeService
 

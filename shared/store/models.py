@@ -115,13 +115,17 @@ class NetworkStatus(Base):
 
 
 class NodeHealth(Base):
-    """pod-sync's view of the node's runtime: what node readiness is made of."""
+    """pod-sync's view of the node's runtime: what node readiness is made of, and the runtime's
+    NetworkReady condition, which the network service reports from here (one runtime status
+    check for the node, as the kubelet's)."""
 
     __tablename__ = "node_health"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, default=1)
     runtime_ready: Mapped[bool] = mapped_column(Boolean, default=False)
     runtime_message: Mapped[str] = mapped_column(Text, default="")
     runtime_version: Mapped[str] = mapped_column(String, default="")
+    network_ready: Mapped[bool] = mapped_column(Boolean, default=False)
+    network_message: Mapped[str] = mapped_column(Text, default="")
     pleg_healthy: Mapped[bool] = mapped_column(Boolean, default=False)
     pleg_message: Mapped[str] = mapped_column(Text, default="")
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

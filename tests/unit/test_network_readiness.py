@@ -1,13 +1,19 @@
-"""The network service's readiness loop: the store is written when what it says changes, not at
-every poll (an idle node commits nothing for it), and every change is published."""
+"""The network service's readiness loop: the runtime's NetworkReady condition as pod-sync records
+it, the store written when what it says changes, not at every look (an idle node commits nothing
+for it), and every change published."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
+
 from services.network.readiness import NetworkManager
-from shared.bus import NetworkChanged
+from services.pod_sync.node_health import NodeHealthWriter
+from shared.bus import NetworkChanged, RuntimeStatusChanged
 from shared.cri.fake import FakeRuntime
-from shared.runtime_check import RuntimeHealth
-from shared.store import NetworkStatus, Store
+from shared.runtime_status import runtime_network
+from shared.store import NetworkStatus, NodeHealth, Store
+from shared.store.models import utcnow
 
 
 class RecordingBus:
@@ -24,23 +30,70 @@ def row(store: Store) -> tuple:
         return r.ready, r.message, r.updated_at
 
 
-async def test_the_store_is_written_only_when_the_network_state_changes(tmp_path):
-    store = Store(tmp_path / "state.db", writer="network")
-    store.create_schema()
-    runtime, bus = FakeRuntime(), RecordingBus()
-    manager = NetworkManager(store, bus, RuntimeHealth(runtime), "10.88.0.0/24", tmp_path)
+async def test_network_follows_the_runtime_status_pod_sync_records(tmp_path):
+    db = tmp_path / "state.db"
+    Store(db, writer=None).create_schema()
+    runtime, pod_sync_bus, bus = FakeRuntime(), RecordingBus(), RecordingBus()
+    health = NodeHealthWriter(runtime, Store(db, writer="pod-sync"), lambda: (True, ""), pod_sync_bus)
+    store = Store(db, writer="network")
+    manager = NetworkManager(store, bus, lambda: runtime_network(store), "10.88.0.0/24", tmp_path)
 
+    await manager.reconcile()
+    assert row(store)[:2] == (False, "container runtime network not ready: pod-sync has not reported the "
+                                     "container runtime's status yet")
+
+    await health.write_once()
+    assert [type(e) for e in pod_sync_bus.published] == [RuntimeStatusChanged]
     await manager.reconcile()
     first = row(store)
-    assert first[0] is True and first[1] == "ok"
+    assert first[:2] == (True, "ok")
     for _ in range(3):
+        await health.write_once()
         await manager.reconcile()
     assert row(store) == first, "nothing changed: no new write"
-    assert sum(op == "status" for op, _ in runtime.calls) == 4, "the runtime is still asked every time"
+    assert len(pod_sync_bus.published) == 1, "an unchanged runtime status is not announced again"
+    assert sum(op == "status" for op, _ in runtime.calls) == 4, "the runtime is asked by pod-sync only"
 
     runtime.network_ready = False
+    await health.write_once()
+    assert len(pod_sync_bus.published) == 2
     await manager.reconcile()
     ready, message, _ = row(store)
-    assert not ready and "NetworkPluginNotReady" in message
-    assert [e.ready for e in bus.published if isinstance(e, NetworkChanged)] == [True, False]
+    assert not ready and message == "container runtime network not ready: NetworkPluginNotReady"
+    assert [e.ready for e in bus.published if isinstance(e, NetworkChanged)] == [False, True, False]
     assert manager.ready() == (False, message)
+
+
+async def test_a_runtime_status_pod_sync_stopped_recording_is_not_trusted(tmp_path):
+    db = tmp_path / "state.db"
+    Store(db, writer=None).create_schema()
+    pod_sync = Store(db, writer="pod-sync")
+    pod_sync.upsert(NodeHealth, {"id": 1}, {"runtime_ready": True, "network_ready": True,
+                                            "updated_at": utcnow() - timedelta(seconds=45)})
+    ready, why = runtime_network(Store(db, writer=None))
+    assert not ready and "pod-sync has not reported the container runtime's status for 45s" == why
+
+
+async def test_a_runtime_status_event_wakes_the_loop_at_once(tmp_path):
+    db = tmp_path / "state.db"
+    Store(db, writer=None).create_schema()
+    answers = [(False, "NetworkPluginNotReady: cni config uninitialized")]
+    store = Store(db, writer="network")
+    manager = NetworkManager(store, RecordingBus(), lambda: answers[-1], "10.88.0.0/24", tmp_path,
+                             period=60, not_ready_period=60)
+    loop = asyncio.create_task(manager.run())
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if manager.ready()[1] != "not reconciled yet":
+                break
+        assert manager.ready()[0] is False
+        answers.append((True, "ok"))
+        manager.wake.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if manager.ready()[0]:
+                break
+        assert manager.ready() == (True, "ok"), "woken, not after its 60 s period"
+    finally:
+        loop.cancel()

@@ -38,6 +38,7 @@ async def test_health_is_written_on_change_and_refreshed_not_rewritten_each_chec
     await writer.write_once()
     first = row(store)
     assert (first.runtime_ready, first.runtime_version, first.pleg_healthy) == (True, "fake://1.0", True)
+    assert (first.network_ready, first.network_message) == (True, "")
     await writer.write_once()
     assert row(store).updated_at == first.updated_at, "nothing changed: no new commit"
     assert len(rt.ops("version")) == 1, "the runtime's version is asked once while it answers"
@@ -50,6 +51,7 @@ async def test_health_is_written_on_change_and_refreshed_not_rewritten_each_chec
     await writer.write_once()
     down = row(store)
     assert not down.runtime_ready and "container runtime is down" in down.runtime_message
+    assert not down.network_ready and down.network_message == down.runtime_message
     assert writer.runtime_ready() == (False, down.runtime_message)
     rt.down = False
     await writer.write_once()

@@ -1,0 +1,112 @@
+"""The CRI client against a real gRPC server on a unix socket: its channel is opened by the first
+call, closed once idle (gRPC's worker threads go with it) and opened again by the next call."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from cri_api.v1 import api_pb2 as cri
+from cri_api.v1 import api_pb2_grpc as cri_grpc
+
+from shared.cri import CRIClient
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Runtime(cri_grpc.RuntimeServiceServicer):
+    def __init__(self) -> None:
+        self.status_delay = 0.0
+
+    async def Version(self, request, context):
+        return cri.VersionResponse(runtime_name="test", runtime_version="1.0")
+
+    async def Status(self, request, context):
+        await asyncio.sleep(self.status_delay)
+        return cri.StatusResponse(status=cri.RuntimeStatus(conditions=[]))
+
+
+@pytest.fixture
+async def runtime(tmp_path):
+    servicer = Runtime()
+    server = grpc.aio.server()
+    cri_grpc.add_RuntimeServiceServicer_to_server(servicer, server)
+    sock = tmp_path / "cri.sock"
+    server.add_insecure_port(f"unix://{sock}")
+    await server.start()
+    yield servicer, str(sock)
+    await server.stop(None)
+
+
+async def test_the_channel_opens_on_use_and_closes_when_idle(runtime):
+    _, sock = runtime
+    client = CRIClient(sock, idle_close=0.3)
+    assert not client.connected, "no channel before the first call"
+    assert (await client.version()).runtime_name == "test"
+    assert client.connected
+    await asyncio.sleep(0.8)
+    assert not client.connected, "closed after idle_close without a call"
+    assert (await client.version()).runtime_version == "1.0", "the next call opens it again"
+    assert client.connected
+    await client.close()
+    assert not client.connected
+
+
+async def test_a_call_in_flight_keeps_the_channel_open(runtime):
+    servicer, sock = runtime
+    servicer.status_delay = 0.8
+    client = CRIClient(sock, idle_close=0.2)
+    await client.version()
+    slow = asyncio.create_task(client.status())
+    await asyncio.sleep(0.5)
+    assert client.connected, "closed under a call in flight"
+    await slow
+    assert client.connected, "idle time counts from the last call's end"
+    await asyncio.sleep(0.6)
+    assert not client.connected
+    await client.close()
+
+
+async def test_without_idle_close_the_channel_stays(runtime):
+    _, sock = runtime
+    client = CRIClient(sock, idle_close=None)
+    await client.version()
+    await asyncio.sleep(0.5)
+    assert client.connected
+    await client.close()
+
+
+IDLE_THREADS = """
+import asyncio, os, sys
+from shared.cri import CRIClient, CRIError
+
+def grpc_workers():
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    return sum(n in ("event_engine", "lifeguard") for n in names)
+
+async def main():
+    client = CRIClient(sys.argv[1], idle_close=0.2)
+    try:
+        await client.version()
+    except CRIError:
+        pass
+    open_workers = grpc_workers()
+    await asyncio.sleep(1.5)
+    print(open_workers, grpc_workers(), client.connected)
+
+asyncio.run(main())
+"""
+
+
+def test_closing_the_idle_channel_stops_grpcs_worker_threads(tmp_path):
+    """What the idle close is for: an open channel keeps gRPC's event-engine threads running (a
+    process of its own: a server in this one would keep them too)."""
+    out = subprocess.run([sys.executable, "-c", IDLE_THREADS, str(tmp_path / "runtime.sock")], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    open_workers, idle_workers, connected = out.stdout.split()
+    assert int(open_workers) > 0 and int(idle_workers) == 0 and connected == "False", out.stdout
