@@ -3,7 +3,7 @@ client, behind the kubelet's client-side rate limit (kubeAPIQPS / kubeAPIBurst),
 the whole node (shared/api_budget.py).
 
 The kubeconfig (clusters, contexts, client certificates, tokens, exec plugins) is read by
-lightkube's config loader. Requests are plain REST on resource paths: every service works with
+shared/kubeconfig.py. Requests are plain REST on resource paths: every service works with
 API objects as dicts (the manifests it stores, the statuses it writes, what it compares), and
 some calls need a DeleteOptions body (UID preconditions, as the kubelet deletes pods) that typed
 clients leave out. A typed client's models would also cost each service tens of MiB.
@@ -21,8 +21,9 @@ from urllib.parse import quote
 import httpx
 
 from shared.api_budget import SharedTokenBucket, budget_file
-from shared.config import ConfigError
 from shared.json_types import JSONObject
+from shared.kubeconfig import KubeconfigError as KubeconfigError  # re-exported: services import it from here
+from shared.kubeconfig import load as load_kubeconfig
 
 # Every API call is bounded (seconds); a watch is bounded by its server-side timeout.
 REQUEST_TIMEOUT = 30.0
@@ -31,10 +32,6 @@ REQUEST_TIMEOUT = 30.0
 # cadences (mirror pods, Lease, node status): every one of them paid a new TLS handshake.
 IDLE_CONNECTION_TIMEOUT = 90.0
 MERGE_PATCH = "application/merge-patch+json"
-
-
-class KubeconfigError(ConfigError):
-    pass
 
 
 class ApiError(Exception):
@@ -187,28 +184,15 @@ async def patch_pod_status(api: KubeApi, namespace: str, name: str, uid: str, st
 
 
 async def api_client(kubeconfig: Path, qps: float, burst: int, root_dir: Path) -> KubeApi:
-    """A client drawing on the node's API budget, kept under root_dir by every service."""
-    # Imported here: what only cluster mode needs is not loaded by a standalone node.
-    import yaml
-    from lightkube.config import client_adapter
-    from lightkube.config.kubeconfig import KubeConfig
-    from lightkube.core.exceptions import ConfigError as LightkubeConfigError
-
-    try:
-        cfg = KubeConfig.from_file(kubeconfig).get()
-        if cfg is None or cfg.user is None:
-            raise KubeconfigError("it has no current context with a cluster and a user; set current-context "
-                                  "(kubectl config use-context)")
-        verify = client_adapter.verify_cluster(cfg.cluster, cfg.user, cfg.abs_file)  # CA, client certificate
-        auth = client_adapter.user_auth(cfg.user)  # token, token file or exec plugin
-    except (OSError, ValueError, yaml.YAMLError, LightkubeConfigError, KubeconfigError) as exc:
-        raise KubeconfigError(f"cannot use kubeconfig {kubeconfig}: {exc}") from None
+    """A client drawing on the node's API budget, kept under root_dir by every service. A
+    kubeconfig that cannot be used raises KubeconfigError naming the file and the field."""
+    cfg = load_kubeconfig(kubeconfig)
     bucket = SharedTokenBucket(budget_file(root_dir), qps, burst)
 
     async def take_token(_: httpx.Request) -> None:
         await bucket.acquire()
 
-    http = httpx.AsyncClient(base_url=cfg.cluster.server, verify=verify, auth=auth, timeout=REQUEST_TIMEOUT,
+    http = httpx.AsyncClient(base_url=cfg.server, verify=cfg.verify, auth=cfg.auth, timeout=REQUEST_TIMEOUT,
                              limits=httpx.Limits(keepalive_expiry=IDLE_CONNECTION_TIMEOUT),
                              event_hooks={"request": [take_token]}, trust_env=False)
     return KubeApi(http, bucket)

@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 # stack), and in cluster mode the modules it imports only then (the API client and kubeconfig loader).
 SERVICE_MAIN = {s: f"services.{s.replace('-', '_')}.__main__" for s in SERVICES}
 CLUSTER_MODULES = [
-    "shared.kube", "lightkube.config.kubeconfig", "lightkube.config.client_adapter",
+    "shared.kube", "shared.kubeconfig",
     "services.pod_sync.api_source", "services.pod_sync.env_sources",
     "services.status_reporter.api_pods", "services.status_reporter.events",
     "services.status_reporter.mirror_pods", "services.status_reporter.node_agent",
