@@ -77,10 +77,7 @@ class Pykubelet:
 
     def pids(self) -> dict[str, int]:
         """Everything pykubelet runs (the registry serves both agents' images: not counted)."""
-        names = [*SERVICES, "nats", "supervisor"]
-        if (self.node.root / "run" / "fork-server.pid").exists():
-            names.append("fork-server")
-        return {name: self.node.service_pid(name) for name in names}
+        return {name: self.node.service_pid(name) for name in [*SERVICES, "nats", "supervisor"]}
 
     def metrics_urls(self) -> dict[str, str]:
         return {name: self.node.admin(name) + "/metrics" for name in SERVICES}

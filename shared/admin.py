@@ -5,7 +5,7 @@ polled (the supervisor, systemd, compose health checks, a metrics scraper) and m
 service nothing it would not run anyway. The state views are FastAPI routers, and the FastAPI
 app that serves them is built the first time a view (or any other path) is asked for. Building it
 and running a request through it executes a good part of FastAPI, Starlette, anyio and pydantic;
-in a service forked from the fork server every page of that code and data it touches becomes a
+in a service forked from `pykubelet up` every page of that code and data it touches becomes a
 private copy (~3.7 MiB a service, measured), so a service nobody looks into never pays it.
 """
 

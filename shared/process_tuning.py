@@ -1,12 +1,12 @@
 """What every pykubelet process sets up before it imports anything heavy: the memory it costs.
 
-Applied first thing by `pykubelet` (services/cli/main.py), so the services, the supervisor and
-the fork server all run with it, forked or exec'd.
+Applied first thing by `pykubelet` (services/cli/main.py), so the supervisor and every service
+run with it, forked by `pykubelet up`, exec'd or started by a systemd unit.
 
 - Optional imports nobody here uses are refused. nats-py imports aiohttp, when it is installed,
   for a websocket transport pykubelet never uses (the bus is nats://): 84 modules, ~8 MiB in
-  every process, and in the fork server's shared pages. httpx imports its command-line tool,
-  which pulls in click, rich and pygments where they are installed. A process that imported
+  every process (shared, in the services `pykubelet up` forks). httpx imports its command-line
+  tool, which pulls in click, rich and pygments where they are installed. A process that imported
   one of them already (a test or bench process importing pykubelet code) keeps it.
 - glibc gives each thread that allocates a malloc arena of its own (up to 8 per core), and keeps
   what it took there. gRPC's threads, anyio's worker threads (FastAPI's sync endpoints) and the

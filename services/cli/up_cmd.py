@@ -11,10 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from services.supervisor.leftovers import (FORK_SERVER_PID, SUPERVISOR_PID, find_leftovers, orphaned_shims, pid_alive,
+from services.supervisor.forking import Forker, ForkRefused
+from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, orphaned_shims, pid_alive,
                                           stop_abandoned_node)
-from services.supervisor.forked import ForkServer
-from services.supervisor.forkserver import ForkServerError
 from services.supervisor.node import UpOptions, run_up
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
 from shared.host import NodeIPError
@@ -56,18 +55,21 @@ def up(argv: list[str]) -> int:
     opts = UpOptions(args=args, settings=settings, nats_port=args.nats_port,
                      registry_port=args.registry_port or None, admin_port_base=args.admin_port_base,
                      push_images=args.push_demo_images, keep_pods=args.keep_pods, wait_pods=args.wait_pods,
-                     fork_server=None if args.exec_services else start_fork_server(settings))
+                     forker=None if args.exec_services else prepare_forker(settings))
     return asyncio.run(run_up(opts))
 
 
-def start_fork_server(settings: NodeSettings) -> ForkServer | None:
-    """Before any event loop or thread exists (a fork copies neither safely)."""
+def prepare_forker(settings: NodeSettings) -> Forker | None:
+    """Preload what the services run, before any event loop or thread exists."""
+    log = logging.getLogger("pykubelet.up")
     try:
-        return ForkServer.start(settings.cluster_mode, settings.root_dir.resolve(), settings.store_path)
-    except (ForkServerError, ImportError, OSError) as exc:
-        logging.getLogger("pykubelet.up").warning(
-            "no fork server (%s); every service starts with an interpreter of its own (more memory)", exc)
+        forker = Forker.prepare(settings.cluster_mode, settings.store_path)
+    except (ForkRefused, ImportError, OSError) as exc:
+        log.warning("services not preloaded (%s); every service starts with an interpreter of its own "
+                    "(more memory)", exc)
         return None
+    log.info("services preloaded in %.1fs; each is forked from this process", forker.preloaded_in)
+    return forker
 
 
 def down(argv: list[str]) -> int:
@@ -99,8 +101,7 @@ def down_abandoned(root: Path, pid: int, timeout: float) -> int:
     """No supervisor: stop whatever the root dir's node still runs without it."""
     leftovers = find_leftovers(root)
     if not leftovers:
-        for name in (SUPERVISOR_PID, FORK_SERVER_PID):  # the fork server exits with its supervisor
-            (root / "run" / name).unlink(missing_ok=True)
+        (root / "run" / SUPERVISOR_PID).unlink(missing_ok=True)
         shims = orphaned_shims(root)
         if shims:
             # Their containers can only be removed through the runtime that made them.

@@ -1,9 +1,11 @@
 """Is a loopback HTTP server up: one GET, answered 200.
 
 The supervisor asks this of the registry and of every service's admin app while the node
-starts. It imports the services' stack only so that the fork server shares it with them; code the
+starts. It imports the services' stack only so that the services it forks share it; code the
 supervisor runs stays in its memory as long as the node runs (its pages are copied the first time
-they are touched), so it uses a plain socket here, not an HTTP client with its TLS setup.
+they are touched), so it uses a plain socket here, not an HTTP client with its TLS setup. The
+address is numeric: a host name would be resolved in a thread, and the supervisor forks only
+while it runs no thread (services/supervisor/forking.py).
 """
 
 from __future__ import annotations

@@ -23,12 +23,10 @@ from shared.admin import SERVICES
 log = logging.getLogger(__name__)
 
 SUPERVISOR_PID = "supervisor.pid"
-FORK_SERVER_PID = "fork-server.pid"
 NODE_FILE = "node.json"  # what `down` needs to know about a node whose supervisor is gone
 # Stopped in this order: the services first (nothing acts on pods any more), containerd last
 # (its containers survive it; `down` removes them before).
-# The fork server exits by itself once its supervisor is gone; it is on the list in case it hangs.
-STOP_ORDER = ["fork-server", *reversed(SERVICES), "registry", "nats", "containerd"]
+STOP_ORDER = [*reversed(SERVICES), "registry", "nats", "containerd"]
 
 
 @dataclass(frozen=True)
@@ -47,8 +45,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def started_for(pid: int, root: Path) -> bool:
-    """Whether the process's arguments name the root dir (or a path under it). A service forked
-    by the fork server has its arguments in its title, separated by spaces."""
+    """Whether the process's arguments name the root dir (or a path under it). A forked service
+    has its arguments in its title, separated by spaces."""
     try:
         argv = re.split("[\0 ]", Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"))
     except OSError:
@@ -139,5 +137,5 @@ async def stop_abandoned_node(root: Path, leftovers: list[Leftover], timeout: fl
     if facts.get("keep_pods") is not True and any(item.name == "containerd" for item in infra):
         await teardown_node(root, ContainerdLayout(root / "containerd").endpoint, logs_dir)
     await stop_leftovers(root, infra, timeout)
-    for name in (SUPERVISOR_PID, FORK_SERVER_PID, "ready"):
+    for name in (SUPERVISOR_PID, "ready"):
         (root / "run" / name).unlink(missing_ok=True)

@@ -2,7 +2,7 @@
 its own.
 
 A service started by itself imports only its own modules: its /metrics has its metrics and the
-shared ones (bus, store, CRI). A service forked from the fork server inherits every metric the
+shared ones (bus, store, CRI). A service forked by `pykubelet up` inherits every metric the
 preload registered, all seven services' worth: a gauge such as kubelet_running_pods would be
 exported by each of them, and the kubelet API's merged /metrics would show it once per service
 (six of them a constant 0). The preload records which service package defined each metric; the

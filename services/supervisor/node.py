@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import IO
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
-from services.supervisor.forked import ForkServer
+from services.supervisor.forking import Forker
 from services.supervisor.http_check import http_ok
-from services.supervisor.leftovers import (FORK_SERVER_PID, SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers,
+from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers,
                                            write_node_file)
 from services.supervisor.process import ManagedProcess
 from services.supervisor.teardown import teardown_node
@@ -57,7 +57,19 @@ class UpOptions:
     push_images: bool
     keep_pods: bool
     wait_pods: float
-    fork_server: ForkServer | None = None  # services are forked from it; without it, exec'd
+    forker: Forker | None = None  # services are forked from the supervisor; without it, exec'd
+
+
+async def runtime_answers(endpoint: str) -> bool:
+    """Whether the container runtime answers CRI Version at endpoint."""
+    cri = CRIClient(endpoint, timeout=2)
+    try:
+        await cri.version()
+        return True
+    except CRIError:
+        return False
+    finally:
+        await cri.close()
 
 
 class LocalNode:
@@ -119,7 +131,7 @@ class LocalNode:
 
     def release_root(self) -> None:
         if self._claimed:
-            for name in (SUPERVISOR_PID, FORK_SERVER_PID, "ready", "node.json"):
+            for name in (SUPERVISOR_PID, "ready", "node.json"):
                 (self.run_dir / name).unlink(missing_ok=True)
 
     def _proc(self, name: str, argv: list[str], ready=None, stop_timeout: float = 20.0) -> ManagedProcess:
@@ -192,21 +204,18 @@ class LocalNode:
                      "containerd gets restrict_oom_score_adj = true")
         write_config(self.containerd, cni_conf_dir=cni_conf_dir(self.root), cni_bin_dir=CNI_BIN_DIR,
                      sandbox_image=self.sandbox_image, registry=self.registry, restrict_oom=restrict)
-        cri = CRIClient(self.containerd.endpoint, timeout=2)
+        endpoint = self.containerd.endpoint
+        forker = self.opts.forker
 
         async def ready() -> bool:
-            try:
-                await cri.version()
-                return True
-            except CRIError:
-                return False
+            if forker is not None:
+                # Asked from a forked child: gRPC started here would make every later fork unsafe.
+                return await forker.check_in_child(lambda: asyncio.run(runtime_answers(endpoint)), 5.0)
+            return await runtime_answers(endpoint)
 
         p = self._proc("containerd", ["containerd", "--config", str(self.containerd.config)], ready,
                        stop_timeout=30)
-        try:
-            await p.start(ready_timeout=60)
-        finally:
-            await cri.close()
+        await p.start(ready_timeout=60)
 
     def service_argv(self, service: str) -> list[str]:
         # Through the CLI, as the systemd units run them: it applies the process settings
@@ -249,7 +258,7 @@ class LocalNode:
                 return await http_ok("127.0.0.1", port, "/healthz")
 
             p = self._proc(service, self.service_argv(service), ready)
-            p.fork_server, p.service_args = self.opts.fork_server, self.service_args(service)
+            p.forker, p.service_args = self.opts.forker, self.service_args(service)
             await p.start(ready_timeout=60)
             log.info("%-15s running (pid %d, admin http://127.0.0.1:%d)", service, p.pid, port)
 
@@ -259,8 +268,6 @@ class LocalNode:
         self.check_prerequisites()
         self.claim_root()
         await self.replace_leftovers()
-        if self.opts.fork_server is not None:  # after the leftovers: it is no leftover
-            (self.run_dir / FORK_SERVER_PID).write_text(f"{self.opts.fork_server.pid}\n")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log.info("starting a local node in %s (logs in %s)", self.root, self.log_dir)
         await self.start_nats()
@@ -353,8 +360,13 @@ async def run_up(opts: UpOptions) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if opts.fork_server is not None:
-        await opts.fork_server.open()
+    if sys.version_info < (3, 12):
+        # Subprocesses (NATS, containerd, ...) watched through pidfds: the default watcher of
+        # Python 3.11 waits in a thread per child, and the supervisor forks its services only
+        # while it runs no thread (services/supervisor/forking.py). 3.12 does this by itself.
+        watcher = asyncio.PidfdChildWatcher()
+        watcher.attach_loop(loop)
+        asyncio.set_child_watcher(watcher)
     try:
         up = asyncio.create_task(node.up(), name="node-up")
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")
@@ -375,5 +387,3 @@ async def run_up(opts: UpOptions) -> int:
         return 1
     finally:
         await node.down()
-        if opts.fork_server is not None:
-            await opts.fork_server.close()

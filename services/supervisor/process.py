@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from services.supervisor.forked import ForkedProcess, ForkServer
+from services.supervisor.forking import ForkedProcess, Forker, ForkRefused
 from shared.retry import describe, keep_running, until_done
 
 log = logging.getLogger(__name__)
@@ -38,9 +38,9 @@ class ManagedProcess:
     env: dict[str, str] | None = None
     ready: Callable[[], Awaitable[bool]] | None = None  # polled after start until True
     stop_timeout: float = 20.0
-    # A pykubelet service: forked from the fork server while it runs (args: the service's flags),
-    # else started with argv.
-    fork_server: ForkServer | None = None
+    # A pykubelet service: forked from the supervisor (args: the service's flags), or started
+    # with argv when there is no forker or forking is refused.
+    forker: Forker | None = None
     service_args: list[str] | None = None
     proc: asyncio.subprocess.Process | ForkedProcess | None = None
     restarts: int = 0
@@ -54,9 +54,13 @@ class ManagedProcess:
 
     async def _spawn(self) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        if self.fork_server is not None and self.fork_server.alive and self.service_args is not None:
-            self.proc = await self.fork_server.spawn(self.name, self.service_args, self.log_file, self.env or {})
-        else:
+        self.proc = None
+        if self.forker is not None and self.service_args is not None:
+            try:
+                self.proc = await self.forker.spawn(self.name, self.service_args, self.log_file, self.env or {})
+            except ForkRefused as exc:
+                log.warning("%s: not forked (%s); starting it with an interpreter of its own", self.name, exc)
+        if self.proc is None:
             await self._exec()
         self._started_at = time.monotonic()
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)

@@ -82,7 +82,7 @@ def _new_engine(path: Path) -> Engine:
     return engine
 
 
-# Engines made before the process forked its services (the fork server's preload), by store
+# Engines made before the process forked its services (`pykubelet up`'s preload), by store
 # path; and the process that last took each one over (its own connection pool).
 _prepared_engines: dict[Path, Engine] = {}
 _engine_owner_pid: dict[Path, int] = {}
