@@ -115,7 +115,9 @@ class _AdminServer(uvicorn.Server):
 
 
 async def _serve_admin(ctx: ServiceContext, port: int) -> None:
-    config = uvicorn.Config(ctx.app, host="127.0.0.1", port=port, log_level="warning",
+    # log_config=None: uvicorn's loggers go to the service's own handler (one format in the log)
+    # instead of a logging.config.dictConfig run of their own in every service.
+    config = uvicorn.Config(ctx.app, host="127.0.0.1", port=port, log_level="warning", log_config=None,
                             lifespan="off", access_log=False, date_header=False)
     server = _AdminServer(config)
     serve = asyncio.create_task(server.serve(), name=f"{ctx.name}:admin-http")
