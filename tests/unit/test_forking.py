@@ -105,6 +105,10 @@ async def main():
         seen["refused"] = str(exc)
     release.set()
     t.join()
+    # join() returns as the thread finishes; its kernel task goes a moment later.
+    deadline = time.monotonic() + 10
+    while threads_running() != 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
     proc = await forker.spawn("probe", ["--help"], Path(sys.argv[1]) / "probe.log", {})
     seen["after"] = await asyncio.wait_for(proc.wait(), 60)
     print(json.dumps(seen))
