@@ -5,7 +5,7 @@ status-reporter."""
 from __future__ import annotations
 
 import time
-from datetime import timezone
+from datetime import datetime, timezone
 
 from shared.store import NodeHealth, Store
 
@@ -13,17 +13,17 @@ from shared.store import NodeHealth, Store
 STALE_AFTER = 30.0
 
 
-def recorded_age(h: NodeHealth) -> float:
-    return time.time() - h.updated_at.replace(tzinfo=timezone.utc).timestamp()
+def recorded_age(updated_at: datetime) -> float:
+    """Seconds since the node_health row was written (SQLite gives its UTC time back naive)."""
+    return time.time() - updated_at.replace(tzinfo=timezone.utc).timestamp()
 
 
 def runtime_network(store: Store) -> tuple[bool, str]:
     """The runtime's NetworkReady condition: (ready, "ok" or why not)."""
-    with store.session() as s:
-        h = s.get(NodeHealth, 1)
-        if h is None:
-            return False, "pod-sync has not reported the container runtime's status yet"
-        age = recorded_age(h)
-        if age > STALE_AFTER:
-            return False, f"pod-sync has not reported the container runtime's status for {age:.0f}s"
-        return h.network_ready, "ok" if h.network_ready else h.network_message
+    h = store.read_row(NodeHealth, {"id": 1})
+    if h is None:
+        return False, "pod-sync has not reported the container runtime's status yet"
+    age = recorded_age(h["updated_at"])
+    if age > STALE_AFTER:
+        return False, f"pod-sync has not reported the container runtime's status for {age:.0f}s"
+    return h["network_ready"], "ok" if h["network_ready"] else h["network_message"]

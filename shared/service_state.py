@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import select
 from sqlalchemy.exc import DatabaseError
 
 from shared.store import ServiceState, Store
@@ -101,10 +100,9 @@ class ServiceView:
 
 
 def read_states(store: Store) -> dict[str, ServiceView]:
-    with store.session() as s:
-        rows = list(s.scalars(select(ServiceState)))
-    return {r.name: ServiceView(r.name, _aware(r.started_at), _aware(r.heartbeat_at), _aware(r.reconciled_at),
-                                _aware(r.synced_at), _aware(r.stopped_at)) for r in rows}
+    return {r["name"]: ServiceView(r["name"], _aware(r["started_at"]), _aware(r["heartbeat_at"]),
+                                   _aware(r["reconciled_at"]), _aware(r["synced_at"]), _aware(r["stopped_at"]))
+            for r in store.read_rows(ServiceState)}
 
 
 # What each service's views are made of besides its own tables, producers first.

@@ -69,9 +69,9 @@ class NetworkManager:
                 message = f"container runtime network not ready: {message}"
         row = (self.pod_cidr, ready, reason, message if not ready else "ok", str(path or ""))
         if row != self._written:  # a write only when something changed: no store commit per poll
-            with self.store.session() as s:
-                s.merge(NetworkStatus(id=1, pod_cidr=row[0], ready=row[1], reason=row[2], message=row[3],
-                                      conf_path=row[4], updated_at=utcnow()))
+            self.store.upsert(NetworkStatus, {"id": 1}, {
+                "pod_cidr": row[0], "ready": row[1], "reason": row[2], "message": row[3], "conf_path": row[4],
+                "updated_at": utcnow()})
             self._written = row
         if self._last != (ready, message):
             self._last = (ready, message)

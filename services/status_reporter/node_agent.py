@@ -59,7 +59,7 @@ class NodeAgent:
         with self.store.session() as s:
             h = s.get(NodeHealth, 1)
             net = s.get(NetworkStatus, 1)
-        if h is None or recorded_age(h) > STALE_AFTER:
+        if h is None or recorded_age(h.updated_at) > STALE_AFTER:
             return False, "pod-sync is not reporting the container runtime's health", h.runtime_version if h else ""
         problems = []
         if not h.runtime_ready:

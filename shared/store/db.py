@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 from prometheus_client import Histogram
 
-from sqlalchemy import Delete, Insert, Join, Update, create_engine, event
+from sqlalchemy import Delete, Insert, Join, RowMapping, Update, create_engine, event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -219,6 +219,21 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(stmt)
         STORE_WRITE_SECONDS.observe(time.monotonic() - start)
+
+    def read_row(self, model: type[Base], key: dict[str, Any]) -> RowMapping | None:
+        """One row by its primary key, as a read-only mapping: for a row a service reads on every
+        poll. No Session, identity map or loading machinery runs; a service that reads and
+        writes only this way (and with upsert) never touches the ORM's code, whose pages would
+        otherwise be private copies in its process (services/supervisor/forking.py)."""
+        table = Base.metadata.tables[model.__tablename__]
+        stmt = select(table).where(*(table.c[column] == value for column, value in key.items()))
+        with self.engine.connect() as conn:
+            return conn.execute(stmt).mappings().first()
+
+    def read_rows(self, model: type[Base]) -> list[RowMapping]:
+        """Every row of a small table, as read_row reads one."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(Base.metadata.tables[model.__tablename__])).mappings())
 
     def close(self) -> None:
         self.engine.dispose()
