@@ -124,9 +124,16 @@ class Store:
         self._inode: int | None = None  # of the file create_schema checked
         private_dir(self.path.parent)
         self.engine: Engine = _inherited_engine(self.path) or _new_engine(self.path)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        event.listen(self._sessions, "before_flush", self._check_flush)
-        event.listen(self._sessions, "do_orm_execute", self._check_statement)
+        self._session_factory: sessionmaker[Session] | None = None
+
+    @property
+    def _sessions(self) -> sessionmaker[Session]:
+        # Made on first use: a service that only reads rows and upserts never runs the ORM.
+        if self._session_factory is None:
+            self._session_factory = sessionmaker(self.engine, expire_on_commit=False)
+            event.listen(self._session_factory, "before_flush", self._check_flush)
+            event.listen(self._session_factory, "do_orm_execute", self._check_statement)
+        return self._session_factory
 
     def create_schema(self) -> None:
         """Create the tables; a store written by another schema version is rebuilt, and a
