@@ -43,7 +43,7 @@ from typing import Callable, NoReturn
 
 import sqlalchemy.orm
 
-from services.supervisor import metric_owners
+from services.supervisor import immortal, metric_owners
 from shared.admin import SERVICES
 from shared.store import Store
 from shared.store.db import prepare_engine_for_fork
@@ -95,8 +95,12 @@ def preload(cluster_mode: bool, store_path: Path | None = None) -> None:
     if threading.active_count() != 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
         raise ForkRefused(f"importing the services started threads ({names}); a fork would not copy them")
+    # Before the freeze: frozen objects are not listed by the collector any more.
+    marks = immortal.immortalize_all()
     gc.freeze()
     gc.enable()
+    if marks:
+        log.debug("preloaded objects marked immortal (%d marks)", marks)
 
 
 def _prepare_store(path: Path) -> None:
