@@ -2,6 +2,11 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
+# The interpreter the venv is made with: CPython 3.12 where the machine has one, else python3
+# (deploy/find-python.sh says why). A venv made with another version is made again.
+PYTHON ?= $(shell deploy/find-python.sh)
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import platform; print(platform.python_version())')
+INSTALLED := $(VENV)/.installed-py$(PYTHON_VERSION)
 PYKUBELET := $(VENV)/bin/pykubelet
 ROOT_DIR ?= /var/lib/pykubelet
 PYTEST_ARGS ?=
@@ -14,21 +19,23 @@ help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: system-deps $(VENV)/.installed $(CSI_STUBS) ## Install system packages and Python dependencies (skips what is there)
+deps: system-deps $(INSTALLED) $(CSI_STUBS) ## Install system packages and Python dependencies (skips what is there)
 
 .PHONY: system-deps
 system-deps:
 	@deploy/install-deps.sh
 
-$(VENV)/.installed: pyproject.toml
-	@test -x $(PY) || { echo "deps: creating $(VENV)"; python3 -m venv $(VENV); }
+$(INSTALLED): pyproject.toml
+	@if [ -x $(PY) ] && [ "$$($(PY) -c 'import platform; print(platform.python_version())')" != "$(PYTHON_VERSION)" ]; then \
+		echo "deps: $(VENV) was made with another Python; making it again with $(PYTHON) ($(PYTHON_VERSION))"; rm -rf $(VENV); fi
+	@test -x $(PY) || { echo "deps: creating $(VENV) with $(PYTHON) ($(PYTHON_VERSION))"; $(PYTHON) -m venv $(VENV); }
 	@echo "deps: installing Python packages into $(VENV)"
 	@$(PY) -m pip install --disable-pip-version-check -q -e '.[test,build,bench]'
 	@touch $@
 
 # CSI and plugin-registration gRPC stubs, generated from protos/ (not committed). The virtual
 # include path makes the generated modules import each other as shared.csi.gen.*.
-$(CSI_STUBS) &: protos/csi.proto protos/pluginregistration.proto $(VENV)/.installed
+$(CSI_STUBS) &: protos/csi.proto protos/pluginregistration.proto $(INSTALLED)
 	@echo "deps: generating CSI stubs from protos/"
 	@mkdir -p shared/csi/gen && touch shared/csi/gen/__init__.py
 	@$(PY) -m grpc_tools.protoc -Ishared/csi/gen=protos --python_out=. --grpc_python_out=. \
@@ -41,7 +48,10 @@ protos: $(CSI_STUBS) ## Generate the CSI gRPC stubs from protos/
 compose-images: deps ## Build the image docker-compose.yml runs (Debian base via mmdebstrap, wheels built here)
 	@rm -rf build/docker/wheels
 	@echo "compose-images: building wheels of pykubelet and its dependencies into build/docker/wheels"
-	@$(PY) -m pip wheel -q --wheel-dir build/docker/wheels .
+	@$(PY) -m pip wheel -q --no-deps --wheel-dir build/docker/wheels .
+	@# The image's Python is Debian bookworm's (3.11), not necessarily the venv's.
+	@$(PY) -m pip download -q --only-binary=:all: --python-version 3.11 --dest build/docker/wheels \
+		build/docker/wheels/pykubelet-*.whl
 	@deploy/docker-base.sh
 	docker build -q -f deploy/Dockerfile -t pykubelet:dev .
 
