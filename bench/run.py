@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import tempfile
 import time
 from pathlib import Path
@@ -99,7 +100,7 @@ def _steady_tables(py: dict, exec_: dict, kube: dict, py_probe: dict | None, kub
 
 
 def render(out: dict) -> str:
-    lines: list[str] = []
+    lines: list[str] = [f"pykubelet on {out['python']}"] if out.get("python") else []
     c, s = out.get("cluster", {}), out.get("standalone", {})
     py, kube = c.get("pykubelet", {}), c.get("kubelet", {})
     floor = {label: r.get("cri_floor") for label, r in py.get("startup", {}).items()}
@@ -161,7 +162,9 @@ def main() -> int:
     elif args.only == "eviction":
         args.skip = [*args.skip, "standalone", "cluster"]
     started = time.time()
-    out: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    # The interpreter decides part of the footprint (services/supervisor/immortal.py).
+    out: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "python": f"{platform.python_implementation()} {platform.python_version()}"}
     if args.only:
         out["only"] = args.only
     root = Path(tempfile.mkdtemp(prefix="pykubelet-bench-"))
