@@ -11,7 +11,7 @@ set -uo pipefail
 is_312() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; }
 
 candidates=(python3.12)
-if root=$(pyenv root 2>/dev/null) || root="${PYENV_ROOT:-$HOME/.pyenv}"; then
+if root=$(pyenv root 2>/dev/null) || root="${PYENV_ROOT:-${HOME:-}/.pyenv}"; then
   while IFS= read -r py; do candidates+=("$py"); done < <(ls -d "$root"/versions/3.12.*/bin/python3.12 2>/dev/null | sort -rV)
 fi
 for py in "${candidates[@]}"; do
