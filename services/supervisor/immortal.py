@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import sys
+import sysconfig
 import types
 
 # CPython 3.12 and 3.13 on 64-bit platforms: an object is immortal when the low 32 bits of
@@ -24,8 +25,10 @@ _VERSIONS = ((3, 12), (3, 13))
 
 
 def supported() -> bool:
+    # A free-threaded build (3.13t) counts references in other fields.
     return (sys.implementation.name == "cpython" and sys.version_info[:2] in _VERSIONS
-            and sys.maxsize > 2**32 and sys.byteorder == "little")
+            and sys.maxsize > 2**32 and sys.byteorder == "little"
+            and not sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def _mark(obj: object) -> None:
