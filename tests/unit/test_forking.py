@@ -124,19 +124,7 @@ def test_no_fork_while_another_thread_runs(tmp_path):
 
 
 CHECKS = """
-from shared.cri import CRIClient, CRIError
-
-def runtime_answers(endpoint):
-    async def ask():
-        cri = CRIClient(endpoint, timeout=1)
-        try:
-            await cri.version()
-            return True
-        except CRIError:
-            return False
-        finally:
-            await cri.close()
-    return asyncio.run(ask())
+from services.supervisor.node import runtime_answers
 
 async def main():
     forker = Forker()
@@ -146,7 +134,7 @@ async def main():
     started = time.monotonic()
     seen["slow"] = await forker.check_in_child(lambda: time.sleep(30) or True, 0.5)
     seen["slow_seconds"] = time.monotonic() - started
-    seen["runtime"] = await forker.check_in_child(lambda: runtime_answers(sys.argv[1] + "/none.sock"), 20)
+    seen["runtime"] = await forker.check_in_child(lambda: asyncio.run(runtime_answers(sys.argv[1] + "/none.sock")), 20)
     seen["threads"] = threads_running()
     print(json.dumps(seen))
 
