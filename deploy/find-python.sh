@@ -8,16 +8,14 @@
 # On 3.11 everything works the same, with a larger footprint.
 set -uo pipefail
 
-is_312() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; }
-
 candidates=(python3.12)
 if root=$(pyenv root 2>/dev/null) || root="${PYENV_ROOT:-${HOME:-}/.pyenv}"; then
   while IFS= read -r py; do candidates+=("$py"); done < <(ls -d "$root"/versions/3.12.*/bin/python3.12 2>/dev/null | sort -rV)
 fi
 for py in "${candidates[@]}"; do
-  if is_312 "$py"; then
-    # A pyenv shim only runs the versions pyenv has selected: give the interpreter itself.
-    "$py" -c 'import sys; print(sys.executable)'
+  # The interpreter itself, not a pyenv shim (a shim runs only the versions pyenv has selected).
+  if exe=$("$py" -c 'import sys; assert sys.version_info[:2] == (3, 12); print(sys.executable)' 2>/dev/null); then
+    echo "$exe"
     exit 0
   fi
 done
