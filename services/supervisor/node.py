@@ -18,14 +18,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Awaitable, Callable
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.forking import Forker
 from services.supervisor.http_check import http_ok
 from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers,
                                            write_node_file)
-from services.supervisor.process import ManagedProcess
+from services.supervisor.port_owner import owns_listener
+from services.supervisor.process import ManagedProcess, ProcessExited
 from services.supervisor.teardown import teardown_node
 from shared.admin import SERVICES, admin_port
 from shared.bus_auth import BUS_DIR, credentials_file, write_credentials, write_server_config
@@ -145,7 +146,7 @@ class LocalNode:
     async def start_nats(self) -> None:
         port = self.opts.nats_port
 
-        async def ready() -> bool:
+        async def accepts() -> bool:
             try:
                 _, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1)
             except OSError:
@@ -153,13 +154,27 @@ class LocalNode:
             w.close()
             return True
 
-        if await ready():
+        if await accepts():
             raise NodeError(f"port {port} is already in use; pick another with --nats-port")
         # Fresh credentials at every start: one user per service, publishing only its subjects.
         users = write_credentials(self.bus_dir, SERVICES)
         config = write_server_config(self.bus_dir / "nats.conf", port, users)
-        p = self._proc("nats", ["nats-server", "-c", str(config)], ready)
+        p = self._proc("nats", ["nats-server", "-c", str(config)], None)
+        p.ready = self._own_listener(p, port, accepts)
         await p.start(ready_timeout=20)
+
+    @staticmethod
+    def _own_listener(p: ManagedProcess, port: int, answers: Callable[[], Awaitable[bool]]):
+        """Ready once the port answers and its listener is p's own: a local user who bound the
+        port first is refused, not served to the services and pods."""
+        async def ready() -> bool:
+            if p.pid is None or not await answers():
+                return False  # gone: the exit is reported by the next check
+            if owns_listener(p.pid, port):
+                return True
+            raise ProcessExited(f"another process listens on 127.0.0.1:{port}, not {p.name}; stop it or "
+                                f"pick another port")
+        return ready
 
     async def start_registry(self) -> None:
         assert self.registry
@@ -171,10 +186,15 @@ class LocalNode:
             f"storage:\n  filesystem:\n    rootdirectory: {reg_dir / 'data'}\n  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.registry}\n")
 
-        async def ready(port: int = self.opts.registry_port or 0) -> bool:
+        port = self.opts.registry_port or 0
+
+        async def answers() -> bool:
             return await http_ok("127.0.0.1", port, "/v2/")
 
-        p = self._proc("registry", ["docker-registry", "serve", str(cfg)], ready)
+        if await answers():
+            raise NodeError(f"port {port} is already in use; pick another with --registry-port")
+        p = self._proc("registry", ["docker-registry", "serve", str(cfg)], None)
+        p.ready = self._own_listener(p, port, answers)
         await p.start(ready_timeout=20)
 
     async def push_images(self) -> None:

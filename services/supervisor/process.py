@@ -93,6 +93,8 @@ class ManagedProcess:
                                     f"see {self.log_file}")
             try:
                 ok = await ready()
+            except ProcessExited:  # the check knows it will never be ready
+                raise
             except Exception as exc:  # not listening yet, and the like
                 raise NotReady(describe(exc)) from exc
             if not ok:
