@@ -2,7 +2,11 @@
 
 configMaps and secrets a pod's volumes use are watched one object at a time (a field selector
 on metadata.name, which the Node authorizer allows for objects of pods bound to this node), so
-a change reaches the volume within a second; reads come from that cache. Service-account tokens
+a change reaches the volume within a second; reads come from that cache. Each watch holds an
+HTTP/1.1 connection to the API server (the kubelet multiplexes its watches over HTTP/2), so at
+most MAX_WATCHES objects are watched: pods that refer to more objects than that (one hostile
+pod can name thousands) get the rest read again when the cached copy is older than POLL_TTL,
+as the kubelet's `Cache` change detection strategy does, instead of a connection and an fd each. Service-account tokens
 come from TokenRequest, bound to the pod, and are renewed once 80% of their lifetime has passed
 (or after 24 hours), as the kubelet's token manager does.
 """
@@ -23,6 +27,8 @@ from shared.podspec import Pod
 log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT = 300
+MAX_WATCHES = 100
+POLL_TTL = 60.0  # the kubelet's default object cache TTL
 RETRY = 5.0
 MAX_TOKEN_AGE = 24 * 3600
 PLURAL = {"configmap": "configmaps", "secret": "secrets"}
@@ -43,11 +49,15 @@ def token_needs_refresh(tok: _Token, now: float) -> bool:
 
 
 class ApiObjects:
-    def __init__(self, api: KubeApi, on_change: Callable[[str, str, str], None] | None = None) -> None:
+    def __init__(self, api: KubeApi, on_change: Callable[[str, str, str], None] | None = None,
+                 max_watches: int = MAX_WATCHES, clock: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.on_change = on_change  # (kind, namespace, name) of a watched object that changed
+        self.max_watches = max_watches
+        self._clock = clock
         self._cache: dict[tuple[str, str, str], dict | None] = {}
         self._watches: dict[tuple[str, str, str], asyncio.Task] = {}
+        self._read_at: dict[tuple[str, str, str], float] = {}  # objects read, not watched: when
         self._tokens: dict[tuple, _Token] = {}
 
     async def _get(self, kind: str, namespace: str, name: str) -> dict | None:
@@ -57,10 +67,25 @@ class ApiObjects:
         key = (kind, namespace, name)
         if key in self._cache and key in self._watches and not self._watches[key].done():
             return self._cache[key]
+        if key not in self._watches and len(self._watches) >= self.max_watches:
+            return await self._polled(key)
         value = await self._get(kind, namespace, name)
         self._cache[key] = value
+        self._read_at.pop(key, None)
         if key not in self._watches or self._watches[key].done():
             self._watches[key] = asyncio.create_task(self._watch(key), name=f"volume:watch-{kind}-{namespace}-{name}")
+        return value
+
+    async def _polled(self, key: tuple[str, str, str]) -> dict | None:
+        read_at = self._read_at.get(key)
+        if read_at is not None and self._clock() - read_at < POLL_TTL:
+            return self._cache[key]
+        if not self._read_at:
+            log.warning("%d configMaps and secrets are watched already (the most this node watches): "
+                        "%s %s/%s and any more are read again every %.0fs instead", len(self._watches), *key,
+                        POLL_TTL)
+        value = await self._get(*key)
+        self._cache[key], self._read_at[key] = value, self._clock()
         return value
 
     async def _watch(self, key: tuple[str, str, str]) -> None:
@@ -151,6 +176,9 @@ class ApiObjects:
         """Stop watching objects no pod's volumes refer to any more."""
         for key in [k for k in self._watches if k not in referenced]:
             self._watches.pop(key).cancel()
+            self._cache.pop(key, None)
+        for key in [k for k in self._read_at if k not in referenced]:
+            del self._read_at[key]
             self._cache.pop(key, None)
 
     async def close(self) -> None:
