@@ -51,7 +51,8 @@ class Pykubelet:
         if self.cp:
             extra += f"authentication:\n  x509:\n    clientCAFile: {self.cp.ca}\n"
         extra += self.extra_config
-        self.node = await asyncio.to_thread(launch_node, self.root, argv, extra)
+        # watch_loops=False: the figures are the node's own, without the tests' loop watchdog.
+        self.node = await asyncio.to_thread(lambda: launch_node(self.root, argv, extra, watch_loops=False))
 
     async def stop(self) -> None:
         if self._store is not None:
@@ -83,7 +84,8 @@ class Pykubelet:
         return {name: self.node.admin(name) + "/metrics" for name in SERVICES}
 
     def get_text(self, url: str) -> str:
-        return httpx.get(url, timeout=10).text  # the services' admin apps: plain HTTP on loopback
+        # The services' admin apps: plain HTTP on loopback, with the node's admin token.
+        return httpx.get(url, timeout=10, headers={"Authorization": f"Bearer {self.node.admin_token()}"}).text
 
     def running_static(self) -> set[str]:
         """Static pods `pykubelet status` shows Running (it reads the same store rows)."""

@@ -53,7 +53,7 @@ def main() -> int:
     spy = shutil.which("py-spy") or ".venv/bin/py-spy"
     root = Path(tempfile.mkdtemp(prefix="pykubelet-profile-"))
     print("starting a standalone node ...", flush=True)
-    node = launch_node(root)
+    node = launch_node(root, watch_loops=False)  # no watchdog thread in the profiles
     targets = Targets() if args.probes else None
     try:
         image = node.image("busybox")

@@ -7,11 +7,19 @@ app that serves them is built the first time a view (or any other path) is asked
 and running a request through it executes a good part of FastAPI, Starlette, anyio and pydantic;
 in a service forked from `pykubelet up` every page of that code and data it touches becomes a
 private copy (~3.7 MiB a service, measured), so a service nobody looks into never pays it.
+
+Loopback is open to every local user and every hostNetwork pod, so every request, the health
+checks included, must carry the node's admin token (shared/admin_token.py) as
+`Authorization: Bearer`; without it the answer is a 401 that shows nothing. What the views
+return is redacted before it is sent (shared/redact.py): a view shows pods, never their secrets.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import json
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -26,6 +34,13 @@ Freshness = Callable[[], list[str]]
 # Builds a router of state views; called once, when the first view is asked for.
 Views = Callable[[], "APIRouter"]
 OWN_PATHS = {"/healthz", "/readyz", "/metrics"}
+# Which values the views must never show, besides what redact() finds in their answers: the
+# env values and header values of the node's pods (a message may quote one).
+Secrets = Callable[[], "set[str]"]
+# The secrets() of the request being answered, read off the event loop before the views run.
+_KNOWN: ContextVar[frozenset[str]] = ContextVar("admin_known_secrets", default=frozenset())
+UNAUTHORIZED = (b'{"detail":"Unauthorized: every admin URL needs the node\'s admin token as '
+                b'Authorization: Bearer (the root dir\'s run/admin-token, readable by root)"}')
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -56,10 +71,15 @@ def admin_port(service: str, base: int = 0) -> int:
 class AdminApp:
     """One service's admin app (ASGI). Views are added as router factories before it serves."""
 
-    def __init__(self, service: str, checks: dict[str, Check], freshness: Freshness | None = None) -> None:
+    def __init__(self, service: str, checks: dict[str, Check], *, token: str,
+                 freshness: Freshness | None = None, secrets: Secrets | None = None) -> None:
+        if not token:
+            raise ValueError(f"{service}: an admin app needs the node's admin token")
         self.service = service
         self.checks = checks
         self.freshness = freshness
+        self.secrets = secrets
+        self._authorization = f"Bearer {token}".encode()
         self._views: list[Views] = []
         self._app: FastAPI | None = None
 
@@ -69,10 +89,25 @@ class AdminApp:
         self._views.append(views)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and not self._authorized(scope):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            else:
+                await _respond(send, scope, 401, UNAUTHORIZED, "application/json",
+                               [(b"www-authenticate", b'Bearer realm="pykubelet admin"')])
+            return
         if scope["type"] == "http" and scope["path"] in OWN_PATHS:
             await self._own(scope, send)
         else:
+            if self.secrets is not None:  # a store read: in a thread, not on the event loop
+                _KNOWN.set(frozenset(await asyncio.to_thread(self.secrets)))
             await self.views_app()(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        """The request carries the token (compared in constant time); only one Authorization
+        header counts, as two would be ambiguous."""
+        given = [v for k, v in scope.get("headers", ()) if k.lower() == b"authorization"]
+        return len(given) == 1 and hmac.compare_digest(given[0], self._authorization)
 
     async def _own(self, scope: Scope, send: Send) -> None:
         if scope["method"] not in ("GET", "HEAD"):
@@ -110,8 +145,19 @@ async def _respond(send: Send, scope: Scope, status: int, body: bytes, content_t
 
 def _build_views_app(service: str, views: list[Views], freshness: Freshness | None) -> FastAPI:
     from fastapi import FastAPI, Request, Response
+    from fastapi.responses import JSONResponse
 
-    app = FastAPI(title=f"pykubelet {service} admin", docs_url=None, redoc_url=None)
+    from shared.redact import redact
+
+    class RedactedJSON(JSONResponse):
+        """Every view's answer, its secrets replaced: one place, so a new view is covered too.
+        A view must return data, not a Response of its own, to pass through here."""
+
+        def render(self, content: Any) -> bytes:
+            return super().render(redact(content, _KNOWN.get()))
+
+    app = FastAPI(title=f"pykubelet {service} admin", docs_url=None, redoc_url=None,
+                  default_response_class=RedactedJSON)
     if freshness is not None:
         @app.middleware("http")
         async def say_if_not_current(request: Request,

@@ -263,12 +263,7 @@ class KubeletConfiguration(ServerConfig):
     @field_validator("cluster_dns")
     @classmethod
     def _dns(cls, v: list[str]) -> list[str]:
-        for ip in v:
-            try:
-                ipaddress.ip_address(ip)
-            except ValueError:
-                raise ValueError(f"{ip!r} is not an IP address") from None
-        return v
+        return [ip_address(ip) for ip in v]
 
     @field_validator("container_runtime_endpoint")
     @classmethod

@@ -14,15 +14,14 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shared import safe_yaml
+from shared import pod_limits, safe_yaml
 from shared.ip import ip_address
+from shared.pod_limits import MAX_CONTAINERS
 from shared.quantity import parse_quantity
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-# Init and app containers together; checks between containers are quadratic in this.
-MAX_CONTAINERS = 128
 
 
 def dns_label(v: str) -> str:
@@ -33,7 +32,12 @@ def dns_label(v: str) -> str:
 
 
 class ManifestInvalid(ValueError):
-    """A manifest that cannot become a pod; the message names the field."""
+    """A manifest that cannot become a pod; the message names the field. reason: the pod's
+    status reason when it is refused for this ("" leaves it to the source)."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 _ASKS_NOTHING: tuple[object, ...] = (None, False, "", [], {})
@@ -299,15 +303,31 @@ class PodSecurityContext(_Model):
     fsGroupChangePolicy: Literal["Always", "OnRootMismatch"] | None = None
     seLinuxOptions: SELinuxOptions | None = None
 
+    @field_validator("sysctls")
+    @classmethod
+    def _unique_sysctls(cls, v: list[Sysctl]) -> list[Sysctl]:
+        names = [s.name for s in v]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValueError(f"[{i}]: Duplicate value: {name!r} is set twice")
+        return v
+
 
 class PodDNSConfigOption(_Model):
     name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._-]+$")
     value: str | None = Field(default=None, max_length=255, pattern=r"^[A-Za-z0-9._:-]*$")
 
 
+# The API server's limits on a pod's search path (MaxDNSSearchPaths, MaxDNSSearchListChars since
+# 1.28); a search domain is a subdomain that may hold '_' and end in '.', or "." alone
+# (RelaxedDNSSearchValidation). Each becomes a word of resolv.conf's search line.
+MAX_DNS_SEARCHES, MAX_DNS_SEARCH_CHARS = 32, 2048
+DNS_SEARCH = re.compile(r"^_?[a-z0-9]([-_a-z0-9]*[a-z0-9])?(\._?[a-z0-9]([-_a-z0-9]*[a-z0-9])?)*$")
+
+
 class PodDNSConfig(_Model):
     nameservers: list[str] = Field(default_factory=list, max_length=3)
-    searches: list[str] = Field(default_factory=list, max_length=6)
+    searches: list[str] = Field(default_factory=list, max_length=MAX_DNS_SEARCHES)
     options: list[PodDNSConfigOption] = Field(default_factory=list, max_length=32)
 
     @field_validator("nameservers")
@@ -318,9 +338,13 @@ class PodDNSConfig(_Model):
     @field_validator("searches")
     @classmethod
     def _searches(cls, v: list[str]) -> list[str]:
+        if len(" ".join(v)) > MAX_DNS_SEARCH_CHARS:
+            raise ValueError(f"must not have more than {MAX_DNS_SEARCH_CHARS} characters (including spaces) "
+                             "in the search list")
         for domain in v:
-            if len(domain) > 253 or not DNS1123_SUBDOMAIN.match(domain.lower().rstrip(".")):
-                raise ValueError(f"search domain {domain[:80]!r} is not a DNS name")
+            if domain != "." and (len(domain) > 253 or not DNS_SEARCH.match(domain.removesuffix("."))):
+                raise ValueError(f"search domain {domain[:80]!r} is not a DNS name (lowercase RFC 1123 "
+                                 "subdomain, '_' allowed)")
         return v
 
 
@@ -528,6 +552,22 @@ class PodSpec(_Model):
     priority: int | None = None
     priorityClassName: str | None = None
 
+    # The hostname (and FQDN with the subdomain) becomes the sandbox's hostname and a line of
+    # the pod's /etc/hosts: RFC 1123 labels, as the API server requires.
+    @field_validator("hostname", "subdomain")
+    @classmethod
+    def _host_label(cls, v: str | None) -> str | None:
+        if v and (len(v) > 63 or not DNS1123_LABEL.match(v)):
+            raise ValueError(f"{v[:80]!r} must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)")
+        return v
+
+    @model_validator(mode="after")
+    def _dns_none_has_servers(self) -> "PodSpec":
+        if self.dnsPolicy == "None" and not (self.dnsConfig and self.dnsConfig.nameservers):
+            raise ValueError("dnsConfig.nameservers: Required value: must provide at least one DNS nameserver "
+                             "when `dnsPolicy` is None")
+        return self
+
     @model_validator(mode="after")
     def _unique_names(self) -> "PodSpec":
         count = len(self.initContainers) + len(self.containers)
@@ -672,6 +712,9 @@ def format_errors(exc: ValidationError) -> str:
 def validate_pod(data: Any) -> Pod:
     if not isinstance(data, dict):
         raise ManifestInvalid(f"expected a Pod object, got {type(data).__name__}")
+    too_much = pod_limits.exceeded(data)  # before parsing: parsing is what the caps bound
+    if too_much:
+        raise ManifestInvalid(too_much, pod_limits.LIMIT_EXCEEDED)
     try:
         return Pod.model_validate(data)
     except ValidationError as exc:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import resource
 import sys
 
 from shared import grpc_env
@@ -49,6 +50,21 @@ def limit_malloc_arenas() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(M_ARENA_MAX, MALLOC_ARENAS))
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """The soft RLIMIT_NOFILE raised to the hard one, as Go programs (the kubelet among them) do
+    at start: the default soft limit (1024 under systemd) is below what a server of many
+    connections needs, and the hard limit is what the unit (LimitNOFILE) or the host allows.
+    Returns (before, after)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:  # e.g. a hard limit above the kernel's nr_open
+            log.warning("open files limit stays %d (raising it to %d failed: %s)", soft, hard, exc)
+            return soft, soft
+    return soft, hard
 
 
 def apply() -> None:

@@ -15,12 +15,16 @@ import uvicorn
 from sqlalchemy.exc import DatabaseError
 
 from shared.admin import AdminApp, Check, admin_port
+from shared.admin_token import ensure_token
 from shared.bus import Bus
 from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared.node_dirs import private_umask, root_dir
+from shared.loop_watchdog import watching
 from shared.sd_notify import notify
 from shared.service_state import HEARTBEAT_PERIOD, ServiceStateWriter, view_freshness
-from shared.store import Store
+from shared.redact import secret_values
+from shared.store import DesiredPod, Store
 from shared.store.db import is_corruption
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,7 @@ class ServiceContext:
     checks: dict[str, Check]
     stopping: asyncio.Event
     state: ServiceStateWriter
+    admin_token: str  # what asks another service's admin app (node-api's /metrics merge) sends
     _tasks: list[asyncio.Task[object]] = field(default_factory=list)
     _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     failed: bool = False
@@ -174,6 +179,12 @@ async def _heartbeat(store: Store, state: ServiceStateWriter, health: StoreHealt
         health.problem = ""
 
 
+def pod_secrets(store: Store) -> set[str]:
+    """The env and header values of every pod the node has: what no admin view may quote. Read
+    only when a view is asked for."""
+    return secret_values([row["manifest"] for row in store.read_rows(DesiredPod)])
+
+
 def bus_credentials(name: str, settings: NodeSettings) -> Credentials | None:
     """--bus-credentials, else the file the supervisor writes under the root dir, else none."""
     path = settings.bus_credentials or credentials_file(settings.root_dir / BUS_DIR, name)
@@ -188,6 +199,7 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
 
+    root_dir(settings.root_dir)
     store = Store(settings.store_path, writer=name)
     store.create_schema()
     state = ServiceStateWriter(store, name)
@@ -201,9 +213,11 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
         "reconciled": lambda: (state.reconciled, "reconciled since start" if state.reconciled
                                else "not reconciled since start yet"),
     }
-    app = AdminApp(name, checks, freshness=lambda: view_freshness(store, name))
+    token = ensure_token(settings.root_dir)
+    app = AdminApp(name, checks, token=token, freshness=lambda: view_freshness(store, name),
+                   secrets=lambda: pod_secrets(store))
     ctx = ServiceContext(name=name, settings=settings, store=store, bus=bus, app=app,
-                         checks=checks, stopping=stopping, state=state)
+                         checks=checks, stopping=stopping, state=state, admin_token=token)
     await setup(ctx)
     store_health = StoreHealth()
     checks["store"] = store_health.check
@@ -239,6 +253,7 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
 
 def service_main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
     """Entry point shared by all services: parse flags, load config, run until a signal."""
+    private_umask()  # before the service opens anything: its files are private from creation
     parser = argparse.ArgumentParser(prog=f"pykubelet {name}")
     add_node_flags(parser)
     args = parser.parse_args(argv)
@@ -249,7 +264,10 @@ def service_main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
         print(f"pykubelet {name}: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(run_service(name, settings, setup))
+        # Every service's loop, forked by `pykubelet up` or exec'd, runs here: the tests' watchdog
+        # for blocking callbacks (PYKUBELET_LOOP_WATCHDOG) starts here too.
+        with watching(name):
+            return asyncio.run(run_service(name, settings, setup))
     except ConfigError as exc:
         log.error("%s", exc)
         return 2

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from shared.safe_paths import open_regular
 from shared.store import DesiredPod, PodRuntime, Store
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
@@ -26,7 +27,7 @@ def parse_cri_log_line(line: str) -> tuple[str, str, bool] | None:
 def render(path: Path, tail: int | None) -> str:
     out: list[str] = []
     partial = ""
-    with open(path, errors="replace") as f:
+    with os.fdopen(open_regular(path), errors="replace") as f:  # never a link or a FIFO
         for line in f:
             parsed = parse_cri_log_line(line)
             if parsed is None:
@@ -106,5 +107,10 @@ def main(argv: list[str]) -> int:
     if not path.exists():
         print(f"log file {path} is gone (the container was removed)", file=sys.stderr)
         return 1
-    sys.stdout.write(render(path, args.tail))
+    try:
+        text = render(path, args.tail)
+    except OSError as exc:
+        print(f"log file not read: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
     return 0

@@ -36,6 +36,7 @@ Containers (docker-compose.yml):
 
 Tools:
   wait-port H:P      wait until something accepts connections on H:P (--timeout S)
+  admin SERVICE PATH GET a URL of a service's admin app with the node's admin token (root)
 
 Services (one process each; `pykubelet up` or pykubelet.target starts them all):
   pod-sync, probe, volume, network, eviction, status-reporter, node-api
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         from services.cli import wait_port
 
         return wait_port.main(rest)
+    if command == "admin":
+        from services.cli import admin_cmd
+
+        return admin_cmd.main(rest)
     if command == "status":
         from services.cli import status_cmd
 

@@ -17,6 +17,7 @@ from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, orpha
 from services.supervisor.node import UpOptions, run_up
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
 from shared.host import NodeIPError
+from shared.node_dirs import private_umask, root_dir
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 
@@ -39,6 +40,9 @@ def up(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.root_dir is None:
         args.root_dir = DEFAULT_ROOT
+    # Before anything is opened: the node's files are private from creation, in the supervisor
+    # and in every process it starts (containerd excepted: services/supervisor/node.py).
+    private_umask()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
@@ -52,6 +56,7 @@ def up(argv: list[str]) -> int:
     except NodeIPError as exc:
         print(f"pykubelet up: {exc}", file=sys.stderr)
         return 2
+    root_dir(settings.root_dir)  # 0700, before the preload below opens the store in it
     opts = UpOptions(args=args, settings=settings, nats_port=args.nats_port,
                      registry_port=args.registry_port or None, admin_port_base=args.admin_port_base,
                      push_images=args.push_demo_images, keep_pods=args.keep_pods, wait_pods=args.wait_pods,

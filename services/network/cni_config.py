@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from shared.cni import BRIDGE, NETWORK_NAME
+from shared.node_dirs import private_dir
 
 CONFLIST_NAME = "10-pykubelet.conflist"
 
@@ -52,7 +53,7 @@ def _content(pod_cidr: str, ipam_dir: Path) -> str:
 
 def write_conflist(conf_dir: Path, pod_cidr: str, ipam_dir: Path) -> tuple[Path, bool]:
     """Write atomically; return (path, whether the content changed)."""
-    conf_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(conf_dir)
     path = conf_dir / CONFLIST_NAME
     content = _content(pod_cidr, ipam_dir)
     if path.exists() and path.read_text() == content:

@@ -3,6 +3,7 @@ plus the loopback admin views."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from services.node_api.listeners import node_metrics_source, start_listeners
 from services.node_api.pods import pod_list
 from services.node_api.stats import StatsProvider
 from shared.cri import CRIClient
+from shared.process_tuning import raise_open_files_limit
 from shared.service import ServiceContext, service_main
 
 if TYPE_CHECKING:
@@ -18,8 +20,14 @@ if TYPE_CHECKING:
 
 NAME = "node-api"
 
+log = logging.getLogger(__name__)
+
 
 async def setup(ctx: ServiceContext) -> None:
+    # Before the listeners, which size their connection limit by it.
+    before, after = raise_open_files_limit()
+    if after != before:
+        log.info("open files limit raised from %d to %d", before, after)
     k = ctx.settings.kubelet
     runtime = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
     ctx.on_shutdown(runtime.close)

@@ -3,13 +3,17 @@
 Authentication as the kubelet: an x509 client certificate that chained to clientCAFile (the
 TLS handshake checked it; CN is the user, O the groups), else a bearer token reviewed by the
 API server (TokenReview, cached for authentication.webhook.cacheTTL), else system:anonymous when
-anonymous access is enabled. Authorization maps the request to the attributes of a `nodes`
+anonymous access is enabled. Tokens the API server rejected are cached apart from the ones it
+accepted, so a flood of made-up tokens cannot push a real one out of the cache; a review that
+failed is not repeated for the same token for FAILED_REVIEW_TTL; concurrent requests with the
+same token share one review. Authorization maps the request to the attributes of a `nodes`
 subresource the way the kubelet does and asks the API server (SubjectAccessReview, cached), or
 allows everything in AlwaysAllow mode.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -25,6 +29,10 @@ ANONYMOUS = "system:anonymous"
 UNAUTHENTICATED = "system:unauthenticated"
 AUTHENTICATED = "system:authenticated"
 CACHE_SIZE = 4096
+# A TokenReview that failed (API server unreachable, throttling, erroring) counts as a rejection
+# this long: a client retrying, or many requests with one token, cost one review per token per
+# FAILED_REVIEW_TTL, not one each (a short time: the token may be fine once the API server is).
+FAILED_REVIEW_TTL = 5.0
 
 VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
          "DELETE": "delete"}
@@ -61,10 +69,14 @@ class AuthError(Exception):
         self.status = status
 
 
+# A TokenReview's answer: authenticated, the user, the API server's error when not.
+Review = tuple[bool, User | None, str]
+
+
 class ReviewAPI(Protocol):
     """The two API server reviews the kubelet API delegates to."""
 
-    async def token_review(self, token: str) -> tuple[bool, User | None, str]: ...
+    async def token_review(self, token: str) -> Review: ...
     async def access_review(self, user: User, attrs: Attributes) -> tuple[bool, str]: ...
 
 
@@ -123,7 +135,9 @@ class Authenticator:
     def __init__(self, cfg: Authentication, reviews: ReviewAPI | None) -> None:
         self.cfg = cfg
         self.reviews = reviews if cfg.webhook.enabled else None
-        self._tokens: TTLCache[str, tuple[bool, User | None, str]] = TTLCache()
+        self._accepted: TTLCache[str, Review] = TTLCache()
+        self._rejected: TTLCache[str, Review] = TTLCache()
+        self._reviewing: dict[str, asyncio.Future[Review]] = {}
 
     def describe(self) -> str:
         methods = []
@@ -150,20 +164,35 @@ class Authenticator:
         raise AuthError(401, "Unauthorized")
 
     async def _review_token(self, token: str) -> User:
-        assert self.reviews is not None
         key = hashlib.sha256(token.encode()).hexdigest()
-        result = self._tokens.get(key)
+        result = self._accepted.get(key) or self._rejected.get(key)
         if result is None:
-            try:
-                result = await self.reviews.token_review(token)
-            except Exception as exc:  # an unreachable API server must not let anyone in
-                log.warning("TokenReview failed: %s", exc)
-                raise AuthError(401, "Unauthorized") from None
-            self._tokens.put(key, result, self.cfg.webhook.cache_ttl)
+            pending = self._reviewing.get(key)
+            if pending is None:
+                pending = asyncio.ensure_future(self._review(key, token))
+                self._reviewing[key] = pending
+                pending.add_done_callback(lambda _: self._reviewing.pop(key, None))
+            # Shielded: a waiter that goes away (its connection closed) leaves the review to
+            # the others, and its result to the cache.
+            result = await asyncio.shield(pending)
         ok, user, error = result
         if not ok or user is None:
             raise AuthError(401, "Unauthorized")
         return user
+
+    async def _review(self, key: str, token: str) -> Review:
+        assert self.reviews is not None
+        try:
+            result = await self.reviews.token_review(token)
+        except Exception as exc:  # an unreachable API server must not let anyone in
+            log.warning("TokenReview failed: %s", exc)
+            result = (False, None, f"TokenReview failed: {exc}")
+            self._rejected.put(key, result, FAILED_REVIEW_TTL)
+            return result
+        ok, user, _ = result
+        cache = self._accepted if ok and user is not None else self._rejected
+        cache.put(key, result, self.cfg.webhook.cache_ttl)
+        return result
 
 
 class Authorizer:

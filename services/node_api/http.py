@@ -14,21 +14,57 @@ import contextlib
 import json
 import logging
 import re
+import resource
+import socket
 import ssl
+from asyncio import sslproto
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 from urllib.parse import parse_qs, urlsplit
 
 import h11
 
+from services.node_api.conn_limits import ConnectionLimits, Slot
+
 log = logging.getLogger(__name__)
 
-MAX_BODY = 1 << 20            # the kubelet API takes no large bodies
-HEADER_TIMEOUT = 30.0         # for a request head to arrive on an open connection
+# Deadlines are totals, not per read: a client trickling a byte at a time gets no longer.
+HANDSHAKE_TIMEOUT = 10.0      # the whole TLS handshake
+HEADER_TIMEOUT = 10.0         # a whole request head (the first: from the end of the handshake)
+BODY_TIMEOUT = 30.0           # a whole request body, on the routes that take one
 KEEPALIVE_TIMEOUT = 120.0     # an idle keep-alive connection is closed after this
-HANDSHAKE_TIMEOUT = 10.0
+SHUTDOWN_TIMEOUT = 5.0        # for the TLS close_notify exchange when closing
+# Connections, and the share of one client address (services/node_api/conn_limits.py says how
+# a full server makes room). Each connection may need two descriptors (an exec, attach or
+# port-forward stream also holds one to the runtime's streaming server); the limit is lowered to
+# what RLIMIT_NOFILE allows after what the rest of the process needs.
 MAX_CONNECTIONS = 1024
+FDS_PER_CONNECTION = 2
+RESERVED_FDS = 256
 READ_CHUNK = 64 * 1024
+# What one connection may buffer before reading pauses: a refused or slow client costs little.
+# The StreamReader pauses at twice its limit; the TLS layer's is the ciphertext it holds.
+READER_LIMIT = 16 * 1024
+TLS_READ_BUFFER = 32 * 1024
+# After refusing a request whose body was not read, the connection stays open this long with
+# reading paused before it is closed: closing a socket with unread data resets it, and a reset
+# that arrives before the client has read the answer loses the answer.
+REFUSAL_LINGER = 0.5
+
+
+def connection_limit(wanted: int = MAX_CONNECTIONS) -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(2, min(wanted, (soft - RESERVED_FDS) // FDS_PER_CONNECTION))
+
+
+def _small_tls_buffers() -> None:
+    """asyncio's TLS protocol allocates (and zeroes) a 256 KiB read buffer for every connection:
+    256 MiB of resident memory for a full server. The size is a class attribute, so it is set
+    for the process (node-api's other TLS connections only read in smaller steps)."""
+    if getattr(sslproto.SSLProtocol, "max_size", 0) > TLS_READ_BUFFER:
+        sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
 class HTTPError(Exception):
@@ -101,16 +137,19 @@ class Route:
     pattern: re.Pattern[str]
     handler: Handler
     upgrade: UpgradeHandler | None = None
+    max_body: int = 0  # bytes; a larger body is refused before it is read
 
 
 class Router:
     def __init__(self) -> None:
         self.routes: list[Route] = []
 
-    def add(self, methods: str, path: str, handler: Handler, upgrade: UpgradeHandler | None = None) -> None:
-        """path like /exec/{namespace}/{pod}/{container}; a segment never matches '/'."""
+    def add(self, methods: str, path: str, handler: Handler, upgrade: UpgradeHandler | None = None,
+            max_body: int = 0) -> None:
+        """path like /exec/{namespace}/{pod}/{container}; a segment never matches '/'. A route
+        takes no request body unless it says how large one may be."""
         regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path.rstrip("/")) + "/?$"
-        self.routes.append(Route(frozenset(methods.split()), re.compile(regex), handler, upgrade))
+        self.routes.append(Route(frozenset(methods.split()), re.compile(regex), handler, upgrade, max_body))
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
         allowed = False
@@ -131,20 +170,30 @@ Gate = Callable[[Request], Awaitable[None]]
 
 
 class HTTPServer:
-    def __init__(self, router: Router, gate: Gate, ssl_context: ssl.SSLContext | None, name: str) -> None:
+    def __init__(self, router: Router, gate: Gate, ssl_context: ssl.SSLContext | None, name: str, *,
+                 max_connections: int = MAX_CONNECTIONS, max_per_client: int | None = None) -> None:
         self.router = router
         self.gate = gate
         self.ssl = ssl_context
         self.name = name
+        total = connection_limit(max_connections)
+        if total < max_connections:
+            log.warning("%s: at most %d connections (not %d): RLIMIT_NOFILE allows no more", name, total,
+                        max_connections)
+        self.limits = ConnectionLimits(total, min(max_per_client or total // 2, total - 1))
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
 
     async def start(self, host: str, port: int) -> None:
-        kwargs: dict[str, Any] = {}
+        # TLS is started on each connection by its own task, not by the listener, so that a
+        # connection counts against the limits from the moment it is accepted (a handshake that
+        # never finishes holds a descriptor as surely as a request head that never does).
         if self.ssl is not None:
-            kwargs = {"ssl": self.ssl, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT}
-        self._server = await asyncio.start_server(self._on_connection, host, port, limit=READ_CHUNK,
-                                                  reuse_address=True, **kwargs)
+            _small_tls_buffers()
+        # The accept queue as long as the kernel allows (net.core.somaxconn caps it), as Go's
+        # listeners have it: in a flood a client waiting there is accepted, not reset.
+        self._server = await asyncio.start_server(self._on_connection, host, port, limit=READER_LIMIT,
+                                                  reuse_address=True, backlog=socket.SOMAXCONN)
 
     @property
     def listening(self) -> bool:
@@ -164,13 +213,26 @@ class HTTPServer:
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        if len(self._connections) >= MAX_CONNECTIONS:
-            writer.close()
+        assert task is not None
+        peer = writer.get_extra_info("peername")
+        client = str(peer[0]) if peer else "unknown"
+
+        def shed() -> None:
+            writer.transport.abort()
+            task.cancel()
+
+        slot = self.limits.admit(client, shed)
+        if slot is None:
+            log.debug("%s: connection from %s refused: no room", self.name, client)
+            writer.transport.abort()
             return
-        if task is not None:
-            self._connections.add(task)
+        self._connections.add(task)
         try:
-            await _Connection(self, reader, writer).serve()
+            if self.ssl is not None:
+                await writer.start_tls(self.ssl, ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
+                                       ssl_shutdown_timeout=SHUTDOWN_TIMEOUT)
+                writer.transport.set_read_buffer_limits(high=TLS_READ_BUFFER)
+            await _Connection(self, reader, writer, slot).serve()
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -178,11 +240,21 @@ class HTTPServer:
         except Exception:
             log.exception("%s: connection handler failed", self.name)
         finally:
-            if task is not None:
-                self._connections.discard(task)
+            slot.release()
+            self._connections.discard(task)
             writer.close()
-            with contextlib.suppress(Exception):
+            try:
                 await asyncio.wait_for(writer.wait_closed(), 2)
+            except (Exception, asyncio.CancelledError):
+                writer.transport.abort()  # a peer that does not take the close_notify
+
+
+def _declared_length(req: Request) -> int | None:
+    """The body length the request announces; None when it is chunked (h11 has checked both
+    headers and refuses requests that carry both)."""
+    if "transfer-encoding" in req.headers:
+        return None
+    return int(req.headers.get("content-length") or 0)
 
 
 def _parse_request(event: h11.Request, peercert: dict[str, Any] | None) -> Request:
@@ -198,21 +270,35 @@ def _parse_request(event: h11.Request, peercert: dict[str, Any] | None) -> Reque
 
 
 class _Connection:
-    def __init__(self, server: HTTPServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, server: HTTPServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 slot: Slot) -> None:
         self.server = server
         self.reader = reader
         self.writer = writer
+        self.slot = slot
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=32 * 1024)
         cert = writer.get_extra_info("peercert")
         self.peercert = cert or None
 
-    async def _next_event(self, timeout: float) -> Any:
-        while True:
+    async def _next_event(self, deadline: float) -> Any:
+        """The next h11 event, reading as needed until deadline (loop time): TimeoutError after."""
+        async with asyncio.timeout_at(deadline):
+            while True:
+                event = self.h11.next_event()
+                if event is not h11.NEED_DATA:
+                    return event
+                self.h11.receive_data(await self.reader.read(READ_CHUNK))
+
+    async def _request_head(self, first: bool) -> Any:
+        loop = asyncio.get_running_loop()
+        if not first:
+            # Keep-alive: the next request may be long in coming, but once its first bytes are
+            # here the whole head gets HEADER_TIMEOUT, like the first one.
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            data = await asyncio.wait_for(self.reader.read(READ_CHUNK), timeout)
-            self.h11.receive_data(data)
+            self.h11.receive_data(await asyncio.wait_for(self.reader.read(READ_CHUNK), KEEPALIVE_TIMEOUT))
+        return await self._next_event(loop.time() + HEADER_TIMEOUT)
 
     async def _send(self, *events: Any) -> None:
         for ev in events:
@@ -225,7 +311,7 @@ class _Connection:
         first = True
         while True:
             try:
-                event = await self._next_event(HEADER_TIMEOUT if first else KEEPALIVE_TIMEOUT)
+                event = await self._request_head(first)
             except h11.RemoteProtocolError as exc:
                 await self._error_and_close(400, f"bad request: {exc}")
                 return
@@ -233,12 +319,17 @@ class _Connection:
             if not isinstance(event, h11.Request):  # closed, or garbage h11 refused
                 return
             req = _parse_request(event, self.peercert)
+            if _declared_length(req) == 0:
+                self.h11.next_event()  # its EndOfMessage: h11 needs no byte more for it
             try:
-                req.body = await self._read_body()
-            except HTTPError as exc:
-                await self._error_and_close(exc.status, exc.message)
+                reusable = await self._handle(req)
+            finally:
+                self.slot.busy = False
+            if self.h11.their_state is h11.SEND_BODY:
+                # Answered without reading the body (refused, or not a route that takes one).
+                await self._linger()
                 return
-            if not await self._handle(req):
+            if not reusable:
                 return
             if self.h11.our_state is h11.MUST_CLOSE or self.h11.their_state is h11.MUST_CLOSE:
                 return
@@ -247,13 +338,31 @@ class _Connection:
             except h11.LocalProtocolError:
                 return
 
-    async def _read_body(self) -> bytes:
+    async def _linger(self) -> None:
+        self.writer.transport.pause_reading()
+        await asyncio.sleep(REFUSAL_LINGER)
+
+    async def _read_body(self, req: Request, limit: int) -> bytes:
+        """The request body, refused (413) before it is read when it is declared larger than
+        limit, and as soon as it grows past limit when it is not declared (chunked)."""
+        if self.h11.their_state is not h11.SEND_BODY:
+            return b""
+        declared = _declared_length(req)
+        if declared is not None and declared > limit:
+            raise HTTPError(413, f"request body too large: {declared} bytes, this endpoint takes "
+                                 f"{'none' if limit == 0 else f'at most {limit}'}")
+        deadline = asyncio.get_running_loop().time() + BODY_TIMEOUT
         chunks, size = [], 0
         while True:
-            event = await self._next_event(HEADER_TIMEOUT)
+            try:
+                event = await self._next_event(deadline)
+            except TimeoutError:
+                raise HTTPError(408, f"request body not received within {BODY_TIMEOUT:.0f}s") from None
+            except h11.RemoteProtocolError as exc:
+                raise HTTPError(400, f"bad request body: {exc}") from None
             if isinstance(event, h11.Data):
                 size += len(event.data)
-                if size > MAX_BODY:
+                if size > limit:
                     raise HTTPError(413, "request body too large")
                 chunks.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
@@ -264,10 +373,13 @@ class _Connection:
                 raise HTTPError(400, "incomplete request")
 
     async def _handle(self, req: Request) -> bool:
-        """Serve one request; False when the connection must not be reused."""
+        """Serve one request; False when the connection must not be reused. Nothing of the body
+        is read before the route is known and the client is authenticated."""
         try:
             route, req.params = self.server.router.match(req.method, req.path)
             await self.server.gate(req)
+            self.slot.trusted = self.slot.busy = True
+            req.body = await self._read_body(req, route.max_body)
             if route.upgrade is not None and req.wants_upgrade:
                 leftover, _ = self.h11.trailing_data
                 await route.upgrade(req, Connection(self.reader, self.writer, leftover))
@@ -294,7 +406,7 @@ class _Connection:
         streaming = not isinstance(resp.body, (bytes, bytearray))
         if not streaming:
             headers.append(("content-length", str(len(resp.body))))  # type: ignore[arg-type]
-        if self.h11.their_state is h11.MIGHT_SWITCH_PROTOCOL:
+        if self.h11.their_state in (h11.MIGHT_SWITCH_PROTOCOL, h11.SEND_BODY):
             headers.append(("connection", "close"))
         await self._send(h11.Response(status_code=resp.status, headers=headers))
         if req.method == "HEAD":

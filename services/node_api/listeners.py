@@ -3,6 +3,7 @@ configured, the unauthenticated read-only port."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import httpx
@@ -11,10 +12,11 @@ from prometheus_client import generate_latest
 from services.node_api.auth import Authenticator, AuthError, Authorizer
 from services.node_api.http import Gate, HTTPError, HTTPServer, Request
 from services.node_api.kubelet_api import KubeletAPI, NodeMetrics
-from services.node_api.metrics_merge import merge_expositions, scrape_all
+from services.node_api.metrics_merge import ScrapeError, merge_expositions, scrape_all
 from services.node_api.tls import server_context, serving_cert_paths
 from shared.admin import SERVICES, admin_port
 from shared.config import ConfigError
+from shared.listener_owner import root_listens
 from shared.service import ServiceContext
 
 log = logging.getLogger(__name__)
@@ -25,14 +27,24 @@ SCRAPE_TIMEOUT = 5.0
 def node_metrics_source(ctx: ServiceContext) -> NodeMetrics:
     """The node's /metrics: each service's loopback exposition, merged with node-api's own."""
     base = ctx.settings.admin_port_base
-    targets = {s: f"http://127.0.0.1:{admin_port(s, base)}/metrics" for s in SERVICES if s != "node-api"}
+    ports = {s: admin_port(s, base) for s in SERVICES if s != "node-api"}
+    targets = {s: f"http://127.0.0.1:{port}/metrics" for s, port in ports.items()}
     # Plain HTTP to loopback only: no certificate is ever checked, so no CA bundle is loaded
-    # (the default loads certifi's, ~2 MiB this process would keep).
-    client = httpx.AsyncClient(timeout=SCRAPE_TIMEOUT, verify=False)
+    # (the default loads certifi's, ~2 MiB this process would keep). The admin apps answer only
+    # with the node's admin token.
+    client = httpx.AsyncClient(timeout=SCRAPE_TIMEOUT, verify=False,
+                               headers={"Authorization": f"Bearer {ctx.admin_token}"})
     ctx.on_shutdown(client.aclose)
 
+    def unowned() -> dict[str, str | Exception]:
+        # The token goes only to a root process's listener: a local user who bound the port of
+        # a service that is down would otherwise be handed it.
+        return {s: ScrapeError(f"GET {targets[s]}: not asked, the port is not held by a root process")
+                for s, port in ports.items() if not root_listens(port)}
+
     async def gather() -> str:
-        texts = await scrape_all(targets, client, SCRAPE_TIMEOUT)
+        texts = await asyncio.to_thread(unowned)
+        texts.update(await scrape_all({s: u for s, u in targets.items() if s not in texts}, client, SCRAPE_TIMEOUT))
         return merge_expositions(texts, own=generate_latest().decode())
     return gather
 

@@ -22,6 +22,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO
 
+from shared.safe_paths import open_regular
+
 log = logging.getLogger(__name__)
 
 READ_SIZE = 64 * 1024
@@ -208,7 +210,9 @@ def _tail_start(fd: int, lines: int) -> int:
 
 
 def _open(path: Path) -> BinaryIO:
-    return open(path, "rb", buffering=0)
+    # The runtime's file, with what a container printed: opened as any file a pod fills, never
+    # following a link or waiting on a FIFO (shared/safe_paths.py).
+    return os.fdopen(open_regular(path), "rb", buffering=0)
 
 
 def read_log(path: Path, opts: LogOptions, still_running: Callable[[], Awaitable[bool]], *,

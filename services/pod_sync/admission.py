@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 
+from services.pod_sync.exec_strings import spec_exceeds
 from services.pod_sync.node_affinity import AffinityInvalid, matches_node
+from shared.pod_limits import LIMIT_EXCEEDED
 from shared.podspec import Pod
 from shared.qos import pod_requests, qos_class
 from shared.sysctls import forbidden_sysctl
@@ -99,3 +101,13 @@ def admit_sysctls(pod: Pod, allowed_unsafe: list[str]) -> Verdict:
         return Verdict(True)
     ADMISSION_REJECTIONS.labels(SYSCTL_FORBIDDEN).inc()
     return Verdict(False, SYSCTL_FORBIDDEN, f"forbidden sysctl: {why}")
+
+
+def admit_exec_strings(pod: Pod) -> Verdict:
+    """Refuse a pod whose spec alone gives a container more environment, command and args than
+    the kernel would exec (exec_strings.py): it could never start, and trying would cost memory."""
+    why = spec_exceeds(pod)
+    if why is None:
+        return Verdict(True)
+    ADMISSION_REJECTIONS.labels(LIMIT_EXCEEDED).inc()
+    return Verdict(False, LIMIT_EXCEEDED, f"Pod was rejected: {why}")

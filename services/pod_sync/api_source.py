@@ -66,7 +66,7 @@ class ApiPodSource:
             try:
                 validate_pod(_strip(pod))
             except ManifestInvalid as exc:
-                self._refuse(s, pod, str(exc))
+                self._refuse(s, pod, str(exc), exc.reason or REFUSED_REASON)
                 return True
         spec_grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
         if meta.get("deletionTimestamp"):
@@ -107,19 +107,19 @@ class ApiPodSource:
         log.info("API pod %s/%s updated", pod["metadata"]["namespace"], pod["metadata"]["name"])
         return True
 
-    def _refuse(self, s, pod: dict[str, Any], why: str) -> None:
+    def _refuse(self, s, pod: dict[str, Any], why: str, reason: str = REFUSED_REASON) -> None:
         """A pod this node cannot run as written: Failed with the reason, as the kubelet rejects a
         pod it cannot admit, instead of Pending forever."""
         meta = pod["metadata"]
         message = f"pykubelet cannot run this pod: {why}"
         s.merge(ManifestError(source_path=_error_key(pod), error=f"pod invalid: {why}"))
         s.add(RefusedPod(uid=meta["uid"], namespace=meta.get("namespace", ""), name=meta.get("name", ""),
-                         reason=REFUSED_REASON, message=message,
+                         reason=reason, message=message,
                          deleting=bool(meta.get("deletionTimestamp"))))
         log.warning("API pod %s/%s refused: %s", meta.get("namespace"), meta.get("name"), why)
         if self.events is not None:
             self.events.pod(meta.get("namespace", ""), meta.get("name", ""), meta["uid"], "Warning",
-                            REFUSED_REASON, message)
+                            reason, message)
 
     def apply_list(self, pods: list[dict[str, Any]]) -> set[str]:
         pods = [p for p in pods if not _is_mirror(p)]

@@ -5,8 +5,9 @@
 - Default (and ClusterFirst without clusterDNS, or on the host network): the node's resolv.conf.
 - None: nothing but the pod's dnsConfig.
 Then spec.dnsConfig is appended: nameservers and searches after the policy's (duplicates
-dropped; at most 3 servers and 6 search domains, as resolvers read), options by name (the pod's
-value wins).
+dropped; at most 3 servers and 32 search domains, the kubelet's limits), options by name (the
+pod's value wins). The runtime writes each server, search domain and option as a word of the
+sandbox's resolv.conf.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from pathlib import Path
 from cri_api.v1 import api_pb2 as cri
 
 from shared.config import NodeSettings
-from shared.podspec import Pod
+from shared.podspec import MAX_DNS_SEARCHES, Pod
 
 HOST_RESOLV_CONF = Path("/etc/resolv.conf")
-MAX_SERVERS, MAX_SEARCHES = 3, 6
+MAX_SERVERS, MAX_SEARCHES = 3, MAX_DNS_SEARCHES
 
 
 def host_resolv_conf(path: Path = HOST_RESOLV_CONF) -> cri.DNSConfig:
@@ -56,8 +57,19 @@ def _merge_options(base: list[str], extra) -> list[str]:
     return list(merged.values())
 
 
+def _single_words(config: cri.DNSConfig) -> cri.DNSConfig:
+    """The pod's dnsConfig was validated where the pod entered; a value that still holds
+    whitespace or a control character would become a line of resolv.conf of its own (another
+    nameserver), so it is refused here as well, before the runtime writes the file."""
+    for word in (*config.servers, *config.searches, *config.options):
+        if not word or any(ch.isspace() or not ch.isprintable() for ch in word):
+            raise ValueError(f"refusing to write the pod's resolv.conf: {word[:80]!r} is not a single word")
+    return config
+
+
 def dns_config(pod: Pod, settings: NodeSettings, host: Path = HOST_RESOLV_CONF) -> cri.DNSConfig | None:
-    """None: the runtime copies the node's resolv.conf as it is."""
+    """None: the runtime copies the node's resolv.conf as it is. ValueError: a value that cannot
+    be written into resolv.conf."""
     k = settings.kubelet
     policy = pod.spec.dnsPolicy
     cluster_first = (policy == "ClusterFirst" and not pod.spec.hostNetwork) or policy == "ClusterFirstWithHostNet"
@@ -75,7 +87,7 @@ def dns_config(pod: Pod, settings: NodeSettings, host: Path = HOST_RESOLV_CONF) 
     else:
         base = host_resolv_conf(host)
     if extra is None:
-        return base
-    return cri.DNSConfig(servers=_unique([*base.servers, *extra.nameservers])[:MAX_SERVERS],
-                         searches=_unique([*base.searches, *extra.searches])[:MAX_SEARCHES],
-                         options=_merge_options(list(base.options), extra.options))
+        return _single_words(base)
+    return _single_words(cri.DNSConfig(servers=_unique([*base.servers, *extra.nameservers])[:MAX_SERVERS],
+                                       searches=_unique([*base.searches, *extra.searches])[:MAX_SEARCHES],
+                                       options=_merge_options(list(base.options), extra.options)))

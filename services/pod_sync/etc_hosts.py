@@ -31,6 +31,16 @@ def wants_managed_hosts(c: Container, pod_ip: str) -> bool:
     return bool(pod_ip) and not any(m.mountPath == ETC_HOSTS for m in c.volumeMounts)
 
 
+def _entry(*words: str) -> str:
+    """One line of the file. The pod's fields were validated where the pod entered; a word that
+    still holds whitespace or a control character would write words or lines of its own
+    (another name for an address), so it is refused here as well."""
+    for word in words:
+        if not word or any(ch.isspace() or not ch.isprintable() for ch in word):
+            raise ValueError(f"refusing to write the pod's /etc/hosts: {word[:80]!r} is not a single word")
+    return "\t".join(words) + "\n"
+
+
 def hosts_content(pod: Pod, pod_ip: str, hostname: str, cluster_domain: str,
                   node_hosts: str | None = None) -> str:
     if pod.spec.hostNetwork:
@@ -39,12 +49,12 @@ def hosts_content(pod: Pod, pod_ip: str, hostname: str, cluster_domain: str,
         text = HEADER + LOCAL_ENTRIES
         if pod.spec.subdomain:
             domain = f"{pod.spec.subdomain}.{pod.metadata.namespace}.svc.{cluster_domain}"
-            text += f"{pod_ip}\t{hostname}.{domain}\t{hostname}\n"
+            text += _entry(pod_ip, f"{hostname}.{domain}", hostname)
         else:
-            text += f"{pod_ip}\t{hostname}\n"
+            text += _entry(pod_ip, hostname)
     if pod.spec.hostAliases:
         text += "\n# Entries added by HostAliases.\n"
-        text += "".join(f"{a.ip}\t{chr(9).join(a.hostnames)}\n" for a in pod.spec.hostAliases)
+        text += "".join(_entry(a.ip, *a.hostnames) for a in pod.spec.hostAliases)
     return text
 
 
@@ -53,7 +63,9 @@ def write_hosts_file(pod_dir: Path, content: str) -> Path:
     private_dir(pod_dir)
     path = pod_dir / "etc-hosts"
     tmp = pod_dir / ".etc-hosts.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    # 0644 whatever the process umask: a container running as any user reads its /etc/hosts.
+    os.fchmod(fd, 0o644)
     with os.fdopen(fd, "w") as f:
         f.write(content)
     os.replace(tmp, path)

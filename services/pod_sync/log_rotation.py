@@ -19,6 +19,7 @@ from cri_api.v1 import api_pb2 as cri
 
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
+from shared.safe_paths import open_regular
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def _rotated(path: Path) -> list[Path]:
 
 def _compress(path: Path) -> None:
     tmp = path.with_name(path.name + ".gz.tmp")
-    with open(path, "rb") as src, gzip.open(tmp, "wb") as dst:
+    with os.fdopen(open_regular(path), "rb") as src, gzip.open(tmp, "wb") as dst:
         shutil.copyfileobj(src, dst)
     os.replace(tmp, path.with_name(path.name + ".gz"))
     path.unlink()

@@ -11,7 +11,7 @@ from cri_api.v1 import api_pb2 as cri
 from services.pod_sync.dns import dns_config
 from services.pod_sync.env_sources import EnvObjects
 from services.pod_sync.etc_hosts import ETC_HOSTS
-from services.pod_sync.expansion import expand
+from services.pod_sync.exec_strings import ExecStrings
 from services.pod_sync.resources import container_resources, pod_cgroup_parent
 from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
 from shared.config import NodeSettings
@@ -87,17 +87,34 @@ def _field_ref(pod: Pod, path: str, pod_ip: str, node: NodeFacts) -> str:
     return metadata_field(pod, path)
 
 
+def container_path(pod: Pod, c: Container) -> str:
+    """The container's field path in errors: spec.containers[1], spec.initContainers[0]."""
+    for kind in ("initContainers", "containers"):
+        for index, other in enumerate(getattr(pod.spec, kind)):
+            if other.name == c.name:
+                return f"spec.{kind}[{index}]"
+    return f"container {c.name}"
+
+
 def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts, objects: EnvObjects | None = None,
-                  warn: Callable[[str, str], None] | None = None) -> dict[str, str]:
+                  warn: Callable[[str, str], None] | None = None,
+                  strings: ExecStrings | None = None) -> dict[str, str]:
     """The container's environment as the kubelet builds it: envFrom first, then env (a later
-    value overrides; $(NAME) expands from what is defined so far and the service variables),
+    value overrides; $(NAME) expands from what is defined so far, then the service variables),
     then the service variables nothing overrode. warn(reason, message) gets the envFrom keys
-    skipped for being invalid names."""
+    skipped for being invalid names. Every value is counted in `strings` (exec_strings.py): an
+    environment past the limits is an ExecStringsTooLarge naming the variable, never built."""
     objects = objects or EnvObjects()
+    strings = strings or ExecStrings(container_path(pod, c))
     ns = pod.metadata.namespace
     services = dict(objects.services)
     env: dict[str, str] = {}
-    for src in c.envFrom:
+
+    def lookup(name: str) -> str | None:
+        value = env.get(name)
+        return services.get(name) if value is None else value
+
+    for index, src in enumerate(c.envFrom):
         kind, ref, data = (("configMap", src.configMapRef, objects.config_maps) if src.configMapRef is not None
                            else ("secret", src.secretRef, objects.secrets))
         values = data.get(ref.name)
@@ -111,27 +128,28 @@ def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts, objects:
             if not ENV_NAME.match(name):
                 invalid.append(name)
                 continue
-            env[name] = value
+            env[name] = strings.env(name, value, f"envFrom[{index}]")
         if invalid and warn is not None:
             warn("InvalidEnvironmentVariableNames",
                  f"Keys [{', '.join(sorted(invalid))}] from the EnvFrom {kind} {ns}/{ref.name} were skipped "
                  f"since they are considered invalid environment variable names.")
-    for e in c.env:
-        value = _env_value(pod, c, e, env | services, pod_ip, node, objects)
-        if value is None:
-            continue  # an optional key or object that is missing
+    for index, e in enumerate(c.env):
+        if e.value or not e.valueFrom:
+            value = strings.env(e.name, e.value or "", f"env[{index}]", lookup)
+        else:
+            found = _value_from(pod, c, e.valueFrom, pod_ip, node, objects)
+            if found is None:
+                continue  # an optional key or object that is missing
+            value = strings.env(e.name, found, f"env[{index}]")
         services.pop(e.name, None)
         env[e.name] = value
     for name, value in services.items():
-        env.setdefault(name, value)
+        if name not in env:
+            env[name] = strings.env(name, value, "env (service variable)")
     return env
 
 
-def _env_value(pod: Pod, c: Container, e, defined: dict[str, str], pod_ip: str, node: NodeFacts,
-               objects: EnvObjects) -> str | None:
-    if e.value or not e.valueFrom:
-        return expand(e.value or "", defined)
-    src = e.valueFrom
+def _value_from(pod: Pod, c: Container, src: dict, pod_ip: str, node: NodeFacts, objects: EnvObjects) -> str | None:
     if "fieldRef" in src:
         return _field_ref(pod, src["fieldRef"].get("fieldPath", ""), pod_ip, node)
     if "resourceFieldRef" in src:
@@ -148,9 +166,8 @@ def _env_value(pod: Pod, c: Container, e, defined: dict[str, str], pod_ip: str, 
         if optional:
             return None
         raise ValueError(f"couldn't find key {ref['key']} in {label} {pod.metadata.namespace}/{ref['name']}")
-    return values[ref["key"]]
-
-
+    value: str = values[ref["key"]]
+    return value
 
 
 def termination_log_path(node: NodeFacts, pod: Pod, c: Container, attempt: int) -> Path:
@@ -190,7 +207,10 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
                      subpaths: SubPathMounter | None = None) -> cri.ContainerConfig:
     """etc_hosts: the pod's managed hosts file, bind-mounted at /etc/hosts (etc_hosts.py);
     subpaths: makes the bind mounts of subPath volumeMounts."""
-    env = container_env(pod, c, pod_ip, node, objects, warn)
+    strings = ExecStrings(container_path(pod, c))
+    env = container_env(pod, c, pod_ip, node, objects, warn, strings)
+    command = [strings.arg(x, f"command[{i}]", env.get) for i, x in enumerate(c.command)]
+    args = [strings.arg(x, f"args[{i}]", env.get) for i, x in enumerate(c.args)]
     qos = qos_class(pod)
     term_log = termination_log_path(node, pod, c, attempt)
     private_dir(term_log.parent)
@@ -200,13 +220,15 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
     cfg = cri.ContainerConfig(
         metadata=cri.ContainerMetadata(name=c.name, attempt=attempt),
         image=cri.ImageSpec(image=image_ref, user_specified_image=c.image),
-        command=[expand(x, env) for x in c.command],
-        args=[expand(x, env) for x in c.args],
+        command=command,
+        args=args,
         working_dir=c.workingDir or "",
         envs=[cri.KeyValue(key=k, value=v) for k, v in env.items()],
+        # The termination log last, as the kubelet: mounted over anything else at that path, it
+        # is the file the container writes its message to and the one read back (runtime_view.py).
         mounts=[*volume_mounts(pod, c, volumes or {}, subpaths),
-                cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log)),
-                *([cri.Mount(container_path=ETC_HOSTS, host_path=str(etc_hosts))] if etc_hosts else [])],
+                *([cri.Mount(container_path=ETC_HOSTS, host_path=str(etc_hosts))] if etc_hosts else []),
+                cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log))],
         labels={**pod_identity_labels(pod), L.CONTAINER_NAME: c.name},
         annotations={
             L.RESTART_COUNT: str(attempt),

@@ -9,6 +9,7 @@ from cri_api.v1 import api_pb2 as cri
 
 from shared.cri import labels as L
 from shared.cri import CRIError, RuntimeService
+from shared.safe_paths import NotRegularFile, read_tail
 
 # The kubelet keeps at most this much of a termination message, and of a log fallback.
 MAX_MESSAGE_BYTES = 4096
@@ -77,30 +78,63 @@ def _sec(ns: int) -> float:
     return ns / 1e9 if ns else 0.0
 
 
+def _utf8_tail(data: bytes, limit: int) -> str:
+    """The last `limit` bytes as text, never starting inside a character (so the text, encoded
+    again, still fits in `limit` bytes)."""
+    data = data[-limit:] if limit else b""
+    start = 0
+    while start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
+        start += 1
+    return data[start:].decode(errors="replace")
+
+
+def _why(exc: OSError) -> str:
+    """Why a file was not read, in words that name no host path (the status is the pod's)."""
+    if isinstance(exc, NotRegularFile):
+        return f"it is {exc.kind}, not a regular file"
+    return exc.strerror or type(exc).__name__
+
+
 def _tail_log(path: str) -> str:
-    """The last lines of a CRI log file, content only, for FallbackToLogsOnError."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            lines = f.read().decode(errors="replace").splitlines()[-FALLBACK_LOG_LINES:]
-    except OSError:
+    """The last lines of a CRI log file, content only, for FallbackToLogsOnError: at most the
+    kubelet's 80 lines and 2048 bytes. The log file is the runtime's, read as any file a pod
+    fills: never followed, never waited on (shared/safe_paths.py)."""
+    if not path:
         return ""
-    content = "\n".join(line.split(" ", 3)[3] if line.count(" ") >= 3 else "" for line in lines)
-    return content[-FALLBACK_LOG_BYTES:]
+    try:
+        raw = read_tail(path, 64 * 1024)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"Error on reading termination message from logs: {_why(exc)}"
+    lines = raw.splitlines()[-FALLBACK_LOG_LINES:]
+    content = b"\n".join(line.split(b" ", 3)[3] if line.count(b" ") >= 3 else b"" for line in lines)
+    return _utf8_tail(content, FALLBACK_LOG_BYTES)
+
+
+def _message_file(st: cri.ContainerStatus, path: str) -> str:
+    """The host file behind the container's terminationMessagePath. A volume may be mounted at
+    that path too (the API allows it); the runtime mounts in order, so the last mount at the path
+    is the one the container sees and writes: the termination-log file pod-sync made, mounted
+    last for this reason (runtime_config.py). An earlier one may be anything a pod planted."""
+    return next((m.host_path for m in reversed(st.mounts) if m.container_path == path), "")
 
 
 def termination_message(st: cri.ContainerStatus) -> str:
-    """What the container wrote to its terminationMessagePath (the host file mounted there)."""
+    """What the container wrote to its terminationMessagePath: as the kubelet, the last 4096
+    bytes of the file; with FallbackToLogsOnError and a failed container, the log's tail when
+    the file is empty. The file is read without following a link or waiting on a FIFO or device
+    a container left there: such a file gives a note instead, and the node goes on."""
     path = st.annotations.get(L.TERMINATION_MESSAGE_PATH, "")
-    host = next((m.host_path for m in st.mounts if m.container_path == path), "") if path else ""
+    host = _message_file(st, path) if path else ""
     message = ""
     if host:
         try:
-            with open(host, "rb") as f:
-                message = f.read(MAX_MESSAGE_BYTES).decode(errors="replace")
-        except OSError:
+            message = _utf8_tail(read_tail(host, MAX_MESSAGE_BYTES), MAX_MESSAGE_BYTES)
+        except FileNotFoundError:
             pass
+        except OSError as exc:
+            return f"Error on reading termination log {path}: {_why(exc)}"
     if not message and st.exit_code != 0 and \
             st.annotations.get(L.TERMINATION_MESSAGE_POLICY) == "FallbackToLogsOnError":
         message = _tail_log(st.log_path)

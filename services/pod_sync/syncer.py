@@ -14,7 +14,8 @@ from sqlalchemy import delete, select
 
 from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
-from services.pod_sync.admission import EVICTED, admit, admit_sysctls, admit_to_node, admit_under_pressure
+from services.pod_sync.admission import (EVICTED, admit, admit_exec_strings, admit_sysctls, admit_to_node,
+                                        admit_under_pressure)
 from shared.node_resources import Reservations, allocatable
 from shared.retry import Backoff
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
@@ -137,8 +138,11 @@ class PodSyncer:
                                          DesiredPod.uid != row.uid))]
             pressure = [c for c in PRESSURE_CONDITIONS if c in set(s.scalars(
                 select(NodePressure.condition).where(NodePressure.pressure.is_(True))))]
-            # In the kubelet's order: eviction (node pressure), sysctls, then resources.
-            verdict = admit_under_pressure(pod, pressure, is_critical(pod, static=row.source == "file"))
+            # First what no node could run, then in the kubelet's order: eviction (node
+            # pressure), sysctls, then resources.
+            verdict = admit_exec_strings(pod)
+            if verdict.admitted:
+                verdict = admit_under_pressure(pod, pressure, is_critical(pod, static=row.source == "file"))
             if verdict.admitted:
                 verdict = admit_sysctls(pod, self.settings.kubelet.allowed_unsafe_sysctls)
             if verdict.admitted:
@@ -151,6 +155,7 @@ class PodSyncer:
             stored.rejection_message = verdict.message
         if not verdict.admitted:
             log.warning("pod %s rejected: %s", pod.full_name, verdict.message)
+            self._event(pod, "Warning", verdict.reason, verdict.message)  # as the kubelet's rejectPod
         return verdict.admitted
 
     async def _pull_credentials(self, pod: Pod) -> list[Credential]:
@@ -219,7 +224,13 @@ class PodSyncer:
 
         sandbox_id = sandbox.id if sandbox and sandbox.ready and not actions.create_sandbox else ""
         attempt = actions.sandbox_attempt if actions.create_sandbox else (sandbox.attempt if sandbox else 0)
-        sb_config = sandbox_config(pod, attempt, self.settings)
+        try:
+            sb_config = sandbox_config(pod, attempt, self.settings)
+        except ValueError as exc:  # a value the sandbox's files cannot hold (dns.py): nothing new starts
+            message = f"Failed to generate sandbox config for pod {pod.full_name}: {exc}"
+            self._event(pod, "Warning", "FailedCreatePodSandBox", message)
+            actions.create_sandbox, actions.start = False, []
+            error, requeue = ("FailedCreatePodSandBox", message), ERROR_RETRY
 
         if actions.create_sandbox:
             sandbox_id, pod_ip, error = await self._create_sandbox(pod, sb_config)
@@ -471,7 +482,8 @@ class PodSyncer:
         # Only pod-sync's own files; the pod directory (with its volumes) is the volume service's to
         # remove, once it has unmounted them. Its logs stay a while for a last look (pod_logs_gc).
         try:
-            shutil.rmtree(beneath(self.node.pods_dir, uid, "containers"), ignore_errors=True)
+            # In a thread: the termination logs are as large as the containers made them.
+            await asyncio.to_thread(shutil.rmtree, beneath(self.node.pods_dir, uid, "containers"), ignore_errors=True)
         except UnsafePath as exc:  # a UID is checked where it enters; this is the last line
             log.error("pod %s: not removing its files: %s", uid, exc)
         self.backoff.forget(f"{uid}/")

@@ -45,6 +45,7 @@ import sqlalchemy.orm
 
 from services.supervisor import immortal, metric_owners
 from shared.admin import SERVICES
+from shared.node_dirs import open_private_log
 from shared.store import Store
 from shared.store.db import prepare_engine_for_fork
 from shared.store.warm_up import warm_up
@@ -197,7 +198,7 @@ class Forker:
         if name not in SERVICE_MAIN:
             raise ValueError(f"{name!r} is not a pykubelet service")
         # Opened here, so a bad log path is the supervisor's error, not a dead child.
-        log_fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        log_fd = open_private_log(log_file)
         try:
             pid = self._fork(lambda: _become(name, args, log_fd, env))
         finally:

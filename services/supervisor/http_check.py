@@ -15,12 +15,14 @@ import asyncio
 TIMEOUT = 1.0
 
 
-async def http_ok(host: str, port: int, path: str, timeout: float = TIMEOUT) -> bool:
+async def http_ok(host: str, port: int, path: str, timeout: float = TIMEOUT, token: str = "") -> bool:
+    """token: sent as `Authorization: Bearer` (the admin apps answer nothing without it)."""
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection(host, port)
             try:
-                writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\n\r\n".encode())
+                writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\n{auth}\r\n".encode())
                 await writer.drain()
                 status_line = await reader.readline()
             finally:

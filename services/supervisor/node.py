@@ -25,14 +25,16 @@ from services.supervisor.forking import Forker
 from services.supervisor.http_check import http_ok
 from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers,
                                            write_node_file)
-from services.supervisor.port_owner import owns_listener
+from shared.listener_owner import owns_listener
 from services.supervisor.process import ManagedProcess, ProcessExited
 from services.supervisor.teardown import teardown_node
 from shared.admin import SERVICES, admin_port
+from shared.admin_token import token_path, write_token
 from shared.bus_auth import BUS_DIR, credentials_file, write_credentials, write_server_config
-from shared.cni import CNI_BIN_DIR, cni_conf_dir
+from shared.cni import CNI_BIN_DIR, cni_conf_dir, cni_ipam_dir
 from shared.config import FLAG_FIELDS, NodeSettings
 from shared.host import kernel_refuses_negative_oom_score_adj
+from shared.node_dirs import private_dir, private_tree
 from shared.cri import CRIClient, CRIError
 from shared.images.build import IMAGES
 
@@ -85,6 +87,7 @@ class LocalNode:
         self.nats_url = f"nats://127.0.0.1:{opts.nats_port}"
         self.processes: list[ManagedProcess] = []
         self.admin_ports: dict[str, int] = {}
+        self.admin_token = ""
         self.pod_cidr = opts.settings.kubelet.pod_cidr or DEFAULT_POD_CIDR
         self._claimed = False
 
@@ -118,7 +121,8 @@ class LocalNode:
         (self.run_dir / "ready").unlink(missing_ok=True)
         self._claimed = True
         write_node_file(self.run_dir, keep_pods=self.opts.keep_pods,
-                        pod_logs_dir=self.opts.settings.kubelet.pod_logs_dir)
+                        pod_logs_dir=self.opts.settings.kubelet.pod_logs_dir,
+                        admin_port_base=self.opts.admin_port_base or 0)
 
     async def replace_leftovers(self) -> None:
         """A previous supervisor died and left its processes running: stop them (never the
@@ -135,9 +139,11 @@ class LocalNode:
             for name in (SUPERVISOR_PID, "ready", "node.json"):
                 (self.run_dir / name).unlink(missing_ok=True)
 
-    def _proc(self, name: str, argv: list[str], ready=None, stop_timeout: float = 20.0) -> ManagedProcess:
+    def _proc(self, name: str, argv: list[str], ready=None, stop_timeout: float = 20.0,
+              umask: int | None = None) -> ManagedProcess:
         p = ManagedProcess(name=name, argv=argv, log_file=self.log_dir / f"{name}.log",
-                           pid_file=self.run_dir / f"{name}.pid", ready=ready, stop_timeout=stop_timeout)
+                           pid_file=self.run_dir / f"{name}.pid", ready=ready, stop_timeout=stop_timeout,
+                           umask=umask)
         self.processes.append(p)
         return p
 
@@ -222,6 +228,10 @@ class LocalNode:
         if restrict:
             log.info("kernel refuses negative oom_score_adj here (no CAP_SYS_RESOURCE): "
                      "containerd gets restrict_oom_score_adj = true")
+        # Made here, private, before containerd and the CNI plugins it runs (umask 022) make them
+        # readable by all.
+        private_dir(cni_conf_dir(self.root))
+        private_dir(cni_ipam_dir(self.root))
         write_config(self.containerd, cni_conf_dir=cni_conf_dir(self.root), cni_bin_dir=CNI_BIN_DIR,
                      sandbox_image=self.sandbox_image, registry=self.registry, restrict_oom=restrict)
         endpoint = self.containerd.endpoint
@@ -233,8 +243,10 @@ class LocalNode:
                 return await forker.check_in_child(lambda: asyncio.run(runtime_answers(endpoint)), 5.0)
             return await runtime_answers(endpoint)
 
+        # containerd writes files containers read (each sandbox's resolv.conf, hostname and hosts)
+        # with modes the umask narrows: it runs with the usual 022, as its systemd unit does.
         p = self._proc("containerd", ["containerd", "--config", str(self.containerd.config)], ready,
-                       stop_timeout=30)
+                       stop_timeout=30, umask=0o022)
         await p.start(ready_timeout=60)
 
     def service_argv(self, service: str) -> list[str]:
@@ -270,14 +282,23 @@ class LocalNode:
         return argv
 
     async def start_services(self) -> None:
+        # A fresh admin token at every start, as fresh bus credentials: the services read it as
+        # they start, and a token an earlier run let out is worth nothing now.
+        self.admin_token = write_token(self.root)
         for service in SERVICES:
             port = admin_port(service, self.opts.admin_port_base or 0)
             self.admin_ports[service] = port
 
-            async def ready(port: int = port) -> bool:
-                return await http_ok("127.0.0.1", port, "/healthz")
+            p = self._proc(service, self.service_argv(service))
 
-            p = self._proc(service, self.service_argv(service), ready)
+            async def ready(p: ManagedProcess = p, port: int = port) -> bool:
+                # The token goes only to the service's own listener, never to a process that
+                # bound the port first (that one keeps the service from starting: an exit).
+                if p.pid is None or not owns_listener(p.pid, port):
+                    return False
+                return await http_ok("127.0.0.1", port, "/healthz", token=self.admin_token)
+
+            p.ready = ready
             p.forker, p.service_args = self.opts.forker, self.service_args(service)
             await p.start(ready_timeout=60)
             log.info("%-15s running (pid %d, admin http://127.0.0.1:%d)", service, p.pid, port)
@@ -289,6 +310,9 @@ class LocalNode:
         self.claim_root()
         await self.replace_leftovers()
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        # What an older pykubelet (umask 022) left readable by other users becomes private.
+        private_tree(self.log_dir, "the service logs dir")
+        private_tree(self.run_dir, "the run dir")
         log.info("starting a local node in %s (logs in %s)", self.root, self.log_dir)
         await self.start_nats()
         log.info("nats-server     running on %s", self.nats_url)
@@ -325,7 +349,8 @@ def print_where(node: LocalNode, pods: list[dict]) -> None:
             ip = p["podIP"] or "-"
             why = f"  ({p['why']})" if p["why"] else ""
             lines.append(f"    {p['namespace']}/{p['name']:<32} {p['phase']:<9} {ip}{why}")
-    lines += ["", "  admin apps:"]
+    lines += ["", f"  admin apps (root only: `pykubelet admin SERVICE PATH --root-dir {node.root}`, or "
+                  f"Authorization: Bearer from {token_path(node.root)}):"]
     for name, port in node.admin_ports.items():
         lines.append(f"    {name:<16} http://127.0.0.1:{port}/readyz  /metrics")
     lines += ["", f"  state & logs:   {node.root}  (service logs in {node.log_dir})",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from services.supervisor.forking import ForkedProcess, Forker, ForkRefused
+from shared.node_dirs import open_private_log
 from shared.retry import describe, keep_running, until_done
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class ManagedProcess:
     pid_file: Path
     env: dict[str, str] | None = None
     ready: Callable[[], Awaitable[bool]] | None = None  # polled after start until True
+    umask: int | None = None  # the process's own instead of the supervisor's (077)
     stop_timeout: float = 20.0
     # A pykubelet service: forked from the supervisor (args: the service's flags), or started
     # with argv when there is no forker or forking is refused.
@@ -67,15 +69,16 @@ class ManagedProcess:
         self.pid_file.write_text(f"{self.proc.pid}\n")
 
     async def _exec(self) -> None:
-        out = open(self.log_file, "ab", buffering=0)
+        out = open_private_log(self.log_file)
         try:
             # Own session: a Ctrl-C in the terminal reaches only the supervisor, which then stops
             # everything in order.
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdout=out, stderr=out, stdin=asyncio.subprocess.DEVNULL,
-                start_new_session=True, env={**os.environ, **(self.env or {})})
+                start_new_session=True, env={**os.environ, **(self.env or {})},
+                umask=-1 if self.umask is None else self.umask)
         finally:
-            out.close()
+            os.close(out)
 
     async def start(self, ready_timeout: float = 60.0) -> None:
         await self._spawn()

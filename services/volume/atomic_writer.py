@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from shared.node_dirs import container_dir
+from shared.safe_paths import read_head
 
 DATA = "..data"
 DATA_TMP = "..data_tmp"
@@ -47,34 +51,63 @@ def validate_path(rel: str) -> None:
         raise PayloadError(f"path {rel[:40]!r}... is longer than 4096 characters")
 
 
-def _current(target: Path) -> dict[str, FileProjection] | None:
-    data = target / DATA
-    if not data.is_symlink():
+def _version_dir(target: Path) -> str | None:
+    """The name ..data points at, if it is one of ours: a timestamped directory beside it. Any
+    other link (absolute, or leading elsewhere) is not followed: it is replaced."""
+    try:
+        name = os.readlink(target / DATA)
+    except OSError:
         return None
-    base = target / os.readlink(data)
-    found: dict[str, FileProjection] = {}
-    for dirpath, _, files in os.walk(base):
-        for name in files:
-            full = Path(dirpath) / name
-            st = full.stat()
-            found[str(full.relative_to(base))] = FileProjection(full.read_bytes(), st.st_mode & 0o7777)
-    return found
+    return name if name.startswith("..") and "/" not in name and name not in ("..", DATA, DATA_TMP) else None
+
+
+def _holds(target: Path, payload: dict[str, FileProjection]) -> bool:
+    """Whether the current version holds exactly the payload. What is there is compared without
+    following a link, opening anything but regular files, or reading more than the payload's
+    size of any file (shared/safe_paths.py)."""
+    name = _version_dir(target)
+    if name is None:
+        return False
+    base = target / name
+    try:
+        if not stat.S_ISDIR(os.lstat(base).st_mode):
+            return False
+    except OSError:
+        return False
+    found: set[str] = set()
+    for dirpath, dirs, files in os.walk(base):
+        for entry in dirs + files:
+            full = Path(dirpath) / entry
+            st = os.lstat(full)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            rel = str(full.relative_to(base))
+            item = payload.get(rel)
+            if item is None or not stat.S_ISREG(st.st_mode) or st.st_mode & 0o7777 != item.mode:
+                return False
+            try:
+                if read_head(full, len(item.data) + 1) != item.data:
+                    return False
+            except OSError:
+                return False
+            found.add(rel)
+    return found == set(payload)
 
 
 def write_atomically(target: Path, payload: dict[str, FileProjection]) -> bool:
     """Make `target` hold exactly `payload`; False when it already did (nothing written)."""
     for rel in payload:
         validate_path(rel)
-    target.mkdir(parents=True, exist_ok=True)
-    if _current(target) == payload:
+    container_dir(target)
+    if _holds(target, payload):
         return False
-    old = os.readlink(target / DATA) if (target / DATA).is_symlink() else None
+    old = _version_dir(target)
     stamp = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime())
     new_dir = Path(tempfile.mkdtemp(prefix=stamp, dir=target))
     new_dir.chmod(0o755)
     for rel, item in payload.items():
         path = new_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        container_dir(path.parent)
         path.write_bytes(item.data)
         path.chmod(item.mode)
     tmp_link = target / DATA_TMP

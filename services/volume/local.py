@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.mounts import is_mount_point, mount_tmpfs, remove_tree, unmount
+from shared.node_dirs import container_dir
 from services.volume.projection import VolumeSourceError
 from shared.podspec import Pod
 from shared.quantity import to_bytes
@@ -59,11 +60,13 @@ def setup_host_path(source: dict[str, Any]) -> Path:
     raw = source.get("path", "")
     if not raw or not raw.startswith("/"):
         raise VolumeSourceError(f"hostPath.path {raw!r} must be an absolute path")
+    if ".." in raw.split("/"):  # as the API server refuses it
+        raise VolumeSourceError(f"hostPath.path {raw[:200]!r} must not contain '..'")
     path = Path(raw)
     kind = source.get("type") or ""
     if kind == "DirectoryOrCreate":
         if not path.exists():
-            path.mkdir(mode=0o755, parents=True)
+            container_dir(path)
         kind = "Directory"
     elif kind == "FileOrCreate":
         if not path.exists():
@@ -71,8 +74,15 @@ def setup_host_path(source: dict[str, Any]) -> Path:
             if not path.parent.is_dir():
                 raise VolumeSourceError(f"hostPath type check failed: parent directory of {path} does not exist "
                                         "(FileOrCreate does not create parent directories)")
-            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
-            os.close(fd)
+            # O_EXCL: something made there meanwhile (a FIFO would block a write-only open until
+            # a reader comes) is not opened; the type check below judges it.
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except FileExistsError:
+                pass
+            else:
+                os.fchmod(fd, 0o644)  # the kubelet's mode, whatever this process's umask (077)
+                os.close(fd)
         kind = "File"
     if kind == "":
         return path

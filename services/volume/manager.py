@@ -30,12 +30,13 @@ from services.volume.csi_client import CSIError
 from services.volume.csi_volumes import PLUGIN as CSI_PLUGIN, AttachPending, CSIVolumes, read_vol_data
 from services.volume.local import setup_empty_dir, setup_host_path, teardown_mounted_dir
 from shared.mounts import MountError, is_mount_point, mount_tmpfs, remove_tree
-from shared.node_dirs import private_dir
+from shared.node_dirs import container_dir, private_dir
 from services.volume.objects import STATIC_POD_OBJECTS, NoApiObjects, ObjectSource
 from services.volume.ownership import set_volume_ownership
 from services.volume.paths import PLUGINS, Layout, plugin_dir_name
 from services.volume.projection import (NodeAllocatable, VolumeSourceError, build_payload, keeps_secrets)
 from shared.bus import Bus, VolumesChanged
+from shared.disk_usage import tree_usage
 from shared.cri import labels as L
 from shared.events import Recorder
 from shared.podspec import VOLUME_SOURCES, Pod, PodCache, Volume
@@ -252,7 +253,7 @@ class VolumeManager:
                     await asyncio.to_thread(set_volume_ownership, path, psc.fsGroup, False, psc.fsGroupChangePolicy)
             return path
         payload = await build_payload(kind, src, pod, objects, self.node)
-        path.mkdir(parents=True, exist_ok=True)
+        container_dir(path)
         with M.timed(PLUGINS[kind], "volume_mount"):
             if keeps_secrets(kind) and not is_mount_point(path):
                 await mount_tmpfs(path, None, mode="0755")
@@ -371,27 +372,10 @@ class VolumeManager:
 
 def disk_usage(path: Path) -> int:
     """Bytes a directory tree occupies (allocated blocks, like du), not following symlinks or
-    crossing into other mounts; a tmpfs emptyDir counts what its tmpfs holds."""
-    total = 0
-    try:
-        root_dev = path.stat().st_dev
-    except OSError:
-        return 0
-    stack = [str(path)]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            total += st.st_blocks * 512
-            if entry.is_dir(follow_symlinks=False) and st.st_dev == root_dev:
-                stack.append(entry.path)
-    return total
+    crossing into other mounts; a tmpfs emptyDir counts what its tmpfs holds. Every entry is
+    seen (sizeLimit must not be evaded by many files): call it in a thread."""
+    usage = tree_usage(path, max_entries=None)
+    return usage.bytes if usage is not None else 0
 
 
 def _statvfs_stats(vol_dir: Path):

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from shared.node_dirs import private_dir, private_files
+from shared.node_dirs import PRIVATE_FILE_MODE, private_dir, private_files
 from shared.store.models import OWN_ROW_TABLES, TABLE_OWNERS, Base
 
 
@@ -49,12 +49,24 @@ def is_corruption(exc: BaseException) -> bool:
 @contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     """One process at a time checks (and rebuilds) the store: services start together."""
-    with open(path, "a") as f:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "r+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def store_files(path: Path) -> tuple[Path, ...]:
+    """The store and the files SQLite keeps beside it (WAL mode), and the schema lock."""
+    return (path, Path(f"{path}-wal"), Path(f"{path}-shm"), path.with_name(path.name + ".lock"))
+
+
+def _create_private(path: Path) -> None:
+    """Make the store file 0600 before SQLite opens it, whatever the umask of the process that
+    opens it first: SQLite gives the -wal and -shm files it makes the mode of the store file."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE))
 
 
 class OwnershipError(RuntimeError):
@@ -78,6 +90,7 @@ def _enable_wal(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> No
 
 def _new_engine(path: Path) -> Engine:
     engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 5})
+    event.listen(engine, "do_connect", lambda *_: _create_private(path))
     event.listen(engine, "connect", _enable_wal)
     return engine
 
@@ -141,8 +154,10 @@ class Store:
 
         Everything in the store can be derived again (pods from their sources, runtime state from
         CRI), so an upgrade drops the old tables instead of migrating them. Under a lock file:
-        services starting together do this once."""
-        lock = self.path.with_name(self.path.name + ".lock")
+        services starting together do this once. Files an older pykubelet left readable by
+        others are made 0600 first, so the -wal and -shm SQLite makes next take that mode too."""
+        private_files(*store_files(self.path), what="the state store's file")
+        lock = store_files(self.path)[3]
         with _file_lock(lock):
             try:
                 self._check_and_create()
@@ -152,7 +167,6 @@ class Store:
                 self._move_aside(str(exc.orig))
                 self._check_and_create()
             self._inode = os.stat(self.path).st_ino
-        private_files(self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"), lock)
 
     def replaced(self) -> bool:
         """The store file is no longer the one this process opened (another service rebuilt a

@@ -117,7 +117,7 @@ def csi_plugin(cluster, tmp_path):
                              "--backing", str(backing), "--log", str(log)], cwd=REPO)
     try:
         wait_for(lambda: any(p["driver"] == DRIVER for p in
-                             httpx.get(cluster.node.admin("volume") + "/plugins", timeout=2).json()),
+                             cluster.node.admin_get("volume", "/plugins", timeout=2).json()),
                  30, "the CSI plugin to register")
         yield log, backing
     finally:
@@ -181,7 +181,7 @@ def test_csi_persistent_volume_is_staged_published_and_cleaned_up_in_order(clust
     wait_for(lambda: (backing / "vol-1" / "table").exists(), 20, "the pod's write to reach the volume")
 
     def stats() -> str:
-        return httpx.get(cluster.node.admin("volume") + "/metrics", timeout=5).text
+        return cluster.node.admin_get("volume", "/metrics", timeout=5).text
     wait_for(lambda: 'kubelet_volume_stats_capacity_bytes{namespace="default",persistentvolumeclaim="claim-test"}'
              in stats(), 20, "volume stats for the claim")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 
 from tests.cluster.test_node import _renew_time
 from tests.integration.conftest import NODE_NAME, stop_node, wait_for
@@ -13,7 +12,7 @@ from tests.integration.conftest import NODE_NAME, stop_node, wait_for
 def test_pod_cidr_from_the_node_spec_feeds_the_network(cluster):
     # spec.podCIDR can be set once; a narrower range inside the configured one keeps pods valid.
     cluster.kubectl("patch", "node", NODE_NAME, "-p", '{"spec": {"podCIDR": "10.88.0.0/25"}}')
-    wait_for(lambda: httpx.get(cluster.node.admin("network") + "/network", timeout=5).json()["podCIDR"]
+    wait_for(lambda: cluster.node.admin_get("network", "/network", timeout=5).json()["podCIDR"]
              == "10.88.0.0/25", 30, "the network service to use the Node's podCIDR")
     conf = (cluster.node.root / "cni" / "net.d" / "10-pykubelet.conflist").read_text()
     assert "10.88.0.0/25" in conf

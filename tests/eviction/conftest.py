@@ -65,9 +65,7 @@ class PressureCluster(Cluster):
         return next(c for c in self.node_obj()["status"]["conditions"] if c["type"] == ctype)
 
     def eviction_view(self) -> dict:
-        import httpx
-
-        return httpx.get(f"{self.node.admin('eviction')}/eviction", timeout=10).json()
+        return self.node.admin_get("eviction", "/eviction", timeout=10).json()
 
     def signal(self, name: str) -> dict:
         return next(s for s in self.eviction_view()["signals"] if s["signal"] == name)

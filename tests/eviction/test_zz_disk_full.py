@@ -47,7 +47,7 @@ def fill(fs: Path) -> Path:
 
 def store_problem(node, service: str) -> str:
     try:
-        body = httpx.get(node.admin(service) + "/readyz", timeout=5).json()
+        body = node.admin_get(service, "/readyz", timeout=5).json()
     except (httpx.HTTPError, ValueError) as exc:
         return f"no answer: {exc}"
     return body["checks"].get("store", {}).get("message", "")

@@ -19,10 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import httpx
 import pytest
 
 from shared.admin import SERVICES
+from shared.admin_token import read_token, token_path
 from shared.cri import CRIClient
+from tests.integration.event_loops import assert_loops_never_blocked, watched_env
 
 REPO = Path(__file__).resolve().parents[2]
 PYKUBELET = [sys.executable, "-m", "services.cli.main"]
@@ -119,6 +122,7 @@ class Node:
     written: list[Path] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # how `pykubelet up` was run
     node_name: str = NODE_NAME
+    env: dict[str, str] | None = None  # `pykubelet up`'s environment (None: this process's)
 
     # the user's view
 
@@ -175,7 +179,18 @@ class Node:
         (self.manifests / filename).unlink(missing_ok=True)
 
     def admin(self, service: str) -> str:
+        """The base URL of a service's loopback admin app. It answers nothing without the node's
+        admin token: ask it with admin_get."""
         return f"http://127.0.0.1:{self.admin_base + SERVICES.index(service)}"
+
+    def admin_token(self) -> str:
+        return read_token(token_path(self.root))
+
+    def admin_get(self, service: str, path: str, timeout: float = 5) -> httpx.Response:
+        """GET path (/readyz, /metrics, /pods, ...) on a service's admin app as root asks it: with
+        the node's admin token. Every test that looks at an admin URL goes through here."""
+        return httpx.get(self.admin(service) + path, timeout=timeout,
+                         headers={"Authorization": f"Bearer {self.admin_token()}"})
 
     def service_pid(self, service: str) -> int:
         return int((self.root / "run" / f"{service}.pid").read_text())
@@ -262,10 +277,12 @@ def _tail(path: Path, n: int = 60) -> str:
 
 def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: str = "", *,
                 node_name: str = NODE_NAME, pod_cidr: str = POD_CIDR, wrap: tuple[str, ...] = (),
-                registry_port: int | None = None, log_max_size: int = LOG_MAX_SIZE) -> Node:
+                registry_port: int | None = None, log_max_size: int = LOG_MAX_SIZE,
+                watch_loops: bool = True) -> Node:
     """Start a node with `pykubelet up` in root, wait until it is ready, return it.
     extra_config: more KubeletConfiguration fields (YAML lines); wrap: what runs `pykubelet up`
-    (e.g. nsenter into a network namespace); log_max_size: containerLogMaxSize in bytes."""
+    (e.g. nsenter into a network namespace); log_max_size: containerLogMaxSize in bytes;
+    watch_loops: the services record blocking callbacks for assert_loops_never_blocked."""
     require_node_prerequisites()
     manifests = root / "manifests"
     manifests.mkdir()
@@ -286,10 +303,11 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
             "--hostname-override", node_name,
             # Long rescan period: changes must arrive through the directory watch.
             "--file-check-frequency", "5m", "--sync-frequency", "30s", *(extra_argv or [])]
+    env = watched_env(root) if watch_loops else None
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
     n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log, kubelet_port=kubelet_port,
-             argv=argv, node_name=node_name)
+             argv=argv, node_name=node_name, env=env)
     _wait_up(n)
     return n
 
@@ -298,7 +316,7 @@ def relaunch_node(n: Node) -> None:
     """`pykubelet up` again, as before, on the same root dir and ports (the log is appended)."""
     (n.root / "run" / "ready").unlink(missing_ok=True)  # a killed supervisor leaves its own
     with open(n.log, "a") as out:
-        n.proc = subprocess.Popen(n.argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        n.proc = subprocess.Popen(n.argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=n.env)
     _wait_up(n)
 
 
@@ -324,6 +342,7 @@ def package_node(dir_name: str):
             yield n
         finally:
             stop_node(n)
+        assert_loops_never_blocked(n.root)
     return node
 
 

@@ -103,9 +103,7 @@ def test_image_pull_policies(pods):
 
 
 def _runtime_containers(node, pod):
-    import httpx
-
-    body = httpx.get(node.admin("pod-sync") + "/pods", timeout=5).json()
+    body = node.admin_get("pod-sync", "/pods", timeout=5).json()
     return next(p for p in body if p["uid"] == pod["uid"])["containers"]
 
 

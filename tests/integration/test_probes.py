@@ -8,7 +8,6 @@ import threading
 import time
 
 import grpc
-import httpx
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from tests.integration.conftest import free_port
@@ -38,7 +37,7 @@ def test_failing_http_liveness_restarts_the_container_with_the_reason(pods):
     pod = pods.wait_pod("sickweb", restarted_for_404, 60, "a liveness restart after the 404s")
     last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
     assert last["message"] == "Liveness probe failed: HTTP probe failed with statuscode: 404"
-    probes = httpx.get(pods.admin("probe") + "/probes", timeout=5).json()
+    probes = pods.admin_get("probe", "/probes", timeout=5).json()
     assert any(p["pod"].endswith("sickweb-testnode") and p["kind"] == "liveness" for p in probes)
 
 
@@ -139,4 +138,4 @@ def test_probe_service_restart_changes_nothing(pods):
         restarted = restarted or (pods.service_pid("probe") != old)
         time.sleep(0.3)
     assert restarted
-    assert httpx.get(pods.admin("probe") + "/readyz", timeout=5).status_code == 200
+    assert pods.admin_get("probe", "/readyz", timeout=5).status_code == 200

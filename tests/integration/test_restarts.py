@@ -67,11 +67,11 @@ spec:
 
     os.kill(old_pid, signal.SIGKILL)
     wait_for(lambda: pods.service_pid("pod-sync") != old_pid, 30, "the supervisor to restart pod-sync")
-    wait_for(lambda: httpx.get(pods.admin("pod-sync") + "/readyz", timeout=2).status_code == 200, 30,
+    wait_for(lambda: pods.admin_get("pod-sync", "/readyz", timeout=2).status_code == 200, 30,
              "the new pod-sync to be ready")
     # Let it relist and resync everything a few times.
     wait_for(lambda: "kubelet_pleg_relist_duration_seconds_count" in
-             httpx.get(pods.admin("pod-sync") + "/metrics", timeout=2).text
+             pods.admin_get("pod-sync", "/metrics", timeout=2).text
              and _relists(pods) >= 3, 30, "three PLEG relists by the new pod-sync")
 
     after = {c.id: c.metadata.attempt for c in pods.containers_of(pod["uid"])}
@@ -84,7 +84,7 @@ spec:
 
 
 def _relists(node) -> float:
-    for line in httpx.get(node.admin("pod-sync") + "/metrics", timeout=2).text.splitlines():
+    for line in node.admin_get("pod-sync", "/metrics", timeout=2).text.splitlines():
         if line.startswith("kubelet_pleg_relist_duration_seconds_count"):
             return float(line.split()[-1])
     return 0
@@ -102,7 +102,7 @@ spec:
     old_pid = pods.service_pid("nats")
     os.kill(old_pid, signal.SIGKILL)
     wait_for(lambda: pods.service_pid("nats") != old_pid, 30, "the supervisor to restart nats-server")
-    wait_for(lambda: all(httpx.get(pods.admin(s) + "/readyz", timeout=2).status_code == 200
+    wait_for(lambda: all(pods.admin_get(s, "/readyz", timeout=2).status_code == 200
                          for s in ("pod-sync", "status-reporter", "network")), 30,
              "services to reconnect to the bus")
     pods.write("after-nats.yaml", f"""apiVersion: v1

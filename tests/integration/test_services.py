@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import httpx
 
 from tests.integration.conftest import POD_CIDR, SERVICES, wait_for
 
 
 def test_every_service_is_ready(node):
     for service in SERVICES:
-        resp = httpx.get(node.admin(service) + "/readyz", timeout=5)
+        resp = node.admin_get(service, "/readyz", timeout=5)
         body = resp.json()
         assert resp.status_code == 200, f"{service} not ready: {body}"
         assert body["service"] == service and body["checks"]["bus"]["ok"]
-        assert httpx.get(node.admin(service) + "/healthz", timeout=5).text == "ok"
+        assert node.admin_get(service, "/healthz", timeout=5).text == "ok"
 
 
 def test_network_service_wrote_cni_config_and_reports_ready(node):
-    net = httpx.get(node.admin("network") + "/network", timeout=5).json()
+    net = node.admin_get("network", "/network", timeout=5).json()
     assert net["ready"] and net["podCIDR"] == POD_CIDR
     conf = (node.root / "cni" / "net.d" / "10-pykubelet.conflist").read_text()
     assert POD_CIDR in conf and '"portmap"' in conf
@@ -25,7 +24,7 @@ def test_network_service_wrote_cni_config_and_reports_ready(node):
 
 
 def test_runtime_metrics_use_kubelet_names(node):
-    text = httpx.get(node.admin("pod-sync") + "/metrics", timeout=5).text
+    text = node.admin_get("pod-sync", "/metrics", timeout=5).text
     assert 'kubelet_runtime_operations_total{operation_type="list_podsandbox"}' in text
     assert "kubelet_runtime_operations_duration_seconds_bucket" in text
     assert "kubelet_pleg_relist_duration_seconds" in text
@@ -39,7 +38,7 @@ spec:
   containers: [{{name: web, image: "{pods.image('web')}"}}]
 """)
     pods.wait_running("listed")
-    body = httpx.get(pods.admin("node-api") + "/pods", timeout=5).json()
+    body = pods.admin_get("node-api", "/pods", timeout=5).json()
     assert body["kind"] == "PodList"
     [item] = [i for i in body["items"] if i["metadata"]["name"].startswith("listed-")]
     assert item["status"]["phase"] == "Running"
@@ -66,7 +65,7 @@ spec:
     pods.wait_running("metered")
 
     def value(name):
-        text = httpx.get(pods.admin("pod-sync") + "/metrics", timeout=5).text
+        text = pods.admin_get("pod-sync", "/metrics", timeout=5).text
         line = next((s for s in text.splitlines() if s.startswith(name + " ") or s.startswith(name + "{")), None)
         assert line is not None, f"{name} missing"
         return float(line.split()[-1])

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.integration.conftest import REPO, Node, wait_for
@@ -37,7 +36,7 @@ def _calls(log: Path) -> list[dict]:
 
 
 def _wait_admin_ready(node: Node, service: str) -> None:
-    wait_for(lambda: httpx.get(node.admin(service) + "/readyz", timeout=2).status_code == 200, 30,
+    wait_for(lambda: node.admin_get(service, "/readyz", timeout=2).status_code == 200, 30,
              f"{service} to be ready")
 
 
@@ -52,7 +51,7 @@ def csi_plugin(pods: Node, tmp_path: Path):
                              "--backing", str(backing), "--log", str(log)], cwd=REPO)
     try:
         wait_for(lambda: any(p["driver"] == DRIVER for p in
-                             httpx.get(pods.admin("volume") + "/plugins", timeout=2).json()),
+                             pods.admin_get("volume", "/plugins", timeout=2).json()),
                  30, "the CSI plugin to register")
         yield {"log": log, "backing": backing, "proc": proc}
     finally:
@@ -131,7 +130,7 @@ def test_local_volumes_as_containers_see_them(pods, tmp_path):
     code, out = pods.exec(uid, "app", ["sh", "-c", "echo x > /etc/podinfo/new"])
     assert code != 0, "downwardAPI volumes are mounted read-only"
 
-    vols = {v["name"]: v for v in httpx.get(pods.admin("volume") + "/volumes", timeout=5).json()
+    vols = {v["name"]: v for v in pods.admin_get("volume", "/volumes", timeout=5).json()
             if v["podUID"] == uid}
     assert vols["cache"]["hostPath"] == str(pods.root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "cache")
     assert vols["cache"]["plugin"] == "kubernetes.io/empty-dir" and all(v["ready"] for v in vols.values())
@@ -139,12 +138,12 @@ def test_local_volumes_as_containers_see_them(pods, tmp_path):
     run("dd if=/dev/zero of=/shared/blob bs=1024 count=2048 2>/dev/null")
 
     def shared_usage():
-        v = next(v for v in httpx.get(pods.admin("volume") + "/volumes", timeout=5).json()
+        v = next(v for v in pods.admin_get("volume", "/volumes", timeout=5).json()
                  if v["podUID"] == uid and v["name"] == "shared")
         return v if v["usedBytes"] >= 2 * 2**20 else None
     shared = wait_for(shared_usage, 20, "the emptyDir's usage to include the 2 MiB written")
     assert shared["sizeLimitBytes"] == 10 * 2**20 and shared["usedBytes"] < 3 * 2**20
-    metrics = httpx.get(pods.admin("volume") + "/metrics", timeout=5).text
+    metrics = pods.admin_get("volume", "/metrics", timeout=5).text
     assert 'storage_operation_duration_seconds_count{operation_name="volume_mount",status="success",' \
            'volume_plugin="kubernetes.io/empty-dir"}' in metrics
 
@@ -254,7 +253,7 @@ def test_volume_service_restart_unmounts_nothing(pods, csi_plugin):
     os.kill(old, signal.SIGKILL)
     wait_for(lambda: pods.service_pid("volume") != old, 30, "the supervisor to restart the volume service")
     _wait_admin_ready(pods, "volume")
-    wait_for(lambda: any(p["driver"] == DRIVER for p in httpx.get(pods.admin("volume") + "/plugins", timeout=2).json()),
+    wait_for(lambda: any(p["driver"] == DRIVER for p in pods.admin_get("volume", "/plugins", timeout=2).json()),
              30, "the driver to register with the new volume service")
     time.sleep(3)  # a few reconcile rounds of the new process
 
@@ -263,7 +262,7 @@ def test_volume_service_restart_unmounts_nothing(pods, csi_plugin):
     new_calls = [c["method"] for c in _calls(csi_plugin["log"])[calls_before:]]
     assert "NodeUnpublishVolume" not in new_calls and "NodePublishVolume" not in new_calls, new_calls
     assert pods.exec(uid, "c", ["cat", "/mem/file"]) == (0, "kept\n")
-    vols = [v for v in httpx.get(pods.admin("volume") + "/volumes", timeout=5).json() if v["podUID"] == uid]
+    vols = [v for v in pods.admin_get("volume", "/volumes", timeout=5).json() if v["podUID"] == uid]
     assert len(vols) == 2 and all(v["ready"] for v in vols)
 
 

@@ -100,7 +100,7 @@ def cmdline(pid: int) -> str:
 
 def admin_healthy(node, service: str) -> bool:
     try:
-        return httpx.get(node.admin(service) + "/healthz", timeout=2).status_code == 200
+        return node.admin_get(service, "/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 

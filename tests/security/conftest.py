@@ -11,9 +11,16 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import ssl
+import time
+import urllib.error
+import urllib.request
+
 import pytest
 
-from tests.integration.conftest import node, pods  # noqa: F401  (this package's own node)
+from tests.cluster.pki import PKI, CertPair
+from tests.integration.event_loops import assert_loops_never_blocked
+from tests.integration.conftest import Node, launch_node, pods, stop_node, wait_for  # noqa: F401
 
 
 def _snapshot(root: Path) -> dict[str, tuple]:
@@ -57,3 +64,73 @@ def canary():
         assert _etc_snapshot() == etc_before, "/etc on the host was touched"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- the node under attack -----------------------------------------------------------------------
+
+@dataclass
+class SecureNode:
+    """The package's node and a client certificate its kubelet API accepts (x509 authentication
+    with the tests' own CA, every authenticated user allowed)."""
+
+    node: Node
+    client: CertPair
+
+
+@pytest.fixture(scope="package")
+def secure_node(tmp_path_factory) -> SecureNode:
+    pki = PKI(tmp_path_factory.mktemp("security-pki"))
+    client = pki.issue("client", "security-tester", ["system:masters"])
+    n = launch_node(tmp_path_factory.mktemp("security-node"), extra_config=(
+        "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
+        f"  x509:\n    clientCAFile: {pki.ca.cert}\nauthorization:\n  mode: AlwaysAllow\n"))
+    try:
+        yield SecureNode(n, client)
+    finally:
+        stop_node(n)
+    assert_loops_never_blocked(n.root)
+
+
+@pytest.fixture(scope="package")
+def node(secure_node: SecureNode) -> Node:
+    return secure_node.node
+
+
+def kubelet_api(sn: SecureNode, path: str, timeout: float = 5, cert: bool = True) -> tuple[int, bytes, float]:
+    """GET path on the node's kubelet API, with the client certificate unless cert is False:
+    (status, body, seconds it took)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the node's self-signed serving certificate
+    if cert:
+        ctx.load_cert_chain(str(sn.client.cert), str(sn.client.key))
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{sn.node.kubelet_port}{path}", context=ctx,
+                                    timeout=timeout) as resp:
+            return resp.status, resp.read(), time.monotonic() - start
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), time.monotonic() - start
+
+
+def assert_node_serves(sn: SecureNode, name: str = "bystander-check", timeout: float = 90,
+                       api_within: float | None = None) -> None:
+    """The node's other work goes on: a plain pod starts, `pykubelet status` answers and lists it,
+    an authenticated kubelet API call answers (within api_within seconds when given). The pod is
+    removed again."""
+    n = sn.node
+    n.write_pod(name, {"containers": [{"name": "app", "image": n.image("busybox"),
+                                       "command": ["sleep", "3600"]}]})
+    try:
+        n.wait_running(name, timeout)
+        res = n.cli("status", check=False)
+        assert res.returncode in (0, 4), f"pykubelet status failed ({res.returncode}): {res.stderr}"
+        assert f"{name}-{n.node_name}" in res.stdout, res.stdout
+        status, body, took = kubelet_api(sn, "/pods", timeout=api_within or 10)
+        assert status == 200, f"GET /pods on the kubelet API: {status} {body[:300]!r}"
+        assert f"{name}-{n.node_name}".encode() in body
+        if api_within is not None:
+            assert took < api_within, f"GET /pods took {took:.2f}s (more than {api_within}s)"
+    finally:
+        n.remove(f"{name}.yaml")
+        wait_for(lambda: n.pod(name) is None, 60, f"pod {name} to be removed")

@@ -8,7 +8,6 @@ import json
 import os
 import stat
 
-import httpx
 import nats
 import pytest
 
@@ -66,8 +65,9 @@ def test_forged_events_change_nothing(pods, canary):
             await nc.close()
     asyncio.run(forge())
     assert any("permissions violation" in e.lower() for e in errors), errors
-    for url in [f"{pods.admin(service)}/readyz" for service in SERVICES]:
-        wait_for(lambda url=url: httpx.get(url, timeout=2).status_code == 200, 20, f"{url} answers ready")
+    for service in SERVICES:
+        wait_for(lambda service=service: pods.admin_get(service, "/readyz", timeout=2).status_code == 200, 20,
+                 f"{service} answers ready")
     after = pods.wait_running("bystander")
     assert after["uid"] == before["uid"]
     assert [c["containerID"] for c in after["containers"]] == [c["containerID"] for c in before["containers"]]

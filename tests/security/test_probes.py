@@ -3,7 +3,6 @@ receives a smuggled header."""
 
 from __future__ import annotations
 
-import httpx
 
 from tests.integration.conftest import wait_for
 
@@ -24,7 +23,7 @@ def test_crlf_in_probe_headers_and_paths_never_reaches_the_container(pods, canar
     pod = pods.wait_pod("smuggler", lambda p: p["phase"] == "Running", 60, "Running")
 
     def failures():
-        rows = [r for r in httpx.get(f"{pods.admin('probe')}/probes", timeout=5).json()
+        rows = [r for r in pods.admin_get('probe', "/probes", timeout=5).json()
                 if r["pod"] == f"default/{pod['name']}"]
         return rows if len(rows) == 3 and all("invalid probe request" in r["lastFailure"] for r in rows) else None
     rows = wait_for(failures, 30, "all three probes failing with the reason")

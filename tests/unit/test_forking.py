@@ -211,6 +211,7 @@ preloaded_fastapi = "fastapi" in sys.modules
 # What every service does as it starts (shared/service.py), short of connecting to the bus.
 import uvicorn
 from shared.admin import AdminApp
+from shared.admin_token import ensure_token
 from shared.config import ConfigError
 from shared.service_state import ServiceStateWriter
 from shared.store import NetworkStatus, Store
@@ -222,7 +223,7 @@ state.started()
 state.synced()
 with store.session() as s:
     s.get(NetworkStatus, 1)
-app = AdminApp("network", {}, freshness=lambda: [])
+app = AdminApp("network", {}, token=ensure_token(Path(sys.argv[1])), freshness=lambda: [])
 app.add_views(lambda: None)  # a factory; nothing of FastAPI runs until a view is asked for
 uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off").load()
 new = sorted(m for m in set(sys.modules) - before if sys.modules[m] is not None)

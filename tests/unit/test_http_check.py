@@ -48,3 +48,23 @@ async def test_a_silent_server_or_none_is_not_up_and_the_check_ends_on_time():
     finally:
         server.close()
     assert await http_ok("127.0.0.1", port, "/healthz") is False  # nothing listens now
+
+
+async def test_the_token_is_sent_as_a_bearer_header():
+    heads: list[bytes] = []
+
+    async def handle(reader, writer):
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await http_ok("127.0.0.1", port, "/healthz", token="t0ken")
+        assert await http_ok("127.0.0.1", port, "/v2/")
+    finally:
+        server.close()
+    assert b"\r\nAuthorization: Bearer t0ken\r\n" in heads[0]
+    assert b"Authorization" not in heads[1], "no token: no header (the registry gets none)"

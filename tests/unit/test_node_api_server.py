@@ -220,3 +220,74 @@ async def test_upgrade_is_proxied_byte_for_byte():
     assert not front._connections
     await front.stop()
     back.close()
+
+
+class SlowReviews(FakeReviews):
+    """TokenReviews that wait to be released, or fail while `failing`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.failing = False
+
+    async def token_review(self, token: str):
+        self.token_calls += 1
+        await self.release.wait()
+        if self.failing:
+            raise ConnectionError("API server unreachable")
+        user = self.tokens.get(token)
+        return (user is not None), user, "" if user else "invalid token"
+
+
+def _authenticator(reviews) -> Authenticator:
+    return Authenticator(KubeletConfiguration().authentication, reviews)
+
+
+async def test_concurrent_requests_with_one_token_share_one_review():
+    reviews = SlowReviews()
+    authn = _authenticator(reviews)
+    tries = [asyncio.create_task(authn.authenticate(None, "Bearer forged")) for _ in range(20)]
+    await asyncio.sleep(0.05)
+    tries[0].cancel()  # a client that goes away does not end the review the others wait for
+    reviews.release.set()
+    results = await asyncio.gather(*tries, return_exceptions=True)
+    assert reviews.token_calls == 1
+    assert all(isinstance(r, AuthError) and r.status == 401 for r in results[1:])
+    with pytest.raises(AuthError):
+        await authn.authenticate(None, "Bearer forged")  # rejected: cached like an accepted one
+    assert reviews.token_calls == 1
+
+
+async def test_a_failed_review_is_not_repeated_for_a_few_seconds(monkeypatch):
+    from services.node_api import auth
+
+    now = [1000.0]
+    monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
+    reviews = SlowReviews()
+    reviews.release.set()
+    reviews.failing = True
+    authn = _authenticator(reviews)
+    for _ in range(5):
+        with pytest.raises(AuthError) as exc:
+            await authn.authenticate(None, "Bearer good-token")
+        assert exc.value.status == 401
+    assert reviews.token_calls == 1
+    # the API server is back: after FAILED_REVIEW_TTL the token is reviewed again, and accepted
+    reviews.failing = False
+    now[0] += auth.FAILED_REVIEW_TTL
+    assert (await authn.authenticate(None, "Bearer good-token")).name == "alice"
+    assert reviews.token_calls == 2
+
+
+async def test_made_up_tokens_do_not_push_a_real_one_out_of_the_cache():
+    from services.node_api import auth
+
+    reviews = FakeReviews()
+    authn = Authenticator(KubeletConfiguration().authentication, reviews)
+    assert (await authn.authenticate(None, "Bearer good-token")).name == "alice"
+    for i in range(auth.CACHE_SIZE + 100):
+        with pytest.raises(AuthError):
+            await authn.authenticate(None, f"Bearer made-up-{i}")
+    calls = reviews.token_calls
+    assert (await authn.authenticate(None, "Bearer good-token")).name == "alice"
+    assert reviews.token_calls == calls  # still cached

@@ -45,3 +45,15 @@ print(sys.modules['aiohttp'] is not None)
 def test_malloc_arenas_are_limited_on_glibc():
     out = run("from shared import process_tuning; print(process_tuning.limit_malloc_arenas())")
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_one():
+    out = run("""
+import resource
+from shared import process_tuning
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+print(process_tuning.raise_open_files_limit() == (256, hard), resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard)
+""")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]

@@ -243,7 +243,7 @@ def test_admin_views_say_whether_they_are_current(db):
     from shared.service_state import view_freshness
 
     store = Store(db, writer=None)
-    app = AdminApp("status-reporter", {}, freshness=lambda: view_freshness(store, "status-reporter"))
+    app = AdminApp("status-reporter", {}, token="t" * 43, freshness=lambda: view_freshness(store, "status-reporter"))
 
     def views() -> APIRouter:
         r = APIRouter()
@@ -254,7 +254,7 @@ def test_admin_views_say_whether_they_are_current(db):
         return r
 
     app.add_views(views)
-    client = TestClient(app)
+    client = TestClient(app, headers={"Authorization": "Bearer " + "t" * 43})
     reporter = writer(db, "status-reporter")
     reporter.synced()
     res = client.get("/pods")

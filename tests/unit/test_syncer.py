@@ -253,6 +253,20 @@ async def test_ready_volumes_become_cri_mounts(syncer, rt, store, settings):
     assert "/dev/termination-log" in mounts
 
 
+async def test_the_termination_log_is_mounted_last_over_a_volume_at_its_path(syncer, rt, store, settings):
+    # A volume at the terminationMessagePath (the API allows it) lies under the termination log:
+    # the file the container writes and pod-sync reads back is pykubelet's own.
+    want(store, manifest(containers=[{"name": "app", "image": IMG, "volumeMounts": [
+        {"name": "data", "mountPath": "/dev/termination-log", "subPath": "msg"}]}],
+        volumes=[{"name": "data", "emptyDir": {}}]))
+    _volume_rows(settings)
+    await syncer.sync("uid1")
+    [config] = rt.created_configs.values()
+    at_path = [m.host_path for m in config.mounts if m.container_path == "/dev/termination-log"]
+    assert at_path[0] == "/v/data/msg" and at_path[-1].endswith("/containers/app/0.termination-log"), at_path
+    assert config.mounts[-1].host_path == at_path[-1]
+
+
 async def test_a_subpath_that_cannot_be_mounted_safely_fails_the_container_start(syncer, rt, store, settings):
     want(store, _volume_pod())
     _volume_rows(settings)

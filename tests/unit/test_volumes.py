@@ -56,6 +56,30 @@ def test_atomic_writer_swaps_versions_through_data_link(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["..data", second, "a"])
 
 
+def test_atomic_writer_never_follows_waits_on_or_removes_what_it_did_not_write(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a").write_bytes(b"1")
+    os.chmod(outside / "a", 0o644)
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    # ..data pointing out of the volume, at files equal to the payload: not taken as the
+    # current version, and never removed as the old one.
+    (vol / "..data").symlink_to(outside)
+    assert write_atomically(vol, {"a": FileProjection(b"1", 0o644)})
+    assert (outside / "a").read_bytes() == b"1", "the directory ..data pointed at is left alone"
+    version = vol / os.readlink(vol / "..data")
+    # A FIFO or a symlink where a file of the current version was: replaced, not opened.
+    (version / "a").unlink()
+    os.mkfifo(version / "a", 0o644)
+    assert write_atomically(vol, {"a": FileProjection(b"1", 0o644)}), "a FIFO is not the payload"
+    version = vol / os.readlink(vol / "..data")
+    (version / "a").unlink()
+    (version / "a").symlink_to(outside / "a")
+    assert write_atomically(vol, {"a": FileProjection(b"1", 0o644)}), "a symlink is not the payload"
+    assert (vol / "a").read_bytes() == b"1" and not (vol / os.readlink(vol / "..data") / "a").is_symlink()
+
+
 @pytest.mark.parametrize("bad", ["../x", "/abs", "..data", "a/../../b", ""])
 def test_atomic_writer_rejects_paths_outside(tmp_path, bad):
     with pytest.raises(PayloadError):
