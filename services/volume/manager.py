@@ -224,7 +224,9 @@ class VolumeManager:
             self._retry.failed(pod.uid)
         else:
             self._retry.forget(pod.uid)
-        return self._record(pod.uid, results)
+        # In a thread: the write may wait up to the store's busy timeout for another service's
+        # write, and that wait must not hold this service's loop (every other pod's mounts).
+        return await asyncio.to_thread(self._record, pod.uid, results)
 
     def _failure(self, pod: Pod, volume: Volume, plugin: str, reason: str, message: str) -> PodVolume:
         key = (pod.uid, volume.name)
