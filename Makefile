@@ -83,7 +83,9 @@ test-unit: deps ## Run only the unit tests (fakes, no root needed)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: bench
-bench: deps kube ## Benchmarks: pod startup vs the raw CRI floor, probe load (prints a table, saves bench/results/)
+bench: deps kube ## Benchmarks: pod startup vs the raw CRI floor and the kubelet 1.37, probe load (prints a table, saves bench/results/)
+	@deploy/build-kube.sh kubelet
+	@deploy/build-containerd.sh >/dev/null
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 .PHONY: profile
@@ -91,12 +93,15 @@ profile: deps ## Where pykubelet's CPU goes: py-spy on every service of a node r
 	$(PY) -m bench.profile $(PROFILE_ARGS)
 
 .PHONY: conformance
-conformance: deps kube ## Upstream e2e [NodeConformance] specs on pykubelet and the kubelet 1.20, side by side (CONFORMANCE_AGENT=pykubelet|kubelet|both, CONFORMANCE_ARGS)
+conformance: deps kube ## Upstream e2e [NodeConformance] specs on pykubelet and the kubelet 1.37, side by side (CONFORMANCE_AGENT=pykubelet|kubelet|both, CONFORMANCE_ARGS)
+	@deploy/build-kube.sh kubelet
+	@deploy/build-containerd.sh >/dev/null
 	@deploy/build-kube.sh e2e
+	@deploy/build-busybox.sh >/dev/null
 	$(PY) -m tests.conformance.run --agent $(or $(CONFORMANCE_AGENT),both) $(CONFORMANCE_ARGS)
 
 .PHONY: kube
-kube: ## Build and cache kube-apiserver/-scheduler/-controller-manager, kubelet, kubectl 1.20 from Debian's source package
+kube: ## Build and cache etcd, kube-apiserver/-scheduler/-controller-manager and kubectl 1.37 from the Go module proxy
 	@deploy/build-kube.sh
 
 .PHONY: clean

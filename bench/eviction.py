@@ -29,7 +29,7 @@ from bench.stats import summary
 from bench.steady_state import measure
 from services.eviction.signals import SignalReader
 from shared.cri import CRIClient
-from tests.cluster.harness import ControlPlane
+from tests.cluster.harness import KUBELET_LABEL, ControlPlane
 from tests.integration.conftest import NODE_NAME
 
 MIB, GIB = 2**20, 2**30
@@ -205,7 +205,7 @@ def table(results: dict) -> list[str]:
     idle = py.get("idle", {}).get("cpu_cores")
     return ["", f"Eviction, cluster mode (evictionHard memory.available; a BestEffort pod grows 50 MiB / 0.2 s; "
                 f"{RUNS} runs): memory.available below the threshold -> containers gone and the pod Failed/Evicted",
-            f"  {'':<40} {'pykubelet':<16} {'kubelet 1.20':<16}",
+            f"  {'':<40} {'pykubelet':<16} {KUBELET_LABEL:<16}",
             f"  {'reaction, s, p50 / p99':<40} {reaction(py):<16} {reaction(kube):<16}",
             f"  {'hogs refused or evicted before crossing':<40} {skipped(py):<16} {skipped(kube):<16}",
             f"  {'eviction service CPU while idle, cores':<40} {(f'{idle:.4f}' if idle is not None else '-'):<16} "

@@ -1,4 +1,4 @@
-"""The real kubelet (1.20, built from Debian's source package by deploy/build-kube.sh) as the
+"""The real kubelet (1.37, built from the Go module proxy by `deploy/build-kube.sh kubelet`) as the
 baseline agent: on its own containerd started with the same generated config pykubelet uses, so
 both agents drive the same containerd build with the same CNI network, one after the other."""
 
@@ -22,11 +22,8 @@ from tests.cluster.harness import KUBE_BIN, ControlPlane
 from tests.integration.conftest import POD_CIDR, free_port
 
 NAME = "kubeletnode"
-# The kubelet 1.20 opens its device-plugin socket here whatever --root-dir says.
+# The kubelet opens its device-plugin socket here whatever --root-dir says.
 HARD_CODED_DIR = Path("/var/lib/kubelet")
-# Where the kubelet 1.20 writes container logs (not configurable before 1.29): the directories its
-# pods add there are removed when it stops, those that were there before are left alone.
-POD_LOGS_DIR = Path("/var/log/pods")
 
 
 class RealKubelet:
@@ -46,7 +43,6 @@ class RealKubelet:
                                          keep_pods=True, wait_pods=0))
         self.proc: subprocess.Popen | None = None
         self._made_hard_coded_dir = False
-        self._logs_before: set[str] = set()
 
     @property
     def endpoint(self) -> str:
@@ -55,11 +51,7 @@ class RealKubelet:
     def image(self, name: str) -> str:
         return f"{self.infra.registry}/pykubelet/{ {'busybox': 'busybox:1.36', 'web': 'web:1.0'}[name] }"
 
-    def _pod_log_dirs(self) -> set[str]:
-        return set(p.name for p in POD_LOGS_DIR.iterdir()) if POD_LOGS_DIR.is_dir() else set()
-
     async def start(self) -> None:
-        self._logs_before = self._pod_log_dirs()
         self.infra.log_dir.mkdir(parents=True, exist_ok=True)
         self.infra.run_dir.mkdir(parents=True, exist_ok=True)
         await self.infra.start_registry()
@@ -81,7 +73,11 @@ class RealKubelet:
 kind: KubeletConfiguration
 {auth}
 cgroupDriver: cgroupfs
+# These hosts are cgroup v1, which the kubelet refuses since 1.35 unless told otherwise.
+failCgroupV1: false
 failSwapOn: false
+containerRuntimeEndpoint: "{self.endpoint}"
+podLogsDir: "{self.root / 'pod-logs'}"
 port: {self.port}
 healthzPort: {free_port()}
 readOnlyPort: 0
@@ -101,10 +97,8 @@ containerLogMaxFiles: 5
         self.proc = subprocess.Popen(
             [str(KUBE_BIN / "kubelet"),
              *([f"--kubeconfig={self.cp.kubeconfig_for_node(NAME)}"] if self.cp else []), f"--config={config}",
-             "--container-runtime=remote", f"--container-runtime-endpoint={self.endpoint}",
              f"--root-dir={self.root / 'kubelet'}", f"--cert-dir={self.root / 'pki'}",
-             f"--hostname-override={NAME}",
-             f"--pod-infra-container-image={self.infra.sandbox_image}"],
+             f"--hostname-override={NAME}"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
 
@@ -128,11 +122,6 @@ containerLogMaxFiles: 5
         await self.infra.down()
         for mount in sorted((m.split()[1] for m in open("/proc/mounts") if str(self.root) in m), reverse=True):
             subprocess.run(["umount", "-l", mount], capture_output=True)
-        for name in self._pod_log_dirs() - self._logs_before:
-            try:
-                remove_tree(POD_LOGS_DIR / name)
-            except MountError as exc:
-                print(f"bench: {exc}")
         if self._made_hard_coded_dir:  # it was not there before this kubelet: everything in it is its
             try:
                 remove_tree(HARD_CODED_DIR)
@@ -143,7 +132,7 @@ containerLogMaxFiles: 5
 def remove_stale_masquerade_rules(network: str = "pykubelet") -> int:
     """The bridge plugin's per-sandbox NAT rules (POSTROUTING -> CNI-<hash> chain) of `network`.
 
-    A kubelet 1.20 that SIGKILLs a removed static pod's processes through its cgroup leaves
+    A kubelet that SIGKILLs a removed static pod's processes through its cgroup leaves
     sandboxes whose network teardown never removes these (sometimes only the POSTROUTING jump goes,
     leaving the chain). Once this containerd has no sandbox left, every such rule and chain is
     stale. Returns how many chains were removed."""

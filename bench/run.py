@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 from bench import cluster, eviction, standalone
+from bench.containerd2 import put_first_on_path
 from shared.mounts import MountError, remove_tree
+from tests.cluster.harness import KUBELET_LABEL
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -27,7 +29,7 @@ def _ratio(a: dict | None, b: dict | None) -> str:
 
 def _startup_table(title: str, py: dict, kube: dict, floor: dict) -> list[str]:
     lines = [f"  {title}",
-             f"    {'workload':<16} {'pykubelet':<22} {'kubelet 1.20':<22} {'CRI floor':<22} "
+             f"    {'workload':<16} {'pykubelet':<22} {KUBELET_LABEL:<22} {'CRI floor':<22} "
              f"{'p50 vs kubelet':>14} {'vs floor':>8}   delete all (pykubelet / kubelet)"]
     for label in py:
         p, k, f = py[label]["startup"], kube.get(label, {}).get("startup"), floor.get(label)
@@ -65,7 +67,7 @@ def _node_api_table(py: dict, kube: dict) -> list[str]:
     ]
     lines = ["", "Kubelet API, cluster mode (logs and exec through the API server with kubectl; stats/summary "
                  "straight to the node with the API server's client certificate)",
-             f"  {'':<46} {'pykubelet':<22} {'kubelet 1.20':<22} {'pykubelet / kubelet':>20}"]
+             f"  {'':<46} {'pykubelet':<22} {KUBELET_LABEL:<22} {'pykubelet / kubelet':>20}"]
     lines += [f"  {label:<46} {p:<22} {k:<22} {r:>20}" for label, p, k, r in rows]
     return lines
 
@@ -101,6 +103,8 @@ def _steady_tables(py: dict, exec_: dict, kube: dict, py_probe: dict | None, kub
 
 def render(out: dict) -> str:
     lines: list[str] = [f"pykubelet on {out['python']}"] if out.get("python") else []
+    if out.get("containerd"):
+        lines.append(f"both agents on {out['containerd']}")
     c, s = out.get("cluster", {}), out.get("standalone", {})
     py, kube = c.get("pykubelet", {}), c.get("kubelet", {})
     floor = {label: r.get("cri_floor") for label, r in py.get("startup", {}).items()}
@@ -167,6 +171,8 @@ def main() -> int:
                  "python": f"{platform.python_implementation()} {platform.python_version()}"}
     if args.only:
         out["only"] = args.only
+    # Both agents on the same containerd 2.x: the kubelet of today refuses containerd 1.x.
+    out["containerd"] = put_first_on_path()
     root = Path(tempfile.mkdtemp(prefix="pykubelet-bench-"))
 
     def progress(message: str) -> None:

@@ -44,6 +44,8 @@ class ImageSpec:
     symlinks: dict[str, str] = field(default_factory=dict)  # path in image -> target
     dirs: list[str] = field(default_factory=list)  # extra empty directories (0755)
     modes: dict[str, int] = field(default_factory=dict)  # path in image -> mode other than 0644/0755
+    user: str = ""  # the image config's User ("" runs as root)
+    busybox: Path = BUSYBOX  # the busybox-static binary the image's applets come from
 
 
 # The images pykubelet's demo, tests and sandboxes use.
@@ -78,11 +80,12 @@ class BuiltImage:
     layers: list[Blob]
 
 
-def busybox_applets() -> list[str]:
-    if not BUSYBOX.exists():
+def busybox_applets(busybox: Path = BUSYBOX) -> list[str]:
+    if not busybox.exists():
         raise FileNotFoundError(
-            f"{BUSYBOX} not found: install Debian's busybox-static (make deps does this)")
-    out = subprocess.run([str(BUSYBOX), "--list"], capture_output=True, text=True, check=True, timeout=10)
+            f"{busybox} not found: " + ("install Debian's busybox-static (make deps does this)" if busybox == BUSYBOX
+                                        else "build it (deploy/build-busybox.sh)"))
+    out = subprocess.run([str(busybox), "--list"], capture_output=True, text=True, check=True, timeout=10)
     return sorted(a for a in out.stdout.split() if a and a != "busybox")
 
 
@@ -108,7 +111,7 @@ def build_layer(spec: ImageSpec, applets: list[str]) -> tuple[bytes, bytes]:
         for d, mode in (("bin", 0o755), ("etc", 0o755), ("tmp", 0o1777), ("root", 0o700),
                         ("proc", 0o755), ("sys", 0o755), ("dev", 0o755), ("var", 0o755)):
             _add(tar, d, mode=mode, kind=tarfile.DIRTYPE)
-        _add(tar, "bin/busybox", data=BUSYBOX.read_bytes(), mode=0o755)
+        _add(tar, "bin/busybox", data=spec.busybox.read_bytes(), mode=0o755)
         for applet in applets:
             if f"bin/{applet}" not in spec.binaries:  # a real binary replaces the applet
                 _add(tar, f"bin/{applet}", kind=tarfile.SYMTYPE, link="busybox", mode=0o777)
@@ -142,13 +145,14 @@ def build_layer(spec: ImageSpec, applets: list[str]) -> tuple[bytes, bytes]:
 
 
 def build_image(spec: ImageSpec, applets: list[str] | None = None) -> BuiltImage:
-    uncompressed, compressed = build_layer(spec, applets if applets is not None else busybox_applets())
+    uncompressed, compressed = build_layer(spec, applets if applets is not None else busybox_applets(spec.busybox))
     layer = Blob(MEDIA_LAYER, compressed)
     config = {
         "architecture": arch(),
         "os": "linux",
         "config": {"Cmd": spec.cmd, "Env": spec.env, "WorkingDir": spec.workdir,
-                   **({"Entrypoint": spec.entrypoint} if spec.entrypoint else {})},
+                   **({"Entrypoint": spec.entrypoint} if spec.entrypoint else {}),
+                   **({"User": spec.user} if spec.user else {})},
         "rootfs": {"type": "layers",
                    "diff_ids": ["sha256:" + hashlib.sha256(uncompressed).hexdigest()]},
         "history": [{"created_by": "pykubelet image builder (busybox-static)"}],

@@ -1,11 +1,10 @@
-"""A real control plane for cluster tests: Debian's etcd and a kube-apiserver 1.20 built from
-Debian's source package (deploy/build-kube.sh, cached), on free loopback ports, with the
-authorization and admission a kubeadm cluster has (Node,RBAC and NodeRestriction)."""
+"""A real control plane for cluster tests: etcd and a kube-apiserver 1.37 built from the Go
+module proxy (deploy/build-kube.sh, cached), on free loopback ports, with the authorization and
+admission a kubeadm cluster has (Node,RBAC and NodeRestriction)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import ssl
 import subprocess
@@ -18,7 +17,11 @@ from tests.cluster.pki import PKI, kubeconfig
 from tests.integration.conftest import free_port
 
 CACHE = Path(os.environ.get("PYKUBELET_CACHE", "/var/cache/pykubelet"))
-KUBE_BIN = CACHE / "kube-1.20" / "bin"
+# The Kubernetes release the tests run against; deploy/build-kube.sh has the same default.
+KUBE_VERSION = os.environ.get("KUBE_VERSION", "1.37.2")
+KUBE_BIN = CACHE / f"kube-{KUBE_VERSION}" / "bin"
+# How reports name the reference kubelet: "kubelet 1.37".
+KUBELET_LABEL = "kubelet " + ".".join(KUBE_VERSION.split(".")[:2])
 
 
 class HarnessError(RuntimeError):
@@ -27,12 +30,10 @@ class HarnessError(RuntimeError):
 
 def ensure_kube_binaries() -> None:
     """`make test` builds them first (`make kube`); a direct pytest run gets a clear failure."""
-    missing = [b for b in ("kube-apiserver", "kubectl") if not (KUBE_BIN / b).exists()]
-    if not shutil.which("etcd"):
-        missing.append("etcd (Debian's etcd-server)")
+    missing = [b for b in ("etcd", "kube-apiserver", "kubectl") if not (KUBE_BIN / b).exists()]
     if missing:
         raise HarnessError(f"missing {', '.join(missing)} in {KUBE_BIN}: run `make kube` "
-                           f"(deploy/build-kube.sh builds them from Debian's kubernetes source package)")
+                           f"(deploy/build-kube.sh builds them from the Go module proxy)")
 
 
 @dataclass
@@ -72,8 +73,11 @@ class ControlPlane:
         self._start_etcd(peer)
         self.apiserver_argv = [
             str(KUBE_BIN / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            f"--bind-address={self.listen_ip}", f"--secure-port={self.api_port}", "--insecure-port=0",
+            f"--bind-address={self.listen_ip}", f"--secure-port={self.api_port}",
             f"--advertise-address={self.listen_ip}",
+            # Since 1.2x the endpoint reconciler refuses a loopback address for the `kubernetes`
+            # service's endpoints; on loopback nothing in a pod could reach it anyway.
+            *(["--endpoint-reconciler-type=none"] if self.listen_ip.startswith("127.") else []),
             f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
             f"--client-ca-file={self.ca}",
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
@@ -91,7 +95,7 @@ class ControlPlane:
         self.sa_key = sa_key
 
     def start_controllers(self, controller_manager_args: tuple[str, ...] = ()) -> None:
-        """kube-scheduler and kube-controller-manager 1.20 (`make kube` builds them), each
+        """kube-scheduler and kube-controller-manager (`make kube` builds them), each
         with its own identity as kubeadm gives them, serving nothing."""
         missing = [b for b in ("kube-scheduler", "kube-controller-manager") if not (KUBE_BIN / b).exists()]
         if missing:
@@ -100,8 +104,7 @@ class ControlPlane:
                            ("kube-controller-manager", "system:kube-controller-manager")):
             cert = self.pki.issue(name, user)
             conf = kubeconfig(self.root / f"{name}.kubeconfig", self.server, self.ca, cert, user)
-            argv = [str(KUBE_BIN / name), f"--kubeconfig={conf}", "--leader-elect=false", "--port=0",
-                    "--secure-port=0"]
+            argv = [str(KUBE_BIN / name), f"--kubeconfig={conf}", "--leader-elect=false", "--secure-port=0"]
             if name == "kube-controller-manager":
                 argv += [f"--service-account-private-key-file={self.sa_key}", f"--root-ca-file={self.ca}",
                          "--use-service-account-credentials=true", *controller_manager_args]
@@ -124,7 +127,7 @@ class ControlPlane:
         return proc
 
     def _start_etcd(self, peer: int) -> None:
-        self._spawn("etcd", ["etcd", f"--data-dir={self.root / 'etcd'}", "--name=test",
+        self._spawn("etcd", [str(KUBE_BIN / "etcd"), f"--data-dir={self.root / 'etcd'}", "--name=test",
                              f"--listen-client-urls=http://127.0.0.1:{self.etcd_port}",
                              f"--advertise-client-urls=http://127.0.0.1:{self.etcd_port}",
                              f"--listen-peer-urls=http://127.0.0.1:{peer}",

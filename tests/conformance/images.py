@@ -4,7 +4,8 @@ The specs name their images through registries (test/utils/image/manifest.go) th
 KUBE_TEST_REPO_LIST can point anywhere; these machines reach no public registry, so every
 registry the node specs use becomes a path in the local one. agnhost and nonewprivs' nnp are
 the real binaries built from the same source tree as e2e.test (Entrypoint, Cmd and modes as
-upstream's Dockerfiles); busybox is busybox-static; httpd and nginx are stand-ins serving HTTP on port 80. The Alpine
+upstream's Dockerfiles); busybox (and nonroot, the same as user 1234) is busybox 1.37 built from upstream's
+source (deploy/build-busybox.sh: Debian's drops environment variables the specs set); nginx is a stand-in serving HTTP on port 80. The Alpine
 tools of upstream's agnhost image that the specs call have stand-ins: curl (busybox wget) and nc
 with -u (tests/conformance/nc, a static Go binary).
 """
@@ -17,21 +18,24 @@ import yaml
 
 from shared.images.build import ImageSpec, build_image, busybox_applets
 from shared.images.registry import push_image
-from tests.cluster.harness import KUBE_BIN
+from tests.cluster.harness import CACHE, KUBE_BIN
 
-# registry key in KUBE_TEST_REPO_LIST -> path under the local registry.
+# Upstream's busybox, as in upstream's images (deploy/build-busybox.sh builds it).
+BUSYBOX = CACHE / "busybox-1.37.0" / "busybox"
+
+# registry key in KUBE_TEST_REPO_LIST -> path under the local registry. invalidRegistry and
+# privateRegistry stay as upstream has them: the specs that use them expect the pull to fail.
 REGISTRIES = {
     "dockerLibraryRegistry": "library",
-    "e2eRegistry": "kubernetes-e2e-test-images",
-    "e2eVolumeRegistry": "kubernetes-e2e-test-images/volume",
     "promoterE2eRegistry": "e2e-test-images",
     "gcRegistry": "k8s-gcr",
+    "gcEtcdRegistry": "k8s-gcr",
     "buildImageRegistry": "build-image",
     "sigStorageRegistry": "sig-storage",
-    "sampleRegistry": "google-samples",
+    "cloudProviderGcpRegistry": "cloud-provider-gcp",
 }
 
-# httpd as PID 1 would ignore SIGTERM: every stop would wait out the grace period.
+# busybox httpd as PID 1 would ignore SIGTERM: every stop would wait out the grace period.
 _HTTPD = ["/bin/sh", "-c", "httpd -f -p 80 -h /www & trap 'kill $!; exit 0' TERM INT; wait $!"]
 _INDEX = {"www/index.html": "<html><body><h1>It works!</h1></body></html>\n"}
 # busybox's own sh runs its applets before anything on PATH (its nc has no -u): the agnhost
@@ -57,21 +61,33 @@ exec timeout "${timeout:-120}" wget -q -O - "$url"
 """
 
 
-def image_specs(agnhost: Path, nnp: Path, nc: Path) -> list[ImageSpec]:
+def image_specs(agnhost: Path, nnp: Path, nc: Path, busybox: Path = BUSYBOX) -> list[ImageSpec]:
+    """The images of e2e.test 1.37 (test/utils/image/manifest.go) that [NodeConformance] specs run."""
+    specs = _image_specs(agnhost, nnp, nc)
+    for spec in specs:
+        spec.busybox = busybox
+    return specs
+
+
+def _image_specs(agnhost: Path, nnp: Path, nc: Path) -> list[ImageSpec]:
+    def agnhost_image(tag: str) -> ImageSpec:
+        return ImageSpec("e2e-test-images/agnhost", tag, ["pause"], entrypoint=["/agnhost"],
+                         binaries={"agnhost": agnhost, "bin/nc": nc, **_DASH}, symlinks={"agnhost-2": "agnhost"},
+                         dirs=["uploads"], files={"usr/bin/curl": _CURL}, modes={"usr/bin/curl": 0o755})
+
     return [
         # Prints its effective uid; setuid root, so only no_new_privs keeps a non-root user so.
-        ImageSpec("kubernetes-e2e-test-images/nonewprivs", "1.0", ["nnp"], binaries={"usr/local/bin/nnp": nnp},
+        ImageSpec("e2e-test-images/nonewprivs", "1.4", ["nnp"], binaries={"usr/local/bin/nnp": nnp},
                   modes={"usr/local/bin/nnp": 0o4755},
                   env=["PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin"]),
-        ImageSpec("e2e-test-images/agnhost", "2.21", ["pause"], entrypoint=["/agnhost"],
-                  binaries={"agnhost": agnhost, "bin/nc": nc, **_DASH}, symlinks={"agnhost-2": "agnhost"},
-                  dirs=["uploads"],
-                  files={"usr/bin/curl": _CURL}, modes={"usr/bin/curl": 0o755}),
-        ImageSpec("library/busybox", "1.29", ["sh"]),
-        *(ImageSpec(f"library/{name}", tag, _HTTPD, files=_INDEX)
-          for name, tag in (("httpd", "2.4.38-alpine"), ("httpd", "2.4.39-alpine"),
-                            ("nginx", "1.14-alpine"), ("nginx", "1.15-alpine"))),
-        ImageSpec("k8s-gcr/pause", "3.2", ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]),
+        agnhost_image("2.66.1"),
+        agnhost_image("2.55"),
+        ImageSpec("e2e-test-images/busybox", "1.37.0-2", ["sh"]),
+        # busybox with USER 1234, as upstream's nonroot image.
+        ImageSpec("e2e-test-images/nonroot", "1.5", ["sh"], user="1234"),
+        *(ImageSpec("e2e-test-images/nginx", tag, _HTTPD, files=_INDEX) for tag in ("1.27.0-2", "1.28.0-2")),
+        ImageSpec("k8s-gcr/pause", "3.10.2",
+                  ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]),
     ]
 
 
@@ -81,7 +97,7 @@ def push_all(registry: str) -> list[str]:
     for binary in (agnhost, nnp, nc):
         if not binary.exists():
             raise FileNotFoundError(f"{binary} missing: run `deploy/build-kube.sh e2e`")
-    applets = busybox_applets()
+    applets = busybox_applets(BUSYBOX)
     return [push_image(registry, build_image(spec, applets)) for spec in image_specs(agnhost, nnp, nc)]
 
 

@@ -1,15 +1,19 @@
-"""`make conformance`: the upstream e2e [NodeConformance] [Conformance] specs (e2e.test 1.20) on
-pykubelet and on the real kubelet 1.20, each on a fresh cluster of its own on this machine, and
-their results side by side.
+"""`make conformance`: the upstream e2e [NodeConformance] specs of e2e.test 1.37 on pykubelet and
+on the real kubelet 1.37, each on a fresh cluster of its own on this machine, and their results
+side by side, in two suites: the [NodeConformance] specs that are also [Conformance], then every
+other [NodeConformance] spec. A third suite, `resize`, runs the in-place pod resize specs, which
+upstream labels [Conformance] but not [NodeConformance].
 
 Each run: etcd + kube-apiserver (Node,RBAC, ServiceAccount admission) + kube-scheduler +
-kube-controller-manager, one node agent with its own containerd and local registry, the specs'
-images pushed there (images.py), then `ginkgo -nodes=N e2e.test` with KUBE_TEST_REPO_LIST pointing
-every image registry at the local one. Results (JUnit per ginkgo node, logs, a JSON summary) go
-to tests/conformance/results/<time>-<agent>/; a single-agent run is compared with the latest
+kube-controller-manager, one node agent with its own containerd (2.x, both agents the same
+build) and local registry, the specs' images pushed there (images.py), then
+`ginkgo --nodes=N e2e.test` with KUBE_TEST_REPO_LIST pointing every image registry at the local
+one. Results (JUnit, logs, a JSON summary per suite) go to
+tests/conformance/results/<time>-<agent>/<suite>/; a single-agent run is compared with the latest
 saved run of the other agent.
 
-    python -m tests.conformance.run [--agent pykubelet|kubelet|both] [--focus REGEX] [--nodes 3]
+    python -m tests.conformance.run [--agent pykubelet|kubelet|both] [--suite conformance|node|resize|both|all]
+                                    [--focus REGEX] [--nodes 3]
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +31,7 @@ import time
 from pathlib import Path
 
 from bench.agents import Kubelet, Pykubelet
+from bench.containerd2 import Containerd2Missing, put_first_on_path
 from bench.cluster import k8s, wait_node_ready
 from shared.mounts import MountError, remove_tree
 from tests.cluster.harness import KUBE_BIN, ControlPlane, HarnessError
@@ -34,9 +40,17 @@ from tests.conformance.report import Result, parse_junit, side_by_side
 from tests.integration.conftest import NODE_NAME
 
 RESULTS = Path(__file__).parent / "results"
-FOCUS = r"\[NodeConformance\].*\[Conformance\]"
-# Each agent's run stops here: both fit the hour `make conformance` promises.
-SUITE_TIMEOUT_MIN = 26
+# The e2e framework labels each spec as its name's tags say (framework.WithNodeConformance,
+# ConformanceIt): suites are label filters.
+SUITES = {"conformance": "NodeConformance && Conformance",
+          "node": "NodeConformance && !Conformance",
+          # In-place pod resize: [Conformance] specs of the node that are not labelled
+          # NodeConformance upstream (test/e2e/common/node/pod_resize.go).
+          "resize": "Conformance && !NodeConformance"}
+# A suite's own focus within its label filter (--focus replaces it).
+SUITE_FOCUS = {"resize": r"Pod InPlace Resize Container"}
+# Each suite of each agent stops here.
+SUITE_TIMEOUT_MIN = int(os.environ.get("CONFORMANCE_SUITE_MINUTES", "40"))
 PROGRESS_EVERY = 60.0
 # pykubelet with the kubelet's defaults, not the integration tests' short back-off and tiny logs
 # (the later keys override launch_node's; PyYAML keeps the last).
@@ -70,9 +84,22 @@ def _log(msg: str, t0: float) -> None:
     print(f"[{time.monotonic() - t0:6.0f}s] {msg}", flush=True)
 
 
+# ginkgo v2 prints a "•" for each finished spec: alone among the "S" of skipped ones when it
+# passed, as "• [FAILED]" ("[PANICKED]", "[TIMEDOUT]") opening its report when not.
+_FINISHED = re.compile(r"•( \[(FAILED|PANICKED|TIMEDOUT|INTERRUPTED)\])?")
+
+
+def count_finished(text: str) -> tuple[int, int]:
+    """(finished, failed) specs in ginkgo's output so far."""
+    finished = failed = 0
+    for m in _FINISHED.finditer(text):
+        finished += 1
+        failed += bool(m.group(1))
+    return finished, failed
+
+
 class Progress(threading.Thread):
-    """Prints how far ginkgo got, from its output file: the e2e framework prints one JSON line
-    per finished spec ({"msg":"PASSED ..."} or {"msg":"FAILED ..."})."""
+    """Prints how far ginkgo got, from its output file."""
 
     def __init__(self, path: Path, agent: str, t0: float) -> None:
         super().__init__(name=f"conformance-progress-{agent}", daemon=True)
@@ -85,18 +112,18 @@ class Progress(threading.Thread):
                 text = self.path.read_text(errors="replace")
             except OSError:
                 continue
-            passed, failed = text.count('{"msg":"PASSED '), text.count('{"msg":"FAILED ')
-            _log(f"{self.agent}: {passed + failed} specs finished so far, {failed} failed", self.t0)
+            finished, failed = count_finished(text)
+            _log(f"{self.agent}: {finished} specs finished so far, {failed} failed", self.t0)
 
 
-def _ginkgo(cp: ControlPlane, out: Path, repo_list: Path, focus: str, nodes: int, t0: float,
-            agent: str) -> tuple[int, str]:
+def _ginkgo(cp: ControlPlane, out: Path, repo_list: Path, label_filter: str, focus: str | None, nodes: int,
+            t0: float, agent: str) -> tuple[int, str]:
     report = out / "junit"
     report.mkdir(parents=True, exist_ok=True)
-    argv = [str(KUBE_BIN / "ginkgo"), f"-nodes={nodes}", "-noColor", f"-timeout={SUITE_TIMEOUT_MIN}m",
+    argv = [str(KUBE_BIN / "ginkgo"), f"--nodes={nodes}", "--no-color", f"--timeout={SUITE_TIMEOUT_MIN}m",
+            f"--label-filter={label_filter}", *([f"--focus={focus}"] if focus else []), "--flake-attempts=1",
             str(KUBE_BIN / "e2e.test"), "--",
-            "--provider=skeleton", f"--kubeconfig={cp.admin_kubeconfig}", f"--ginkgo.focus={focus}",
-            f"--report-dir={report}", "--ginkgo.noColor", "--ginkgo.flakeAttempts=1",
+            "--provider=skeleton", f"--kubeconfig={cp.admin_kubeconfig}", f"--report-dir={report}",
             "--allowed-not-ready-nodes=0", "--system-pods-startup-timeout=1m"]
     env = {**os.environ, "KUBE_TEST_REPO_LIST": str(repo_list), "KUBECONFIG": str(cp.admin_kubeconfig)}
     log = out / "ginkgo.log"
@@ -119,9 +146,9 @@ def _ginkgo(cp: ControlPlane, out: Path, repo_list: Path, focus: str, nodes: int
     if _STOP.is_set():
         why = "stopped on request (SIGINT/SIGTERM); the specs finished so far are counted"
     tail = log.read_text(errors="replace")[-3000:]
-    if not why and "Test Suite Failed" in tail and not list(report.glob("junit_*.xml")):
+    if not why and not list(report.glob("junit*.xml")):
         why = f"ginkgo wrote no report; the end of {log}:\n{tail[-1500:]}"
-    if not why and f"timed out after {SUITE_TIMEOUT_MIN}m" in tail.lower():
+    if not why and "timeout" in tail.lower() and "interrupted by timeout" in tail.lower():
         why = f"the suite hit its {SUITE_TIMEOUT_MIN}-minute timeout; unfinished specs are not counted"
     return code, why
 
@@ -141,14 +168,16 @@ def _prune_work_dirs(kind: str) -> None:
             print(f"conformance: keeping {old}: {exc}", file=sys.stderr)
 
 
-async def run_agent(kind: str, out: Path, focus: str, nodes: int, t0: float) -> Result:
+async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, nodes: int,
+                    t0: float) -> dict[str, Result]:
+    """Every suite in `suites` on one fresh cluster and node of `kind`; a Result per suite."""
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     _prune_work_dirs(kind)
     work = Path(tempfile.mkdtemp(prefix=f"conformance-{kind}-", dir=WORK_ROOT))
     cp = ControlPlane(work / "cp", NODE_NAME, full=True, verify_kubelets=False)
     (work / "cp").mkdir()
     agent = None
-    begin = time.monotonic()
+    results: dict[str, Result] = {}
     try:
         _log(f"{kind}: starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager ...", t0)
         await asyncio.to_thread(cp.start)
@@ -165,28 +194,40 @@ async def run_agent(kind: str, out: Path, focus: str, nodes: int, t0: float) -> 
         _log(f"{kind}: node {agent.node_name} Ready; pushing the specs' images to {registry} ...", t0)
         await asyncio.to_thread(push_all, registry)
         repo_list = write_repo_list(out / "repo-list.yaml", registry)
-        _log(f"{kind}: running the specs ({nodes} in parallel, at most {SUITE_TIMEOUT_MIN} minutes) ...", t0)
-        code, why = await asyncio.to_thread(_ginkgo, cp, out, repo_list, focus, nodes, t0, kind)
-        res = parse_junit(out / "junit", kind)
-        res.incomplete = why
-        _log(f"{kind}: ginkgo exited {code}: {len(res.passed)} passed, {len(res.failed)} failed", t0)
+        for suite in suites:
+            if _STOP.is_set():
+                break
+            suite_out = out / suite
+            suite_out.mkdir(parents=True, exist_ok=True)
+            begin = time.monotonic()
+            _log(f"{kind}: suite {suite} ({SUITES[suite]}; {nodes} specs in parallel, at most "
+                 f"{SUITE_TIMEOUT_MIN} minutes) ...", t0)
+            code, why = await asyncio.to_thread(_ginkgo, cp, suite_out, repo_list, SUITES[suite],
+                                                focus or SUITE_FOCUS.get(suite), nodes,
+                                                t0, kind)
+            res = parse_junit(suite_out / "junit", kind)
+            res.incomplete, res.seconds, res.started = why, time.monotonic() - begin, started
+            _log(f"{kind}: suite {suite}: ginkgo exited {code}: {len(res.passed)} passed, {len(res.failed)} failed",
+                 t0)
+            (suite_out / "result.json").write_text(res.to_json())
+            results[suite] = res
     except (HarnessError, TimeoutError, OSError, RuntimeError) as exc:
-        res = Result(kind, incomplete=f"{type(exc).__name__}: {exc}")
         _log(f"{kind}: could not run: {exc}", t0)
+        for suite in suites:
+            if suite not in results:
+                results[suite] = Result(kind, incomplete=f"{type(exc).__name__}: {exc}", started=started)
+                (out / suite).mkdir(parents=True, exist_ok=True)
+                (out / suite / "result.json").write_text(results[suite].to_json())
     finally:
-        res_seconds = time.monotonic() - begin
         _log(f"{kind}: stopping (logs of the control plane and node kept in {work}) ...", t0)
         if agent is not None:
             await agent.stop()
         await asyncio.to_thread(cp.stop)
-    res.seconds = res_seconds
-    res.started = started
-    (out / "result.json").write_text(res.to_json())
-    return res
+    return results
 
 
-def latest(agent: str) -> Result | None:
-    runs = sorted(RESULTS.glob(f"*-{agent}/result.json"))
+def latest(agent: str, suite: str) -> Result | None:
+    runs = sorted(RESULTS.glob(f"*-{agent}/{suite}/result.json"))
     return Result.load(runs[-1]) if runs else None
 
 
@@ -194,22 +235,34 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="make conformance", description=__doc__.split("\n\n")[0])
     p.add_argument("--agent", choices=["pykubelet", "kubelet", "both"],
                    default=os.environ.get("CONFORMANCE_AGENT", "both"))
-    p.add_argument("--focus", default=FOCUS, help="ginkgo focus regex (default: %(default)s)")
+    p.add_argument("--suite", choices=[*SUITES, "both", "all"], default="both",
+                   help="conformance: [NodeConformance] specs that are [Conformance]; node: the other "
+                        "[NodeConformance] specs; resize: the [Conformance] in-place resize specs; "
+                        "both: conformance and node (the default); all: every suite")
+    p.add_argument("--focus", default=None, help="ginkgo focus regex within the suites' specs")
     p.add_argument("--nodes", type=int, default=3, help="ginkgo parallel nodes (default: %(default)s)")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("conformance: runs containers and a node agent: run as root", file=sys.stderr)
         return 2
     missing = [b for b in ("e2e.test", "ginkgo", "agnhost", "kube-scheduler", "kube-controller-manager",
-                           "kube-apiserver", "kubelet", "kubectl") if not (KUBE_BIN / b).exists()]
+                           "kube-apiserver", "kubelet", "kubectl", "etcd") if not (KUBE_BIN / b).exists()]
     if missing:
-        print(f"conformance: missing {', '.join(missing)} in {KUBE_BIN}: run `make kube` and "
-              f"`deploy/build-kube.sh e2e` (make conformance does both)", file=sys.stderr)
+        print(f"conformance: missing {', '.join(missing)} in {KUBE_BIN}: run `make kube`, "
+              f"`deploy/build-kube.sh kubelet` and `deploy/build-kube.sh e2e` (make conformance does all)",
+              file=sys.stderr)
         return 2
+    try:
+        containerd = put_first_on_path()
+    except Containerd2Missing as exc:
+        print(f"conformance: {exc}", file=sys.stderr)
+        return 2
+    print(f"conformance: both agents on {containerd}", flush=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     t0 = time.monotonic()
     agents = ["pykubelet", "kubelet"] if args.agent == "both" else [args.agent]
-    results: list[Result] = []
+    suites = {"both": ["conformance", "node"], "all": list(SUITES)}.get(args.suite, [args.suite])
+    runs: dict[str, dict[str, Result]] = {}
     signal.signal(signal.SIGTERM, _on_stop)
     signal.signal(signal.SIGINT, _on_stop)
     for kind in agents:
@@ -217,15 +270,20 @@ def main(argv: list[str] | None = None) -> int:
             break
         out = RESULTS / f"{stamp}-{kind}"
         out.mkdir(parents=True)
-        results.append(asyncio.run(run_agent(kind, out, args.focus, args.nodes, t0)))
-    if len(results) == 1:
-        other = latest("kubelet" if agents[0] == "pykubelet" else "pykubelet")
-        if other is not None:
-            other.agent = f"{other.agent} ({other.started})"
-            results = [results[0], other] if agents[0] == "pykubelet" else [other, results[0]]
-    print(side_by_side(results))
+        runs[kind] = asyncio.run(run_agent(kind, out, suites, args.focus, args.nodes, t0))
+    complete = True
+    for suite in suites:
+        results = [runs[k][suite] for k in agents if k in runs and suite in runs[k]]
+        complete &= len(results) == len(agents) and all(not r.incomplete for r in results)
+        if len(agents) == 1:
+            other = latest("kubelet" if agents[0] == "pykubelet" else "pykubelet", suite)
+            if other is not None:
+                other.agent = f"{other.agent} ({other.started})"
+                results = [*results, other] if agents[0] == "pykubelet" else [other, *results]
+        print(f"\n== suite {suite}: {SUITES[suite]}")
+        print(side_by_side(results))
     print(f"\nresults: {RESULTS}/{stamp}-*")
-    return 0 if all(not r.incomplete for r in results[:len(agents)]) else 1
+    return 0 if complete else 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Three pykubelet nodes in one real cluster: etcd, kube-apiserver, kube-scheduler and
-kube-controller-manager 1.20, and three nodes, each in its own network namespace with its own
+kube-controller-manager 1.37, and three nodes, each in its own network namespace with its own
 containerd, root dir, NATS, registry and pod CIDR."""
 
 from __future__ import annotations

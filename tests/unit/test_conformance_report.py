@@ -68,10 +68,13 @@ def test_repo_list_points_every_registry_the_specs_use_at_the_local_one(tmp_path
 def test_agnhost_image_keeps_upstream_entrypoint_and_cmd(tmp_path):
     binary = tmp_path / "agnhost"
     binary.write_bytes(b"\x7fELF-not-really")
-    specs = {f"{s.repository}:{s.tag}": s for s in image_specs(binary, binary, binary)}
-    assert {"e2e-test-images/agnhost:2.21", "library/busybox:1.29", "library/httpd:2.4.38-alpine",
-            "library/nginx:1.14-alpine", "k8s-gcr/pause:3.2"} <= set(specs)
-    img = build_image(specs["e2e-test-images/agnhost:2.21"], applets=["sh", "nc"])
+    busybox = tmp_path / "busybox"
+    busybox.write_bytes(b"\x7fELF-upstream-busybox")
+    specs = {f"{s.repository}:{s.tag}": s for s in image_specs(binary, binary, binary, busybox)}
+    # e2e.test 1.37's images (test/utils/image/manifest.go).
+    assert {"e2e-test-images/agnhost:2.66.1", "e2e-test-images/agnhost:2.55", "e2e-test-images/busybox:1.37.0-2",
+            "e2e-test-images/nginx:1.27.0-2", "e2e-test-images/nonroot:1.5", "k8s-gcr/pause:3.10.2"} <= set(specs)
+    img = build_image(specs["e2e-test-images/agnhost:2.66.1"], applets=["sh", "nc"])
     config = json.loads(img.config.data)["config"]
     assert config["Entrypoint"] == ["/agnhost"] and config["Cmd"] == ["pause"]
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(img.layers[0].data))) as tar:
@@ -82,6 +85,15 @@ def test_agnhost_image_keeps_upstream_entrypoint_and_cmd(tmp_path):
         assert [m.isfile() for m in tar.getmembers() if m.name == "bin/sh"] == [True], \
             "dash: busybox sh would run its own nc applet whatever PATH says"
         assert tar.getmember("uploads").isdir()
-    nnp = build_image(specs["kubernetes-e2e-test-images/nonewprivs:1.0"], applets=["sh"])
+        assert tar.extractfile("bin/busybox").read() == busybox.read_bytes(), "the busybox it was given"
+    nonroot = build_image(specs["e2e-test-images/nonroot:1.5"], applets=["sh"])
+    assert json.loads(nonroot.config.data)["config"]["User"] == "1234", "USER 1234, as upstream's image"
+    nnp = build_image(specs["e2e-test-images/nonewprivs:1.4"], applets=["sh"])
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(nnp.layers[0].data))) as tar:
         assert tar.getmember("usr/local/bin/nnp").mode == 0o4755, "setuid root, as upstream's image"
+
+
+def test_progress_counts_passed_specs_among_the_skipped_and_failed_ones():
+    from tests.conformance.run import count_finished
+    out = "SSSS•SS••SSS\n------\n• [FAILED] [2.1 seconds]\n[sig-node] x\n------\nSS• [TIMEDOUT] [60 s]\nS•"
+    assert count_finished(out) == (6, 2)
