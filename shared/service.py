@@ -193,6 +193,14 @@ def bus_credentials(name: str, settings: NodeSettings) -> Credentials | None:
     return read_credentials(path)
 
 
+def _open_store(name: str, settings: NodeSettings) -> tuple[Store, ServiceStateWriter]:
+    store = Store(settings.store_path, writer=name)
+    store.create_schema()
+    state = ServiceStateWriter(store, name)
+    state.started()
+    return store, state
+
+
 async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -200,10 +208,9 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
         loop.add_signal_handler(sig, stopping.set)
 
     root_dir(settings.root_dir)
-    store = Store(settings.store_path, writer=name)
-    store.create_schema()
-    state = ServiceStateWriter(store, name)
-    state.started()
+    # Every service of a node opens the store at the same moment; a write that waits out
+    # another's lock (SQLite's busy timeout sleeps) must not hold this service's loop.
+    store, state = await asyncio.to_thread(_open_store, name, settings)
     creds = bus_credentials(name, settings)
     bus = Bus(settings.nats_url, name=f"pykubelet-{name}", user=creds.user if creds else "",
               password=creds.password if creds else "")

@@ -9,6 +9,7 @@ started.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -73,7 +74,8 @@ class ServiceStateWriter:
         return self._reconciled
 
     async def heartbeat(self) -> None:
-        self._write(heartbeat_at=_now(), synced_at=self._synced_at)
+        # In a thread: a heartbeat landing on another service's write waits out its lock.
+        await asyncio.to_thread(self._write, heartbeat_at=_now(), synced_at=self._synced_at)
 
     def stopped(self) -> None:
         self._write(stopped_at=_now())
