@@ -40,7 +40,7 @@ KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
     registryPullQPS registryBurst enableContentionProfiling healthzPort healthzBindAddress
     oomScoreAdj imageMaximumGCAge kubeletCgroups systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
     cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
-    topologyManagerPolicyOptions qosReserved hairpinMode podPidsLimit
+    topologyManagerPolicyOptions qosReserved hairpinMode
     resolvConf runOnce cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles contentType
     podsPerCore enableControllerAttachDetach protectKernelDefaults
     makeIPTablesUtilChains iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn
@@ -95,6 +95,8 @@ class KubeletConfiguration(ServerConfig):
     sync_frequency: float = 60.0
     file_check_frequency: float = 20.0
     max_pods: int = 110
+    # pids.max of every pod's cgroup (services/pod_sync/pod_cgroup.py); -1: no limit.
+    pod_pids_limit: int = Field(default=-1, ge=-1)
     runtime_request_timeout: float = 120.0
     # pykubelet pulls in parallel by default (the kubelet serializes unless told otherwise).
     serialize_image_pulls: bool = False

@@ -39,6 +39,8 @@ def resource_field(pod: Pod, c: Container | None, ref: JSONObject, node_millicor
     if kind not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
         raise ValueError(f"resourceFieldRef.resource {resource!r} is not supported")
     value = (c.resources.limits if kind == "limits" else c.resources.requests).get(name)
+    if value is None and kind == "limits" and pod.spec.resources is not None:
+        value = pod.spec.resources.limits.get(name)  # pod-level limits, where the pod has them
     if value is None:
         if kind == "requests":
             return "0"

@@ -149,7 +149,11 @@ class KubeApi:
         query = {**params, "watch": "1", "resourceVersion": resource_version,
                  "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
         timeout = httpx.Timeout(REQUEST_TIMEOUT, read=timeout_seconds + REQUEST_TIMEOUT)
-        async with self.http.stream("GET", url, params=query, timeout=timeout) as resp:
+        # Uncompressed: the API server (1.37) gzips a watch for a client that accepts it, each
+        # flush a gzip member of its own, and httpx's decoder stops after the first member: every
+        # event after the initial ones would be lost without an error.
+        async with self.http.stream("GET", url, params=query, timeout=timeout,
+                                    headers={"Accept-Encoding": "identity"}) as resp:
             if resp.status_code >= 400:
                 await resp.aread()
                 raise _error(resp)

@@ -16,7 +16,7 @@ from typing import Any
 # The pod's status reason when it is refused for passing a cap.
 LIMIT_EXCEEDED = "PodLimitExceeded"
 
-MAX_CONTAINERS = 128           # init and app containers; checks between containers are quadratic
+MAX_CONTAINERS = 128           # init, app and ephemeral containers; checks between them are quadratic
 MAX_ENV = 4096                 # env entries of all the pod's containers together
 MAX_ENV_FROM = 256             # envFrom sources, all containers: each is an API read per container start
 MAX_PORTS = 1024               # container ports, all containers: hostPorts become the sandbox's port mappings
@@ -44,11 +44,11 @@ def exceeded(manifest: Any) -> str | None:
         if size > MAX_ANNOTATIONS_BYTES:
             return (f"metadata.annotations: Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes "
                     f"(has {size})")
-    containers = [(f"spec.{kind}[{i}]", c) for kind in ("initContainers", "containers")
+    containers = [(f"spec.{kind}[{i}]", c) for kind in ("initContainers", "containers", "ephemeralContainers")
                   for i, c in enumerate(_list(spec, kind))]
     if len(containers) > MAX_CONTAINERS:
         return (f"spec.containers: has {len(containers)} containers; pykubelet runs at most {MAX_CONTAINERS} in a "
-                f"pod (init and app containers together)")
+                f"pod (init, app and ephemeral containers together)")
     for field, cap in (("env", MAX_ENV), ("envFrom", MAX_ENV_FROM), ("ports", MAX_PORTS),
                        ("volumeMounts", MAX_VOLUME_MOUNTS)):
         total = 0

@@ -8,6 +8,7 @@ does ("spec.containers[0].image: field required").
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 import re
 from typing import Any, ClassVar, Literal
 
@@ -419,9 +420,13 @@ class Volume(_Model):
         return source
 
 
+class ContainerResizePolicy(_Model):
+    resourceName: Literal["cpu", "memory"]
+    restartPolicy: Literal["NotRequired", "RestartContainer"] = "NotRequired"
+
+
 class Container(_Model):
-    WHY_NOT = {"volumeDevices": "raw block volumes are not supported by pykubelet",
-               "resizePolicy": "in-place resize is not supported by pykubelet"}
+    WHY_NOT = {"volumeDevices": "raw block volumes are not supported by pykubelet"}
 
     name: str
     image: str
@@ -436,6 +441,7 @@ class Container(_Model):
     terminationMessagePolicy: Literal["File", "FallbackToLogsOnError"] = "File"
     restartPolicy: Literal["Always"] | None = None  # only on init containers (sidecars)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    resizePolicy: list[ContainerResizePolicy] = Field(default_factory=list)  # in-place resize (resize.py)
     lifecycle: Lifecycle | None = None
     securityContext: SecurityContext | None = None
     livenessProbe: Probe | None = None
@@ -480,6 +486,33 @@ class Container(_Model):
         return self
 
 
+class EphemeralContainer(Container):
+    """A container added to a running pod (`kubectl debug`, the ephemeralcontainers
+    subresource): started once in the pod's sandbox, never restarted, never probed. The API
+    server refuses ports, probes, lifecycle and resources on it; a manifest that has them is
+    refused here too."""
+
+    WHY_NOT = {**Container.WHY_NOT, "ports": "ephemeral containers may not have ports",
+               "livenessProbe": "ephemeral containers may not have probes",
+               "readinessProbe": "ephemeral containers may not have probes",
+               "startupProbe": "ephemeral containers may not have probes",
+               "lifecycle": "ephemeral containers may not have lifecycle hooks",
+               "resources": "ephemeral containers may not have resources"}
+    # Namespace targeting: the process namespace of this container of the pod.
+    targetContainerName: str | None = None
+
+    @model_validator(mode="after")
+    def _no_forbidden_fields(self) -> "EphemeralContainer":
+        for name in ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle"):
+            if getattr(self, name):
+                raise ValueError(f"{name}: {self.WHY_NOT[name]}")
+        if self.resources.requests or self.resources.limits:
+            raise ValueError(f"resources: {self.WHY_NOT['resources']}")
+        if self.restartPolicy is not None:
+            raise ValueError("restartPolicy: ephemeral containers may not have a restart policy")
+        return self
+
+
 def image_tag(image: str) -> str:
     """The tag of an image reference; 'latest' when none is given, '' for a digest."""
     if "@" in image:
@@ -507,27 +540,37 @@ class HostAlias(_Model):
         return v
 
 
+class PodOS(_Model):
+    # The API server allows these two; a Linux node admits only linux (admission.py).
+    name: Literal["linux", "windows"]
+
+
 class PodSpec(_Model):
     # The scheduler's, or filled in by the API server's admission; nothing for the node to do.
     OTHERS_ACT_ON = frozenset({"schedulerName", "tolerations", "preemptionPolicy", "topologySpreadConstraints",
                                "serviceAccount", "automountServiceAccountToken"})
     WHY_NOT = {
-        "ephemeralContainers": "ephemeral containers are not supported by pykubelet",
         "readinessGates": "not supported by pykubelet (the pod's Ready condition would ignore them)",
         "runtimeClassName": "RuntimeClass is not supported by pykubelet (every pod runs with the runtime's "
                             "default handler)",
         "overhead": "pod overhead (from a RuntimeClass) is not supported by pykubelet",
         "setHostnameAsFQDN": "not supported by pykubelet",
-        "os": "not supported by pykubelet (it runs Linux pods)",
-        "hostUsers": "user namespaces are not supported by pykubelet",
         "schedulingGates": "not supported by pykubelet",
         "resourceClaims": "dynamic resource allocation is not supported by pykubelet",
     }
 
     containers: list[Container] = Field(min_length=1)
     initContainers: list[Container] = Field(default_factory=list)
+    ephemeralContainers: list[EphemeralContainer] = Field(default_factory=list)
+    # true (or absent) runs in the node's user namespace, as every pod here; false asks for a
+    # user namespace of its own, which pykubelet does not make: refused, not ignored.
+    hostUsers: bool | None = None
     restartPolicy: Literal["Always", "OnFailure", "Never"] = "Always"
     terminationGracePeriodSeconds: int = Field(default=30, ge=0)
+    # Pod-level resources (PodLevelResources): the pod cgroup's requests and limits, which its
+    # containers share; they decide its QoS class (shared/qos.py, services/pod_sync/pod_cgroup.py).
+    resources: ResourceRequirements | None = None
+    os: PodOS | None = None
     hostNetwork: bool = False
     hostname: str | None = None
     subdomain: str | None = None
@@ -561,6 +604,41 @@ class PodSpec(_Model):
             raise ValueError(f"{v[:80]!r} must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)")
         return v
 
+    @field_validator("hostUsers")
+    @classmethod
+    def _host_users(cls, v: bool | None) -> bool | None:
+        if v is False:
+            raise ValueError("user namespaces are not supported by pykubelet")
+        return v
+
+    @field_validator("resources")
+    @classmethod
+    def _pod_resources(cls, v: ResourceRequirements | None) -> ResourceRequirements | None:
+        if v is not None:
+            for name in [*v.requests, *v.limits]:
+                if name not in ("cpu", "memory") and not name.startswith("hugepages-"):
+                    raise ValueError(f"{name}: pod-level resources may only be cpu, memory and hugepages-*")
+        return v
+
+    @model_validator(mode="after")
+    def _within_pod_resources(self) -> "PodSpec":
+        """The API server's rules: no container asks for more than the pod (containers' requests
+        together at most the pod's, each container's limit at most the pod's)."""
+        if self.resources is None:
+            return self
+        for name, pod_limit in self.resources.limits.items():
+            for c in self.containers:
+                if name in c.resources.limits and parse_quantity(c.resources.limits[name]) > parse_quantity(pod_limit):
+                    raise ValueError(f"containers[{c.name}].resources.limits.{name}: must be less than or equal "
+                                     f"to pod limits of {pod_limit}")
+        for name, pod_request in self.resources.requests.items():
+            total = sum((parse_quantity(q) for c in self.containers if (q := c.resources.request(name)) is not None),
+                        Decimal(0))
+            if total > parse_quantity(pod_request):
+                raise ValueError(f"resources.requests.{name}: must be greater than or equal to aggregate "
+                                 f"container requests of {total}")
+        return self
+
     @model_validator(mode="after")
     def _dns_none_has_servers(self) -> "PodSpec":
         if self.dnsPolicy == "None" and not (self.dnsConfig and self.dnsConfig.nameservers):
@@ -570,19 +648,24 @@ class PodSpec(_Model):
 
     @model_validator(mode="after")
     def _unique_names(self) -> "PodSpec":
-        count = len(self.initContainers) + len(self.containers)
+        count = len(self.initContainers) + len(self.containers) + len(self.ephemeralContainers)
         if count > MAX_CONTAINERS:
             raise ValueError(f"has {count} containers; pykubelet runs at most {MAX_CONTAINERS} in a pod")
         seen: set[str] = set()
-        for c in self.initContainers + self.containers:
+        for c in self.all_containers:
             if c.name in seen:
                 raise ValueError(f"container name {c.name!r} is used twice")
             seen.add(c.name)
+        for e in self.ephemeralContainers:
+            if e.targetContainerName and e.targetContainerName not in {c.name for c in self.initContainers
+                                                                       + self.containers}:
+                raise ValueError(f"ephemeralContainers[{e.name}].targetContainerName: "
+                                 f"{e.targetContainerName!r} is not a container of the pod")
         volumes = [v.name for v in self.volumes]
         for name in volumes:
             if volumes.count(name) > 1:
                 raise ValueError(f"volume name {name!r} is used twice")
-        for c in self.initContainers + self.containers:
+        for c in self.all_containers:
             paths = [m.mountPath for m in c.volumeMounts]
             for m in c.volumeMounts:
                 if m.name not in volumes:
@@ -593,6 +676,11 @@ class PodSpec(_Model):
             if c.restartPolicy is not None:
                 raise ValueError(f"containers[{c.name}].restartPolicy is only allowed on init containers")
         return self
+
+    @property
+    def all_containers(self) -> list[Container]:
+        """Init, app and ephemeral containers, in that order."""
+        return [*self.initContainers, *self.containers, *self.ephemeralContainers]
 
     @property
     def sidecars(self) -> list[Container]:

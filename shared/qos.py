@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
-from shared.podspec import Container, Pod
+from decimal import Decimal
+
+from shared.podspec import Container, Pod, ResourceRequirements
 from shared.quantity import millicores, parse_quantity, to_bytes
 
 COMPUTE = ("cpu", "memory")
 
 
+def pod_level(pod: Pod) -> ResourceRequirements | None:
+    """The pod's own resources (spec.resources), None when it sets none: an empty
+    `resources: {}` counts as none, as the kubelet 1.36+ reads it."""
+    r = pod.spec.resources
+    return r if r is not None and (r.requests or r.limits) else None
+
+
+def _pod_level_qos(r: ResourceRequirements) -> str:
+    """QoS from pod-level resources alone (the kubelet's resourceQOS): cpu and memory."""
+    def value(d: dict[str, str | int | float], name: str) -> Decimal:
+        q = d.get(name)
+        return parse_quantity(q) if q is not None else Decimal(0)
+
+    requests = {n: value(r.requests, n) if n in r.requests else value(r.limits, n) for n in COMPUTE}
+    limits = {n: value(r.limits, n) for n in COMPUTE}
+    if not any(requests.values()) and not any(limits.values()):
+        return "BestEffort"
+    if all(requests[n] == limits[n] and limits[n] > 0 for n in COMPUTE):
+        return "Guaranteed"
+    return "Burstable"
+
+
 def qos_class(pod: Pod) -> str:
+    if (own := pod_level(pod)) is not None:
+        return _pod_level_qos(own)
     requests: dict[str, object] = {}
     limits: dict[str, object] = {}
     guaranteed = True
@@ -47,6 +73,11 @@ def pod_requests(pod: Pod) -> dict[str, int]:
         apps = sum(need(c, name) for c in pod.spec.containers) + side
         inits = max((need(c, name) + side for c in pod.spec.initContainers if c not in sidecars), default=0)
         out[name] = max(apps, inits)
+    # Pod-level requests replace the containers' for each resource they name.
+    if (own := pod_level(pod)) is not None:
+        for name in COMPUTE:
+            if (q := own.request(name)) is not None:
+                out[name] = millicores(q) if name == "cpu" else to_bytes(q)
     return out
 
 

@@ -1,6 +1,6 @@
 """The Kubernetes version pykubelet speaks for: reported as the Node's kubeletVersion and, as
 the kubelet does, in the probes' User-Agent (kube-probe/MAJOR.MINOR)."""
 
-KUBELET_VERSION = "v1.20.2-pykubelet"
+KUBELET_VERSION = "v1.37.2-pykubelet"
 _MAJOR, _MINOR = KUBELET_VERSION.lstrip("v").split(".")[:2]
 PROBE_USER_AGENT = f"kube-probe/{_MAJOR}.{_MINOR}"

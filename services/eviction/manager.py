@@ -23,6 +23,7 @@ from services.eviction.ranking import (eviction_message, has_storage_limits, is_
 from services.eviction.signals import Observations, SignalReader
 from shared.bus import DiskReclaimRequested, EvictionsDecided, Event, NodePressureChanged
 from shared.events import Recorder
+from shared.allocation import with_allocation
 from shared.podspec import PodCache
 from shared.store import (DesiredPod, DiskReclaim, NodePressure, PodEviction, PodRuntime, PodVolume,
                           ReclaimRequest, SignalObservation, Store)
@@ -342,8 +343,11 @@ class EvictionManager:
             if row.uid in evicted:
                 evicted_running.add(row.uid)
             elif not row.rejection_reason:
-                out.append(ActivePod(row.uid, self._pods.get(row.uid, row.manifest), row.source, ids, rt.log_dir,
-                                     volumes.get(row.uid, {})))
+                # Ranked by what the node granted (a resize not allocated yet counts for nothing).
+                pod = self._pods.get(row.uid, row.manifest)
+                if row.allocated is not None:
+                    pod = with_allocation(pod, row.allocated)
+                out.append(ActivePod(row.uid, pod, row.source, ids, rt.log_dir, volumes.get(row.uid, {})))
         now = self.clock()
         for uid in evicted_running:
             self._waiting_cleanup.setdefault(uid, now)

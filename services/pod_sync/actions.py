@@ -2,7 +2,8 @@
 
 Follows the kubelet's computePodActions: a missing or dead sandbox means a fresh sandbox and all
 containers again; init containers run one at a time, in order, before app containers; exited
-containers are restarted per restartPolicy, behind a crash-loop back-off.
+containers are restarted per restartPolicy, behind a crash-loop back-off; ephemeral containers
+start once in a ready sandbox and never again.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class StartContainer:
     spec: Container
     attempt: int
     init: bool = False
+    ephemeral: bool = False
 
 
 @dataclass
@@ -126,6 +128,12 @@ def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodAction
     actions.kill_sandboxes = [s.id for s in rt.sandboxes[1:] if s.ready]
     in_sandbox = RuntimePod(uid=rt.uid, sandboxes=[sandbox],
                             containers=[c for c in rt.containers if c.sandbox_id == sandbox.id])
+
+    # Ephemeral containers start once, whatever the init containers are doing, and are never
+    # restarted: one the runtime has (in any state) is left as it is (the kubelet's rule).
+    for spec in pod.spec.ephemeralContainers:
+        if rt.latest(spec.name) is None:
+            actions.start.append(StartContainer(spec, 0, ephemeral=True))
 
     for spec in pod.spec.initContainers:
         c = in_sandbox.latest(spec.name)

@@ -33,6 +33,11 @@ class Verdict:
 def admit(pod: Pod, admitted: list[Pod], capacity: dict[str, int], max_pods: int) -> Verdict:
     if len(admitted) + 1 > max_pods:
         return _reject("OutOfpods", "pods", 1, len(admitted), max_pods)
+    return resources_fit(pod, admitted, capacity)
+
+
+def resources_fit(pod: Pod, admitted: list[Pod], capacity: dict[str, int]) -> Verdict:
+    """Do the pod's requests fit beside the admitted pods' (at their allocations)?"""
     want = pod_requests(pod)
     used = {"cpu": 0, "memory": 0}
     for other in admitted:
@@ -42,6 +47,15 @@ def admit(pod: Pod, admitted: list[Pod], capacity: dict[str, int], max_pods: int
         if want[name] and used[name] + want[name] > capacity[name]:
             return _reject(f"OutOf{name}", name, want[name], used[name], capacity[name])
     return Verdict(True)
+
+
+def admit_os(pod: Pod) -> Verdict:
+    """spec.os names the OS the pod is for: this node runs Linux pods (the kubelet's
+    PodOSNotSupported)."""
+    if pod.spec.os is None or pod.spec.os.name == "linux":
+        return Verdict(True)
+    ADMISSION_REJECTIONS.labels("PodOSNotSupported").inc()
+    return Verdict(False, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
 
 
 def admit_to_node(pod: Pod, labels: dict[str, str], node_name: str) -> Verdict:

@@ -101,7 +101,7 @@ class DiskReclaimer:
                 pod = Pod.from_manifest(manifest)
             except ValueError:
                 continue
-            for spec in pod.spec.initContainers + pod.spec.containers:
+            for spec in pod.spec.all_containers:
                 used.add(id_of(spec.image))
         if self._sandbox_image is None:
             try:

@@ -80,7 +80,8 @@ def spec_exceeds(pod: Pod) -> str | None:
     a variable from valueFrom, envFrom or a service, whose value is not known before the
     container starts, is taken as empty. That is the least it can be, so a pod refused here
     could never have started."""
-    for kind, containers in (("initContainers", pod.spec.initContainers), ("containers", pod.spec.containers)):
+    for kind, containers in (("initContainers", pod.spec.initContainers), ("containers", pod.spec.containers),
+                             ("ephemeralContainers", pod.spec.ephemeralContainers)):
         for index, c in enumerate(containers):
             try:
                 _least(c, f"spec.{kind}[{index}]")

@@ -55,7 +55,7 @@ class Killer:
                              grace: int, pod_ip: str = "", reason: str = "", floor: int = MIN_GRACE) -> None:
         """floor: the least time StopContainer gets (0 only when the pod must go at once)."""
         deadline = time.monotonic() + grace
-        specs = {c.name: c for c in (pod.spec.initContainers + pod.spec.containers)} if pod else {}
+        specs = {c.name: c for c in pod.spec.all_containers} if pod else {}
         running = [c for c in rt.running_containers if c.sandbox_id in sandbox_ids]
         apps = [c for c in running if c.annotations.get(L.INIT_CONTAINER) != "true"]
         sidecars = [c for c in running if c.annotations.get(L.INIT_CONTAINER) == "true"]

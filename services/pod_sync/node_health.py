@@ -4,6 +4,7 @@ runtime's NetworkReady condition."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Callable
@@ -31,6 +32,22 @@ def _condition(conds: dict[str, cri.RuntimeCondition], name: str) -> tuple[bool,
     return bool(c.status), f"{c.reason}: {c.message}".strip(": ")
 
 
+def runtime_handlers(status: cri.StatusResponse) -> str:
+    """The Node's status.runtimeHandlers as the kubelet reports them: every handler the runtime
+    names, each feature false unless the runtime says it supports it."""
+    return json.dumps([{"name": h.name, "features": {
+        "recursiveReadOnlyMounts": h.features.recursive_read_only_mounts,
+        "userNamespaces": h.features.user_namespaces}} for h in status.runtime_handlers])
+
+
+def runtime_features(status: cri.StatusResponse) -> str:
+    """The Node's status.features, only when the runtime reports features at all (containerd
+    before 2.0 does not, and the kubelet then leaves the field out)."""
+    if not status.HasField("features"):
+        return ""
+    return json.dumps({"supplementalGroupsPolicy": status.features.supplemental_groups_policy})
+
+
 class NodeHealthWriter:
     def __init__(self, runtime: RuntimeService, store: Store, pleg_healthy: Callable[[], tuple[bool, str]],
                  bus: Bus | None = None) -> None:
@@ -54,18 +71,22 @@ class NodeHealthWriter:
             message = "" if ready else f"container runtime status check may not have completed yet: {why}"
             network_ready, network_why = _condition(conds, "NetworkReady")
             network_message = "" if network_ready else network_why
+            handlers, features = runtime_handlers(status), runtime_features(status)
         except CRIError as exc:
             ready, message, self._runtime_version = False, f"container runtime is down: {exc}", ""
             network_ready, network_message = False, message
+            handlers, features = "[]", ""
         self.runtime_state = (ready, "ok" if ready else message)
         pleg_ok, pleg_message = self.pleg_healthy()
         if pleg_ok:
             pleg_message = ""
-        health = (ready, message, self._runtime_version, network_ready, network_message, pleg_ok, pleg_message)
+        health = (ready, message, self._runtime_version, handlers, features, network_ready, network_message,
+                  pleg_ok, pleg_message)
         if health == self._written and time.monotonic() - self._written_at < REFRESH:
             return
         self.store.upsert(NodeHealth, {"id": 1}, {
             "runtime_ready": ready, "runtime_message": message, "runtime_version": self._runtime_version,
+            "runtime_handlers": handlers, "runtime_features": features,
             "network_ready": network_ready, "network_message": network_message,
             "pleg_healthy": pleg_ok, "pleg_message": pleg_message, "updated_at": utcnow()})
         changed = health != self._written

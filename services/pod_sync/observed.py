@@ -4,17 +4,22 @@ One entry per spec container, init containers first:
   name, init, container_id, state ("running"/"exited"/"created"/"unknown"/"" for none yet),
   restart_count, started_at, finished_at, exit_code, reason, message, image, image_id,
   log_path, waiting_reason, waiting_message, last_terminated (same fields, or None),
-  sidecar, image_pull (what happened with the image: pulling, pulled in N s, already present).
+  sidecar, image_pull (what happened with the image: pulling, pulled in N s, already present),
+  allocated (the requests the node granted) and resources (the requests and limits the running
+  container has, else its allocation), both absent when empty (resize.py).
 Times are RFC 3339 strings, as the API shows them.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
 from shared.podspec import Pod
+
+if TYPE_CHECKING:
+    from services.pod_sync.resizer import ResizeState
 
 
 def rfc3339(ts: float) -> str | None:
@@ -40,10 +45,22 @@ def _instance(c: ContainerInfo, log_dir: str, kill_reasons: dict[str, str]) -> d
     }
 
 
+def _resources(entry: dict[str, Any], resize: ResizeState, name: str, latest: ContainerInfo | None) -> None:
+    allocated = resize.allocated[name]
+    has = (resize.applied(latest) if latest is not None and latest.state == "running" else None) or allocated
+    if allocated.get("requests"):
+        entry["allocated"] = dict(allocated["requests"])
+    resources = {kind: dict(has[kind]) for kind in ("limits", "requests") if has.get(kind)}
+    if resources:
+        entry["resources"] = resources
+
+
 def observed_containers(pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]], log_dir: str,
-                        kill_reasons: dict[str, str], pull_notes: dict[str, str]) -> list[dict[str, Any]]:
+                        kill_reasons: dict[str, str], pull_notes: dict[str, str],
+                        resize: ResizeState | None = None) -> list[dict[str, Any]]:
     out = []
-    specs = [(c, True) for c in pod.spec.initContainers] + [(c, False) for c in pod.spec.containers]
+    specs = ([(c, True) for c in pod.spec.initContainers] + [(c, False) for c in pod.spec.containers]
+             + [(c, False) for c in pod.spec.ephemeralContainers])
     for spec, init in specs:
         history = rt.history(spec.name)
         entry: dict[str, Any] = {"name": spec.name, "init": init, "image": spec.image, "state": "",
@@ -59,5 +76,7 @@ def observed_containers(pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, 
         reason, message = waiting.get(spec.name, ("", ""))
         entry["waiting_reason"] = reason
         entry["waiting_message"] = message
+        if resize is not None and spec.name in resize.allocated:
+            _resources(entry, resize, spec.name, history[0] if history else None)
         out.append(entry)
     return out

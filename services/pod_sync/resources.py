@@ -13,6 +13,7 @@ from pathlib import Path
 from cri_api.v1 import api_pb2 as cri
 
 from shared.podspec import Container, Pod
+from shared.qos import pod_level
 from shared.quantity import millicores, to_bytes
 
 log = logging.getLogger(__name__)
@@ -31,13 +32,25 @@ def pod_cgroup_parent(pod: Pod, qos: str) -> str:
     return f"{KUBEPODS}{tier}/pod{pod.uid}"
 
 
-def oom_score_adj(c: Container, qos: str, memory_capacity: int) -> int:
+def _pod_level_share(pod: Pod | None) -> int:
+    """With a pod-level memory request, what it holds beyond its containers' requests, shared
+    evenly among them (the kubelet's oom_score_adj for pod-level resources)."""
+    own = pod_level(pod) if pod is not None else None
+    if pod is None or own is None or own.request("memory") is None:
+        return 0
+    everyone = pod.spec.initContainers + pod.spec.containers
+    spoken = sum(to_bytes(q) for c in pod.spec.containers if (q := c.resources.request("memory")) is not None)
+    return max(0, to_bytes(own.request("memory")) - spoken) // len(everyone)
+
+
+def oom_score_adj(c: Container, qos: str, memory_capacity: int, pod: Pod | None = None) -> int:
     if qos == "Guaranteed":
         return GUARANTEED_OOM_SCORE_ADJ
     if qos == "BestEffort":
         return BESTEFFORT_OOM_SCORE_ADJ
     request = c.resources.request("memory")
-    adj = 1000 - (1000 * (to_bytes(request) if request is not None else 0)) // memory_capacity
+    held = (to_bytes(request) if request is not None else 0) + _pod_level_share(pod)
+    adj = 1000 - (1000 * held) // memory_capacity
     if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ:
         return 1000 + GUARANTEED_OOM_SCORE_ADJ
     if adj == BESTEFFORT_OOM_SCORE_ADJ:
@@ -53,19 +66,21 @@ def own_oom_score_adj() -> int:
 
 
 def container_resources(c: Container, qos: str, memory_capacity: int,
-                        oom_floor: int | None) -> cri.LinuxContainerResources:
-    """oom_floor: the lowest oom_score_adj the kernel lets us set here (None: no limit)."""
+                        oom_floor: int | None, pod: Pod | None = None) -> cri.LinuxContainerResources:
+    """oom_floor: the lowest oom_score_adj the kernel lets us set here (None: no limit). A
+    container without a limit of its own in a pod with pod-level limits gets the pod's."""
     r = c.resources
-    cpu_request = r.request("cpu")
-    cpu_limit = r.limits.get("cpu")
-    memory_limit = r.limits.get("memory")
+    own = pod_level(pod) if pod is not None else None
+    cpu_limit = r.limits.get("cpu", own.limits.get("cpu") if own else None)
+    memory_limit = r.limits.get("memory", own.limits.get("memory") if own else None)
+    cpu_request = r.requests.get("cpu", cpu_limit)
     shares = max(MIN_SHARES, millicores(cpu_request) * 1024 // 1000) if cpu_request is not None else MIN_SHARES
     res = cri.LinuxContainerResources(cpu_shares=shares, cpu_period=CPU_PERIOD)
     if cpu_limit is not None:
         res.cpu_quota = max(MIN_QUOTA, millicores(cpu_limit) * CPU_PERIOD // 1000)
     if memory_limit is not None:
         res.memory_limit_in_bytes = to_bytes(memory_limit)
-    adj = oom_score_adj(c, qos, memory_capacity)
+    adj = oom_score_adj(c, qos, memory_capacity, pod)
     res.oom_score_adj = max(adj, oom_floor) if oom_floor is not None else adj
     return res
 

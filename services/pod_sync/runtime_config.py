@@ -12,13 +12,14 @@ from services.pod_sync.dns import dns_config
 from services.pod_sync.env_sources import EnvObjects
 from services.pod_sync.etc_hosts import ETC_HOSTS
 from services.pod_sync.exec_strings import ExecStrings
-from services.pod_sync.resources import container_resources, pod_cgroup_parent
+from services.pod_sync.resize import annotation as resize_annotation
+from services.pod_sync.resources import CGROUP_ROOT, container_resources, pod_cgroup_parent
 from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
 from shared.config import NodeSettings
 from shared.cri import labels as L
 from shared.downward_api import metadata_field, resource_field
 from shared.node_dirs import private_dir
-from shared.podspec import ENV_NAME, Container, Pod
+from shared.podspec import ENV_NAME, Container, EphemeralContainer, Pod
 from shared.safe_paths import beneath
 from shared.qos import qos_class
 
@@ -40,6 +41,7 @@ class NodeFacts:
     memory_bytes: int
     oom_floor: int | None  # lowest oom_score_adj allowed here, None when unrestricted
     pods_dir: Path         # <root>/pods: per-pod files such as termination-message logs
+    cgroup_root: Path = CGROUP_ROOT  # where pod cgroups are made (services/pod_sync/pod_cgroup.py)
 
 
 def pod_hostname(pod: Pod) -> str:
@@ -89,7 +91,7 @@ def _field_ref(pod: Pod, path: str, pod_ip: str, node: NodeFacts) -> str:
 
 def container_path(pod: Pod, c: Container) -> str:
     """The container's field path in errors: spec.containers[1], spec.initContainers[0]."""
-    for kind in ("initContainers", "containers"):
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
         for index, other in enumerate(getattr(pod.spec, kind)):
             if other.name == c.name:
                 return f"spec.{kind}[{index}]"
@@ -204,9 +206,11 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
                      objects: EnvObjects | None = None,
                      warn: Callable[[str, str], None] | None = None,
                      etc_hosts: Path | None = None,
-                     subpaths: SubPathMounter | None = None) -> cri.ContainerConfig:
+                     subpaths: SubPathMounter | None = None,
+                     target_id: str | None = None) -> cri.ContainerConfig:
     """etc_hosts: the pod's managed hosts file, bind-mounted at /etc/hosts (etc_hosts.py);
-    subpaths: makes the bind mounts of subPath volumeMounts."""
+    subpaths: makes the bind mounts of subPath volumeMounts; target_id: the container whose
+    process namespace an ephemeral container joins."""
     strings = ExecStrings(container_path(pod, c))
     env = container_env(pod, c, pod_ip, node, objects, warn, strings)
     command = [strings.arg(x, f"command[{i}]", env.get) for i, x in enumerate(c.command)]
@@ -237,13 +241,18 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
             L.TERMINATION_MESSAGE_PATH: c.terminationMessagePath,
             L.TERMINATION_MESSAGE_POLICY: c.terminationMessagePolicy,
             **({L.INIT_CONTAINER: "true"} if init else {}),
+            **({} if isinstance(c, EphemeralContainer) else {L.RESOURCES: resize_annotation(c)}),
         },
         log_path=L.container_log_path(c.name, attempt),
         stdin=c.stdin,
         stdin_once=c.stdinOnce,
         tty=c.tty,
         linux=cri.LinuxContainerConfig(
-            resources=container_resources(c, qos, node.memory_bytes, node.oom_floor),
+            resources=container_resources(c, qos, node.memory_bytes, node.oom_floor, pod),
             security_context=container_security_context(pod, c, seccomp_dir(node.pods_dir.parent))),
     )
+    ns = cfg.linux.security_context.namespace_options
+    if target_id and ns.pid == cri.CONTAINER:
+        # A pod whose containers share one process namespace (or the node's) needs no target.
+        ns.pid, ns.target_id = cri.TARGET, target_id
     return cfg

@@ -77,6 +77,10 @@ def pod_from_file(path: Path, node_name: str) -> Pod:
     pod = validate_pod(raw)
     if not isinstance(raw, dict) or raw.get("kind") != "Pod":
         raise ManifestInvalid("kind: Required value (must be Pod)")
+    if pod.spec.ephemeralContainers:
+        # As the kubelet (pod create validation): they join a running pod through the API
+        # server's ephemeralcontainers subresource, and a static pod has no such way in.
+        raise ManifestInvalid("spec.ephemeralContainers: Forbidden: cannot be set on create")
     uid = pod.metadata.uid or static_pod_uid(node_name, str(path), raw)
     pod.metadata.uid = uid
     # Static pods are named after the node, so two nodes' copies differ in the API.

@@ -14,8 +14,8 @@ from sqlalchemy import delete, select
 
 from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
-from services.pod_sync.admission import (EVICTED, admit, admit_exec_strings, admit_sysctls, admit_to_node,
-                                        admit_under_pressure)
+from services.pod_sync.admission import (EVICTED, admit, admit_exec_strings, admit_os, admit_sysctls,
+                                        admit_to_node, admit_under_pressure)
 from shared.node_resources import Reservations, allocatable
 from shared.retry import Backoff
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
@@ -24,11 +24,14 @@ from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
 from services.pod_sync.pull_secrets import Credential
 from services.pod_sync.killing import MIN_GRACE, Killer
+from services.pod_sync import pod_cgroup
 from services.pod_sync.observed import observed_containers
+from services.pod_sync.resizer import ResizeState, Resizer, generation
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
 from services.pod_sync.runtime_config import NodeFacts, SubPathMounter, container_config, pod_hostname, sandbox_config
 from services.pod_sync.security import check_run_as_non_root, needs_image_user
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
+from shared.allocation import spec_allocation, with_allocation
 from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
@@ -86,6 +89,7 @@ class PodSyncer:
         self.node = node
         self.events = events
         self.killer = Killer(runtime, events)
+        self.resizer = Resizer(runtime, self.killer, crash_backoff, node, self._event)
         self._progress: dict[str, _Progress] = {}
         self._pods = PodCache()
         self._capacity = allocatable(node.cpu_millicores, node.memory_bytes,
@@ -133,9 +137,7 @@ class PodSyncer:
         if row.rejection_reason:
             return False
         with self.store.session() as s:
-            others = [self._pods.get(d.uid, d.manifest) for d in s.scalars(
-                select(DesiredPod).where(DesiredPod.admitted.is_(True), DesiredPod.deleting.is_(False),
-                                         DesiredPod.uid != row.uid))]
+            others = self._admitted_others(s, row.uid)
             pressure = [c for c in PRESSURE_CONDITIONS if c in set(s.scalars(
                 select(NodePressure.condition).where(NodePressure.pressure.is_(True))))]
             # First what no node could run, then in the kubelet's order: eviction (node
@@ -149,14 +151,39 @@ class PodSyncer:
                 verdict = admit(pod, others, self._capacity, self.settings.kubelet.max_pods)
             if verdict.admitted:
                 verdict = admit_to_node(pod, node_labels(self.node.name), self.node.name)
+            if verdict.admitted:
+                verdict = admit_os(pod)
             stored = s.get(DesiredPod, row.uid)
             stored.admitted = verdict.admitted
+            if verdict.admitted:
+                stored.allocated = spec_allocation(pod)
             stored.rejection_reason = verdict.reason
             stored.rejection_message = verdict.message
         if not verdict.admitted:
             log.warning("pod %s rejected: %s", pod.full_name, verdict.message)
             self._event(pod, "Warning", verdict.reason, verdict.message)  # as the kubelet's rejectPod
         return verdict.admitted
+
+    def _admitted_others(self, s, uid: str) -> list[Pod]:
+        """Every other admitted pod, at the resources it was allocated (a resize not granted
+        yet takes nothing)."""
+        return [with_allocation(pod, d.allocated) if d.allocated is not None else pod
+                for d in s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True),
+                                                            DesiredPod.deleting.is_(False), DesiredPod.uid != uid))
+                for pod in (self._pods.get(d.uid, d.manifest),)]
+
+    def _set_qos_tiers(self) -> None:
+        """The Burstable tier's CPU shares follow its pods' requests, BestEffort's stay at the
+        minimum: without them each tier weighs as much as any one Guaranteed pod."""
+        with self.store.session() as s:
+            pods = self._admitted_others(s, "")
+        problems = pod_cgroup.set_qos_tiers(pods, self.node.cgroup_root)
+        if problems:
+            log.warning("QoS cgroups: %s", "; ".join(problems))
+
+    def _others_for_resize(self, uid: str) -> list[Pod]:
+        with self.store.session() as s:
+            return self._admitted_others(s, uid)
 
     async def _pull_credentials(self, pod: Pod) -> list[Credential]:
         """The pod's imagePullSecrets' logins; secrets that give none are named in an event and
@@ -195,7 +222,15 @@ class PodSyncer:
             return await self._fail(pod, row, rt, DEADLINE_EXCEEDED, DEADLINE_MESSAGE,
                                     pod.spec.terminationGracePeriodSeconds)
         progress = self._progress.setdefault(uid, _Progress(seen_at=row.seen_at.timestamp()))
-        if await self._kill_unhealthy(pod, rt):
+        resize = ResizeState.of(row, pod)
+        resize_before, allocated_before = resize.snapshot(), resize.allocated
+        resize_retry = self.resizer.allocate(pod, resize, row.source == "file",
+                                             lambda: self._others_for_resize(uid), self._capacity)
+        # From here on the pod is what the node granted: containers start with their allocation.
+        pod = with_allocation(pod, resize.allocated)
+        resize_error = self.resizer.prepare(pod, resize)
+        killed = await self._kill_unhealthy(pod, rt)
+        if (not resize_error and await self.resizer.restarts(pod, rt, resize)) or killed:
             rt = await get_runtime_pod(self.runtime, uid)
         actions = compute_pod_actions(pod, rt, self.backoff)
         waiting = dict(actions.waiting)
@@ -240,7 +275,7 @@ class PodSyncer:
         if sandbox_id and actions.start:
             results = await asyncio.gather(*(
                 self._start_container(pod, rt, s.spec, s.attempt, s.init, sandbox_id, sb_config, pod_ip, progress,
-                                      volumes)
+                                      volumes, ephemeral=s.ephemeral)
                 for s in actions.start))
             for start, failure in zip(actions.start, results, strict=True):
                 if failure:
@@ -260,8 +295,19 @@ class PodSyncer:
         if left is not None:
             requeue = min(requeue or left, left)
         fresh = await get_runtime_pod(self.runtime, uid) if not actions.noop else rt
+        resize_error = resize_error or await self.resizer.update_in_place(pod, fresh, resize)
+        self.resizer.settle(pod, fresh, resize, resize_error)
+        for wait in (resize_retry, ERROR_RETRY if resize_error else None):
+            if wait is not None:
+                requeue = min(requeue or wait, wait)
+        if resize.snapshot() != resize_before:
+            with self.store.session() as s:
+                if (stored := s.get(DesiredPod, uid)) is not None:  # gone meanwhile: nothing to keep
+                    resize.save(stored)
+            if resize.allocated is not allocated_before:
+                self._set_qos_tiers()  # a granted resize changes its tier's requests
         await self._collect_garbage(pod, fresh)
-        self._record(pod, fresh, waiting, error)
+        self._record(pod, fresh, waiting, error, resize)
         self._observe_start(pod, fresh, progress)
         return SyncResult(requeue_after=requeue)
 
@@ -329,6 +375,16 @@ class PodSyncer:
             ready, message = self._network_ready()
             if not ready:
                 return "", "", ("NetworkNotReady", f"network is not ready: {message}")
+        # The pod's cgroup first, with its settings: the sandbox and the containers start in it.
+        problems = pod_cgroup.ensure(config.linux.cgroup_parent,
+                                     pod_cgroup.pod_cgroup_config(pod, self.settings.kubelet.pod_pids_limit),
+                                     self.node.cgroup_root)
+        if problems:
+            message = f"Failed to set up the pod cgroup: {'; '.join(problems)}"
+            log.warning("pod %s: %s", pod.full_name, message)
+            self._event(pod, "Warning", "FailedCreatePodSandBox", message)
+            return "", "", ("FailedCreatePodSandBox", message)
+        self._set_qos_tiers()
         try:
             sandbox_id = await self.runtime.run_pod_sandbox(config)
         except CRIError as exc:
@@ -342,9 +398,9 @@ class PodSyncer:
 
     async def _start_container(self, pod: Pod, rt: RuntimePod, spec, attempt: int, init: bool,
                                sandbox_id: str, sb_config, pod_ip: str, progress: _Progress,
-                               volumes: dict[str, PodVolume]) -> tuple[str, str] | None:
+                               volumes: dict[str, PodVolume], ephemeral: bool = False) -> tuple[str, str] | None:
         """Pull, create, start and run postStart for one container; (reason, message) on failure."""
-        kind = "init_container" if init else "container"
+        kind = "ephemeral_container" if ephemeral else "init_container" if init else "container"
 
         def on_pull(note: str) -> None:
             progress.pull_notes[spec.name] = note
@@ -369,10 +425,12 @@ class PodSyncer:
         try:
             image_user = await self.images.status(image.ref) if needs_image_user(pod, spec) else None
             check_run_as_non_root(pod, spec, image_user)
+            target_id = _target_id(spec, rt, sandbox_id) if ephemeral else None
             objects = await self.env_source.gather(pod, spec)
             config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node, volumes, objects,
                                       warn=lambda reason, message: self._event(pod, "Warning", reason, message),
-                                      etc_hosts=self._etc_hosts(pod, spec, pod_ip), subpaths=self.subpaths)
+                                      etc_hosts=self._etc_hosts(pod, spec, pod_ip), subpaths=self.subpaths,
+                                      target_id=target_id)
         except (ValueError, EnvSourceError) as exc:
             M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
             self._event(pod, "Warning", "Failed", f"Error: {exc}")
@@ -479,6 +537,7 @@ class PodSyncer:
                 await self.runtime.remove_pod_sandbox(s.id)
         if pod is not None:
             remove_pod_cgroups(pod_cgroup_parent(pod, qos_class(pod)))
+            self._set_qos_tiers()
         # Only pod-sync's own files; the pod directory (with its volumes) is the volume service's to
         # remove, once it has unmounted them. Its logs stay a while for a last look (pod_logs_gc).
         try:
@@ -504,19 +563,24 @@ class PodSyncer:
     # -- recording ---------------------------------------------------------------------------
 
     def _record(self, pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]],
-                error: tuple[str, str]) -> None:
+                error: tuple[str, str], resize: ResizeState | None = None) -> None:
+        """resize: the pod's resize state as this sync left it (read from the store when None)."""
         sb = rt.current_sandbox
         log_dir = L.pod_log_dir(self.settings.kubelet.pod_logs_dir, pod.metadata.namespace,
                                 pod.metadata.name, pod.uid)
         progress = self._progress.get(pod.uid)
-        containers = observed_containers(pod, rt, waiting, log_dir, self.killer.reasons,
-                                         progress.pull_notes if progress else {})
         pod_ip = (self.node.ip if pod.spec.hostNetwork else sb.ip) if sb and sb.ready else ""
-        row = PodRuntime(uid=pod.uid, sandbox_id=sb.id if sb else "", sandbox_ready=bool(sb and sb.ready),
-                         pod_ip=pod_ip, log_dir=log_dir, containers=containers,
-                         sync_error_reason=error[0], sync_error_message=error[1], updated_at=utcnow())
         with self.store.session() as s:
-            s.merge(row)
+            if resize is None:
+                desired = s.get(DesiredPod, pod.uid)
+                resize = ResizeState.of(desired, pod) if desired is not None and desired.admitted else None
+            containers = observed_containers(pod, rt, waiting, log_dir, self.killer.reasons,
+                                             progress.pull_notes if progress else {}, resize)
+            s.merge(PodRuntime(uid=pod.uid, sandbox_id=sb.id if sb else "", sandbox_ready=bool(sb and sb.ready),
+                               pod_ip=pod_ip, log_dir=log_dir, containers=containers,
+                               sync_error_reason=error[0], sync_error_message=error[1],
+                               observed_generation=generation(pod),
+                               resize_conditions=resize.conditions() if resize else [], updated_at=utcnow()))
 
     def _observe_start(self, pod: Pod, rt: RuntimePod, progress: _Progress) -> None:
         """Pod start latency, once per pod, for pods this process started."""
@@ -527,6 +591,18 @@ class PodSyncer:
             M.POD_START_DURATION.observe(took)
             M.POD_START_SLI_DURATION.observe(max(0.0, took - progress.pull_seconds))
             progress.started_any = False
+
+
+def _target_id(spec, rt: RuntimePod, sandbox_id: str) -> str | None:
+    """The container whose process namespace an ephemeral container joins (targetContainerName):
+    its latest instance in the pod's sandbox, as the kubelet resolves it."""
+    target = getattr(spec, "targetContainerName", None)
+    if not target:
+        return None
+    found = rt.latest(target)
+    if found is None or found.sandbox_id != sandbox_id:
+        raise ValueError(f"unable to find target container {target}")
+    return found.id
 
 
 def _grace_from_runtime(rt: RuntimePod) -> int:

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from shared import periodic
 from shared.kube import ApiError, KubeApi, patch_pod_status, path
 from shared.store import DesiredPod, PodStatusRecord, RefusedPod, Store
+from services.status_reporter.pod_status import with_host_ips
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class ApiPodStatusWriter:
                 await self._delete(pod)
 
     async def _patch(self, pod: DesiredPod | RefusedPod, status: dict[str, Any]) -> None:
-        status = {**status, "hostIP": self.host_ip}
+        status = with_host_ips(status, self.host_ip)
         if self._sent.get(pod.uid) == status:
             return
         if await patch_pod_status(self.api, pod.namespace, pod.name, pod.uid, status):

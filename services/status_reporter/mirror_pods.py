@@ -21,6 +21,7 @@ from sqlalchemy import select
 from shared.coalesce import Coalescer
 from shared.kube import ApiError, KubeApi, patch_pod_status, path
 from shared.store import DesiredPod, PodStatusRecord, Store
+from services.status_reporter.pod_status import with_host_ips
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ class MirrorPods:
         if mirror.get("status", {}).get("phase") == status["phase"] and \
                 mirror.get("status", {}).get("containerStatuses") == status.get("containerStatuses"):
             return
-        await patch_pod_status(self.api, m["namespace"], m["name"], m["uid"], {**status, "hostIP": self.host_ip})
+        await patch_pod_status(self.api, m["namespace"], m["name"], m["uid"], with_host_ips(status, self.host_ip))
 
     async def run(self, changes: Coalescer) -> None:
         """The first sync once the Node is registered, then a resync every RESYNC_PERIOD;

@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 from sqlalchemy import select
 
-from services.status_reporter.node_object import PRESSURE, conditions, node_status_facts, pressure_event
+from services.status_reporter.node_object import (PRESSURE, conditions, node_status_facts, pressure_event,
+                                                  runtime_facts)
 from shared.host import node_labels
 from shared import periodic
 from shared.kube import ApiError, KubeApi, path
@@ -54,13 +55,16 @@ class NodeAgent:
 
     # -- readiness ------------------------------------------------------------------------------
 
-    def health(self) -> tuple[bool, str, str]:
-        """(ready, why not, runtime version) from what pod-sync and network store."""
+    def health(self) -> tuple[bool, str, NodeHealth | None]:
+        """(ready, why not, pod-sync's row of what the runtime reports) from what pod-sync and
+        network store."""
         with self.store.session() as s:
             h = s.get(NodeHealth, 1)
             net = s.get(NetworkStatus, 1)
+            if h is not None:
+                s.expunge(h)
         if h is None or recorded_age(h.updated_at) > STALE_AFTER:
-            return False, "pod-sync is not reporting the container runtime's health", h.runtime_version if h else ""
+            return False, "pod-sync is not reporting the container runtime's health", h
         problems = []
         if not h.runtime_ready:
             problems.append(h.runtime_message or "container runtime is not ready")
@@ -70,17 +74,18 @@ class NodeAgent:
                             f"{net.message if net else 'network service not reporting'}")
         if not h.pleg_healthy:
             problems.append(h.pleg_message or "PLEG is not healthy")
-        return not problems, "; ".join(problems), h.runtime_version
+        return not problems, "; ".join(problems), h
 
     def pressure(self) -> dict[str, bool]:
         with self.store.session() as s:
             return {p.condition: p.pressure for p in s.scalars(select(NodePressure))}
 
     def _status(self) -> dict[str, Any]:
-        ready, why, version = self.health()
+        ready, why, runtime = self.health()
         self._conditions = conditions(ready, why, self._conditions, self.pressure())
-        return {**node_status_facts(self.name, self.root_dir, self.max_pods, version, self.kubelet_port,
-                                   self.node_ip, self.reservations), "conditions": self._conditions}
+        return {**node_status_facts(self.name, self.root_dir, self.max_pods, runtime.runtime_version if runtime else "",
+                                   self.kubelet_port, self.node_ip, self.reservations),
+                **runtime_facts(runtime), "conditions": self._conditions}
 
     # -- registration ---------------------------------------------------------------------------
 

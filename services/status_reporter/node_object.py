@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 from datetime import datetime, timezone
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from shared.host import arch
 from shared.node_resources import NO_RESERVATIONS, Reservations, node_capacity
+from shared.store import NodeHealth
 from shared.version import KUBELET_VERSION
 
 
@@ -48,11 +50,34 @@ def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: 
             "osImage": _os_image(),
             "containerRuntimeVersion": runtime_version,
             "kubeletVersion": KUBELET_VERSION,
-            "kubeProxyVersion": KUBELET_VERSION,
             "operatingSystem": "linux",
             "architecture": arch(),
         },
     }
+
+
+def runtime_facts(runtime: NodeHealth | None) -> dict[str, Any]:
+    """status.runtimeHandlers and status.features from what pod-sync recorded of the runtime's
+    Status; left out while unknown, or when the runtime reports none, as the kubelet does.
+    The values were written by pod-sync from CRI (JSON of bools and names); anything else there
+    is not sent on."""
+    out: dict[str, Any] = {}
+    if runtime is None:
+        return out
+    try:
+        handlers = json.loads(runtime.runtime_handlers or "[]")
+        features = json.loads(runtime.runtime_features) if runtime.runtime_features else None
+    except ValueError:
+        return out
+    if isinstance(handlers, list) and handlers:
+        out["runtimeHandlers"] = [
+            {"name": str(h.get("name", "")),
+             "features": {k: bool(v) for k, v in (h.get("features") or {}).items()
+                          if k in ("recursiveReadOnlyMounts", "userNamespaces")}}
+            for h in handlers if isinstance(h, dict)]
+    if isinstance(features, dict):
+        out["features"] = {"supplementalGroupsPolicy": bool(features.get("supplementalGroupsPolicy"))}
+    return out
 
 
 # Pressure conditions as the kubelet words them: (reason, message) for False and for True, and

@@ -59,6 +59,11 @@ def container_status(obs: dict[str, Any], default_waiting: str,
     }
     if obs.get("container_id"):
         status["containerID"] = obs["container_id"]
+    # In-place resize: what the node granted and what the container has (pod-sync's resize.py).
+    if obs.get("allocated"):
+        status["allocatedResources"] = obs["allocated"]
+    if obs.get("resources"):
+        status["resources"] = obs["resources"]
     last = obs.get("last_terminated")
     if waiting_reason and state == "exited":
         # Waiting to restart: the exit just seen becomes lastState.
@@ -205,6 +210,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         _condition("ContainersReady", not unready and phase == "Running", prev_conds, "ContainersNotReady",
                    f"containers with unready status: [{' '.join(unready)}]"),
         _condition("PodScheduled", True, prev_conds),
+        *runtime.get("resize_conditions", []),
     ]
     pod_ip = runtime.get("pod_ip", "")
     status: dict[str, Any] = {
@@ -216,8 +222,17 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         "qosClass": qos_class(pod),
         "containerStatuses": app_statuses,
     }
+    if runtime.get("observed_generation") is not None:
+        status["observedGeneration"] = runtime["observed_generation"]
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
+    if pod.spec.ephemeralContainers:
+        # Never probed: not ready, and no `started` (the kubelet's prober leaves them out).
+        ephemeral = [status_of(c, not_created) for c in pod.spec.ephemeralContainers]
+        for st in ephemeral:
+            st["ready"] = False
+            st.pop("started", None)
+        status["ephemeralContainerStatuses"] = sorted(ephemeral, key=lambda st: st["name"])
     if rejection[0]:
         # Failed after it ran (activeDeadlineSeconds): its containers' statuses stay.
         status.update(phase="Failed", reason=rejection[0], message=rejection[1])
@@ -259,3 +274,9 @@ def summarize(status: dict[str, Any], runtime: dict[str, Any], deleting: bool) -
         if waiting:
             return f"starting: waiting for {', '.join(waiting)}"
     return ""
+
+
+def with_host_ips(status: dict[str, Any], host_ip: str) -> dict[str, Any]:
+    """hostIP and, since 1.28, hostIPs: the node's addresses a pod's status names (one here:
+    pykubelet's node IP is a single address)."""
+    return {**status, "hostIP": host_ip, "hostIPs": [{"ip": host_ip}] if host_ip else []}

@@ -23,6 +23,13 @@ class PodStatusReporter:
         self.bus = bus
         self.resync_every = resync_every
         self._pods = PodCache()
+        # One refresh at a time: they run in a thread (a write may wait out another service's
+        # lock on the store, which must not hold the event loop) and share the pod cache.
+        self._refreshing = asyncio.Lock()
+
+    async def _refresh(self, uids: list[str] | None = None) -> list[str]:
+        async with self._refreshing:
+            return await asyncio.to_thread(self.refresh, uids)
 
     def refresh(self, uids: list[str] | None = None) -> list[str]:
         """Recompute the status of these pods (all when None); return the UIDs that changed."""
@@ -41,7 +48,8 @@ class PodStatusReporter:
                 rt = runtime.get(uid)
                 rt_dict = None if rt is None else {
                     "sandbox_ready": rt.sandbox_ready, "pod_ip": rt.pod_ip, "containers": rt.containers,
-                    "sync_error_reason": rt.sync_error_reason, "sync_error_message": rt.sync_error_message}
+                    "sync_error_reason": rt.sync_error_reason, "sync_error_message": rt.sync_error_message,
+                    "observed_generation": rt.observed_generation, "resize_conditions": rt.resize_conditions}
                 prev = records.get(uid)
                 try:
                     status, summary = compute_status(self._pods.get(uid, d.manifest), rt_dict,
@@ -68,14 +76,14 @@ class PodStatusReporter:
         return changed
 
     async def on_pods(self, uids: list[str] | None) -> None:
-        changed = self.refresh(uids)
+        changed = await self._refresh(uids)
         if changed:
             await self.bus.publish(PodStatusChanged(uids=changed))
 
     async def run_resync(self, on_synced: Callable[[], None] = lambda: None) -> None:
         while True:
             try:
-                changed = self.refresh()
+                changed = await self._refresh()
                 if changed:
                     await self.bus.publish(PodStatusChanged(uids=changed))
                 on_synced()

@@ -52,6 +52,8 @@ class _RuntimeStub(Protocol):
     ContainerStatus: grpc.aio.UnaryUnaryMultiCallable[cri.ContainerStatusRequest, cri.ContainerStatusResponse]
     ExecSync: grpc.aio.UnaryUnaryMultiCallable[cri.ExecSyncRequest, cri.ExecSyncResponse]
     ReopenContainerLog: grpc.aio.UnaryUnaryMultiCallable[cri.ReopenContainerLogRequest, cri.ReopenContainerLogResponse]
+    UpdateContainerResources: grpc.aio.UnaryUnaryMultiCallable[cri.UpdateContainerResourcesRequest,
+                                                               cri.UpdateContainerResourcesResponse]
     ListContainerStats: grpc.aio.UnaryUnaryMultiCallable[cri.ListContainerStatsRequest, cri.ListContainerStatsResponse]
     ListPodSandboxStats: grpc.aio.UnaryUnaryMultiCallable[cri.ListPodSandboxStatsRequest, cri.ListPodSandboxStatsResponse]
     Exec: grpc.aio.UnaryUnaryMultiCallable[cri.ExecRequest, cri.ExecResponse]
@@ -254,6 +256,11 @@ class CRIClient:
     async def reopen_container_log(self, container_id: str) -> None:
         await self._call("reopen_container_log", self._runtime.ReopenContainerLog,
                          cri.ReopenContainerLogRequest(container_id=container_id))
+
+    async def update_container_resources(self, container_id: str, linux: cri.LinuxContainerResources) -> None:
+        """In-place resize: the runtime rewrites the running container's cgroup."""
+        await self._call("update_container_resources", self._runtime.UpdateContainerResources,
+                         cri.UpdateContainerResourcesRequest(container_id=container_id, linux=linux))
 
     async def list_container_stats(self, sandbox_id: str | None = None) -> list[cri.ContainerStats]:
         flt = cri.ContainerStatsFilter(pod_sandbox_id=sandbox_id or "")

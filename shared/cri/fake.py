@@ -39,12 +39,19 @@ class FakeRuntime:
         self.registry_logins: dict[str, tuple[str, str]] = {}  # image -> the login its registry wants
         self.pull_auths: list[tuple[str, tuple[str, str] | None]] = []  # each pull's image and login
         self.network_ready = True
+        # What Status reports of handlers ((name, recursive read-only mounts, user namespaces)) and
+        # features (None: no features message, as containerd 1.x).
+        self.handlers: list[tuple[str, bool, bool]] = []
+        self.supplemental_groups_policy: bool | None = None
         # cmd tuple -> (exit code, stdout) for exec_sync; unknown commands succeed silently
         self.exec_results: dict[tuple[str, ...], tuple[int, bytes]] = {}
         # container id -> ContainerStats a test wants list_container_stats to report
         self.container_stats: dict[str, cri.ContainerStats] = {}
         self.sandbox_stats: dict[str, cri.PodSandboxStats] = {}
         self.image_fs = cri.ImageFsInfoResponse()
+        # container id -> the resources UpdateContainerResources last set; ids whose update fails
+        self.updated_resources: dict[str, cri.LinuxContainerResources] = {}
+        self.update_errors: dict[str, str] = {}
         self.stop_timeouts: dict[str, int] = {}  # container id -> the timeout StopContainer got
         self.image_sizes: dict[str, int] = {}
         self.image_users: dict[str, tuple[int | None, str]] = {}  # image ref -> (uid, username) of its config  # image ref -> size list_images reports
@@ -93,7 +100,12 @@ class FakeRuntime:
         conds = [cri.RuntimeCondition(type="RuntimeReady", status=True),
                  cri.RuntimeCondition(type="NetworkReady", status=self.network_ready,
                                       reason="" if self.network_ready else "NetworkPluginNotReady")]
-        return cri.StatusResponse(status=cri.RuntimeStatus(conditions=conds))
+        handlers = [cri.RuntimeHandler(name=name, features=cri.RuntimeHandlerFeatures(
+            recursive_read_only_mounts=rro, user_namespaces=userns)) for name, rro, userns in self.handlers]
+        features = (None if self.supplemental_groups_policy is None
+                    else cri.RuntimeFeatures(supplemental_groups_policy=self.supplemental_groups_policy))
+        return cri.StatusResponse(status=cri.RuntimeStatus(conditions=conds), runtime_handlers=handlers,
+                                  features=features)
 
     async def runtime_config(self) -> JSONObject:
         self._record("status")
@@ -200,6 +212,16 @@ class FakeRuntime:
     async def reopen_container_log(self, container_id: str) -> None:
         self._record("reopen_container_log", container_id)
         self._container("reopen_container_log", container_id)
+
+    async def update_container_resources(self, container_id: str, linux: cri.LinuxContainerResources) -> None:
+        self._record("update_container_resources", container_id)
+        st = self._container("update_container_resources", container_id)
+        if container_id in self.update_errors:
+            raise CRIError("update_container_resources", grpc.StatusCode.UNKNOWN, self.update_errors[container_id])
+        if st.state != cri.CONTAINER_RUNNING:
+            raise CRIError("update_container_resources", grpc.StatusCode.FAILED_PRECONDITION,
+                           f"container {container_id} is not running")
+        self.updated_resources[container_id] = linux
 
     async def list_container_stats(self, sandbox_id: str | None = None) -> list[cri.ContainerStats]:
         self._record("list_container_stats", sandbox_id or "")

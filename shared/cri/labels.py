@@ -14,6 +14,8 @@ TERMINATION_GRACE = "io.kubernetes.pod.terminationGracePeriod"
 TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"
 TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"
 INIT_CONTAINER = "pykubelet.io/init-container"
+# The requests and limits (JSON) a container was created with: what an in-place resize starts from.
+RESOURCES = "pykubelet.io/resources"
 # What of the container's spec it was created from may change on a running pod (its image): a
 # different value on a running container means "definition changed, restart it".
 CONTAINER_HASH = "io.kubernetes.container.hash"

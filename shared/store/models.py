@@ -43,6 +43,12 @@ class DesiredPod(Base):
     rejection_reason: Mapped[str] = mapped_column(String, default="")
     rejection_message: Mapped[str] = mapped_column(Text, default="")
     seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # In-place resize (services/pod_sync/resize.py), pod-sync's: the resources granted per
+    # container name (None until admitted), those UpdateContainerResources applied per container
+    # ID, and the pending / in-progress resize conditions' state.
+    allocated: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    actuated: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    resize: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class ManifestError(Base):
@@ -82,6 +88,10 @@ class PodRuntime(Base):
     containers: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     sync_error_reason: Mapped[str] = mapped_column(String, default="")
     sync_error_message: Mapped[str] = mapped_column(Text, default="")
+    # The pod's metadata.generation this record is of, and its PodResizePending /
+    # PodResizeInProgress conditions (v1 PodConditions) while a resize is under way.
+    observed_generation: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    resize_conditions: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -124,6 +134,10 @@ class NodeHealth(Base):
     runtime_ready: Mapped[bool] = mapped_column(Boolean, default=False)
     runtime_message: Mapped[str] = mapped_column(Text, default="")
     runtime_version: Mapped[str] = mapped_column(String, default="")
+    # What the runtime's Status call reports of its handlers and features, as the Node's
+    # status.runtimeHandlers and status.features (JSON; "" while the runtime reports no features).
+    runtime_handlers: Mapped[str] = mapped_column(Text, default="[]")
+    runtime_features: Mapped[str] = mapped_column(Text, default="")
     network_ready: Mapped[bool] = mapped_column(Boolean, default=False)
     network_message: Mapped[str] = mapped_column(Text, default="")
     pleg_healthy: Mapped[bool] = mapped_column(Boolean, default=False)

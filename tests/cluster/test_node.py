@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
+from tests.cluster.harness import KUBE_VERSION
 from tests.integration.conftest import NODE_NAME, wait_for
 
 
@@ -23,6 +24,9 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
     info = status["nodeInfo"]
     assert info["containerRuntimeVersion"].startswith("containerd://")
     assert info["bootID"] and info["kernelVersion"] and info["osImage"]
+    # The same minor as the control plane it joined; kube-proxy's version is no longer reported.
+    assert info["kubeletVersion"].startswith("v" + ".".join(KUBE_VERSION.split(".")[:2]) + ".")
+    assert not info.get("kubeProxyVersion")
     types = {a["type"] for a in status["addresses"]}
     assert types == {"InternalIP", "Hostname"}
     conds = {c["type"]: c for c in status["conditions"]}
@@ -51,6 +55,7 @@ def test_pod_bound_to_the_node_runs_with_kubelet_status(cluster):
     assert cs["containerID"].startswith("containerd://") and cs["imageID"]
     assert "running" in cs["state"]
     assert st["qosClass"] == "BestEffort" and st["hostIP"] and st["startTime"]
+    assert st["hostIPs"] == [{"ip": st["hostIP"]}]
     conds = {c["type"]: c["status"] for c in st["conditions"]}
     assert conds["Ready"] == "True" and conds["ContainersReady"] == "True"
     import httpx

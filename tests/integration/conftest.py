@@ -34,6 +34,8 @@ POD_CIDR = "10.88.0.0/24"
 START_TIMEOUT = 180
 CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX = 1, 4
 LOG_MAX_SIZE, LOG_MAX_FILES = 4096, 3
+# Every pod's processes at most, as production nodes set it (a fork bomb stays in its pod).
+POD_PIDS_LIMIT = 1024
 KUBELET_CONFIG = f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 crashLoopBackOff:
@@ -41,6 +43,7 @@ crashLoopBackOff:
   maxContainerRestartPeriod: {CRASH_BACKOFF_MAX}s
 containerLogMaxFiles: {LOG_MAX_FILES}
 volumeStatsAggPeriod: 2s
+podPidsLimit: {POD_PIDS_LIMIT}
 """
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.integration.conftest import (CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, LOG_MAX_FILES,
@@ -162,6 +163,58 @@ def test_qos_class_cgroup_parent_and_limits(pods):
 
     eid = e["containers"][0]["containerID"].removeprefix("containerd://")
     assert _cgroup("cpu", f"/kubepods/besteffort/pod{e['uid']}", eid, "cpu.shares") == "2"
+
+    # The pods' own cgroups: shares from their requests, limits when every container has one.
+    assert _pod_cgroup(g, "cpu", "cpu.cfs_quota_us") == "20000"
+    assert _pod_cgroup(g, "memory", "memory.limit_in_bytes") == str(64 * 2**20)
+    assert _pod_cgroup(b, "cpu", "cpu.shares") == str(100 * 1024 // 1000)
+    assert _pod_cgroup(b, "cpu", "cpu.cfs_quota_us") == "-1"
+    assert _pod_cgroup(b, "memory", "memory.limit_in_bytes") == str(128 * 2**20)
+    assert _pod_cgroup(e, "cpu", "cpu.shares") == "2"
+
+
+def _pod_cgroup(pod: dict, controller: str, name: str) -> str:
+    tier = {"Guaranteed": "", "Burstable": "burstable/", "BestEffort": "besteffort/"}[pod["status"]["qosClass"]]
+    return (Path("/sys/fs/cgroup") / controller / f"kubepods/{tier}pod{pod['uid']}" / name).read_text().strip()
+
+
+def test_a_burstable_pod_outweighs_a_best_effort_one_for_cpu(pods):
+    """The QoS tiers' shares: a BestEffort pod gets what Burstable pods leave. Both spin on the
+    same one CPU (taskset), so the rest of the node keeps the other."""
+    spin = "taskset -c 1 sh -c 'while :; do :; done'"
+    pods.write_pod("burstable-spin", {"terminationGracePeriodSeconds": 0, "containers": [
+        sh(pods, "app", spin, resources={"requests": {"cpu": "100m"}})]})
+    pods.write_pod("besteffort-spin", {"terminationGracePeriodSeconds": 0, "containers": [sh(pods, "app", spin)]})
+    b, e = pods.wait_running("burstable-spin"), pods.wait_running("besteffort-spin")
+    tiers = Path("/sys/fs/cgroup/cpu/kubepods")
+    assert (tiers / "burstable/cpu.shares").read_text().strip() == str(100 * 1024 // 1000)
+    assert (tiers / "besteffort/cpu.shares").read_text().strip() == "2"
+
+    def usage(p: dict) -> int:
+        tier = "burstable" if p is b else "besteffort"
+        return int((Path("/sys/fs/cgroup/cpuacct/kubepods") / tier / f"pod{p['uid']}" / "cpuacct.usage").read_text())
+    before = usage(b), usage(e)
+    time.sleep(3)
+    got_b, got_e = usage(b) - before[0], usage(e) - before[1]
+    assert got_b > 10 * got_e, f"burstable {got_b / 1e9:.2f}s of CPU, best-effort {got_e / 1e9:.2f}s"
+
+
+def test_pod_level_resources_cap_the_pod_and_its_containers_without_limits(pods):
+    pods.write_pod("podlevel", {
+        "resources": {"requests": {"cpu": "300m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "96Mi"}},
+        "containers": [sh(pods, "free", "sleep 3600"),
+                       sh(pods, "capped", "sleep 3600", resources={"limits": {"cpu": "100m", "memory": "32Mi"}})]})
+    p = pods.wait_running("podlevel")
+    assert p["status"]["qosClass"] == "Burstable"
+    assert _pod_cgroup(p, "cpu", "cpu.shares") == str(300 * 1024 // 1000)
+    assert _pod_cgroup(p, "cpu", "cpu.cfs_quota_us") == "50000"
+    assert _pod_cgroup(p, "memory", "memory.limit_in_bytes") == str(96 * 2**20)
+    parent = f"/kubepods/burstable/pod{p['uid']}"
+    free, capped = (c["containerID"].removeprefix("containerd://") for c in p["containers"])
+    assert _cgroup("cpu", parent, free, "cpu.cfs_quota_us") == "50000", "no limit of its own: the pod's"
+    assert _cgroup("memory", parent, free, "memory.limit_in_bytes") == str(96 * 2**20)
+    assert _cgroup("cpu", parent, capped, "cpu.cfs_quota_us") == "10000"
+    assert _cgroup("memory", parent, capped, "memory.limit_in_bytes") == str(32 * 2**20)
 
 
 def test_pod_that_does_not_fit_is_rejected(pods):

@@ -44,8 +44,12 @@ def rt():
 
 @pytest.fixture
 def node(settings):
+    # Pod cgroups go to a cgroup v1 tree of directories, not the host's.
+    cgroups = settings.root_dir / "cgroup"
+    for controller in ("cpu", "memory"):
+        (cgroups / controller).mkdir(parents=True)
     return NodeFacts(name="node1", ip="192.0.2.10", cpu_millicores=2000, memory_bytes=4 * 2**30,
-                     oom_floor=None, pods_dir=settings.root_dir / "pods")
+                     oom_floor=None, pods_dir=settings.root_dir / "pods", cgroup_root=cgroups)
 
 
 @pytest.fixture

@@ -290,6 +290,19 @@ async def test_hard_memory_threshold_evicts_the_hog_and_holds_the_condition(worl
     assert not pressure(world.store)["MemoryPressure"]
 
 
+async def test_memory_ranking_counts_the_allocated_request_not_a_resize_still_pending(world):
+    """a asked (by a resize the node has not granted) for 1Gi more than it was allocated; it
+    is ranked by the 0 it has, so its 500Mi is over its request, and b's 400Mi is within its own."""
+    a, b = pod("a", {"memory": "1Gi"}), pod("b", {"memory": "512Mi"})
+    world.add(a)
+    world.add(b)
+    with world.podsync.session() as s:
+        s.get(DesiredPod, a.uid).allocated = {"a": {"requests": {}, "limits": {}}}
+    world.usage.usage = {a.uid: PodUsage(memory=500 * MIB), b.uid: PodUsage(memory=400 * MIB)}
+    world.signals.obs["memory.available"] = Observed(100 * MIB, 8 * GIB)
+    assert await world.make(HARD_MEMORY).synchronize() == [a.uid]
+
+
 def two_pods_short_of_memory(world) -> tuple[Pod, Pod]:
     """a uses 500Mi, b 100Mi, neither requested any; the node has 100Mi left (threshold 1Gi)."""
     a, b = pod("a"), pod("b")

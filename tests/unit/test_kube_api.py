@@ -5,6 +5,7 @@ kubeconfig named in the error."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 
@@ -35,10 +36,14 @@ class FakeApiServer:
         status, reply = self.replies.get(target.split("?")[0], (404, json.dumps(
             {"kind": "Status", "reason": "NotFound", "message": f"{target} not found"}).encode()))
         if isinstance(reply, list):  # a watch: one event per line, then the server ends it
-            writer.write(f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\n"
+            # As the API server 1.37 does for a client that accepts gzip: each flushed event a
+            # gzip member of its own, the members one after the other in the body.
+            gzipped = "gzip" in headers.get("accept-encoding", "")
+            encoding = "Content-Encoding: gzip\r\n" if gzipped else ""
+            writer.write(f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\n{encoding}"
                          "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode())
             for line in reply:
-                chunk = line + b"\n"
+                chunk = gzip.compress(line + b"\n") if gzipped else line + b"\n"
                 writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             writer.write(b"0\r\n\r\n")
         else:

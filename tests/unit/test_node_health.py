@@ -62,3 +62,32 @@ async def test_health_is_written_on_change_and_refreshed_not_rewritten_each_chec
     before = row(store).updated_at
     await writer.write_once()
     assert row(store).updated_at > before, "rewritten to stay fresh for status-reporter"
+
+
+async def test_runtime_handlers_and_features_reach_the_node_status_as_the_kubelet_reports_them(tmp_path):
+    from services.status_reporter.node_object import runtime_facts
+
+    store = Store(tmp_path / "state.db", writer="pod-sync")
+    store.create_schema()
+    rt = FakeRuntime()
+    writer = NodeHealthWriter(rt, store, lambda: (True, ""))
+    await writer.write_once()
+    assert runtime_facts(row(store)) == {}, "containerd 1.x reports neither: the kubelet leaves both out"
+
+    rt.handlers = [("", True, False), ("runc", True, True)]
+    rt.supplemental_groups_policy = True
+    await writer.write_once()
+    assert runtime_facts(row(store)) == {
+        "runtimeHandlers": [{"name": "", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": False}},
+                            {"name": "runc", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": True}}],
+        "features": {"supplementalGroupsPolicy": True}}
+
+
+def test_runtime_facts_send_on_only_what_pod_sync_can_have_written():
+    from services.status_reporter.node_object import runtime_facts
+
+    garbage = NodeHealth(runtime_handlers='[{"name": "x", "features": {"evil": "yes", "userNamespaces": 1}}, 3]',
+                         runtime_features='{"supplementalGroupsPolicy": "", "more": 1}')
+    assert runtime_facts(garbage) == {"runtimeHandlers": [{"name": "x", "features": {"userNamespaces": True}}],
+                                      "features": {"supplementalGroupsPolicy": False}}
+    assert runtime_facts(NodeHealth(runtime_handlers="{not json", runtime_features="")) == {}

@@ -21,7 +21,9 @@ def pod(container=None, **spec):
 
 
 @pytest.mark.parametrize("spec, container, names", [
-    ({"ephemeralContainers": [{"name": "dbg", "image": "i:1"}]}, None, "spec: ephemeralContainers: ephemeral"),
+    ({"hostUsers": False}, None, "spec.hostUsers: user namespaces are not supported"),
+    ({"ephemeralContainers": [{"name": "dbg", "image": "i:1", "ports": [{"containerPort": 80}]}]}, None,
+     "spec.ephemeralContainers[0]: ports: ephemeral containers may not have ports"),
     ({"runtimeClassName": "gvisor"}, None, "spec: runtimeClassName: RuntimeClass is not supported"),
     ({"readinessGates": [{"conditionType": "x"}]}, None, "spec: readinessGates: not supported"),
     ({"setHostnameAsFQDN": True}, None, "spec: setHostnameAsFQDN: not supported"),

@@ -33,7 +33,7 @@ def refused(data) -> str:
 def test_containers_init_and_app_together():
     assert validate_pod(manifest(containers(64), init=[{**c, "name": f"i{c['name']}"} for c in containers(64)]))
     assert refused(manifest(containers(100), init=[{**c, "name": f"i{c['name']}"} for c in containers(29)])) == \
-        "spec.containers: has 129 containers; pykubelet runs at most 128 in a pod (init and app containers together)"
+        "spec.containers: has 129 containers; pykubelet runs at most 128 in a pod (init, app and ephemeral containers together)"
 
 
 def test_a_pod_of_fifty_thousand_containers_is_refused_by_the_count():
@@ -133,5 +133,5 @@ def test_an_api_pod_past_a_cap_is_refused_with_the_reason_and_an_event(store):
         row = s.get(RefusedPod, "u1")
         assert (row.reason, row.message) == (
             "PodLimitExceeded", "pykubelet cannot run this pod: spec.containers: has 200 containers; pykubelet runs "
-                                "at most 128 in a pod (init and app containers together)")
+                                "at most 128 in a pod (init, app and ephemeral containers together)")
     assert events.events == [("Warning", "PodLimitExceeded", row.message)]

@@ -1,0 +1,188 @@
+"""The pod's own cgroup (/kubepods[/<tier>]/pod<uid>): its CPU shares, CPU quota and memory
+limit, set before the sandbox starts in it, as the kubelet's pod container manager does
+(ResourceConfigForPod).
+
+The pod cgroup caps what its containers take together: cpu.shares from the pod's requests, a
+CPU quota and a memory limit when every container has one (their sum) or the pod has pod-level
+limits. Containers in it get their own cgroups from the runtime below it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, MIN_QUOTA, MIN_SHARES
+from shared.podspec import Container, Pod
+from shared.qos import pod_level, pod_requests, qos_class
+from shared.quantity import millicores, to_bytes
+
+
+MAX_SHARES = 262_144
+
+
+@dataclass(frozen=True)
+class PodCgroupConfig:
+    cpu_shares: int
+    cpu_quota: int | None  # None: no CPU limit
+    memory_limit: int | None  # None: no memory limit
+    pids_limit: int | None = None  # podPidsLimit; None: no limit
+
+
+def _limits(pod: Pod, name: str) -> int | None:
+    """The pod's limit of one resource: its pod-level limit, else the sum of its containers'
+    (the larger of that and its biggest init container) when every container has one."""
+    own = pod_level(pod)
+    if own is not None and name in own.limits:
+        return millicores(own.limits[name]) if name == "cpu" else to_bytes(own.limits[name])
+
+    def limit(c: Container) -> int | None:
+        q = c.resources.limits.get(name)
+        return None if q is None else millicores(q) if name == "cpu" else to_bytes(q)
+
+    everyone = pod.spec.initContainers + pod.spec.containers
+    values = [limit(c) for c in everyone]
+    if not everyone or any(v is None for v in values):
+        return None
+    sidecars = {c.name for c in pod.spec.sidecars}
+    side = sum(limit(c) or 0 for c in pod.spec.initContainers if c.name in sidecars)
+    apps = sum(limit(c) or 0 for c in pod.spec.containers) + side
+    inits = max(((limit(c) or 0) + side for c in pod.spec.initContainers if c.name not in sidecars), default=0)
+    return max(apps, inits)
+
+
+def shares(milli: int) -> int:
+    return min(MAX_SHARES, max(MIN_SHARES, milli * 1024 // 1000))
+
+
+def quota(milli: int) -> int:
+    return max(MIN_QUOTA, milli * CPU_PERIOD // 1000)
+
+
+def pod_cgroup_config(pod: Pod, pod_pids_limit: int = -1) -> PodCgroupConfig:
+    pids = pod_pids_limit if pod_pids_limit > 0 else None
+    if qos_class(pod) == "BestEffort":
+        return PodCgroupConfig(MIN_SHARES, None, None, pids)
+    cpu_limit, memory_limit = _limits(pod, "cpu"), _limits(pod, "memory")
+    return PodCgroupConfig(cpu_shares=shares(pod_requests(pod)["cpu"]),
+                           cpu_quota=quota(cpu_limit) if cpu_limit is not None else None,
+                           memory_limit=memory_limit, pids_limit=pids)
+
+
+def _weight(cpu_shares: int) -> int:
+    """cgroup v2's cpu.weight for v1 shares (the kubelet's and runc's conversion)."""
+    return 10_000 if cpu_shares >= MAX_SHARES else 1 + ((cpu_shares - 2) * 9999) // 262_142
+
+
+def _files(parent: str, config: PodCgroupConfig, root: Path, pids: bool = True) -> list[tuple[Path, str]]:
+    """The files of the settings; pids=False leaves pids.max out (a resize does not touch it)."""
+    rel = parent.strip("/")
+    pids_max = str(config.pids_limit) if config.pids_limit is not None else "max"
+    if (root / "cgroup.controllers").is_file():
+        d = root / rel
+        return [(d / "cpu.weight", str(_weight(config.cpu_shares))),
+                (d / "cpu.max", f"{config.cpu_quota if config.cpu_quota is not None else 'max'} {CPU_PERIOD}"),
+                (d / "memory.max", str(config.memory_limit) if config.memory_limit is not None else "max"),
+                *([(d / "pids.max", pids_max)] if pids else [])]
+    cpu, memory = root / "cpu" / rel, root / "memory" / rel
+    return [(cpu / "cpu.shares", str(config.cpu_shares)), (cpu / "cpu.cfs_period_us", str(CPU_PERIOD)),
+            (cpu / "cpu.cfs_quota_us", str(config.cpu_quota if config.cpu_quota is not None else -1)),
+            (memory / "memory.limit_in_bytes", str(config.memory_limit if config.memory_limit is not None else -1)),
+            # Without a pids hierarchy only a limit asked for is written (and fails, saying so).
+            *([(root / "pids" / rel / "pids.max", pids_max)]
+              if pids and (config.pids_limit is not None or (root / "pids").is_dir()) else [])]
+
+
+def _write(files: list[tuple[Path, str]]) -> list[str]:
+    problems = []
+    for path, value in files:
+        try:
+            path.write_text(value)
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+    return problems
+
+
+def ensure(parent: str, config: PodCgroupConfig, root: Path = CGROUP_ROOT) -> list[str]:
+    """Make the pod's cgroup (and its tier) and write its settings; what failed, in words."""
+    rel = parent.strip("/")
+    try:
+        if (root / "cgroup.controllers").is_file():
+            # cgroup v2: a cgroup has cpu and memory files only where its parent delegates them.
+            d = root
+            for part in rel.split("/"):
+                (d / "cgroup.subtree_control").write_text("+cpu +memory +pids")
+                d = d / part
+                d.mkdir(exist_ok=True)
+        else:
+            for controller in ("cpu", "memory", "pids"):
+                if controller != "pids" or (root / controller).is_dir():
+                    (root / controller / rel).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return [f"creating the pod cgroup {parent}: {exc.strerror or exc}"]
+    return _write(_files(parent, config, root))
+
+
+def exists(parent: str, root: Path = CGROUP_ROOT) -> bool:
+    rel = parent.strip("/")
+    return (root / rel).is_dir() if (root / "cgroup.controllers").is_file() else (root / "cpu" / rel).is_dir()
+
+
+def current(parent: str, root: Path = CGROUP_ROOT) -> PodCgroupConfig | None:
+    """What the pod's cgroup has now; None when it cannot be read."""
+    def number(text: str) -> int | None:
+        return None if text in ("max", "-1") or int(text) >= 2**62 else int(text)  # v1 "unlimited" is huge
+
+    try:
+        values = {path.name: path.read_text().split()[0]
+                  for path, _ in _files(parent, PodCgroupConfig(0, None, None), root, pids=False)}
+        if "cpu.max" in values:
+            weight = int(values["cpu.weight"])
+            return PodCgroupConfig(cpu_shares=2 + (weight - 1) * 262_142 // 9999, cpu_quota=number(values["cpu.max"]),
+                                   memory_limit=number(values["memory.max"]))
+        return PodCgroupConfig(cpu_shares=int(values["cpu.shares"]), cpu_quota=number(values["cpu.cfs_quota_us"]),
+                               memory_limit=number(values["memory.limit_in_bytes"]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _larger(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else max(a, b)  # None: no limit, the largest
+
+
+def resize(parent: str, new: PodCgroupConfig, containers_done: bool, root: Path = CGROUP_ROOT) -> list[str]:
+    """Resize the pod's cgroup around its containers' resize: before them, to what holds both
+    the old and the new settings; after them, to the new. (cgroup v1 refuses a container's CPU
+    quota above its pod's, and a pod's below a container's.)"""
+    now = current(parent, root)
+    if now is None:
+        return [f"cannot read the pod cgroup {parent}"]
+    new = PodCgroupConfig(new.cpu_shares, new.cpu_quota, new.memory_limit)  # pids.max is not resized
+    if now == new:
+        return []
+    target = new if containers_done else PodCgroupConfig(max(now.cpu_shares, new.cpu_shares),
+                                                         _larger(now.cpu_quota, new.cpu_quota),
+                                                         _larger(now.memory_limit, new.memory_limit))
+    return _write(_files(parent, target, root, pids=False))
+
+
+def qos_tier_shares(pods: list[Pod]) -> dict[str, int]:
+    """cpu.shares of the QoS tiers (the kubelet's QoS container manager): BestEffort pods
+    share the minimum; Burstable pods their requests together; Guaranteed pods sit in
+    /kubepods itself."""
+    burstable = sum(pod_requests(p)["cpu"] for p in pods if qos_class(p) == "Burstable")
+    return {"/kubepods/besteffort": MIN_SHARES, "/kubepods/burstable": shares(burstable)}
+
+
+def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT) -> list[str]:
+    """Write the tiers' shares (making the tiers where missing); what failed, in words."""
+    v2 = (root / "cgroup.controllers").is_file()
+    files = []
+    for tier, value in qos_tier_shares(pods).items():
+        d = root / tier.strip("/") if v2 else root / "cpu" / tier.strip("/")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return [f"creating the QoS cgroup {tier}: {exc.strerror or exc}"]
+        files.append((d / "cpu.weight", str(_weight(value))) if v2 else (d / "cpu.shares", str(value)))
+    return _write(files)

@@ -1,0 +1,115 @@
+"""In-place pod resize, the decisions: what a pod's containers are allocated, whether a resize
+the API server accepted fits the node, and what a running container needs to get there.
+
+The kubelet's model (pkg/kubelet/allocation, kuberuntime): the spec's resources are what the pod
+asks for; the *allocation* is what the node granted (admission sets it, a resize that fits
+replaces it); the *actuated* resources are what the runtime was last given for a container
+(at CreateContainer, or by UpdateContainerResources). Containers always start with their
+allocation, and a running container whose actuated resources differ is updated in place, or
+restarted where its resizePolicy says RestartContainer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from services.pod_sync.admission import resources_fit
+from shared.allocation import Allocation, Resources, changed, resources_of
+from shared.podspec import Container, Pod
+from shared.qos import pod_requests
+
+DEFERRED = "Deferred"
+INFEASIBLE = "Infeasible"
+ERROR = "Error"
+PENDING_CONDITION = "PodResizePending"
+IN_PROGRESS_CONDITION = "PodResizeInProgress"
+
+
+def restart_policy(c: Container, resource: str) -> str:
+    """The container's resizePolicy for one resource: NotRequired unless it says otherwise."""
+    for p in c.resizePolicy:
+        if p.resourceName == resource:
+            return p.restartPolicy
+    return "NotRequired"
+
+
+def needs_restart(c: Container, old: Resources | None, new: Resources) -> bool:
+    return any(restart_policy(c, name) == "RestartContainer" for name in changed(old, new))
+
+
+@dataclass
+class Decision:
+    allocate: bool
+    reason: str = ""  # Deferred or Infeasible when not
+    message: str = ""
+
+
+def decide(resized: Pod, static: bool, others: list[Pod], capacity: dict[str, int]) -> Decision:
+    """Does a resize fit the node? `resized` has the new requests, `others` are every other
+    admitted pod at its allocation (the kubelet's canResizePod)."""
+    if static:
+        return Decision(False, INFEASIBLE, "In-place resize of static-pods is not supported")
+    want = pod_requests(resized)
+    for name in ("memory", "cpu"):  # the kubelet names memory first
+        if want[name] > capacity[name]:
+            return Decision(False, INFEASIBLE, f"Node didn't have enough capacity: {name}, requested: "
+                                               f"{want[name]}, capacity: {capacity[name]}")
+    verdict = resources_fit(resized, others, capacity)
+    if not verdict.admitted:
+        return Decision(False, DEFERRED, verdict.message.removeprefix("Pod was rejected: "))
+    return Decision(True)
+
+
+def event_message(prefix: str, pod: Pod, allocation: Allocation, generation: int | None,
+                  error: str = "") -> str:
+    """The kubelet's resize event text: a prefix, then the resources as JSON."""
+    def listed(containers: list[Container]) -> list[dict[str, Any]]:
+        return [{"name": c.name, "resources": {k: v for k, v in allocation.get(c.name, resources_of(c)).items() if v}}
+                for c in containers]
+
+    body: dict[str, Any] = {}
+    if pod.spec.initContainers:
+        body["initContainers"] = listed(pod.spec.initContainers)
+    body["containers"] = listed(pod.spec.containers)
+    if generation is not None:
+        body["generation"] = generation
+    if error:
+        body["error"] = error
+    return f"{prefix}: {json.dumps(body, separators=(',', ':'))}"
+
+
+def condition(kind: str, state: dict[str, Any]) -> dict[str, Any]:
+    """A v1 PodCondition from the stored state of a resize condition."""
+    out: dict[str, Any] = {"type": kind, "status": "True", "lastProbeTime": None,
+                           "lastTransitionTime": state.get("since")}
+    if state.get("generation") is not None:
+        out["observedGeneration"] = state["generation"]
+    if state.get("reason"):
+        out["reason"] = state["reason"]
+    if state.get("message"):
+        out["message"] = state["message"]
+    return out
+
+
+def created_with(annotation: str | None) -> Resources | None:
+    """The resources a container was created with, from its annotation; None when it has none
+    or it cannot be read (the container is then updated to its allocation)."""
+    if not annotation:
+        return None
+    try:
+        value = json.loads(annotation)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(value.get(k, {}), dict) for k in ("requests", "limits")):
+        return None
+    try:
+        changed(value, None)  # every quantity parses
+    except (ValueError, TypeError):
+        return None
+    return {"requests": dict(value.get("requests") or {}), "limits": dict(value.get("limits") or {})}
+
+
+def annotation(c: Container) -> str:
+    return json.dumps(resources_of(c), separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,219 @@
+"""In-place pod resize, the actions: grant a resize that fits, restart or update the running
+containers to their allocation, and keep the PodResizePending / PodResizeInProgress state.
+
+The state lives on the pod's DesiredPod row (allocated, actuated, resize), so a restart of
+pod-sync neither forgets a grant nor repeats an update it already made. What a container was
+created with is on the container itself (its resources annotation), so only updates are stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from services.pod_sync.actions import backoff_key
+from services.pod_sync.killing import Killer
+from services.pod_sync.resize import (DEFERRED, ERROR, IN_PROGRESS_CONDITION, PENDING_CONDITION, condition,
+                                      created_with, decide, event_message, needs_restart)
+from services.pod_sync import pod_cgroup
+from services.pod_sync.resources import container_resources, pod_cgroup_parent
+from services.pod_sync.runtime_config import NodeFacts
+from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
+from shared.allocation import Allocation, Resources, changed, same, spec_allocation
+from shared.cri import CRIError, RuntimeService
+from shared.cri import labels as L
+from shared.podspec import Container, Pod
+from shared.qos import qos_class
+from shared.quantity import parse_quantity
+from shared.retry import Backoff
+from shared.store import DesiredPod
+from shared.store.models import utcnow
+
+log = logging.getLogger(__name__)
+
+# A deferred resize is tried again this often even when nothing wakes the pod (the kubelet
+# retries on every pod change and on a ticker).
+DEFERRED_RETRY = 10.0
+
+Event = Callable[[Pod, str, str, str], None]
+
+
+def _now() -> str:
+    return utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class ResizeState:
+    allocated: Allocation
+    actuated: dict[str, Resources] = field(default_factory=dict)  # container id -> set by an update
+    pending: dict[str, Any] | None = None  # reason, message, generation, since
+    in_progress: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, row: DesiredPod, pod: Pod) -> "ResizeState":
+        resize = row.resize or {}
+        return cls(allocated=row.allocated if row.allocated is not None else spec_allocation(pod),
+                   actuated=dict(row.actuated or {}), pending=resize.get("pending"),
+                   in_progress=resize.get("in_progress"))
+
+    def save(self, row: DesiredPod) -> None:
+        row.allocated = self.allocated
+        row.actuated = self.actuated
+        row.resize = {"pending": self.pending, "in_progress": self.in_progress}
+
+    def snapshot(self) -> str:
+        """The state as one comparable value: is there anything new to save?"""
+        return json.dumps([self.allocated, self.actuated, self.pending, self.in_progress], sort_keys=True)
+
+    def conditions(self) -> list[dict[str, Any]]:
+        return ([condition(PENDING_CONDITION, self.pending)] if self.pending else []) + \
+               ([condition(IN_PROGRESS_CONDITION, self.in_progress)] if self.in_progress else [])
+
+    def applied(self, c: ContainerInfo) -> Resources | None:
+        """What the runtime was last given for this container; None when unknown."""
+        return self.actuated.get(c.id) or created_with(c.annotations.get(L.RESOURCES))
+
+
+def generation(pod: Pod) -> int | None:
+    value = (pod.metadata.model_extra or {}).get("generation")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _resizable_running(pod: Pod, rt: RuntimePod) -> list[tuple[ContainerInfo, Container]]:
+    """The pod's running containers in its current sandbox with their (allocated) specs;
+    ephemeral containers have no resources."""
+    sandbox = rt.current_sandbox
+    specs = {c.name: c for c in pod.spec.initContainers + pod.spec.containers}
+    return [(c, specs[c.name]) for c in rt.running_containers
+            if c.name in specs and sandbox is not None and c.sandbox_id == sandbox.id]
+
+
+def _decreases(old: Resources | None, new: Resources) -> bool:
+    def value(entry: Resources | None, kind: str, name: str) -> Any:
+        q = ((entry or {}).get(kind) or {}).get(name)
+        return parse_quantity(q) if q is not None else None
+    return any((a := value(old, kind, name)) is not None and ((b := value(new, kind, name)) is None or b < a)
+               for kind in ("requests", "limits") for name in ("cpu", "memory"))
+
+
+class Resizer:
+    def __init__(self, runtime: RuntimeService, killer: Killer, backoff: Backoff, node: NodeFacts,
+                 event: Event) -> None:
+        self.runtime = runtime
+        self.killer = killer
+        self.backoff = backoff
+        self.node = node
+        self.event = event
+
+    def allocate(self, pod: Pod, state: ResizeState, static: bool, others: Callable[[], list[Pod]],
+                 capacity: dict[str, int]) -> float | None:
+        """Grant the spec's resources if they changed and fit; otherwise keep the old grant and
+        say why (PodResizePending). Returns when to look again (a deferred resize)."""
+        desired = spec_allocation(pod)
+        gen = generation(pod)
+        if same(desired, state.allocated):
+            state.pending = None
+            return None
+        decision = decide(pod, static, others(), capacity)
+        if decision.allocate:
+            state.allocated = desired
+            state.pending = None
+            state.in_progress = {"reason": "", "message": "", "generation": gen, "since": _now()}
+            log.info("pod %s: resize to generation %s allocated", pod.full_name, gen)
+            self.event(pod, "Normal", "ResizeStarted", event_message("Pod resize started", pod, desired, gen))
+            return None
+        previous = state.pending or {}
+        if (previous.get("reason"), previous.get("message")) != (decision.reason, decision.message):
+            log.info("pod %s: resize %s: %s", pod.full_name, decision.reason, decision.message)
+            self.event(pod, "Warning", f"Resize{decision.reason}",
+                       event_message(f"Pod resize {decision.reason.lower()}", pod, desired, gen, decision.message))
+        since = previous.get("since") if previous.get("reason") == decision.reason else None
+        state.pending = {"reason": decision.reason, "message": decision.message, "generation": gen,
+                         "since": since or _now()}
+        return DEFERRED_RETRY if decision.reason == DEFERRED else None
+
+    def _pod_cgroup(self, pod: Pod, state: ResizeState, containers_done: bool) -> str:
+        """The pod cgroup's part of a resize (pod_cgroup.resize); "" when done or not needed."""
+        parent = pod_cgroup_parent(pod, qos_class(pod))
+        if state.in_progress is None or not pod_cgroup.exists(parent, self.node.cgroup_root):
+            return ""  # nothing to resize, or no pod cgroup yet: it is made with the allocation
+        problems = pod_cgroup.resize(parent, pod_cgroup.pod_cgroup_config(pod), containers_done, self.node.cgroup_root)
+        if problems:
+            log.warning("pod %s: resizing the pod cgroup: %s", pod.full_name, "; ".join(problems))
+            return f"resizing the pod cgroup: {'; '.join(problems)}"
+        return ""
+
+    def prepare(self, pod: Pod, state: ResizeState) -> str:
+        """Before any container of a resizing pod grows or restarts: the pod cgroup holds both
+        the old and the new settings. The error, or ""."""
+        return self._pod_cgroup(pod, state, containers_done=False)
+
+    async def restarts(self, pod: Pod, rt: RuntimePod, state: ResizeState) -> bool:
+        """Kill the running containers whose resize their resizePolicy says needs a restart;
+        they start again at once with their allocation. True when any was killed."""
+        killed = False
+        sandbox = rt.current_sandbox
+        for c, spec in _resizable_running(pod, rt):
+            want, have = state.allocated.get(c.name), state.applied(c)
+            if want is None or have is None or not needs_restart(spec, have, want):
+                continue
+            log.info("pod %s: container %s resize requires restart", pod.full_name, c.name)
+            self.event(pod, "Normal", "Killing", f"Container {c.name} resize requires restart")
+            await self.killer.kill_container(c, spec, sandbox.ip if sandbox else "",
+                                             time.monotonic() + pod.spec.terminationGracePeriodSeconds,
+                                             reason="resize requires restart")
+            self.backoff.forget(backoff_key(pod, c.name))  # not a crash: no back-off
+            killed = True
+        return killed
+
+    async def update_in_place(self, pod: Pod, rt: RuntimePod, state: ResizeState) -> str:
+        """UpdateContainerResources for every running container not at its allocation,
+        decreases first (what they give back makes room for the increases). Returns the error,
+        or "" when every running container is at its allocation."""
+        qos = qos_class(pod)
+        todo = []
+        for c, spec in _resizable_running(pod, rt):
+            want, have = state.allocated.get(c.name), state.applied(c)
+            if want is None or (have is not None and not changed(have, want)):
+                continue
+            todo.append((not _decreases(have, want), c, spec, want))
+        for _, c, spec, want in sorted(todo, key=lambda t: t[0]):
+            try:
+                await self.runtime.update_container_resources(
+                    c.id, container_resources(spec, qos, self.node.memory_bytes, self.node.oom_floor, pod))
+            except CRIError as exc:
+                log.warning("pod %s: resizing container %s: %s", pod.full_name, c.name, exc)
+                return f"updating the resources of container {c.name}: {exc.details}"
+            state.actuated[c.id] = want
+            log.info("pod %s: container %s resized in place", pod.full_name, c.name)
+        return self._pod_cgroup(pod, state, containers_done=True)
+
+    def settle(self, pod: Pod, rt: RuntimePod, state: ResizeState, error: str) -> None:
+        """PodResizeInProgress while a running container is not at its allocation (reason Error
+        when an update failed), gone with a ResizeCompleted event once all are."""
+        running = _resizable_running(pod, rt)
+        live = {c.id for c, _ in running}
+        state.actuated = {cid: r for cid, r in state.actuated.items() if cid in live}
+        behind = [c.name for c, _ in running if (want := state.allocated.get(c.name)) is not None
+                  and ((have := state.applied(c)) is None or changed(have, want))]
+        gen = generation(pod)
+        if error:
+            previous = state.in_progress or {}
+            if previous.get("message") != error:
+                self.event(pod, "Warning", "ResizeError",
+                           event_message("Pod resize error", pod, state.allocated, gen, error))
+            state.in_progress = {"reason": ERROR, "message": error,
+                                 "generation": previous.get("generation", gen),
+                                 "since": previous.get("since") or _now()}
+        elif behind:
+            if state.in_progress is None or state.in_progress.get("reason"):
+                state.in_progress = {"reason": "", "message": "", "generation": gen,
+                                     "since": (state.in_progress or {}).get("since") or _now()}
+        elif state.in_progress is not None:
+            log.info("pod %s: resize completed", pod.full_name)
+            self.event(pod, "Normal", "ResizeCompleted",
+                       event_message("Pod resize completed", pod, state.allocated, gen))
+            state.in_progress = None

@@ -1,0 +1,117 @@
+"""In-place pod resize through the API server's `resize` subresource: the node grants it, the
+running container's cgroup changes without a restart (or with one, where resizePolicy asks),
+and the pod's status says what was allocated and what the container has."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _resources(cpu_req: str, cpu_lim: str, mem_req: str, mem_lim: str) -> dict:
+    return {"requests": {"cpu": cpu_req, "memory": mem_req}, "limits": {"cpu": cpu_lim, "memory": mem_lim}}
+
+
+def _resize(cluster, name: str, resources: dict) -> None:
+    cluster.kubectl("patch", "pod", name, "--subresource", "resize", "-p",
+                    json.dumps({"spec": {"containers": [{"name": "app", "resources": resources}]}}))
+
+
+def _settled(resources: dict):
+    """The container reports these resources, and no resize is pending or in progress."""
+    def check(p: dict) -> bool:
+        status = p.get("status", {})
+        statuses = status.get("containerStatuses") or [{}]
+        types = {c["type"] for c in status.get("conditions", [])}
+        return (statuses[0].get("resources") == resources and "running" in statuses[0].get("state", {})
+                and not types & {"PodResizePending", "PodResizeInProgress"}
+                and status.get("observedGeneration") == p["metadata"]["generation"])
+    return check
+
+
+def _cgroup(cluster, name: str) -> dict[str, str]:
+    """The container's own CPU and memory cgroup settings, read inside it (v1 or v2)."""
+    script = ("if [ -f /sys/fs/cgroup/cpu.max ]; then cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/cpu.weight "
+              "/sys/fs/cgroup/memory.max; else cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.shares "
+              "/sys/fs/cgroup/memory/memory.limit_in_bytes; fi")
+    quota, shares, memory = cluster.kubectl("exec", name, "--", "sh", "-c", script).stdout.split("\n")[:3]
+    return {"quota": quota.split()[0], "shares": shares, "memory": memory}
+
+
+def _pod_cgroup(pod: dict, controller: str, name: str) -> str:
+    """The pod's own cgroup setting, read on the node (cgroup v1, as on these machines)."""
+    tier = {"Guaranteed": "", "Burstable": "burstable/"}[pod["status"]["qosClass"]]
+    return (Path("/sys/fs/cgroup") / controller / f"kubepods/{tier}pod{pod['metadata']['uid']}" / name).read_text().strip()
+
+
+def test_resize_cpu_in_place_then_memory_with_a_restart(cluster):
+    cluster.create_pod("resized", {"containers": [{
+        "name": "app", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"],
+        "resources": _resources("100m", "200m", "64Mi", "128Mi"),
+        "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                         {"resourceName": "memory", "restartPolicy": "RestartContainer"}]}]})
+    first = _resources("100m", "200m", "64Mi", "128Mi")
+    pod = cluster.wait_pod("resized", _settled(first), 60, "Running")
+    assert pod["status"]["containerStatuses"][0]["allocatedResources"] == {"cpu": "100m", "memory": "64Mi"}
+    before = _cgroup(cluster, "resized")
+    assert before["quota"] == "20000" and before["memory"] in (str(128 * 2**20),)
+
+    cpu = _resources("300m", "400m", "64Mi", "128Mi")
+    _resize(cluster, "resized", cpu)
+    pod = cluster.wait_pod("resized", _settled(cpu), 60, "the cpu resize done")
+    status = pod["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 0, "cpu is NotRequired: no restart"
+    assert status["allocatedResources"] == {"cpu": "300m", "memory": "64Mi"}
+    assert pod["metadata"]["generation"] == 2
+    now = _cgroup(cluster, "resized")
+    assert now["quota"] == "40000", now
+    assert now["shares"] in ("307", "12"), now  # cpu.shares on v1, cpu.weight on v2
+    # The pod cgroup grew first (cgroup v1 refuses a container's quota above its pod's).
+    assert _pod_cgroup(pod, "cpu", "cpu.cfs_quota_us") == "40000"
+    assert _pod_cgroup(pod, "cpu", "cpu.shares") == "307"
+
+    memory = _resources("300m", "400m", "64Mi", "256Mi")
+    _resize(cluster, "resized", memory)
+    pod = cluster.wait_pod("resized", lambda p: _settled(memory)(p)
+                           and p["status"]["containerStatuses"][0]["restartCount"] == 1, 90,
+                           "restarted with the new memory limit")
+    assert _cgroup(cluster, "resized")["memory"] == str(256 * 2**20)
+    assert _pod_cgroup(pod, "memory", "memory.limit_in_bytes") == str(256 * 2**20)
+    events = cluster.kubectl("get", "events", "--field-selector", "involvedObject.name=resized").stdout
+    assert "ResizeStarted" in events and "ResizeCompleted" in events
+    assert "Container app resize requires restart" in events
+    cluster.kubectl("delete", "pod", "resized", "--wait=false")
+
+
+def test_resize_that_does_not_fit_beside_other_pods_waits_for_room(cluster):
+    # The API server refuses a resize beyond the node's allocatable; one that fits the node but
+    # not beside the pods already there is the node's to defer, until they go.
+    asked = _resources("50m", "100m", "32Mi", "64Mi")
+    cluster.create_pod("waiting", {"containers": [{"name": "app", "image": cluster.node.image("busybox"),
+                                                   "command": ["sleep", "3600"], "resources": asked}]})
+    cluster.create_pod("room-taker", {"containers": [{
+        "name": "app", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"],
+        "resources": {"requests": {"cpu": "1500m"}}}]})
+    cluster.wait_pod("waiting", _settled(asked), 60, "Running")
+    cluster.wait_pod("room-taker", lambda p: p.get("status", {}).get("phase") == "Running", 60, "Running")
+    bigger = _resources("1", "1", "32Mi", "64Mi")
+    _resize(cluster, "waiting", bigger)
+
+    def deferred(p: dict) -> bool:
+        conds = {c["type"]: c for c in p.get("status", {}).get("conditions", [])}
+        return conds.get("PodResizePending", {}).get("reason") == "Deferred"
+    pod = cluster.wait_pod("waiting", deferred, 60, "PodResizePending Deferred")
+    pending = next(c for c in pod["status"]["conditions"] if c["type"] == "PodResizePending")
+    assert pending["message"].startswith("Node didn't have enough resource: cpu, requested: 1000, used: ")
+    assert pending["observedGeneration"] == 2
+    status = pod["status"]["containerStatuses"][0]
+    assert status["allocatedResources"]["cpu"] == "50m" and status["resources"] == asked
+    assert "running" in status["state"] and status["restartCount"] == 0
+    assert _cgroup(cluster, "waiting")["quota"] == "10000", "the container keeps its resources meanwhile"
+    events = cluster.kubectl("get", "events", "--field-selector", "involvedObject.name=waiting").stdout
+    assert "ResizeDeferred" in events
+
+    cluster.kubectl("delete", "pod", "room-taker", "--wait=false")
+    cluster.wait_pod("waiting", _settled(bigger), 90, "resized once the room is free")
+    assert _cgroup(cluster, "waiting")["quota"] == "100000"
+    cluster.kubectl("delete", "pod", "waiting", "--wait=false")

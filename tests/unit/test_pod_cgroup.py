@@ -1,0 +1,196 @@
+"""The pod cgroup's settings (services/pod_sync/pod_cgroup.py) and pod-level resources: QoS,
+requests, what containers without limits get, and the API server's rules for static pods."""
+
+import pytest
+
+from services.pod_sync import pod_cgroup
+from services.pod_sync.pod_cgroup import PodCgroupConfig, pod_cgroup_config
+from services.pod_sync.resources import container_resources
+from shared.podspec import ManifestInvalid, validate_pod
+from shared.qos import pod_requests, qos_class
+from shared.store import DesiredPod
+from tests.unit.conftest import IMG
+
+MI = 2**20
+
+
+def pod(*containers, resources=None, inits=(), os=None):
+    spec = {"containers": [{"name": f"c{i}", "image": IMG, "resources": r} for i, r in enumerate(containers)],
+            "initContainers": [{"name": f"i{i}", "image": IMG, **r} for i, r in enumerate(inits)]}
+    if resources is not None:
+        spec["resources"] = resources
+    if os is not None:
+        spec["os"] = {"name": os}
+    return validate_pod({"metadata": {"name": "p", "uid": "uid1"}, "spec": spec})
+
+
+def limits(cpu=None, memory=None, requests=None):
+    return {"limits": {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}, "requests": requests or {}}
+
+
+def test_pod_cgroup_of_container_limits_is_their_sum_and_of_requests_the_shares():
+    p = pod(limits("200m", "64Mi"), limits("300m", "32Mi"))
+    assert qos_class(p) == "Guaranteed"
+    assert pod_cgroup_config(p) == PodCgroupConfig(cpu_shares=512, cpu_quota=50_000, memory_limit=96 * MI)
+
+
+def test_pod_cgroup_has_no_limit_unless_every_container_has_one():
+    p = pod(limits("200m", "64Mi", {"cpu": "100m"}), {"requests": {"cpu": "100m"}})
+    assert pod_cgroup_config(p) == PodCgroupConfig(cpu_shares=204, cpu_quota=None, memory_limit=None)
+
+
+def test_init_containers_count_as_the_kubelet_counts_them():
+    """The larger of the app containers together and the largest init container (sidecars
+    running beside both)."""
+    p = pod(limits("100m", "64Mi"), inits=[{"resources": limits("500m", "32Mi")},
+                                           {"resources": limits("50m", "16Mi"), "restartPolicy": "Always"}])
+    assert pod_cgroup_config(p) == PodCgroupConfig(cpu_shares=563, cpu_quota=55_000, memory_limit=80 * MI)
+
+
+def test_best_effort_pods_get_the_minimum_shares():
+    assert pod_cgroup_config(pod({})) == PodCgroupConfig(2, None, None)
+
+
+def test_pod_level_resources_set_the_pod_cgroup_qos_and_requests():
+    p = pod({}, {"requests": {"memory": "16Mi"}},
+            resources={"requests": {"cpu": "500m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}})
+    assert qos_class(p) == "Burstable", "the pod's own resources decide, not its containers'"
+    assert pod_requests(p) == {"cpu": 500, "memory": 128 * MI}
+    assert pod_cgroup_config(p) == PodCgroupConfig(cpu_shares=512, cpu_quota=100_000, memory_limit=256 * MI)
+    guaranteed = pod({}, resources={"limits": {"cpu": "1", "memory": "256Mi"}})
+    assert qos_class(guaranteed) == "Guaranteed"
+    assert qos_class(pod({}, resources={})) == "BestEffort", "an empty resources: {} is no resources"
+
+
+def test_containers_without_limits_get_the_pods_and_share_its_memory_request():
+    p = pod({}, limits("200m", "64Mi", {"memory": "32Mi"}),
+            resources={"requests": {"cpu": "500m", "memory": "96Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}})
+    free = container_resources(p.spec.containers[0], qos_class(p), 4096 * MI, None, p)
+    assert (free.cpu_quota, free.memory_limit_in_bytes, free.cpu_shares) == (100_000, 256 * MI, 1024)
+    own = container_resources(p.spec.containers[1], qos_class(p), 4096 * MI, None, p)
+    assert (own.cpu_quota, own.memory_limit_in_bytes) == (20_000, 64 * MI)
+    # 96Mi for the pod, 32Mi of it the second container's: 32Mi more for each of the two.
+    assert free.oom_score_adj == 1000 - 1000 * (32 * MI) // (4096 * MI)
+    assert own.oom_score_adj == 1000 - 1000 * (64 * MI) // (4096 * MI)
+
+
+@pytest.mark.parametrize("resources,error", [
+    ({"limits": {"ephemeral-storage": "1Gi"}}, "pod-level resources may only be cpu, memory and hugepages-*"),
+    ({"limits": {"cpu": "100m"}}, "containers[c0].resources.limits.cpu: must be less than or equal to pod limits"),
+    ({"requests": {"memory": "16Mi"}}, "resources.requests.memory: must be greater than or equal to aggregate"),
+])
+def test_pod_level_resources_keep_the_api_servers_rules(resources, error):
+    with pytest.raises(ManifestInvalid, match=error.replace("[", r"\[").replace("]", r"\]").replace("*", r"\*")):
+        pod(limits("200m", "64Mi"), resources=resources)
+
+
+def test_v1_pod_cgroup_is_made_and_written(tmp_path):
+    for controller in ("cpu", "memory"):
+        (tmp_path / controller).mkdir()
+    parent = "/kubepods/burstable/poduid1"
+    assert pod_cgroup.ensure(parent, PodCgroupConfig(204, 50_000, None), tmp_path) == []
+    cpu, memory = tmp_path / "cpu/kubepods/burstable/poduid1", tmp_path / "memory/kubepods/burstable/poduid1"
+    assert (cpu / "cpu.shares").read_text() == "204" and (cpu / "cpu.cfs_quota_us").read_text() == "50000"
+    assert (cpu / "cpu.cfs_period_us").read_text() == "100000"
+    assert (memory / "memory.limit_in_bytes").read_text() == "-1"
+    assert pod_cgroup.current(parent, tmp_path) == PodCgroupConfig(204, 50_000, None)
+
+
+def test_v2_pod_cgroup_delegates_controllers_and_writes_weight_max(tmp_path):
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids")
+    parent = "/kubepods/poduid1"
+    assert pod_cgroup.ensure(parent, PodCgroupConfig(1024, 20_000, 64 * MI), tmp_path) == []
+    d = tmp_path / "kubepods/poduid1"
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert (tmp_path / "kubepods/cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert (d / "cpu.weight").read_text() == "39" and (d / "cpu.max").read_text() == "20000 100000"
+    assert (d / "memory.max").read_text() == str(64 * MI)
+    pod_cgroup.ensure(parent, PodCgroupConfig(2, None, None), tmp_path)
+    assert (d / "cpu.max").read_text() == "max 100000" and (d / "memory.max").read_text() == "max"
+
+
+def test_resize_holds_old_and_new_until_the_containers_are_done(tmp_path):
+    for controller in ("cpu", "memory"):
+        (tmp_path / controller).mkdir()
+    parent = "/kubepods/poduid1"
+    pod_cgroup.ensure(parent, PodCgroupConfig(204, 20_000, 128 * MI), tmp_path)
+    new = PodCgroupConfig(512, 50_000, 64 * MI)  # more CPU, less memory
+    assert pod_cgroup.resize(parent, new, containers_done=False, root=tmp_path) == []
+    assert pod_cgroup.current(parent, tmp_path) == PodCgroupConfig(512, 50_000, 128 * MI)
+    assert pod_cgroup.resize(parent, new, containers_done=True, root=tmp_path) == []
+    assert pod_cgroup.current(parent, tmp_path) == new
+
+
+async def test_the_syncer_makes_the_pod_cgroup_before_the_sandbox(syncer, rt, store, node):
+    p = pod(limits("200m", "64Mi"))
+    with store.session() as s:
+        s.add(DesiredPod(uid=p.uid, namespace="default", name="p", source="file", manifest=p.to_manifest()))
+    await syncer.sync("uid1")
+    cpu = node.cgroup_root / "cpu/kubepods/poduid1"
+    assert (cpu / "cpu.cfs_quota_us").read_text() == "20000"
+    assert (node.cgroup_root / "memory/kubepods/poduid1/memory.limit_in_bytes").read_text() == str(64 * MI)
+    assert rt.ops("run_podsandbox")
+
+
+async def test_a_pod_for_another_os_is_rejected(syncer, rt, store):
+    for uid, os in (("uid1", "windows"), ("uid2", "linux")):
+        p = pod({}, os=os).model_copy(update={"metadata": pod({}).metadata.model_copy(update={"uid": uid})})
+        with store.session() as s:
+            s.add(DesiredPod(uid=uid, namespace="default", name=uid, source="api", manifest=p.to_manifest()))
+        await syncer.sync(uid)
+    with store.session() as s:
+        windows, linux = s.get(DesiredPod, "uid1"), s.get(DesiredPod, "uid2")
+        assert (windows.admitted, windows.rejection_reason) == (False, "PodOSNotSupported")
+        assert windows.rejection_message == "Failed to admit pod as the OS field doesn't match node OS"
+        assert linux.admitted
+
+
+def test_downward_api_limits_of_a_container_without_are_the_pods():
+    from shared.downward_api import resource_field
+    p = pod({}, resources={"limits": {"cpu": "1250m", "memory": "64Mi"}})
+    c = p.spec.containers[0]
+    assert resource_field(p, c, {"resource": "limits.cpu"}, 2000, 4096 * MI) == "2"
+    assert resource_field(p, c, {"resource": "limits.memory"}, 2000, 4096 * MI) == str(64 * MI)
+    only_cpu = pod({}, resources={"limits": {"cpu": "1"}, "requests": {"cpu": "1"}})
+    assert resource_field(only_cpu, only_cpu.spec.containers[0], {"resource": "limits.memory"}, 2000, 4096 * MI) \
+        == str(4096 * MI), "no pod limit either: node allocatable"
+
+
+def test_pod_pids_limit_goes_to_pids_max_and_a_resize_leaves_it(tmp_path):
+    for controller in ("cpu", "memory", "pids"):
+        (tmp_path / controller).mkdir()
+    parent = "/kubepods/poduid1"
+    config = pod_cgroup_config(pod(limits("200m", "64Mi")), pod_pids_limit=256)
+    assert config.pids_limit == 256
+    assert pod_cgroup.ensure(parent, config, tmp_path) == []
+    pids_max = tmp_path / "pids/kubepods/poduid1/pids.max"
+    assert pids_max.read_text() == "256"
+    assert pod_cgroup.resize(parent, pod_cgroup_config(pod(limits("400m", "64Mi"))), True, tmp_path) == []
+    assert pids_max.read_text() == "256"
+    assert pod_cgroup_config(pod({}), pod_pids_limit=-1).pids_limit is None
+
+
+def test_pod_pids_limit_is_a_config_field():
+    from shared.config import ConfigError, load_kubelet_config
+    k, ignored = load_kubelet_config({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+                                      "podPidsLimit": 512})
+    assert k.pod_pids_limit == 512 and "podPidsLimit" not in ignored
+    with pytest.raises((ConfigError, ValueError), match="podPidsLimit"):
+        load_kubelet_config({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+                             "podPidsLimit": -5})
+
+
+async def test_qos_tiers_weigh_their_pods_requests(syncer, rt, store, node):
+    burstable = pod({"requests": {"cpu": "500m"}})
+    besteffort = pod({}).model_copy(update={"metadata": burstable.metadata.model_copy(update={"uid": "uid2"})})
+    for p in (burstable, besteffort):
+        with store.session() as s:
+            s.add(DesiredPod(uid=p.uid, namespace="default", name=p.uid, source="file", manifest=p.to_manifest()))
+        await syncer.sync(p.uid)
+    tiers = node.cgroup_root / "cpu/kubepods"
+    assert (tiers / "burstable/cpu.shares").read_text() == "512"
+    assert (tiers / "besteffort/cpu.shares").read_text() == "2"
+    with store.session() as s:
+        s.get(DesiredPod, "uid1").deleting = True
+    await syncer.sync("uid1")
+    assert (tiers / "burstable/cpu.shares").read_text() == "2", "its last pod gone, the tier weighs nothing"
