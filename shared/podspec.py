@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 import re
+import threading
 from typing import Any, ClassVar, Literal
 
 import yaml
@@ -751,10 +752,12 @@ class PodCache:
     """Parsed pods by UID, so services looking at the same pods on every event validate each
     once. A static pod's manifest never changes for its UID (an edit is a new UID); an API pod's
     mutable fields (labels, annotations, images, activeDeadlineSeconds) change with its
-    resourceVersion, which invalidates the entry."""
+    resourceVersion, which invalidates the entry. Used from a service's loop and from its store
+    thread (Store.run) alike, hence the lock; a manifest is parsed outside it."""
 
     def __init__(self, limit: int = 4096) -> None:
         self._pods: dict[str, tuple[str, Pod]] = {}
+        self._lock = threading.Lock()
         self.limit = limit
 
     def get(self, uid: str, manifest: dict[str, Any]) -> Pod:
@@ -762,19 +765,22 @@ class PodCache:
         cached = self._pods.get(uid)
         if cached is not None and cached[0] == version:
             return cached[1]
-        if len(self._pods) >= self.limit:
-            self._pods.clear()
         pod = Pod.from_manifest(manifest)
-        self._pods[uid] = (version, pod)
+        with self._lock:
+            if len(self._pods) >= self.limit:
+                self._pods.clear()
+            self._pods[uid] = (version, pod)
         return pod
 
     def forget(self, uid: str) -> None:
-        self._pods.pop(uid, None)
+        with self._lock:
+            self._pods.pop(uid, None)
 
     def retain(self, uids: set[str]) -> None:
         """Drop every pod not in uids."""
-        for uid in [u for u in self._pods if u not in uids]:
-            del self._pods[uid]
+        with self._lock:
+            for uid in [u for u in self._pods if u not in uids]:
+                del self._pods[uid]
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

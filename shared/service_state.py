@@ -9,9 +9,10 @@ started.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import os
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -55,27 +56,38 @@ class ServiceStateWriter:
             "pid": os.getpid(), "started_at": now, "heartbeat_at": now, "reconciled_at": None, "synced_at": None,
             "stopped_at": None})
 
-    def synced(self) -> None:
-        """The service's tables match their sources now (a full reconcile finished). Never
+    def synced(self) -> Future[None] | None:
+        """The service's tables match their sources now (a full reconcile finished). The write
+        is queued on the store's thread (a wait for the store's lock must not hold the loop that
+        calls this); returned, for a caller that needs it done, when there is one. It never
         raises: a store that cannot be written (a full disk) is the heartbeat's to report, and
         the reconcile is recorded on a later call."""
         now = self._synced_at = _now()
+        if not self._reconciled:
+            fields = {"reconciled_at": now, "synced_at": now}
+            self._reconciled = True
+        elif self._written_sync is None or (now - self._written_sync).total_seconds() >= SYNC_WRITE_INTERVAL:
+            fields = {"synced_at": now, "heartbeat_at": now}
+            self._written_sync = now  # one write per interval, however long this one waits
+        else:
+            return None
+        return self.store.submit(self._write_sync, fields)
+
+    def _write_sync(self, fields: dict[str, datetime | None]) -> None:
         try:
-            if not self._reconciled:
-                self._write(reconciled_at=now, synced_at=now)
-                self._reconciled = True
-            elif self._written_sync is None or (now - self._written_sync).total_seconds() >= SYNC_WRITE_INTERVAL:
-                self._write(synced_at=now, heartbeat_at=now)
+            self._write(**fields)
         except DatabaseError as exc:
             log.debug("could not record the reconcile: %s", exc)
+            if "reconciled_at" in fields:
+                self._reconciled = False  # recorded on the next call instead
 
     @property
     def reconciled(self) -> bool:
         return self._reconciled
 
     async def heartbeat(self) -> None:
-        # In a thread: a heartbeat landing on another service's write waits out its lock.
-        await asyncio.to_thread(self._write, heartbeat_at=_now(), synced_at=self._synced_at)
+        # On the store's thread: a heartbeat landing on another service's write waits out its lock.
+        await self.store.run(functools.partial(self._write, heartbeat_at=_now(), synced_at=self._synced_at))
 
     def stopped(self) -> None:
         self._write(stopped_at=_now())

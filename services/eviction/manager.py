@@ -160,9 +160,9 @@ class EvictionManager:
         for m in met:
             self._first_met.setdefault((m.threshold.signal, m.threshold.hard), now)
         await self._update_conditions(met, now)
-        self._record_signals(obs)
+        await self._record_signals(obs)
 
-        pods = self._active_pods()
+        pods = await self._active_pods()
         evicted = await self._local_storage_evictions(pods)
         if evicted:
             return evicted
@@ -184,7 +184,7 @@ class EvictionManager:
         """Disk first goes to garbage: ask pod-sync, wait for its answer, measure again.
         True when pods must still be evicted."""
         if self._reclaim_asked is None:
-            seq = self._request_reclaim(m)
+            seq = await self.store.run(self._request_reclaim, m)
             self._reclaim_asked = (seq, now)
             await self.bus.publish(DiskReclaimRequested(sequence=seq))
             log.info("%s: asked pod-sync to free disk (dead containers, unused images)", m.describe())
@@ -248,13 +248,16 @@ class EvictionManager:
         return evicted
 
     async def _evict(self, p: ActivePod, signal: str, message: str, grace: int) -> None:
-        with self.store.session() as s:
-            s.merge(PodEviction(uid=p.uid, namespace=p.pod.metadata.namespace, name=p.pod.metadata.name,
-                                signal=signal, message=message, grace_period_seconds=grace, decided_at=utcnow()))
+        await self.store.run(self._write_eviction, p, signal, message, grace)
         self._waiting_cleanup[p.uid] = self.clock()
         EVICTIONS.labels(signal).inc()
         self.events.pod(p.pod.metadata.namespace, p.pod.metadata.name, p.uid, "Warning", "Evicted", message)
         await self.bus.publish(EvictionsDecided(uids=[p.uid]))
+
+    def _write_eviction(self, p: ActivePod, signal: str, message: str, grace: int) -> None:
+        with self.store.session() as s:
+            s.merge(PodEviction(uid=p.uid, namespace=p.pod.metadata.namespace, name=p.pod.metadata.name,
+                                signal=signal, message=message, grace_period_seconds=grace, decided_at=utcnow()))
 
     # -- conditions -----------------------------------------------------------------------------
 
@@ -263,11 +266,17 @@ class EvictionManager:
         for m in met:
             self._last_met[m.threshold.condition] = now
             detail[m.threshold.condition].append(m.describe())
+        wanted = {cond: (bool(detail[cond]) or self._held(cond, now), "; ".join(detail[cond]))
+                  for cond in PRESSURE_CONDITIONS}
+        # In a thread, as every write of this service: it may wait out another's lock on the store.
+        if await self.store.run(self._write_conditions, wanted):
+            await self.bus.publish(NodePressureChanged())
+
+    def _write_conditions(self, wanted: dict[str, tuple[bool, str]]) -> bool:
+        """Store each condition's (pressure, detail); True when a pressure changed."""
         changed = False
         with self.store.session() as s:
-            for cond in PRESSURE_CONDITIONS:
-                pressure = bool(detail[cond]) or self._held(cond, now)
-                text = "; ".join(detail[cond])
+            for cond, (pressure, text) in wanted.items():
                 row = s.get(NodePressure, cond)
                 if row is None or row.pressure != pressure:
                     changed = True
@@ -275,8 +284,7 @@ class EvictionManager:
                     s.merge(NodePressure(condition=cond, pressure=pressure, detail=text, transition_at=utcnow()))
                 elif row.detail != text:
                     row.detail = text
-        if changed:
-            await self.bus.publish(NodePressureChanged())
+        return changed
 
     def _held(self, cond: str, now: float) -> bool:
         """Within the transition period after a threshold of cond was last met, so a node
@@ -291,7 +299,7 @@ class EvictionManager:
                  if now - last <= self.transition_period]
         return max(0.0, min(waits)) if waits else None
 
-    def _record_signals(self, obs: Observations) -> None:
+    async def _record_signals(self, obs: Observations) -> None:
         """The signals for the views. An idle node's figures barely move: they are written when
         one moved by more than RECORD_CHANGE of its capacity, or RECORD_EVERY after the last write."""
         now = self.clock()
@@ -307,6 +315,9 @@ class EvictionManager:
         for t in self.thresholds:
             if t.signal in obs:
                 limits[(t.signal, t.hard)] = (self._limit(t, obs), t.written)
+        await self.store.run(self._write_signals, obs, limits)
+
+    def _write_signals(self, obs: Observations, limits: dict[tuple[str, bool], tuple[int, str]]) -> None:
         with self.store.session() as s:
             for name, o in obs.items():
                 hard, soft = limits.get((name, True), (-1, "")), limits.get((name, False), (-1, ""))
@@ -316,20 +327,12 @@ class EvictionManager:
 
     # -- pods -----------------------------------------------------------------------------------
 
-    def _active_pods(self) -> list[ActivePod]:
+    async def _active_pods(self) -> list[ActivePod]:
         """Pods eviction may act on. Also notes which evicted pods still run: until they are
         gone nothing else is evicted (found from the store, so a restart of this service keeps it),
         and drops the decisions of pods that left the node."""
-        with self.store.session() as s:
-            desired = list(s.scalars(select(DesiredPod)))
-            evicted = set(s.scalars(select(PodEviction.uid)))
-            uids = {row.uid for row in desired}
-            if evicted - uids:
-                s.execute(delete(PodEviction).where(PodEviction.uid.not_in(uids)))
-            runtime = {r.uid: r for r in s.scalars(select(PodRuntime))}
-            volumes: dict[str, dict[str, tuple[int, int]]] = {}
-            for v in s.scalars(select(PodVolume).where(PodVolume.plugin == "kubernetes.io/empty-dir")):
-                volumes.setdefault(v.pod_uid, {})[v.name] = (v.used_bytes, v.size_limit_bytes)
+        desired, evicted, runtime, volumes = await self.store.run(self._read_pods)
+        uids = {row.uid for row in desired}
         self._pods.retain(uids)
         out, evicted_running = [], set()
         for row in desired:
@@ -354,3 +357,19 @@ class EvictionManager:
         for uid in [u for u in self._waiting_cleanup if u not in evicted_running]:
             del self._waiting_cleanup[uid]
         return out
+
+    def _read_pods(self) -> tuple[list[DesiredPod], set[str], dict[str, PodRuntime],
+                                  dict[str, dict[str, tuple[int, int]]]]:
+        """The node's pods, eviction decisions, runtime rows and emptyDir usage; drops the
+        decisions of pods that left the node."""
+        with self.store.session() as s:
+            desired = list(s.scalars(select(DesiredPod)))
+            evicted = set(s.scalars(select(PodEviction.uid)))
+            uids = {row.uid for row in desired}
+            if evicted - uids:
+                s.execute(delete(PodEviction).where(PodEviction.uid.not_in(uids)))
+            runtime = {r.uid: r for r in s.scalars(select(PodRuntime))}
+            volumes: dict[str, dict[str, tuple[int, int]]] = {}
+            for v in s.scalars(select(PodVolume).where(PodVolume.plugin == "kubernetes.io/empty-dir")):
+                volumes.setdefault(v.pod_uid, {})[v.name] = (v.used_bytes, v.size_limit_bytes)
+        return desired, evicted, runtime, volumes

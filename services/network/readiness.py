@@ -69,7 +69,8 @@ class NetworkManager:
                 message = f"container runtime network not ready: {message}"
         row = (self.pod_cidr, ready, reason, message if not ready else "ok", str(path or ""))
         if row != self._written:  # a write only when something changed: no store commit per poll
-            self.store.upsert(NetworkStatus, {"id": 1}, {
+            # In a thread: the write may wait out another service's lock on the store.
+            await self.store.run(self.store.upsert, NetworkStatus, {"id": 1}, {
                 "pod_cidr": row[0], "ready": row[1], "reason": row[2], "message": row[3], "conf_path": row[4],
                 "updated_at": utcnow()})
             self._written = row

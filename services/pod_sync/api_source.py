@@ -188,7 +188,7 @@ class ApiPodSource:
 
     async def _list_and_watch(self) -> None:
         pods, version = await self._list()
-        await self._notify(self.apply_list(pods))
+        await self._notify(await self.store.run(self.apply_list, pods))  # on the store thread, as every write
         await self._mirror_changed()
         self.synced.set()
         await self._watch(version)
@@ -205,7 +205,7 @@ class ApiPodSource:
                     if _is_mirror(raw):
                         await self._mirror_changed()
                         continue
-                    await self._notify(self.apply_event(kind, raw))
+                    await self._notify(await self.store.run(self.apply_event, kind, raw))
             except ApiError as exc:
                 if exc.status == 410:
                     log.info("API pod watch: resourceVersion too old (410 Gone); listing again")

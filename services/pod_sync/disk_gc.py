@@ -219,10 +219,15 @@ class DiskReclaimer:
         await self._record(req.sequence, "disk pressure", result)
 
     async def _record(self, sequence: int, trigger: str, result: GCResult) -> None:
+        # In a thread: the write may wait out another service's lock on the store.
+        answered = await self.store.run(self._write_result, sequence, trigger, result)
+        await self.bus.publish(DiskReclaimed(sequence=answered))
+
+    def _write_result(self, sequence: int, trigger: str, result: GCResult) -> int:
         with self.store.session() as s:
             prev = s.get(DiskReclaim, 1)
             answered = max(sequence, prev.answered_sequence if prev else 0)
             s.merge(DiskReclaim(id=1, answered_sequence=answered, trigger=trigger, images_removed=result.images,
                                 containers_removed=result.containers, bytes_freed=result.freed,
                                 error=result.error, finished_at=utcnow()))
-        await self.bus.publish(DiskReclaimed(sequence=answered))
+        return answered

@@ -84,7 +84,8 @@ class NodeHealthWriter:
                   pleg_ok, pleg_message)
         if health == self._written and time.monotonic() - self._written_at < REFRESH:
             return
-        self.store.upsert(NodeHealth, {"id": 1}, {
+        # In a thread: the write may wait out another service's lock on the store.
+        await self.store.run(self.store.upsert, NodeHealth, {"id": 1}, {
             "runtime_ready": ready, "runtime_message": message, "runtime_version": self._runtime_version,
             "runtime_handlers": handlers, "runtime_features": features,
             "network_ready": network_ready, "network_message": network_message,

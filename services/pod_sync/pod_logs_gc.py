@@ -8,6 +8,7 @@ a test that checks what a preStop hook printed).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -45,15 +46,8 @@ class PodLogsGC:
         with self.store.session() as s:
             keep = set(s.scalars(select(DesiredPod.uid)))
         keep |= {sb.labels.get(L.POD_UID, "") for sb in await self.runtime.list_pod_sandbox({L.MANAGED_BY: "true"})}
-        removed = []
-        for entry in entries:
-            m = _POD_LOG_DIR.match(entry.name)
-            if m is None or m.group("uid") in keep:
-                continue
-            if now - _newest_mtime(entry.path) < MIN_AGE:
-                continue
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(entry.name)
+        # In a thread: a pod's logs are as many and as large as its containers made them.
+        removed = await asyncio.to_thread(_remove_old, entries, keep, now)
         if removed:
             log.info("removed the logs of %d deleted pod(s): %s", len(removed), ", ".join(sorted(removed)))
         return removed
@@ -68,3 +62,17 @@ def _newest_mtime(path: str) -> float:
             except OSError:
                 continue
     return newest
+
+
+def _remove_old(entries: list[os.DirEntry], keep: set[str], now: float) -> list[str]:
+    """Remove the log directories of pods not in keep whose newest file is over MIN_AGE old."""
+    removed = []
+    for entry in entries:
+        m = _POD_LOG_DIR.match(entry.name)
+        if m is None or m.group("uid") in keep:
+            continue
+        if now - _newest_mtime(entry.path) < MIN_AGE:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.name)
+    return removed

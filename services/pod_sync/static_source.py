@@ -131,7 +131,7 @@ class StaticPodSource:
         if self.directory is None:
             return set()
         result = await asyncio.to_thread(scan_directory, self.directory, self.node_name)
-        changed = self._apply(result)
+        changed = await self.store.run(self._apply, result)  # on the store thread, as every write
         for path, err in result.errors.items():
             log.warning("static pod %s skipped: %s", path, err)
         return changed

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import shutil
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,7 +16,7 @@ from sqlalchemy import delete, select
 from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
 from services.pod_sync.admission import (EVICTED, admit, admit_exec_strings, admit_os, admit_sysctls,
-                                        admit_to_node, admit_under_pressure)
+                                        Verdict, admit_to_node, admit_under_pressure)
 from shared.node_resources import Reservations, allocatable
 from shared.retry import Backoff
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
@@ -130,12 +131,22 @@ class PodSyncer:
 
     # -- admission ---------------------------------------------------------------------------
 
-    def _admit(self, row: DesiredPod, pod: Pod) -> bool:
-        """Decide once and remember. No await inside: decisions cannot interleave."""
+    async def _admit(self, row: DesiredPod, pod: Pod) -> bool:
+        """Decide once and remember."""
         if row.admitted:
             return True
         if row.rejection_reason:
             return False
+        # On the store's one thread, as every write of this service: decisions cannot
+        # interleave, and waiting for the store's lock does not hold the loop.
+        verdict = await self.store.run(self._decide_admission, row, pod)
+        if not verdict.admitted:
+            log.warning("pod %s rejected: %s", pod.full_name, verdict.message)
+            self._event(pod, "Warning", verdict.reason, verdict.message)  # as the kubelet's rejectPod
+        return verdict.admitted
+
+    def _decide_admission(self, row: DesiredPod, pod: Pod) -> Verdict:
+        """The admission verdict for the pod, stored on its row."""
         with self.store.session() as s:
             others = self._admitted_others(s, row.uid)
             pressure = [c for c in PRESSURE_CONDITIONS if c in set(s.scalars(
@@ -159,10 +170,7 @@ class PodSyncer:
                 stored.allocated = spec_allocation(pod)
             stored.rejection_reason = verdict.reason
             stored.rejection_message = verdict.message
-        if not verdict.admitted:
-            log.warning("pod %s rejected: %s", pod.full_name, verdict.message)
-            self._event(pod, "Warning", verdict.reason, verdict.message)  # as the kubelet's rejectPod
-        return verdict.admitted
+        return verdict
 
     def _admitted_others(self, s, uid: str) -> list[Pod]:
         """Every other admitted pod, at the resources it was allocated (a resize not granted
@@ -172,9 +180,14 @@ class PodSyncer:
                                                             DesiredPod.deleting.is_(False), DesiredPod.uid != uid))
                 for pod in (self._pods.get(d.uid, d.manifest),)]
 
-    def _set_qos_tiers(self) -> None:
+    async def _set_qos_tiers(self) -> None:
         """The Burstable tier's CPU shares follow its pods' requests, BestEffort's stay at the
         minimum: without them each tier weighs as much as any one Guaranteed pod."""
+        await self.store.run(self._write_qos_tiers)
+
+    def _write_qos_tiers(self) -> None:
+        # On the store's thread after any admission asked for before: the tiers hold every
+        # pod admitted so far.
         with self.store.session() as s:
             pods = self._admitted_others(s, "")
         problems = pod_cgroup.set_qos_tiers(pods, self.node.cgroup_root)
@@ -208,8 +221,8 @@ class PodSyncer:
         if row is None or row.deleting:
             return await self._terminate(uid, row, rt)
         pod = self._pods.get(uid, row.manifest)
-        if not self._admit(row, pod):
-            self._record(pod, rt, {}, ("", ""))
+        if not await self._admit(row, pod):
+            await self._record(pod, rt, {}, ("", ""))
             return SyncResult()
         if row.rejection_reason == EVICTED or eviction is not None:
             grace = eviction.grace_period_seconds if eviction else 0
@@ -301,15 +314,18 @@ class PodSyncer:
             if wait is not None:
                 requeue = min(requeue or wait, wait)
         if resize.snapshot() != resize_before:
-            with self.store.session() as s:
-                if (stored := s.get(DesiredPod, uid)) is not None:  # gone meanwhile: nothing to keep
-                    resize.save(stored)
+            await self.store.run(self._save_resize, uid, resize)
             if resize.allocated is not allocated_before:
-                self._set_qos_tiers()  # a granted resize changes its tier's requests
+                await self._set_qos_tiers()  # a granted resize changes its tier's requests
         await self._collect_garbage(pod, fresh)
-        self._record(pod, fresh, waiting, error, resize)
+        await self._record(pod, fresh, waiting, error, resize)
         self._observe_start(pod, fresh, progress)
         return SyncResult(requeue_after=requeue)
+
+    def _save_resize(self, uid: str, resize: ResizeState) -> None:
+        with self.store.session() as s:
+            if (stored := s.get(DesiredPod, uid)) is not None:  # gone meanwhile: nothing to keep
+                resize.save(stored)
 
     @staticmethod
     def _deadline_left(row: DesiredPod, pod: Pod) -> float | None:
@@ -325,9 +341,7 @@ class PodSyncer:
         """The pod fails for good (phase Failed with reason and message: activeDeadlineSeconds,
         eviction) and everything of it stops within grace seconds."""
         if row.rejection_reason != reason:
-            with self.store.session() as s:
-                stored = s.get(DesiredPod, row.uid)
-                stored.rejection_reason, stored.rejection_message = reason, message
+            await self.store.run(self._write_failed, row.uid, reason, message)
             log.info("pod %s: %s: %s", pod.full_name, reason, message)
             if announce:  # evictions are announced by the eviction service, which decided them
                 self._event(pod, "Normal", reason, message)
@@ -337,10 +351,19 @@ class PodSyncer:
             await self.killer.kill_sandboxes(pod, rt, ready, grace, sandbox.ip if sandbox else "", floor=floor)
             rt = await get_runtime_pod(self.runtime, row.uid)
         if not row.finished and not rt.running_containers and not any(sb.ready for sb in rt.sandboxes):
-            with self.store.session() as s:
-                s.get(DesiredPod, row.uid).finished = True
-        self._record(pod, rt, {}, ("", ""))
+            await self.store.run(self._write_finished, row.uid)
+        await self._record(pod, rt, {}, ("", ""))
         return SyncResult()
+
+    def _write_failed(self, uid: str, reason: str, message: str) -> None:
+        with self.store.session() as s:
+            if (stored := s.get(DesiredPod, uid)) is not None:
+                stored.rejection_reason, stored.rejection_message = reason, message
+
+    def _write_finished(self, uid: str) -> None:
+        with self.store.session() as s:
+            if (stored := s.get(DesiredPod, uid)) is not None:
+                stored.finished = True
 
     async def _kill_unhealthy(self, pod: Pod, rt: RuntimePod) -> bool:
         """Kill running containers whose liveness or startup probe failed (the probe service
@@ -384,7 +407,7 @@ class PodSyncer:
             log.warning("pod %s: %s", pod.full_name, message)
             self._event(pod, "Warning", "FailedCreatePodSandBox", message)
             return "", "", ("FailedCreatePodSandBox", message)
-        self._set_qos_tiers()
+        await self._set_qos_tiers()
         try:
             sandbox_id = await self.runtime.run_pod_sandbox(config)
         except CRIError as exc:
@@ -405,7 +428,10 @@ class PodSyncer:
         def on_pull(note: str) -> None:
             progress.pull_notes[spec.name] = note
             self._event(pod, "Normal", "Pulling", note)
-            self._record(pod, rt, {spec.name: ("ContainerCreating", note)}, ("", ""))
+            # Queued, not awaited: the pull starts now (one pull for every container that wants
+            # the image), and the store's thread writes rows in the order they were asked for.
+            row = self._runtime_row(pod, rt, {spec.name: ("ContainerCreating", note)}, ("", ""))
+            self.store.submit(self._write_runtime, row).add_done_callback(_log_write_failure)
 
         try:
             image = await self.images.ensure(pod.uid, spec, sb_config, on_pull, await self._pull_credentials(pod))
@@ -537,7 +563,7 @@ class PodSyncer:
                 await self.runtime.remove_pod_sandbox(s.id)
         if pod is not None:
             remove_pod_cgroups(pod_cgroup_parent(pod, qos_class(pod)))
-            self._set_qos_tiers()
+            await self._set_qos_tiers()
         # Only pod-sync's own files; the pod directory (with its volumes) is the volume service's to
         # remove, once it has unmounted them. Its logs stay a while for a last look (pod_logs_gc).
         try:
@@ -549,38 +575,52 @@ class PodSyncer:
         self.images.forget(uid)
         self._progress.pop(uid, None)
         self._pods.forget(uid)
+        await self.store.run(self._write_terminated, uid, row)
+        return SyncResult(gone=True)
+
+    def _write_terminated(self, uid: str, row: DesiredPod | None) -> None:
         with self.store.session() as s:
             s.execute(delete(PodRuntime).where(PodRuntime.uid == uid))
             if row is not None and row.source == "api" and not row.api_deleted:
                 # The API object stays until status-reporter deletes it; it needs to know
                 # nothing runs any more.
-                stored = s.get(DesiredPod, uid)
-                stored.terminated = True
+                if (stored := s.get(DesiredPod, uid)) is not None:
+                    stored.terminated = True
             elif row is not None:
                 s.execute(delete(DesiredPod).where(DesiredPod.uid == uid))
-        return SyncResult(gone=True)
 
     # -- recording ---------------------------------------------------------------------------
 
-    def _record(self, pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]],
-                error: tuple[str, str], resize: ResizeState | None = None) -> None:
-        """resize: the pod's resize state as this sync left it (read from the store when None)."""
+    async def _record(self, pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]],
+                      error: tuple[str, str], resize: ResizeState | None = None) -> None:
+        """Store what the pod runs. resize: the pod's resize state as this sync left it (read
+        from the store when None)."""
+        row = self._runtime_row(pod, rt, waiting, error, resize)
+        # On the store's thread: the write may wait out another service's lock on the store.
+        await self.store.run(self._write_runtime, row)
+
+    def _runtime_row(self, pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]],
+                     error: tuple[str, str], resize: ResizeState | None = None) -> PodRuntime:
         sb = rt.current_sandbox
         log_dir = L.pod_log_dir(self.settings.kubelet.pod_logs_dir, pod.metadata.namespace,
                                 pod.metadata.name, pod.uid)
         progress = self._progress.get(pod.uid)
         pod_ip = (self.node.ip if pod.spec.hostNetwork else sb.ip) if sb and sb.ready else ""
-        with self.store.session() as s:
-            if resize is None:
+        if resize is None:
+            with self.store.session() as s:
                 desired = s.get(DesiredPod, pod.uid)
                 resize = ResizeState.of(desired, pod) if desired is not None and desired.admitted else None
-            containers = observed_containers(pod, rt, waiting, log_dir, self.killer.reasons,
-                                             progress.pull_notes if progress else {}, resize)
-            s.merge(PodRuntime(uid=pod.uid, sandbox_id=sb.id if sb else "", sandbox_ready=bool(sb and sb.ready),
-                               pod_ip=pod_ip, log_dir=log_dir, containers=containers,
-                               sync_error_reason=error[0], sync_error_message=error[1],
-                               observed_generation=generation(pod),
-                               resize_conditions=resize.conditions() if resize else [], updated_at=utcnow()))
+        containers = observed_containers(pod, rt, waiting, log_dir, self.killer.reasons,
+                                         progress.pull_notes if progress else {}, resize)
+        return PodRuntime(uid=pod.uid, sandbox_id=sb.id if sb else "", sandbox_ready=bool(sb and sb.ready),
+                          pod_ip=pod_ip, log_dir=log_dir, containers=containers,
+                          sync_error_reason=error[0], sync_error_message=error[1],
+                          observed_generation=generation(pod),
+                          resize_conditions=resize.conditions() if resize else [], updated_at=utcnow())
+
+    def _write_runtime(self, row: PodRuntime) -> None:
+        with self.store.session() as s:
+            s.merge(row)
 
     def _observe_start(self, pod: Pod, rt: RuntimePod, progress: _Progress) -> None:
         """Pod start latency, once per pod, for pods this process started."""
@@ -591,6 +631,11 @@ class PodSyncer:
             M.POD_START_DURATION.observe(took)
             M.POD_START_SLI_DURATION.observe(max(0.0, took - progress.pull_seconds))
             progress.started_any = False
+
+
+def _log_write_failure(write: Future[None]) -> None:
+    if (exc := write.exception()) is not None:
+        log.warning("could not store a pod's pull progress: %s", exc)
 
 
 def _target_id(spec, rt: RuntimePod, sandbox_id: str) -> str | None:

@@ -103,7 +103,7 @@ class ProbeManager:
                     self._tasks[key] = asyncio.create_task(worker.run(), name=f"probe:{key.pod_name}/{key.container}/{key.kind}")
                 worker.set_target(target)
             if uids is None:
-                self._drop_orphan_results(set(desired))
+                await self.store.run(self._drop_orphan_results, set(desired))
 
     def _startup_done(self, key: ProbeKey):
         startup_key = ProbeKey(key.pod_uid, key.namespace, key.pod_name, key.container, "startup")
@@ -118,12 +118,16 @@ class ProbeManager:
                         f"{key.kind.capitalize()} probe failed: {output}")
 
     async def _record(self, key: ProbeKey, container_id: str, result: str, message: str) -> None:
-        with self.store.session() as s:
-            s.merge(ProbeResult(pod_uid=key.pod_uid, container_name=key.container, kind=key.kind,
-                                container_id=container_id, result=result, message=message, updated_at=utcnow()))
+        # In a thread: the write may wait out another service's lock on the store.
+        await self.store.run(self._write_result, key, container_id, result, message)
         log.info("%s probe of %s/%s: %s%s", key.kind, key.pod_name, key.container, result,
                  f" ({message[:200]})" if message else "")
         await self.bus.publish(ProbeResultsChanged(uids=[key.pod_uid]))
+
+    def _write_result(self, key: ProbeKey, container_id: str, result: str, message: str) -> None:
+        with self.store.session() as s:
+            s.merge(ProbeResult(pod_uid=key.pod_uid, container_name=key.container, kind=key.kind,
+                                container_id=container_id, result=result, message=message, updated_at=utcnow()))
 
     async def _stop(self, key: ProbeKey) -> None:
         task = self._tasks.pop(key)

@@ -23,13 +23,11 @@ class PodStatusReporter:
         self.bus = bus
         self.resync_every = resync_every
         self._pods = PodCache()
-        # One refresh at a time: they run in a thread (a write may wait out another service's
-        # lock on the store, which must not hold the event loop) and share the pod cache.
-        self._refreshing = asyncio.Lock()
 
     async def _refresh(self, uids: list[str] | None = None) -> list[str]:
-        async with self._refreshing:
-            return await asyncio.to_thread(self.refresh, uids)
+        # On the store's thread: a write may wait out another service's lock on the store, which
+        # must not hold the event loop; refreshes run there one at a time.
+        return await self.store.run(self.refresh, uids)
 
     def refresh(self, uids: list[str] | None = None) -> list[str]:
         """Recompute the status of these pods (all when None); return the UIDs that changed."""

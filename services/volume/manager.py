@@ -226,7 +226,7 @@ class VolumeManager:
             self._retry.forget(pod.uid)
         # In a thread: the write may wait up to the store's busy timeout for another service's
         # write, and that wait must not hold this service's loop (every other pod's mounts).
-        return await asyncio.to_thread(self._record, pod.uid, results)
+        return await self.store.run(self._record, pod.uid, results)
 
     def _failure(self, pod: Pod, volume: Volume, plugin: str, reason: str, message: str) -> PodVolume:
         key = (pod.uid, volume.name)
@@ -301,8 +301,7 @@ class VolumeManager:
             return False  # pod-sync has not finished stopping it; come back after its next report
         # Withdraw the volumes first, so pod-sync cannot start anything with them, then look once
         # more: a static pod re-added with the same content has the same UID.
-        with self.store.session() as s:
-            withdrawn = s.execute(delete(PodVolume).where(PodVolume.pod_uid == uid)).rowcount
+        withdrawn = await self.store.run(self._withdraw, uid)
         with self.store.session() as s:
             row = s.get(DesiredPod, uid)
         if not done_with(row) or await self._runtime_has(uid):
@@ -316,7 +315,8 @@ class VolumeManager:
                     await self.csi.teardown(vol_dir)
                 else:
                     await teardown_mounted_dir(vol_dir)
-            remove_tree(self.layout.pod_dir(uid))
+            # In a thread: an emptyDir holds as many files as the pod wrote.
+            await asyncio.to_thread(remove_tree, self.layout.pod_dir(uid))
         except _VOLUME_ERRORS as exc:
             message = f"volumes of removed pod {uid} not cleaned up yet: {exc}"
             if self.cleanup_errors.get(uid) != message:
@@ -332,6 +332,11 @@ class VolumeManager:
             del self._last_event[key]
         log.info("pod %s: volumes torn down and pod directory removed", uid)
         return bool(withdrawn)
+
+    def _withdraw(self, uid: str) -> int:
+        """Delete the pod's volume rows; how many there were."""
+        with self.store.session() as s:
+            return s.execute(delete(PodVolume).where(PodVolume.pod_uid == uid)).rowcount
 
     def _volume_dirs(self, uid: str) -> list[Path]:
         base = self.layout.volumes_dir(uid)
@@ -353,10 +358,13 @@ class VolumeManager:
         for uid, name, path, before in rows:
             used = await asyncio.to_thread(disk_usage, Path(path))
             if used != before:
-                with self.store.session() as s:
-                    row = s.get(PodVolume, (uid, name))
-                    if row is not None:
-                        row.used_bytes = used
+                await self.store.run(self._write_usage, uid, name, used)
+
+    def _write_usage(self, uid: str, name: str, used: int) -> None:
+        with self.store.session() as s:
+            row = s.get(PodVolume, (uid, name))
+            if row is not None:
+                row.used_bytes = used
 
     async def _csi_stats(self) -> None:
         for vol_data in self.layout.pods.glob(f"*/volumes/{plugin_dir_name(CSI_PLUGIN)}/*/vol_data.json"):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import functools
 import logging
 import os
 import sqlite3
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from prometheus_client import Histogram
 
@@ -37,6 +40,8 @@ STORE_WRITE_SECONDS = Histogram(
 
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -138,6 +143,7 @@ class Store:
         private_dir(self.path.parent)
         self.engine: Engine = _inherited_engine(self.path) or _new_engine(self.path)
         self._session_factory: sessionmaker[Session] | None = None
+        self._thread: ThreadPoolExecutor | None = None
 
     @property
     def _sessions(self) -> sessionmaker[Session]:
@@ -256,7 +262,27 @@ class Store:
         with self.engine.connect() as conn:
             return list(conn.execute(select(Base.metadata.tables[model.__tablename__])).mappings())
 
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """Run work(*args), a function that reads and writes through this store, on the store's
+        one thread and wait for it without holding the event loop.
+
+        A write waits for SQLite's lock while another service (or process) commits, up to the
+        busy timeout; called from the loop, that wait stops everything else the service does.
+        One thread per store, not a pool: a service's writes then run one at a time, in the order
+        they were asked for, as they did on the loop, so a read-then-write of one (an admission
+        decision, a row it may delete) cannot interleave with another's."""
+        return await asyncio.wrap_future(self.submit(work, *args))
+
+    def submit(self, work: Callable[..., T], *args: Any) -> Future[T]:
+        """Queue work(*args) on the store's thread (see run) without waiting for it."""
+        if self._thread is None:  # made on first use, in the process that uses it (after a fork)
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"store-{self.writer or 'reader'}")
+        return self._thread.submit(functools.partial(work, *args))
+
     def close(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
         self.engine.dispose()
 
     def _allowed(self, table: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from concurrent.futures import Future
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -22,6 +23,12 @@ def db(tmp_path):
     path = tmp_path / "state.db"
     Store(path, writer=None).create_schema()
     return path
+
+
+def done(write: Future[None] | None) -> None:
+    """Wait for the write synced() queued on the store's thread."""
+    assert write is not None, "synced() queued no write"
+    write.result(timeout=10)
 
 
 def writer(db, name: str) -> ServiceStateWriter:
@@ -65,7 +72,7 @@ def test_rows_are_current_once_their_owner_reconciled_since_start(db):
     reader = Store(db, writer=None)
     reasons = not_current(read_states(reader), ["network"], NOW())
     assert len(reasons) == 1 and "network has not reconciled yet" in reasons[0]
-    net.synced()
+    done(net.synced())
     assert not_current(read_states(reader), ["network"], NOW()) == []
     # Restarted: what it wrote before is the previous run's until it reconciles again.
     writer(db, "network")
@@ -74,7 +81,7 @@ def test_rows_are_current_once_their_owner_reconciled_since_start(db):
 
 def test_a_silent_or_stopped_owner_makes_its_rows_not_current(db):
     net = writer(db, "network")
-    net.synced()
+    done(net.synced())
     reader = Store(db, writer=None)
     later = NOW() + timedelta(seconds=STALE_AFTER + 1)
     assert "network is not responding (last heard from 3" in not_current(read_states(reader), ["network"], later)[0]
@@ -90,13 +97,13 @@ def test_derived_rows_wait_for_their_producer(db, monkeypatch):
     status-reporter must have synced after pod-sync reconciled."""
     monkeypatch.setattr(service_state, "SYNC_WRITE_INTERVAL", 0.0)
     reporter = writer(db, "status-reporter")
-    reporter.synced()
+    done(reporter.synced())
     pod_sync = writer(db, "pod-sync")
-    pod_sync.synced()
+    done(pod_sync.synced())
     reader = Store(db, writer=None)
     reasons = not_current(read_states(reader), ["pod-sync", "status-reporter"], NOW())
     assert reasons and "status-reporter has not caught up with pod-sync" in reasons[0]
-    reporter.synced()
+    done(reporter.synced())
     assert not_current(read_states(reader), ["pod-sync", "status-reporter"], NOW()) == []
 
 
@@ -112,7 +119,7 @@ def test_status_of_a_stopped_node_shows_no_pod_as_running(db):
     _a_running_pod(db)
     for name in ("pod-sync", "status-reporter", "network", "eviction"):
         w = writer(db, name)
-        w.synced()
+        done(w.synced())
         w.stopped()
     data = collect(Store(db, writer=None))
     assert exit_code(data) == EXIT_NOT_RUNNING
@@ -135,7 +142,7 @@ def test_status_right_after_a_start_is_not_current_until_reconciled(db):
     assert data["pods"][0]["phase"] == "Unknown"
     assert "pods not current: pod-sync has not reconciled yet" in render_table(data)
     for name in ("pod-sync", "network", "eviction", "status-reporter"):
-        services[name].synced()
+        done(services[name].synced())
     data = collect(Store(db, writer=None))
     assert exit_code(data) == EXIT_CURRENT, data["notCurrent"]
     assert (data["pods"][0]["phase"], data["pods"][0]["podIP"]) == ("Running", "10.88.0.5")
@@ -152,7 +159,7 @@ def test_status_wait_returns_once_no_pod_is_pending_or_at_the_deadline(db, monke
     with Store(db, writer="pod-sync").session() as s:
         s.add(DesiredPod(uid="u1", namespace="default", name="web", source="file", manifest={}))
     for name in ("pod-sync", "status-reporter", "network", "eviction"):
-        writer(db, name).synced()
+        done(writer(db, name).synced())
     reader = Store(db, writer=None)
     start = time.monotonic()
     data = status_cmd.collect_when_settled(reader, 0.3)
@@ -227,10 +234,10 @@ def test_a_reconcile_that_cannot_be_written_is_written_later(db, monkeypatch):
         raise OperationalError("UPDATE", None, Exception("database or disk is full"))
 
     monkeypatch.setattr(net, "_write", full)
-    net.synced()  # does not raise into the service's loop
+    done(net.synced())  # does not raise into the service's loop
     assert not net.reconciled
     monkeypatch.setattr(net, "_write", real_write)
-    net.synced()
+    done(net.synced())
     assert net.reconciled and not_current(read_states(Store(db, writer=None)), ["network"], NOW()) == []
 
 
@@ -256,14 +263,14 @@ def test_admin_views_say_whether_they_are_current(db):
     app.add_views(views)
     client = TestClient(app, headers={"Authorization": "Bearer " + "t" * 43})
     reporter = writer(db, "status-reporter")
-    reporter.synced()
+    done(reporter.synced())
     res = client.get("/pods")
     assert res.headers["Pykubelet-Current"] == "no"
     assert "pod-sync has not run from this root dir" in res.headers["Pykubelet-Not-Current"]
     assert "Pykubelet-Current" not in client.get("/healthz").headers
     pod_sync = writer(db, "pod-sync")
-    pod_sync.synced()
+    done(pod_sync.synced())
     reporter._written_sync = None  # its next reconcile is written at once
-    reporter.synced()
+    done(reporter.synced())
     res = client.get("/pods")
     assert res.headers["Pykubelet-Current"] == "yes" and "Pykubelet-Not-Current" not in res.headers
