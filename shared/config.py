@@ -1,8 +1,9 @@
 """The node's configuration: the kubelet's own KubeletConfiguration file plus pykubelet settings.
 
 The file format is kubelet.config.k8s.io/v1beta1 so an existing kubelet config works here.
-Fields pykubelet implements are typed and validated; fields the kubelet knows but pykubelet does
-not implement yet are accepted and reported as ignored; anything else is an error naming it.
+Fields pykubelet implements are typed and validated; the kubelet's other fields are accepted only
+at the kubelet's default (shared/config_refused.py), any other value of them is an error naming
+the field and what pykubelet does instead; anything else is an error naming it.
 Command-line flags override the file, as with the kubelet.
 """
 
@@ -24,6 +25,7 @@ from shared import safe_yaml
 from shared.durations import parse_duration, to_seconds
 from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
+from shared.config_refused import refused_settings
 from shared.server_config import ServerConfig
 from shared.sysctls import check_allowed_unsafe
 from shared.thresholds import (DEFAULT_EVICTION_HARD, Threshold, check_grace_periods, check_reserved,
@@ -33,28 +35,6 @@ log = logging.getLogger(__name__)
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
-
-# Every other top-level field of KubeletConfiguration v1beta1: valid in the file, not used yet.
-KNOWN_UNIMPLEMENTED_FIELDS = frozenset(
-    """httpCheckFrequency staticPodURL staticPodURLHeader rotateCertificates
-    registryPullQPS registryBurst enableContentionProfiling healthzPort healthzBindAddress
-    oomScoreAdj imageMaximumGCAge kubeletCgroups systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy cpuManagerPolicyOptions
-    cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
-    topologyManagerPolicyOptions qosReserved hairpinMode
-    resolvConf runOnce cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles contentType
-    podsPerCore enableControllerAttachDetach protectKernelDefaults
-    makeIPTablesUtilChains iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn
-    memorySwap containerLogMaxWorkers
-    containerLogMonitorInterval configMapAndSecretChangeDetectionStrategy reservedSystemCPUs
-    showHiddenMetricsForVersion systemReservedCgroup kubeReservedCgroup volumePluginDir providerID
-    kernelMemcgNotification logging enableSystemLogHandler enableSystemLogQuery
-    shutdownGracePeriod shutdownGracePeriodCriticalPods shutdownGracePeriodByPodPriority
-    reservedMemory enableProfilingHandler enableDebugFlagsHandler seccompDefault
-    memoryThrottlingFactor registerWithTaints registerNode tracing localStorageCapacityIsolation
-    imageServiceEndpoint failCgroupV1 userNamespaces imagePullCredentialsVerificationPolicy
-    preloadedImagesVerificationAllowlist mergeDefaultEvictionSettings""".split()
-)
-
 
 class ConfigError(ValueError):
     """A configuration problem; the message names the field and what to do."""
@@ -97,6 +77,11 @@ class KubeletConfiguration(ServerConfig):
     max_pods: int = 110
     # pids.max of every pod's cgroup (services/pod_sync/pod_cgroup.py); -1: no limit.
     pod_pids_limit: int = Field(default=-1, ge=-1)
+    # What the node checks of its host before it starts (shared/host_checks.py).
+    fail_swap_on: bool = True
+    protect_kernel_defaults: bool = False
+    # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
+    fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
     # pykubelet pulls in parallel by default (the kubelet serializes unless told otherwise).
     serialize_image_pulls: bool = False
@@ -304,7 +289,8 @@ class NodeSettings(BaseModel):
     @property
     def cluster_mode(self) -> bool:
         return self.kubeconfig is not None
-    ignored_fields: list[str] = Field(default_factory=list)
+    # Fields pykubelet does not implement, given at the kubelet's default (shared/config_refused.py).
+    at_default_fields: list[str] = Field(default_factory=list)
 
     @property
     def store_path(self) -> Path:
@@ -324,15 +310,18 @@ def _format_validation_error(exc: ValidationError, source: str) -> str:
 
 
 def load_kubelet_config(data: dict[str, Any], source: str = "(inline)") -> tuple[KubeletConfiguration, list[str]]:
-    """Validate a parsed config document; return it and the known fields pykubelet ignores."""
+    """Validate a parsed config document; return it and the fields pykubelet does not implement
+    that it gives at the kubelet's default. Such a field at any other value is an error."""
     if not isinstance(data, dict):
         raise ConfigError(f"invalid kubelet config {source}: expected a mapping, got {type(data).__name__}")
     data = dict(data)
-    ignored = sorted(k for k in data if k in KNOWN_UNIMPLEMENTED_FIELDS)
-    for k in ignored:
+    refused, at_default = refused_settings(data)
+    if refused:
+        raise ConfigError(f"invalid kubelet config {source}: " + "; ".join(refused))
+    for k in at_default:
         data.pop(k)
     try:
-        return KubeletConfiguration.model_validate(data), ignored
+        return KubeletConfiguration.model_validate(data), at_default
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(exc, source)) from None
 
@@ -426,7 +415,7 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
         if field == "clusterDNS":
             value = [v.strip() for v in value.split(",") if v.strip()]
         data[field] = value
-    kubelet, ignored = load_kubelet_config(data, source or "(flags)")
+    kubelet, at_default = load_kubelet_config(data, source or "(flags)")
     extra: dict[str, Any] = {}
     if getattr(args, "root_dir", None):
         extra["root_dir"] = Path(args.root_dir)
@@ -455,7 +444,7 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
             extra["pleg_relist_period"] = parse_duration(args.pleg_relist_period)
         except ValueError as exc:
             raise ConfigError(f"--pleg-relist-period: {exc}") from None
-    settings = NodeSettings(kubelet=kubelet, ignored_fields=ignored, **extra)
-    for name in ignored:
-        log.warning("config field %s is valid KubeletConfiguration but not implemented by pykubelet; ignored", name)
+    settings = NodeSettings(kubelet=kubelet, at_default_fields=at_default, **extra)
+    for name in at_default:
+        log.info("config field %s is at the kubelet's default; pykubelet does not implement other values of it", name)
     return settings

@@ -16,6 +16,7 @@ from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, orpha
                                           stop_abandoned_node)
 from services.supervisor.node import UpOptions, run_up
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared.host_checks import startup_problems
 from shared.host import NodeIPError
 from shared.node_dirs import private_umask, root_dir
 
@@ -49,6 +50,10 @@ def up(argv: list[str]) -> int:
         settings = settings_from_args(args)  # fail on a bad config before starting anything
     except ConfigError as exc:
         print(f"pykubelet up: {exc}", file=sys.stderr)
+        return 2
+    problems = startup_problems(settings.kubelet)
+    if problems:  # pod-sync checks again where it runs on its own (the systemd units)
+        print("pykubelet up: not starting: " + "; ".join(problems), file=sys.stderr)
         return 2
     try:
         # Found once, here, and handed to every service: no service guesses on its own.

@@ -20,7 +20,9 @@ from services.pod_sync.syncer import PodSyncer
 from shared import periodic
 from shared.bus import DiskReclaimRequested, MirrorPodsChanged
 from shared.cri import CRIClient
+from shared.config import ConfigError
 from shared.events import BusRecorder
+from shared.host_checks import startup_problems
 from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
                          memory_capacity_bytes)
 from shared.node_resources import Reservations, pods_cgroup_limits
@@ -37,6 +39,9 @@ IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP = 10.0, 300.0
 
 async def setup(ctx: ServiceContext) -> None:
     k = ctx.settings.kubelet
+    problems = startup_problems(k)  # the host as the configuration wants it, as the kubelet checks
+    if problems:
+        raise ConfigError("not starting: " + "; ".join(problems))
     cri = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
     node = NodeFacts(name=ctx.settings.node_name, ip=ctx.settings.node_address, cpu_millicores=cpu_capacity_millicores(),
                      memory_bytes=memory_capacity_bytes(),

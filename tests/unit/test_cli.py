@@ -77,3 +77,29 @@ def test_grpc_settings_are_set_before_a_service_imports_grpc(tmp_path):
     res = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO,
                          env={**env, "GRPC_EXPERIMENTS": "-event_engine_listener"})
     assert "GRPC_EXPERIMENTS at import: -event_engine_listener" in res.stdout, res.stdout + res.stderr
+
+
+def test_up_refuses_a_kubelet_field_it_does_not_implement_naming_it(tmp_path):
+    cfg = tmp_path / "k.yaml"
+    cfg.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
+                   "cgroupsPerQOS: true\n")
+    res = run("up", "--config", str(cfg), "--root-dir", str(tmp_path / "root"))
+    assert res.returncode == 2
+    assert 'cgroupDriver: "systemd" is not implemented by pykubelet' in res.stderr
+    assert "cgroupsPerQOS" not in res.stderr, "at the kubelet's default: accepted"
+    assert not (tmp_path / "root" / "run").exists()
+
+
+def test_up_refuses_a_host_its_config_rules_out_with_the_kubelets_words(tmp_path):
+    from shared.config import load_kubelet_config
+    from shared.host_checks import startup_problems
+
+    config = {"protectKernelDefaults": True, "failCgroupV1": True}
+    expected = startup_problems(load_kubelet_config(config)[0])
+    assert expected, "this host has cgroup v2 and the kernel tunables the kubelet wants: nothing to refuse here"
+    cfg = tmp_path / "k.yaml"
+    cfg.write_text("protectKernelDefaults: true\nfailCgroupV1: true\n")
+    res = run("up", "--config", str(cfg), "--root-dir", str(tmp_path / "root"))
+    assert res.returncode == 2 and "pykubelet up: not starting: " in res.stderr
+    assert all(problem in res.stderr for problem in expected), res.stderr
+    assert not (tmp_path / "root" / "run").exists()

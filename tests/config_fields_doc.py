@@ -1,0 +1,107 @@
+"""The table of every KubeletConfiguration field and its state in pykubelet, generated from the
+code (shared.config, shared.config_refused) into docs/kubelet-config-fields.md:
+
+    .venv/bin/python -m tests.config_fields_doc > docs/kubelet-config-fields.md
+
+tests/unit/test_config_fields.py fails when the file is not what this prints, or when a test
+named here does not exist."""
+
+from __future__ import annotations
+
+from shared.config import KubeletConfiguration
+from shared.config_refused import FIELDS, REFUSED, shown
+
+# The test that shows each implemented field's effect: "effect" (the field is set where a node
+# or the code under test reads it, and its effect observed), "direct" (the value is handed to
+# the component the field configures and its effect observed), "parse" (only its validation is
+# tested), "none".
+TESTS: dict[str, tuple[str, str | None]] = {
+    "enableServer": ("none", None),
+    "address": ("parse", "tests/unit/test_config.py::test_kubelet_api_fields_are_validated"),
+    "port": ("effect", "tests/cluster/test_node_api.py::test_no_credentials_is_401"),
+    "readOnlyPort": ("parse", "tests/unit/test_config.py::test_kubelet_api_defaults_are_the_secure_ones"),
+    "tlsCertFile": ("parse", "tests/unit/test_config.py::test_tls_and_ca_paths_are_relative_to_the_config_file"),
+    "tlsPrivateKeyFile": ("parse", "tests/unit/test_config.py::test_tls_and_ca_paths_are_relative_to_the_config_file"),
+    "tlsCipherSuites": ("parse", "tests/unit/test_config.py::test_kubelet_api_fields_are_validated"),
+    "tlsMinVersion": ("parse", "tests/unit/test_config.py::test_kubelet_api_fields_are_validated"),
+    "authentication": ("effect", "tests/unit/test_node_api_server.py::test_x509_client_certificate_is_the_user"),
+    "authorization": ("effect", "tests/cluster/test_node_api.py::test_rbac_decides_per_subresource"),
+    "enableDebuggingHandlers": ("effect", "tests/unit/test_kubelet_api.py::test_debugging_handlers_off_removes_logs_and_streams"),
+    "streamingConnectionIdleTimeout": ("none", None),
+    "staticPodPath": ("effect", "tests/integration/test_static_pods.py::test_web_pod_answers_http_at_its_ip"),
+    "podLogsDir": ("effect", "tests/unit/test_syncer.py::test_new_pod_gets_sandbox_and_containers"),
+    "podCIDR": ("effect", "tests/integration/test_services.py::test_network_service_wrote_cni_config_and_reports_ready"),
+    "clusterDNS": ("effect", "tests/unit/test_pod_isolation.py::test_dns_cluster_first_plus_dns_config"),
+    "clusterDomain": ("effect", "tests/unit/test_pod_isolation.py::test_dns_cluster_first_plus_dns_config"),
+    "containerRuntimeEndpoint": ("parse", "tests/unit/test_config.py::test_bad_values_name_the_field"),
+    "syncFrequency": ("parse", "tests/cluster/test_node_api.py::test_proxy_endpoints_answer_in_the_kubelets_formats"),
+    "fileCheckFrequency": ("parse", "tests/unit/test_config.py::test_defaults_are_the_kubelets"),
+    "maxPods": ("direct", "tests/unit/test_admission.py::test_out_of_pods"),
+    "podPidsLimit": ("effect", "tests/security/test_fork_bomb.py::test_a_fork_bomb_is_held_at_the_pod_pids_limit"),
+    "failSwapOn": ("effect", "tests/unit/test_host_checks.py::test_swap_on_stops_the_start_unless_fail_swap_on_is_false"),
+    "protectKernelDefaults": ("effect", "tests/unit/test_host_checks.py::test_protect_kernel_defaults_names_each_tunable_that_differs"),
+    "failCgroupV1": ("effect", "tests/unit/test_host_checks.py::test_fail_cgroup_v1_stops_the_start_on_a_cgroup_v1_host"),
+    "runtimeRequestTimeout": ("none", None),
+    "serializeImagePulls": ("none", None),
+    "maxParallelImagePulls": ("none", None),
+    "containerLogMaxSize": ("effect", "tests/integration/test_lifecycle.py::test_container_logs_are_rotated"),
+    "containerLogMaxFiles": ("effect", "tests/integration/test_lifecycle.py::test_container_logs_are_rotated"),
+    "kubeAPIQPS": ("direct", "tests/unit/test_kube_api.py::test_every_request_draws_on_the_node_budget"),
+    "kubeAPIBurst": ("direct", "tests/unit/test_kube_api.py::test_every_request_draws_on_the_node_budget"),
+    "nodeStatusUpdateFrequency": ("none", None),
+    "nodeStatusReportFrequency": ("none", None),
+    "nodeLeaseDurationSeconds": ("none", None),
+    "eventRecordQPS": ("none", None),
+    "eventBurst": ("none", None),
+    "crashLoopBackOff": ("effect", "tests/integration/test_lifecycle.py::test_restart_delays_follow_the_back_off"),
+    "volumeStatsAggPeriod": ("effect", "tests/integration/test_volumes.py::test_local_volumes_as_containers_see_them"),
+    "serverTLSBootstrap": ("effect", "tests/cluster/test_node_api.py::test_serving_certificate_comes_from_a_csr_and_rotates"),
+    "evictionHard": ("effect", "tests/eviction/test_pressure.py::test_memory_hog_is_evicted_and_guaranteed_pod_untouched"),
+    "evictionSoft": ("effect", "tests/unit/test_eviction.py::test_soft_threshold_waits_its_grace_period_and_caps_the_pod_grace"),
+    "evictionSoftGracePeriod": ("effect", "tests/unit/test_eviction.py::test_soft_threshold_waits_its_grace_period_and_caps_the_pod_grace"),
+    "evictionMaxPodGracePeriod": ("effect", "tests/unit/test_eviction.py::test_soft_threshold_waits_its_grace_period_and_caps_the_pod_grace"),
+    "evictionMinimumReclaim": ("effect", "tests/unit/test_eviction.py::test_minimum_reclaim_keeps_the_threshold_until_enough_is_back"),
+    "evictionPressureTransitionPeriod": ("effect", "tests/unit/test_eviction.py::test_hard_memory_threshold_evicts_the_hog_and_holds_the_condition"),
+    "kubeReserved": ("effect", "tests/unit/test_pod_sync_eviction.py::test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds"),
+    "systemReserved": ("effect", "tests/unit/test_pod_sync_eviction.py::test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds"),
+    "enforceNodeAllocatable": ("parse", "tests/unit/test_eviction.py::test_bad_eviction_config_names_the_field"),
+    "imageGCHighThresholdPercent": ("direct", "tests/unit/test_pod_sync_eviction.py::test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_used_first"),
+    "imageGCLowThresholdPercent": ("direct", "tests/unit/test_pod_sync_eviction.py::test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_used_first"),
+    "imageMinimumGCAge": ("effect", "tests/eviction/test_pressure.py::test_disk_pressure_collects_unused_images_first_then_evicts"),
+    "allowedUnsafeSysctls": ("direct", "tests/unit/test_pod_isolation.py::test_sysctls_safe_allowed_unsafe_and_host_namespaces"),
+}
+REFUSED_TEST = "tests/unit/test_config_fields.py::test_a_refused_field_at_another_value_stops_the_start_naming_it"
+_KIND = {"effect": "effect", "direct": "effect (value given to the component)", "parse": "validation only",
+         "none": "no test of its effect yet"}
+
+
+def implemented() -> dict[str, object]:
+    return {f.alias or name: f.default for name, f in KubeletConfiguration.model_fields.items()
+            if (f.alias or name) not in ("apiVersion", "kind")}
+
+
+def render() -> str:
+    impl = implemented()
+    out = ["# KubeletConfiguration fields in pykubelet", "",
+           "Every field of `kubelet.config.k8s.io/v1beta1` in Kubernetes 1.37, in one of two states:",
+           "",
+           "- **implemented**: it has the kubelet's effect;",
+           "- **refused unless default**: accepted only at the kubelet's default (then pykubelet does what "
+           "the last column says); any other value stops the start with an error naming the field.",
+           "",
+           "Generated by `python -m tests.config_fields_doc` from `shared/config.py` and "
+           "`shared/config_refused.py`.", "",
+           "| field | state | kubelet default | pykubelet | test |", "|---|---|---|---|---|"]
+    for name in sorted(FIELDS, key=str.lower):
+        if name in impl:
+            kind, test = TESTS.get(name, ("none", None))
+            out.append(f"| `{name}` | implemented | | | {_KIND[kind]}{f': `{test}`' if test else ''} |")
+        else:
+            r = REFUSED[name]
+            default = "unset" if r.default is None else f"`{shown(r.default)}`"
+            out.append(f"| `{name}` | refused unless default | {default} | {r.instead} | `{REFUSED_TEST}` |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")

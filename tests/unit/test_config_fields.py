@@ -1,0 +1,100 @@
+"""Every KubeletConfiguration field of Kubernetes 1.37 is implemented or refused, never ignored:
+a refused field is accepted at the kubelet's default only, and any other value stops the start
+naming the field (shared/config_refused.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.config import ConfigError, KubeletConfiguration, load_kubelet_config
+from shared.config_refused import FIELDS as FIELDS_1_37, REFUSED
+from tests import config_fields_doc
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def implemented() -> set[str]:
+    return {f.alias or name for name, f in KubeletConfiguration.model_fields.items()} - {"apiVersion", "kind"}
+
+
+def test_every_field_of_1_37_is_implemented_or_refused_and_none_is_both():
+    assert len(FIELDS_1_37) == len(set(FIELDS_1_37)) == 126
+    assert set(FIELDS_1_37) - implemented() - set(REFUSED) == set(), "fields in neither state"
+    assert implemented() & set(REFUSED) == set(), "fields in both states"
+    assert set(REFUSED) - set(FIELDS_1_37) == set(), "refused fields the kubelet 1.37 does not have"
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_refused_field_at_its_default_is_accepted(name):
+    default = REFUSED[name].default
+    _, at_default = load_kubelet_config({name: default})
+    assert at_default == [name]
+
+
+@pytest.mark.parametrize("name,value", [
+    ("cgroupDriver", "systemd"), ("cgroupsPerQOS", False), ("resolvConf", "/run/systemd/resolve/resolv.conf"),
+    ("registryPullQPS", 0), ("rotateCertificates", True), ("cpuManagerPolicy", "static"),
+    ("shutdownGracePeriod", "30s"), ("seccompDefault", True), ("registerNode", False),
+    ("registerWithTaints", [{"key": "a", "effect": "NoSchedule"}]), ("providerID", "aws:///i-1"),
+    ("logging", {"format": "json"}), ("tracing", {"endpoint": "localhost:4317"}),
+    ("memoryThrottlingFactor", 0.8), ("makeIPTablesUtilChains", False), ("singleProcessOOMKill", True),
+])
+def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value):
+    with pytest.raises(ConfigError) as exc:
+        load_kubelet_config({name: value, "maxPods": 10})
+    message = str(exc.value)
+    assert message.startswith(f"invalid kubelet config (inline): {name}: ")
+    assert "is not implemented by pykubelet (" + REFUSED[name].instead in message
+    assert "remove the field or set it to the kubelet's default" in message
+
+
+def test_every_refused_field_is_named_at_once_in_the_files_spelling():
+    with pytest.raises(ConfigError) as exc:
+        load_kubelet_config({"cgroupDriver": "systemd", "rotateCertificates": True})
+    assert ('cgroupDriver: "systemd" is not implemented' in str(exc.value)
+            and "rotateCertificates: true is not implemented" in str(exc.value))
+    assert "set it to the kubelet's default (\"cgroupfs\")" in str(exc.value)
+
+
+def test_feature_gates_are_refused_by_name():
+    with pytest.raises(ConfigError, match=r"featureGates: pykubelet has no feature gates \(given: "
+                                          r"InPlacePodVerticalScaling, UserNamespacesSupport\)"):
+        load_kubelet_config({"featureGates": {"UserNamespacesSupport": True, "InPlacePodVerticalScaling": True}})
+    assert load_kubelet_config({"featureGates": {}})[1] == ["featureGates"]
+
+
+@pytest.mark.parametrize("name,value", [
+    ("cpuManagerReconcilePeriod", "10000ms"), ("imageMaximumGCAge", "0s"), ("shutdownGracePeriod", 0),
+    ("logging", {"format": "text", "flushFrequency": "5000ms"}), ("memoryThrottlingFactor", 0.9),
+    ("podsPerCore", 0), ("tracing", None), ("featureGates", None),
+])
+def test_the_default_in_another_spelling_is_the_default(name, value):
+    assert load_kubelet_config({name: value})[1] == [name]
+
+
+@pytest.mark.parametrize("name,value", [
+    ("cgroupsPerQOS", 1), ("podsPerCore", False), ("logging", {"format": "text", "color": True}),
+    ("cpuManagerReconcilePeriod", "soon"), ("registerWithTaints", {}),
+])
+def test_a_value_that_only_looks_like_the_default_is_refused(name, value):
+    with pytest.raises(ConfigError, match=f"{name}: "):
+        load_kubelet_config({name: value})
+
+
+def test_the_docs_table_is_what_the_code_says():
+    doc = REPO / "docs" / "kubelet-config-fields.md"
+    assert doc.read_text() == config_fields_doc.render(), \
+        "docs/kubelet-config-fields.md is out of date: .venv/bin/python -m tests.config_fields_doc > " \
+        "docs/kubelet-config-fields.md"
+    rows = [line for line in doc.read_text().splitlines() if line.startswith("| `")]
+    assert len(rows) == len(FIELDS_1_37)
+
+
+def test_every_test_the_table_names_exists():
+    named = {t for _, t in config_fields_doc.TESTS.values() if t} | {config_fields_doc.REFUSED_TEST}
+    assert set(config_fields_doc.TESTS) <= implemented()
+    for node_id in sorted(named):
+        path, name = node_id.split("::")
+        assert f"def {name}(" in (REPO / path).read_text(), f"{node_id} does not exist"

@@ -1,0 +1,67 @@
+"""failSwapOn, protectKernelDefaults and failCgroupV1: what the node checks of its host before
+it starts (shared/host_checks.py), on a /proc and a cgroup root made for each case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.config import load_kubelet_config
+from shared.host_checks import KERNEL_DEFAULTS, startup_problems
+
+HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
+
+
+def host(tmp_path: Path, swaps: str | None = HEADER, tunables: dict[str, int] | None = None,
+         cgroup_v2: bool = True) -> tuple[Path, Path]:
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    proc.mkdir()
+    cgroup.mkdir()
+    if swaps is not None:
+        (proc / "swaps").write_text(swaps)
+    for name, value in {**KERNEL_DEFAULTS, **(tunables or {})}.items():
+        path = proc / "sys" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{value}\n")
+    if cgroup_v2:
+        (cgroup / "cgroup.controllers").write_text("cpu memory pids\n")
+    return proc, cgroup
+
+
+def problems(config: dict, proc: Path, cgroup: Path) -> list[str]:
+    return startup_problems(load_kubelet_config(config)[0], proc, cgroup)
+
+
+def test_a_host_as_the_kubelet_wants_it_starts(tmp_path):
+    proc, cgroup = host(tmp_path)
+    assert problems({"protectKernelDefaults": True, "failCgroupV1": True}, proc, cgroup) == []
+
+
+def test_swap_on_stops_the_start_unless_fail_swap_on_is_false(tmp_path):
+    proc, cgroup = host(tmp_path, swaps=HEADER + "/swapfile\tfile\t1048572\t0\t-2\n")
+    assert problems({}, proc, cgroup) == [
+        "running with swap on is not supported, please disable swap or set failSwapOn (--fail-swap-on) to false"]
+    assert problems({"failSwapOn": False}, proc, cgroup) == []
+
+
+@pytest.mark.parametrize("swaps", [HEADER, None])
+def test_no_swap_area_or_no_swap_in_the_kernel_is_swap_off(tmp_path, swaps):
+    proc, cgroup = host(tmp_path, swaps=swaps)
+    assert problems({}, proc, cgroup) == []
+
+
+def test_protect_kernel_defaults_names_each_tunable_that_differs(tmp_path):
+    proc, cgroup = host(tmp_path, tunables={"vm/overcommit_memory": 0, "kernel/panic": 1})
+    assert problems({}, proc, cgroup) == [], "off by default: the tunables are not looked at"
+    assert problems({"protectKernelDefaults": True}, proc, cgroup) == [
+        "protectKernelDefaults: invalid kernel flag: vm.overcommit_memory, expected value: 1, actual value: 0",
+        "protectKernelDefaults: invalid kernel flag: kernel.panic, expected value: 10, actual value: 1"]
+
+
+def test_fail_cgroup_v1_stops_the_start_on_a_cgroup_v1_host(tmp_path):
+    proc, cgroup = host(tmp_path, cgroup_v2=False)
+    assert problems({}, proc, cgroup) == [], "pykubelet runs on cgroup v1 unless told not to"
+    assert problems({"failCgroupV1": True}, proc, cgroup) == [
+        "failCgroupV1: this host runs cgroup v1; boot it with cgroup v2 (systemd.unified_cgroup_hierarchy=1) "
+        "or set failCgroupV1 to false"]
