@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import re
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
@@ -53,6 +54,37 @@ class CrashLoopBackOffConfig(BaseModel):
         return to_seconds(v)
 
 
+_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class Taint(BaseModel):
+    """A taint the Node is registered with (registerWithTaints), checked as the API server
+    checks a Node's taints."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        prefix, _, name = v.rpartition("/")
+        if not (name and len(name) <= 63 and _NAME.match(name)) or (
+                prefix and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix))):
+            raise ValueError(f"{v!r} is not a qualified name (an optional DNS subdomain and '/', then at most "
+                             "63 letters, digits, '-', '_' or '.')")
+        return v
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        if v and not (len(v) <= 63 and _NAME.match(v)):
+            raise ValueError(f"{v!r} is not a valid label value (at most 63 letters, digits, '-', '_' or '.')")
+        return v
+
+
 def _camel_field(info: ValidationInfo) -> str:
     """The file's (camelCase) name of the field a field validator is validating."""
     assert info.field_name is not None  # always set for a field validator
@@ -77,6 +109,15 @@ class KubeletConfiguration(ServerConfig):
     max_pods: int = 110
     # pids.max of every pod's cgroup (services/pod_sync/pod_cgroup.py); -1: no limit.
     pod_pids_limit: int = Field(default=-1, ge=-1)
+    # RuntimeDefault seccomp for containers that name no profile (services/pod_sync/security.py).
+    seccomp_default: bool = False
+    # The Node as registered in cluster mode (services/status_reporter/node_agent.py).
+    register_node: bool = True
+    register_with_taints: list[Taint] = Field(default_factory=list)
+    provider_id: str = Field(default="", alias="providerID")
+    # The node's resolver file: dnsPolicy Default pods get it, ClusterFirst pods its search
+    # domains after the cluster's (services/pod_sync/dns.py); "" for none.
+    resolv_conf: str = "/etc/resolv.conf"
     # What the node checks of its host before it starts (shared/host_checks.py).
     fail_swap_on: bool = True
     protect_kernel_defaults: bool = False
@@ -379,7 +420,7 @@ def add_node_flags(parser: argparse.ArgumentParser) -> None:
 
 
 # Path fields that, like the kubelet's, are relative to the config file's directory.
-PATH_FIELDS = ("staticPodPath", "podLogsDir", "tlsCertFile", "tlsPrivateKeyFile",
+PATH_FIELDS = ("staticPodPath", "podLogsDir", "resolvConf", "tlsCertFile", "tlsPrivateKeyFile",
                "authentication.x509.clientCAFile")
 
 

@@ -46,7 +46,7 @@ async def setup(ctx: ServiceContext) -> None:
     node = NodeFacts(name=ctx.settings.node_name, ip=ctx.settings.node_address, cpu_millicores=cpu_capacity_millicores(),
                      memory_bytes=memory_capacity_bytes(),
                      oom_floor=own_oom_score_adj() if kernel_refuses_negative_oom_score_adj() else None,
-                     pods_dir=ctx.settings.root_dir / "pods")
+                     pods_dir=ctx.settings.root_dir / "pods", seccomp_default=k.seccomp_default)
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)

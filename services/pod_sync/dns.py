@@ -1,8 +1,11 @@
 """A pod's DNS (resolv.conf), as the kubelet builds it for the sandbox.
 
 - ClusterFirst (not host network) with clusterDNS set: the cluster's servers, the namespace's
-  search path, ndots:5. ClusterFirstWithHostNet the same for host-network pods.
+  search path then the node's search domains, ndots:5. ClusterFirstWithHostNet the same for
+  host-network pods.
 - Default (and ClusterFirst without clusterDNS, or on the host network): the node's resolv.conf.
+The node's resolv.conf is the file resolvConf names (the kubelet's default /etc/resolv.conf;
+"" for none).
 - None: nothing but the pod's dnsConfig.
 Then spec.dnsConfig is appended: nameservers and searches after the policy's (duplicates
 dropped; at most 3 servers and 32 search domains, the kubelet's limits), options by name (the
@@ -67,25 +70,26 @@ def _single_words(config: cri.DNSConfig) -> cri.DNSConfig:
     return config
 
 
-def dns_config(pod: Pod, settings: NodeSettings, host: Path = HOST_RESOLV_CONF) -> cri.DNSConfig | None:
-    """None: the runtime copies the node's resolv.conf as it is. ValueError: a value that cannot
-    be written into resolv.conf."""
+def dns_config(pod: Pod, settings: NodeSettings) -> cri.DNSConfig | None:
+    """None: the runtime copies the node's resolv.conf (/etc/resolv.conf) as it is. ValueError:
+    a value that cannot be written into resolv.conf."""
     k = settings.kubelet
     policy = pod.spec.dnsPolicy
     cluster_first = (policy == "ClusterFirst" and not pod.spec.hostNetwork) or policy == "ClusterFirstWithHostNet"
     extra = pod.spec.dnsConfig
+    host = cri.DNSConfig() if not k.resolv_conf else host_resolv_conf(Path(k.resolv_conf))
     if cluster_first and k.cluster_dns:
-        searches = []
+        searches = list(host.searches)
         if k.cluster_domain:
             ns = pod.metadata.namespace
-            searches = [f"{ns}.svc.{k.cluster_domain}", f"svc.{k.cluster_domain}", k.cluster_domain]
-        base = cri.DNSConfig(servers=k.cluster_dns, searches=searches, options=["ndots:5"])
+            searches = [f"{ns}.svc.{k.cluster_domain}", f"svc.{k.cluster_domain}", k.cluster_domain, *searches]
+        base = cri.DNSConfig(servers=k.cluster_dns, searches=_unique(searches)[:MAX_SEARCHES], options=["ndots:5"])
     elif policy == "None":
         base = cri.DNSConfig()
-    elif extra is None:
+    elif extra is None and Path(k.resolv_conf) == HOST_RESOLV_CONF:
         return None
     else:
-        base = host_resolv_conf(host)
+        base = host
     if extra is None:
         return _single_words(base)
     return _single_words(cri.DNSConfig(servers=_unique([*base.servers, *extra.nameservers])[:MAX_SERVERS],

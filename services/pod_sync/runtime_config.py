@@ -42,6 +42,7 @@ class NodeFacts:
     oom_floor: int | None  # lowest oom_score_adj allowed here, None when unrestricted
     pods_dir: Path         # <root>/pods: per-pod files such as termination-message logs
     cgroup_root: Path = CGROUP_ROOT  # where pod cgroups are made (services/pod_sync/pod_cgroup.py)
+    seccomp_default: bool = False    # seccompDefault: RuntimeDefault for containers naming no profile
 
 
 def pod_hostname(pod: Pod) -> str:
@@ -249,7 +250,8 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         tty=c.tty,
         linux=cri.LinuxContainerConfig(
             resources=container_resources(c, qos, node.memory_bytes, node.oom_floor, pod),
-            security_context=container_security_context(pod, c, seccomp_dir(node.pods_dir.parent))),
+            security_context=container_security_context(pod, c, seccomp_dir(node.pods_dir.parent),
+                                                        node.seccomp_default)),
     )
     ns = cfg.linux.security_context.namespace_options
     if target_id and ns.pid == cri.CONTAINER:

@@ -93,7 +93,10 @@ def check_run_as_non_root(pod: Pod, c: Container, image: cri.Image | None) -> No
         raise ValueError(f"container has runAsNonRoot and image will run as root {who}")
 
 
-def container_security_context(pod: Pod, c: Container, seccomp_directory: Path) -> cri.LinuxContainerSecurityContext:
+def container_security_context(pod: Pod, c: Container, seccomp_directory: Path,
+                               seccomp_default: bool = False) -> cri.LinuxContainerSecurityContext:
+    """seccomp_default (seccompDefault): RuntimeDefault for a container that names no profile,
+    neither its own nor the pod's, as the kubelet does."""
     sc = cri.LinuxContainerSecurityContext(namespace_options=namespaces(pod))
     csc = c.securityContext
     run_as_user, run_as_group = effective(pod, c, "runAsUser"), effective(pod, c, "runAsGroup")
@@ -111,6 +114,8 @@ def container_security_context(pod: Pod, c: Container, seccomp_directory: Path) 
             sc.capabilities.add_capabilities.extend(csc.capabilities.add)
             sc.capabilities.drop_capabilities.extend(csc.capabilities.drop)
     profile = _seccomp(effective(pod, c, "seccompProfile"), seccomp_directory)
+    if profile is None and seccomp_default:
+        profile = cri.SecurityProfile(profile_type=cri.SecurityProfile.RuntimeDefault)
     if profile is not None:
         sc.seccomp.CopyFrom(profile)
     selinux = effective(pod, c, "seLinuxOptions")

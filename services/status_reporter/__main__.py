@@ -44,7 +44,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     from services.status_reporter.api_pods import ApiPodStatusWriter
     from services.status_reporter.events import EventPoster
     from services.status_reporter.mirror_pods import MirrorPods
-    from services.status_reporter.node_agent import NodeAgent
+    from services.status_reporter.node_agent import NodeAgent, Registration
     from shared.kube import api_client
     from shared.node_resources import Reservations
 
@@ -55,7 +55,10 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,
                       k.node_lease_duration_seconds, k.node_status_update_frequency,
                       k.node_status_report_frequency, events.node_event, kubelet_port=k.port, node_ip=node_ip,
-                      reservations=Reservations.from_config(k))
+                      reservations=Reservations.from_config(k),
+                      registration=Registration(k.register_node, [t.model_dump(exclude_defaults=True)
+                                                                  for t in k.register_with_taints],
+                                                k.provider_id))
     pods = ApiPodStatusWriter(api, ctx.store, node_ip)
     mirrors = MirrorPods(api, ctx.store, ctx.settings.node_name, lambda: agent.node_uid, node_ip)
 

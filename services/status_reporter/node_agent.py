@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -30,11 +31,21 @@ def micro_time() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@dataclass(frozen=True)
+class Registration:
+    """What the Node is created with: registerNode, registerWithTaints (as API objects),
+    providerID. Taints and providerID are set when the Node is created, as the kubelet sets them."""
+    register: bool = True
+    taints: list[dict[str, str]] = field(default_factory=list)
+    provider_id: str = ""
+
+
 class NodeAgent:
     def __init__(self, api: KubeApi, store: Store, name: str, root_dir: str, max_pods: int,
                  lease_seconds: int, status_every: float, report_every: float,
                  node_event: Callable[[str, str, str], None], kubelet_port: int = 10250,
-                 node_ip: str = "", reservations: Reservations = NO_RESERVATIONS) -> None:
+                 node_ip: str = "", reservations: Reservations = NO_RESERVATIONS,
+                 registration: Registration | None = None) -> None:
         self.api = api
         self.store = store
         self.name = name
@@ -47,6 +58,7 @@ class NodeAgent:
         self.kubelet_port = kubelet_port
         self.node_ip = node_ip
         self.reservations = reservations
+        self.registration = registration or Registration()
         self.node_uid = ""
         self._last_reported: dict[str, Any] | None = None
         self._last_report_at = 0.0
@@ -90,8 +102,25 @@ class NodeAgent:
     # -- registration ---------------------------------------------------------------------------
 
     async def register(self) -> None:
+        if not self.registration.register:
+            # registerNode false: someone else creates the Node; this node reports its status.
+            try:
+                node = await self.api.get(path("v1", "nodes", self.name))
+            except ApiError as exc:
+                if exc.status == 404:
+                    raise ApiError(404, "NotFound", f"Node {self.name} does not exist and registerNode is false: "
+                                                    "create it, or set registerNode to true") from None
+                raise
+            log.info("node %s exists (registerNode false: not registered by this node)", self.name)
+            await self._registered(node)
+            return
+        spec: dict[str, Any] = {}
+        if self.registration.taints:
+            spec["taints"] = self.registration.taints
+        if self.registration.provider_id:
+            spec["providerID"] = self.registration.provider_id
         body = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.name, "labels": node_labels(self.name)}, "spec": {}}
+                "metadata": {"name": self.name, "labels": node_labels(self.name)}, "spec": spec}
         try:
             node = await self.api.create(path("v1", "nodes"), body)
             log.info("registered node %s", self.name)
@@ -101,6 +130,9 @@ class NodeAgent:
             # Re-registration: reconcile our labels onto the existing Node.
             node = await self.api.patch(path("v1", "nodes", self.name), {"metadata": {"labels": node_labels(self.name)}})
             log.info("node %s already registered; reconciled", self.name)
+        await self._registered(node)
+
+    async def _registered(self, node: dict[str, Any]) -> None:
         self.node_uid = node["metadata"]["uid"]
         self.node_event("Normal", "Starting", "Starting kubelet.")
         await self.report_status(force=True)

@@ -55,6 +55,13 @@ def _accepts(port: int) -> bool:
         return False
 
 
+# What the Node is created with; PreferNoSchedule, so the scheduler still places pods here.
+PROVIDER_ID = "pykubelet://testnode"
+TAINT = {"key": "pykubelet.io/test", "value": "cluster", "effect": "PreferNoSchedule"}
+REGISTRATION = (f"providerID: {PROVIDER_ID}\nregisterWithTaints:\n  - key: {TAINT['key']}\n"
+                f"    value: {TAINT['value']}\n    effect: {TAINT['effect']}\n")
+
+
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory):
     require_node_prerequisites()
@@ -74,7 +81,7 @@ def cluster(tmp_path_factory):
         # a test's expected output must fit in one (the rotation test writes fast enough).
         node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig)],
                            extra_config=f"serverTLSBootstrap: true\nauthentication:\n  x509:\n"
-                                        f"    clientCAFile: {cp.ca}\n", log_max_size=CLUSTER_LOG_MAX_SIZE)
+                                        f"    clientCAFile: {cp.ca}\n{REGISTRATION}", log_max_size=CLUSTER_LOG_MAX_SIZE)
         c = Cluster(cp, node, signer)
         wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
         # The kubelet API listens once its serving certificate is issued (the CSR above), which

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
+from tests.cluster.conftest import PROVIDER_ID, TAINT
 from tests.cluster.harness import KUBE_VERSION
 from tests.integration.conftest import NODE_NAME, wait_for
 
@@ -27,6 +28,9 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
     # The same minor as the control plane it joined; kube-proxy's version is no longer reported.
     assert info["kubeletVersion"].startswith("v" + ".".join(KUBE_VERSION.split(".")[:2]) + ".")
     assert not info.get("kubeProxyVersion")
+    # registerWithTaints and providerID of the node's config (tests/cluster/conftest.py).
+    spec = node["spec"]
+    assert spec["providerID"] == PROVIDER_ID and TAINT in spec["taints"], spec
     types = {a["type"] for a in status["addresses"]}
     assert types == {"InternalIP", "Hostname"}
     conds = {c["type"]: c for c in status["conditions"]}

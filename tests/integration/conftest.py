@@ -36,6 +36,9 @@ CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX = 1, 4
 LOG_MAX_SIZE, LOG_MAX_FILES = 4096, 3
 # Every pod's processes at most, as production nodes set it (a fork bomb stays in its pod).
 POD_PIDS_LIMIT = 1024
+# The search domain of the node's resolvConf file: the host's resolver plus this, so a pod shows
+# whether it got the file the config names or the runtime's copy of /etc/resolv.conf.
+RESOLV_SEARCH = "pykubelet-node.test"
 KUBELET_CONFIG = f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 crashLoopBackOff:
@@ -296,8 +299,11 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     config = root / "kubelet-config.yaml"
     # Short back-off and small logs so restart and rotation behaviour shows within a test; the
     # kubelet API on a free port so a node on this machine keeps its 10250.
+    resolv = root / "resolv.conf"
+    resolv.write_text("".join(line + "\n" for line in Path("/etc/resolv.conf").read_text().splitlines()
+                              if not line.startswith(("search", "domain"))) + f"search {RESOLV_SEARCH}\n")
     config.write_text(KUBELET_CONFIG + f"containerLogMaxSize: {log_max_size // 1024}Ki\nport: {kubelet_port}\n"
-                      + extra_config)
+                      f"resolvConf: {resolv}\n" + extra_config)
     argv = [*wrap, *PYKUBELET, "up", "--config", str(config), "--root-dir", str(root),
             "--pod-manifest-path", str(manifests),
             "--pod-logs-dir", str(root / "pod-logs"), "--nats-port", str(nats_port),

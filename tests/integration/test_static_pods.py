@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.integration.conftest import NODE_NAME, wait_for
+from tests.integration.conftest import NODE_NAME, RESOLV_SEARCH, wait_for
 
 
 def web_manifest(node, name="web", extra_env=""):
@@ -142,3 +142,14 @@ spec:
     wait_for(lambda: pods.pod("graceful") is None, 30, "the pod to be gone after its grace period")
     assert pods.containers_of(pod["uid"]) == []
 
+
+def test_pods_get_the_resolv_conf_the_config_names(pods):
+    """resolvConf names the node's resolver file: a dnsPolicy Default pod gets its content (the
+    search domain only that file has), as does a ClusterFirst pod on a node without clusterDNS."""
+    for name, policy in (("dns-default", "Default"), ("dns-cluster-first", "ClusterFirst")):
+        pods.write_pod(name, {"dnsPolicy": policy, "containers": [
+            {"name": "c", "image": pods.image("busybox"), "command": ["sh", "-c", "cat /etc/resolv.conf; sleep 3600"]}]})
+    for name in ("dns-default", "dns-cluster-first"):
+        pods.wait_running(name)
+        wait_for(lambda n=name: f"search {RESOLV_SEARCH}" in pods.cli("logs", n).stdout, 20,
+                 f"{name}'s /etc/resolv.conf to have the search domain of the node's resolvConf")

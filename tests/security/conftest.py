@@ -83,7 +83,9 @@ def secure_node(tmp_path_factory) -> SecureNode:
     client = pki.issue("client", "security-tester", ["system:masters"])
     n = launch_node(tmp_path_factory.mktemp("security-node"), extra_config=(
         "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
-        f"  x509:\n    clientCAFile: {pki.ca.cert}\nauthorization:\n  mode: AlwaysAllow\n"))
+        f"  x509:\n    clientCAFile: {pki.ca.cert}\nauthorization:\n  mode: AlwaysAllow\n"
+        # As production nodes are set: a container naming no seccomp profile gets RuntimeDefault.
+        "seccompDefault: true\n"))
     try:
         yield SecureNode(n, client)
     finally:

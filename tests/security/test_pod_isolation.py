@@ -31,8 +31,12 @@ def test_namespaces_sysctls_seccomp_and_dns_reach_the_containers(pods):
                           "grep Seccomp: /proc/self/status; cat /etc/resolv.conf; sleep 3600")]})
     pods.write_pod("hostpid", {"hostPID": True, "containers": [
         sh(pods, "c", f"test -d /proc/{me} && echo sees-host-pids; grep Seccomp: /proc/self/status; sleep 3600")]})
+    pods.write_pod("unconfined", {"containers": [
+        sh(pods, "u", "grep Seccomp: /proc/self/status; sleep 3600",
+           securityContext={"seccompProfile": {"type": "Unconfined"}})]})
     pods.wait_running("isolated")
     pods.wait_running("hostpid")
+    pods.wait_running("unconfined")
     out = wait_for(lambda: (o := logs(pods, "isolated", "b")) and "nameserver" in o and o, 20, "all of b's output")
     lines = out.splitlines()
     assert lines[0] == "1", f"b does not see a's sleep: {out}"
@@ -40,7 +44,10 @@ def test_namespaces_sysctls_seccomp_and_dns_reach_the_containers(pods):
     assert lines[2].split() == ["Seccomp:", "2"], "RuntimeDefault filters syscalls"
     assert "nameserver 192.0.2.53" in out and "search corp.example" in out and "options ndots:2" in out
     host = logs(pods, "hostpid", "c")
-    assert "sees-host-pids" in host and "Seccomp:\t0" in host.replace(" ", "\t")
+    assert "sees-host-pids" in host
+    # No profile named: the node's seccompDefault (tests/security/conftest.py) makes it RuntimeDefault.
+    assert "Seccomp:\t2" in host.replace(" ", "\t"), host
+    assert "Seccomp:\t0" in logs(pods, "unconfined", "u").replace(" ", "\t"), "Unconfined, as the pod asked"
 
 
 def test_a_pod_with_a_forbidden_sysctl_is_refused(pods):

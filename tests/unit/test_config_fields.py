@@ -34,10 +34,10 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cgroupDriver", "systemd"), ("cgroupsPerQOS", False), ("resolvConf", "/run/systemd/resolve/resolv.conf"),
+    ("cgroupDriver", "systemd"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
     ("registryPullQPS", 0), ("rotateCertificates", True), ("cpuManagerPolicy", "static"),
-    ("shutdownGracePeriod", "30s"), ("seccompDefault", True), ("registerNode", False),
-    ("registerWithTaints", [{"key": "a", "effect": "NoSchedule"}]), ("providerID", "aws:///i-1"),
+    ("shutdownGracePeriod", "30s"), ("containerLogMaxWorkers", 4), ("oomScoreAdj", -900),
+    ("reservedMemory", [{"numaNode": 0, "limits": {"memory": "1Gi"}}]), ("staticPodURL", "http://x/pods"),
     ("logging", {"format": "json"}), ("tracing", {"endpoint": "localhost:4317"}),
     ("memoryThrottlingFactor", 0.8), ("makeIPTablesUtilChains", False), ("singleProcessOOMKill", True),
 ])
@@ -76,7 +76,7 @@ def test_the_default_in_another_spelling_is_the_default(name, value):
 
 @pytest.mark.parametrize("name,value", [
     ("cgroupsPerQOS", 1), ("podsPerCore", False), ("logging", {"format": "text", "color": True}),
-    ("cpuManagerReconcilePeriod", "soon"), ("registerWithTaints", {}),
+    ("cpuManagerReconcilePeriod", "soon"), ("shutdownGracePeriodByPodPriority", {}),
 ])
 def test_a_value_that_only_looks_like_the_default_is_refused(name, value):
     with pytest.raises(ConfigError, match=f"{name}: "):

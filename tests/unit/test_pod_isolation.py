@@ -47,6 +47,15 @@ def test_seccomp_profiles_pod_level_and_container_override(tmp_path):
     assert not container_security_context(plain, plain.spec.containers[0], tmp_path).HasField("seccomp")
 
 
+def test_seccomp_default_is_runtime_default_for_containers_naming_no_profile(tmp_path):
+    plain = pod()
+    sc = container_security_context(plain, plain.spec.containers[0], tmp_path, seccomp_default=True)
+    assert sc.seccomp.profile_type == cri.SecurityProfile.RuntimeDefault
+    unconfined = pod(securityContext={"seccompProfile": {"type": "Unconfined"}})
+    sc = container_security_context(unconfined, unconfined.spec.containers[0], tmp_path, seccomp_default=True)
+    assert sc.seccomp.profile_type == cri.SecurityProfile.Unconfined, "the pod's own choice stays"
+
+
 @pytest.mark.parametrize("profile", ["/etc/shadow", "../../etc/passwd", "a/../../b", "", "a//b"])
 def test_localhost_seccomp_profiles_stay_in_their_directory(profile):
     with pytest.raises(ManifestInvalid, match="localhostProfile"):
@@ -88,7 +97,7 @@ def settings(**kubelet) -> NodeSettings:
 def test_dns_cluster_first_plus_dns_config():
     p = pod(dnsConfig={"nameservers": ["10.0.0.53", "10.96.0.10"], "searches": ["corp.example"],
                        "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]})
-    got = dns_config(p, settings(cluster_dns=["10.96.0.10"], cluster_domain="cluster.local"))
+    got = dns_config(p, settings(cluster_dns=["10.96.0.10"], cluster_domain="cluster.local", resolv_conf=""))
     assert list(got.servers) == ["10.96.0.10", "10.0.0.53"]
     assert list(got.searches) == ["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"]
     assert list(got.options) == ["ndots:2", "edns0"]
@@ -103,12 +112,38 @@ def test_dns_policy_none_is_only_the_pods_config():
 def test_dns_default_merges_the_nodes_resolv_conf(tmp_path):
     conf = tmp_path / "resolv.conf"
     conf.write_text("# generated\nnameserver 192.0.2.1\nsearch node.example\noptions timeout:2 ndots:1\n")
-    assert dns_config(pod(dnsPolicy="Default"), settings()) is None, "without dnsConfig the runtime copies it"
+    assert dns_config(pod(dnsPolicy="Default"), settings()) is None, "/etc/resolv.conf: the runtime copies it"
     got = dns_config(pod(dnsPolicy="Default", dnsConfig={"options": [{"name": "ndots", "value": "3"}]}),
-                     settings(), host=conf)
+                     settings(resolv_conf=str(conf)))
     assert (list(got.servers), list(got.searches), list(got.options)) == (
         ["192.0.2.1"], ["node.example"], ["timeout:2", "ndots:3"])
     assert list(host_resolv_conf(tmp_path / "missing").servers) == []
+
+
+def test_resolv_conf_is_the_file_default_pods_get_and_adds_to_the_cluster_search_path(tmp_path):
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("nameserver 192.0.2.1\nsearch node.example corp.example\noptions timeout:2\n")
+    got = dns_config(pod(dnsPolicy="Default"), settings(resolv_conf=str(conf)))
+    assert (list(got.servers), list(got.searches), list(got.options)) == (
+        ["192.0.2.1"], ["node.example", "corp.example"], ["timeout:2"]), "the file's content, not /etc/resolv.conf"
+    got = dns_config(pod(), settings(resolv_conf=str(conf), cluster_dns=["10.96.0.10"], cluster_domain="cluster.local"))
+    assert list(got.searches) == ["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local",
+                                  "node.example", "corp.example"]
+    assert (list(got.servers), list(got.options)) == (["10.96.0.10"], ["ndots:5"])
+    got = dns_config(pod(), settings(resolv_conf="", cluster_dns=["10.96.0.10"], cluster_domain="cluster.local"))
+    assert list(got.searches) == ["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local"], '"": no node file'
+
+
+def test_resolv_conf_relative_to_the_config_file(tmp_path):
+    import argparse
+
+    from shared.config import add_node_flags, settings_from_args
+    cfg = tmp_path / "kubelet.yaml"
+    cfg.write_text("resolvConf: resolv/upstream.conf\n")
+    parser = argparse.ArgumentParser()
+    add_node_flags(parser)
+    s = settings_from_args(parser.parse_args(["--config", str(cfg)]))
+    assert s.kubelet.resolv_conf == str(tmp_path / "resolv" / "upstream.conf")
 
 
 def test_bad_dns_config_is_refused():
