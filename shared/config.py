@@ -85,6 +85,43 @@ class Taint(BaseModel):
         return v
 
 
+class LoggingConfig(BaseModel):
+    """The kubelet's `logging` (component-base LoggingConfiguration): the services' log format
+    and verbosity (shared/log_format.py). Records are written as they happen, so any
+    flushFrequency holds; the rest of the kubelet's options have no counterpart and are refused
+    unless at their default."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    format: Literal["text", "json"] = "text"
+    flush_frequency: float = 5.0
+    # klog's -v: 0-3 log what pykubelet logs at INFO, 4 and more its DEBUG detail too.
+    verbosity: int = Field(default=0, ge=0)
+    vmodule: list[Any] = Field(default_factory=list)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("flush_frequency", mode="before")
+    @classmethod
+    def _flush(cls, v: Any) -> float:
+        return to_seconds(v)
+
+    @field_validator("vmodule")
+    @classmethod
+    def _vmodule(cls, v: list[Any]) -> list[Any]:
+        if v:
+            raise ValueError("per-file verbosity is not implemented by pykubelet (one verbosity for every "
+                             "service); remove it")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for name, opts in v.items():
+            if name not in ("json", "text") or not isinstance(opts, dict) or any(
+                    k != "infoBufferSize" or str(val) not in ("0", "") for k, val in opts.items()):
+                raise ValueError(f"{name}: only infoBufferSize \"0\" (no buffering) is implemented by pykubelet")
+        return v
+
+
 def _camel_field(info: ValidationInfo) -> str:
     """The file's (camelCase) name of the field a field validator is validating."""
     assert info.field_name is not None  # always set for a field validator
@@ -109,6 +146,7 @@ class KubeletConfiguration(ServerConfig):
     max_pods: int = 110
     # pids.max of every pod's cgroup (services/pod_sync/pod_cgroup.py); -1: no limit.
     pod_pids_limit: int = Field(default=-1, ge=-1)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     # RuntimeDefault seccomp for containers that name no profile (services/pod_sync/security.py).
     seccomp_default: bool = False
     # The Node as registered in cluster mode (services/status_reporter/node_agent.py).

@@ -19,6 +19,7 @@ from shared.admin_token import ensure_token
 from shared.bus import Bus
 from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared.log_format import setup_logging
 from shared.node_dirs import private_umask, root_dir
 from shared.loop_watchdog import watching
 from shared.sd_notify import notify
@@ -31,16 +32,6 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT = 20.0
 ADMIN_START_TIMEOUT = 30.0
-
-
-def setup_logging(service: str) -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("uvicorn.access", "nats", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 @dataclass
@@ -270,6 +261,7 @@ def service_main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"pykubelet {name}: {exc}", file=sys.stderr)
         return 2
+    setup_logging(name, settings.kubelet.logging.format, settings.kubelet.logging.verbosity)
     try:
         # Every service's loop, forked by `pykubelet up` or exec'd, runs here: the tests' watchdog
         # for blocking callbacks (PYKUBELET_LOOP_WATCHDOG) starts here too.

@@ -42,6 +42,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "registerWithTaints": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "providerID": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "seccompDefault": ("effect", "tests/security/test_pod_isolation.py::test_namespaces_sysctls_seccomp_and_dns_reach_the_containers"),
+    "logging": ("effect", "tests/unit/test_cli.py::test_logging_format_json_makes_every_service_line_a_json_object"),
     "resolvConf": ("effect", "tests/integration/test_static_pods.py::test_pods_get_the_resolv_conf_the_config_names"),
     "failSwapOn": ("effect", "tests/unit/test_host_checks.py::test_swap_on_stops_the_start_unless_fail_swap_on_is_false"),
     "protectKernelDefaults": ("effect", "tests/unit/test_host_checks.py::test_protect_kernel_defaults_names_each_tunable_that_differs"),

@@ -42,7 +42,7 @@ NodeMetrics = Callable[[], Awaitable[str]]
 DURATION_FIELDS = {"syncFrequency", "fileCheckFrequency", "runtimeRequestTimeout", "nodeStatusUpdateFrequency",
                    "nodeStatusReportFrequency", "volumeStatsAggPeriod", "streamingConnectionIdleTimeout",
                    "cacheTTL", "cacheAuthorizedTTL", "cacheUnauthorizedTTL", "maxContainerRestartPeriod",
-                   "initialContainerRestartPeriod"}
+                   "initialContainerRestartPeriod", "flushFrequency"}
 
 
 def configz(settings: NodeSettings) -> dict[str, Any]:

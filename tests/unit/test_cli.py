@@ -103,3 +103,34 @@ def test_up_refuses_a_host_its_config_rules_out_with_the_kubelets_words(tmp_path
     assert res.returncode == 2 and "pykubelet up: not starting: " in res.stderr
     assert all(problem in res.stderr for problem in expected), res.stderr
     assert not (tmp_path / "root" / "run").exists()
+
+
+def test_logging_format_json_makes_every_service_line_a_json_object(tmp_path):
+    """logging.format json: each line a service writes is one JSON object with the kubelet's
+    keys. The probe service is started against a bus that is not there; its first complaint is
+    read and the service stopped."""
+    import json
+
+    cfg = tmp_path / "k.yaml"
+    cfg.write_text("logging:\n  format: json\n  verbosity: 2\n")
+    proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", "probe", "--config", str(cfg),
+                             "--root-dir", str(tmp_path / "root"), "--nats-url", "nats://127.0.0.1:1"],
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    import threading
+
+    deadline = threading.Timer(30, proc.kill)  # the loop below ends with the process
+    deadline.start()
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(json.loads(line))  # every line, not only the one looked for
+            if "event bus error" in lines[-1]["msg"]:
+                break
+    finally:
+        deadline.cancel()
+        proc.kill()
+        proc.wait(timeout=30)
+    assert lines and "event bus error" in lines[-1]["msg"], f"no complaint about the bus in 30s: {lines}"
+    record = lines[-1]
+    assert record["level"] == "warning" and record["service"] == "probe" and record["logger"] == "shared.bus"
+    assert isinstance(record["ts"], float) and record["caller"].startswith("bus.py:")

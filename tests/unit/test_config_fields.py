@@ -38,7 +38,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
     ("registryPullQPS", 0), ("rotateCertificates", True), ("cpuManagerPolicy", "static"),
     ("shutdownGracePeriod", "30s"), ("containerLogMaxWorkers", 4), ("oomScoreAdj", -900),
     ("reservedMemory", [{"numaNode": 0, "limits": {"memory": "1Gi"}}]), ("staticPodURL", "http://x/pods"),
-    ("logging", {"format": "json"}), ("tracing", {"endpoint": "localhost:4317"}),
+    ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
     ("memoryThrottlingFactor", 0.8), ("makeIPTablesUtilChains", False), ("singleProcessOOMKill", True),
 ])
 def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value):
@@ -67,7 +67,7 @@ def test_feature_gates_are_refused_by_name():
 
 @pytest.mark.parametrize("name,value", [
     ("cpuManagerReconcilePeriod", "10000ms"), ("imageMaximumGCAge", "0s"), ("shutdownGracePeriod", 0),
-    ("logging", {"format": "text", "flushFrequency": "5000ms"}), ("memoryThrottlingFactor", 0.9),
+    ("memorySwap", {}), ("memoryThrottlingFactor", 0.9),
     ("podsPerCore", 0), ("tracing", None), ("featureGates", None),
 ])
 def test_the_default_in_another_spelling_is_the_default(name, value):
@@ -75,7 +75,7 @@ def test_the_default_in_another_spelling_is_the_default(name, value):
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cgroupsPerQOS", 1), ("podsPerCore", False), ("logging", {"format": "text", "color": True}),
+    ("cgroupsPerQOS", 1), ("podsPerCore", False), ("memorySwap", {"swapBehavior": "LimitedSwap"}),
     ("cpuManagerReconcilePeriod", "soon"), ("shutdownGracePeriodByPodPriority", {}),
 ])
 def test_a_value_that_only_looks_like_the_default_is_refused(name, value):
