@@ -167,6 +167,10 @@ class KubeletConfiguration(ServerConfig):
     max_parallel_image_pulls: int | None = 5
     container_log_max_size: str = "10Mi"
     container_log_max_files: int = 5
+    # How often logs are checked for rotation, and how many containers' logs rotate at once
+    # (services/pod_sync/log_rotation.py).
+    container_log_monitor_interval: float = Field(default=10.0, ge=3.0)
+    container_log_max_workers: int = Field(default=1, ge=1)
     kube_api_qps: float = Field(default=50, alias="kubeAPIQPS", gt=0)
     kube_api_burst: int = Field(default=100, alias="kubeAPIBurst", ge=1)
     node_status_update_frequency: float = 10.0
@@ -304,7 +308,7 @@ class KubeletConfiguration(ServerConfig):
     @field_validator("sync_frequency", "file_check_frequency", "runtime_request_timeout",
                      "node_status_update_frequency", "node_status_report_frequency",
                      "volume_stats_agg_period", "eviction_pressure_transition_period", "image_minimum_gc_age",
-                     mode="before")
+                     "container_log_monitor_interval", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return to_seconds(v)

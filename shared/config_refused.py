@@ -102,8 +102,6 @@ REFUSED: dict[str, Refused] = {
     "iptablesDropBit": Refused(15, "no iptables chains are made"),
     "featureGates": Refused({}, "pykubelet has no feature gates: what it implements is always on"),
     "memorySwap": Refused({}, "containers get no swap limits"),
-    "containerLogMaxWorkers": Refused(1, "one task rotates the logs"),
-    "containerLogMonitorInterval": Refused("10s", "logs are checked for rotation every 10s", duration=True),
     "configMapAndSecretChangeDetectionStrategy": Refused("Watch", "configMaps and secrets are watched (the first "
                                                                   "100; the rest re-read after 60s)"),
     "reservedSystemCPUs": Refused("", _NO_CPU_MANAGER),

@@ -43,6 +43,8 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "providerID": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "seccompDefault": ("effect", "tests/security/test_pod_isolation.py::test_namespaces_sysctls_seccomp_and_dns_reach_the_containers"),
     "logging": ("effect", "tests/unit/test_cli.py::test_logging_format_json_makes_every_service_line_a_json_object"),
+    "containerLogMonitorInterval": ("effect", "tests/unit/test_log_rotation.py::test_container_log_monitor_interval_is_the_wait_between_checks"),
+    "containerLogMaxWorkers": ("effect", "tests/unit/test_log_rotation.py::test_container_log_max_workers_rotates_that_many_at_once"),
     "resolvConf": ("effect", "tests/integration/test_static_pods.py::test_pods_get_the_resolv_conf_the_config_names"),
     "failSwapOn": ("effect", "tests/unit/test_host_checks.py::test_swap_on_stops_the_start_unless_fail_swap_on_is_false"),
     "protectKernelDefaults": ("effect", "tests/unit/test_host_checks.py::test_protect_kernel_defaults_names_each_tunable_that_differs"),

@@ -76,7 +76,8 @@ async def setup(ctx: ServiceContext) -> None:
 
     ctx.app.add_views(views)
     ctx.checks["pleg"] = manager.pleg.healthy
-    rotator = ContainerLogRotator(cri, to_bytes(k.container_log_max_size), k.container_log_max_files)
+    rotator = ContainerLogRotator(cri, to_bytes(k.container_log_max_size), k.container_log_max_files,
+                                  k.container_log_monitor_interval, k.container_log_max_workers)
     await manager.start(ctx.spawn)
     ctx.spawn("container-log-rotation", rotator.run())
     logs_gc = PodLogsGC(cri, ctx.store, k.pod_logs_dir)

@@ -23,7 +23,6 @@ from shared.safe_paths import open_regular
 
 log = logging.getLogger(__name__)
 
-CHECK_EVERY = 10.0
 
 
 def _rotated(path: Path) -> list[Path]:
@@ -40,10 +39,16 @@ def _compress(path: Path) -> None:
 
 
 class ContainerLogRotator:
-    def __init__(self, runtime: RuntimeService, max_size: int, max_files: int) -> None:
+    """interval: containerLogMonitorInterval; workers: containerLogMaxWorkers, how many
+    containers' logs are looked at and rotated at once."""
+
+    def __init__(self, runtime: RuntimeService, max_size: int, max_files: int, interval: float = 10.0,
+                 workers: int = 1) -> None:
         self.runtime = runtime
         self.max_size = max_size
         self.max_files = max_files
+        self.interval = interval
+        self.workers = workers
 
     async def rotate_if_needed(self, container_id: str, path: Path) -> bool:
         try:
@@ -70,17 +75,18 @@ class ContainerLogRotator:
         return True
 
     async def rotate_all(self) -> int:
-        rotated = 0
-        for c in await self.runtime.list_containers({L.MANAGED_BY: "true"}):
-            if c.state != cri.CONTAINER_RUNNING:
-                continue
-            try:
-                st = await self.runtime.container_status(c.id)
-            except CRIError:
-                continue
-            if st.log_path and await self.rotate_if_needed(c.id, Path(st.log_path)):
-                rotated += 1
-        return rotated
+        running = [c.id for c in await self.runtime.list_containers({L.MANAGED_BY: "true"})
+                   if c.state == cri.CONTAINER_RUNNING]
+        slots = asyncio.Semaphore(self.workers)
+
+        async def one(container_id: str) -> bool:
+            async with slots:
+                try:
+                    st = await self.runtime.container_status(container_id)
+                except CRIError:
+                    return False
+                return bool(st.log_path) and await self.rotate_if_needed(container_id, Path(st.log_path))
+        return sum(await asyncio.gather(*(one(cid) for cid in running)))
 
     async def run(self) -> None:
         while True:
@@ -88,4 +94,4 @@ class ContainerLogRotator:
                 await self.rotate_all()
             except (CRIError, OSError) as exc:
                 log.warning("container log rotation: %s", exc)
-            await asyncio.sleep(CHECK_EVERY)
+            await asyncio.sleep(self.interval)

@@ -45,6 +45,7 @@ crashLoopBackOff:
   initialContainerRestartPeriod: {CRASH_BACKOFF_INITIAL}s
   maxContainerRestartPeriod: {CRASH_BACKOFF_MAX}s
 containerLogMaxFiles: {LOG_MAX_FILES}
+containerLogMonitorInterval: 3s
 volumeStatsAggPeriod: 2s
 podPidsLimit: {POD_PIDS_LIMIT}
 """

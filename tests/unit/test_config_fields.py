@@ -36,7 +36,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 @pytest.mark.parametrize("name,value", [
     ("cgroupDriver", "systemd"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
     ("registryPullQPS", 0), ("rotateCertificates", True), ("cpuManagerPolicy", "static"),
-    ("shutdownGracePeriod", "30s"), ("containerLogMaxWorkers", 4), ("oomScoreAdj", -900),
+    ("shutdownGracePeriod", "30s"), ("imageServiceEndpoint", "unix:///run/x.sock"), ("oomScoreAdj", -900),
     ("reservedMemory", [{"numaNode": 0, "limits": {"memory": "1Gi"}}]), ("staticPodURL", "http://x/pods"),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
     ("memoryThrottlingFactor", 0.8), ("makeIPTablesUtilChains", False), ("singleProcessOOMKill", True),

@@ -36,3 +36,60 @@ async def test_small_logs_are_left_alone(tmp_path):
     log.write_text("short")
     assert not await ContainerLogRotator(rt, 100, 3).rotate_if_needed(cid, log)
     assert rt.ops("reopen_container_log") == []
+
+
+class CountingStatus(FakeRuntime):
+    """Keeps each ContainerStatus call open a moment and counts how many are open at once."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.open = self.peak = 0
+
+    async def container_status(self, container_id):
+        import asyncio
+
+        self.open += 1
+        self.peak = max(self.peak, self.open)
+        await asyncio.sleep(0.05)
+        self.open -= 1
+        return await super().container_status(container_id)
+
+
+async def _running(rt, tmp_path, n):
+    for i in range(n):
+        sid = await rt.run_pod_sandbox(cri.PodSandboxConfig(metadata=cri.PodSandboxMetadata(name=f"p{i}")))
+        cid = await rt.create_container(sid, cri.ContainerConfig(
+            metadata=cri.ContainerMetadata(name="c"), image=cri.ImageSpec(image="i:1"),
+            labels={"pykubelet.io/managed": "true"}, log_path=str(tmp_path / f"{i}.log")), None)
+        await rt.start_container(cid)
+        (tmp_path / f"{i}.log").write_text("x" * 200)
+
+
+async def test_container_log_max_workers_rotates_that_many_at_once(tmp_path):
+    for workers, peak in ((1, 1), (3, 3)):
+        rt = CountingStatus(images=["i:1"])
+        logs = tmp_path / str(workers)
+        logs.mkdir()
+        await _running(rt, logs, 6)
+        assert await ContainerLogRotator(rt, 100, 3, workers=workers).rotate_all() == 6
+        assert rt.peak == peak, f"containerLogMaxWorkers {workers}"
+
+
+async def test_container_log_monitor_interval_is_the_wait_between_checks(monkeypatch):
+    import asyncio
+
+    from shared.config import load_kubelet_config
+    waits = []
+
+    async def sleep(seconds):
+        waits.append(seconds)
+        raise asyncio.CancelledError  # one round is enough
+
+    k, _ = load_kubelet_config({"containerLogMonitorInterval": "3s"})
+    rotator = ContainerLogRotator(FakeRuntime(), 100, 3, interval=k.container_log_monitor_interval)
+    monkeypatch.setattr("services.pod_sync.log_rotation.asyncio.sleep", sleep)
+    try:
+        await rotator.run()
+    except asyncio.CancelledError:
+        pass
+    assert waits == [3.0]
