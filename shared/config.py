@@ -23,7 +23,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 from pydantic.alias_generators import to_camel
 
 from shared import safe_yaml
-from shared.durations import parse_duration, to_seconds
+from shared.durations import format_duration, parse_duration, to_seconds
 from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
 from shared.config_refused import refused_settings
@@ -196,6 +196,8 @@ class KubeletConfiguration(ServerConfig):
     image_gc_high_threshold_percent: int = Field(default=85, alias="imageGCHighThresholdPercent", ge=0, le=100)
     image_gc_low_threshold_percent: int = Field(default=80, alias="imageGCLowThresholdPercent", ge=0, le=100)
     image_minimum_gc_age: float = Field(default=120.0, alias="imageMinimumGCAge")
+    # Unused images older than this go whatever the disk usage; 0: no age limit.
+    image_maximum_gc_age: float = Field(default=0.0, alias="imageMaximumGCAge", ge=0)
     # Sysctls pods may set beyond the safe set: names, or prefixes ending in '*'.
     allowed_unsafe_sysctls: list[str] = Field(default_factory=list)
 
@@ -244,6 +246,9 @@ class KubeletConfiguration(ServerConfig):
         if self.serialize_image_pulls and "max_parallel_image_pulls" in self.model_fields_set \
                 and self.max_parallel_image_pulls not in (None, 1):
             raise ValueError("maxParallelImagePulls must be unset or 1 when serializeImagePulls is true")
+        if self.image_maximum_gc_age and self.image_minimum_gc_age >= self.image_maximum_gc_age:
+            raise ValueError(f"imageMaximumGCAge {format_duration(self.image_maximum_gc_age)} must be greater "
+                             f"than imageMinimumGCAge {format_duration(self.image_minimum_gc_age)}")
         return self
 
     @field_validator("eviction_hard", "eviction_soft", "eviction_minimum_reclaim", mode="before")
@@ -307,7 +312,7 @@ class KubeletConfiguration(ServerConfig):
 
     @field_validator("sync_frequency", "file_check_frequency", "runtime_request_timeout",
                      "node_status_update_frequency", "node_status_report_frequency",
-                     "volume_stats_agg_period", "eviction_pressure_transition_period", "image_minimum_gc_age",
+                     "volume_stats_agg_period", "eviction_pressure_transition_period", "image_minimum_gc_age", "image_maximum_gc_age",
                      "container_log_monitor_interval", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:

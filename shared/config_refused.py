@@ -72,8 +72,6 @@ REFUSED: dict[str, Refused] = {
                                   "`pykubelet status`"),
     "healthzBindAddress": Refused("127.0.0.1", "each service's /healthz is on its loopback admin port"),
     "oomScoreAdj": Refused(-999, "pykubelet's processes keep the oom_score_adj they were started with"),
-    "imageMaximumGCAge": Refused("0s", "images are collected by disk usage only (imageGCHigh/LowThresholdPercent)",
-                                 duration=True),
     "kubeletCgroups": Refused("", "pykubelet's processes stay in the cgroup they were started in"),
     "systemCgroups": Refused("", "system processes are not moved"),
     "cgroupRoot": Refused("", _CGROUPS),

@@ -45,6 +45,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "logging": ("effect", "tests/unit/test_cli.py::test_logging_format_json_makes_every_service_line_a_json_object"),
     "containerLogMonitorInterval": ("effect", "tests/unit/test_log_rotation.py::test_container_log_monitor_interval_is_the_wait_between_checks"),
     "containerLogMaxWorkers": ("effect", "tests/unit/test_log_rotation.py::test_container_log_max_workers_rotates_that_many_at_once"),
+    "imageMaximumGCAge": ("effect", "tests/unit/test_pod_sync_eviction.py::test_image_maximum_gc_age_removes_images_unused_that_long_whatever_the_disk"),
     "resolvConf": ("effect", "tests/integration/test_static_pods.py::test_pods_get_the_resolv_conf_the_config_names"),
     "failSwapOn": ("effect", "tests/unit/test_host_checks.py::test_swap_on_stops_the_start_unless_fail_swap_on_is_false"),
     "protectKernelDefaults": ("effect", "tests/unit/test_host_checks.py::test_protect_kernel_defaults_names_each_tunable_that_differs"),

@@ -83,7 +83,8 @@ async def setup(ctx: ServiceContext) -> None:
     logs_gc = PodLogsGC(cri, ctx.store, k.pod_logs_dir)
     ctx.spawn("pod-logs-gc", periodic.every(LOGS_GC_PERIOD, "removing deleted pods' logs", logs_gc.collect, log))
     reclaimer = DiskReclaimer(cri, ctx.store, ctx.bus, k.image_gc_high_threshold_percent,
-                              k.image_gc_low_threshold_percent, k.image_minimum_gc_age)
+                              k.image_gc_low_threshold_percent, k.image_minimum_gc_age,
+                              max_age=k.image_maximum_gc_age)
     await ctx.bus.subscribe(DiskReclaimRequested, reclaimer.on_request)
     ctx.spawn("image-gc", periodic.every(IMAGE_GC_PERIOD, "image garbage collection", reclaimer.periodic_image_gc, log))
     if k.enforces_pods_allocatable:

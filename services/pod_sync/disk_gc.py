@@ -65,13 +65,17 @@ class GCResult:
 
 class DiskReclaimer:
     def __init__(self, runtime: RuntimeService, store: Store, bus: Bus, high_percent: int, low_percent: int,
-                 min_age: float, clock=time.monotonic) -> None:
+                 min_age: float, clock=time.monotonic, max_age: float = 0.0) -> None:
+        """max_age (imageMaximumGCAge): an image unused for longer is removed whatever the disk
+        usage; 0 keeps images as long as there is room. Ages count from this process's first
+        look at an image, as the kubelet's do."""
         self.runtime = runtime
         self.store = store
         self.bus = bus
         self.high = high_percent
         self.low = low_percent
         self.min_age = min_age
+        self.max_age = max_age
         self.clock = clock
         self._first_seen: dict[str, float] = {}  # image ID -> when first listed
         self._last_used: dict[str, float] = {}  # image ID -> when last seen in use
@@ -117,6 +121,18 @@ class DiskReclaimer:
 
     async def free_images(self, bytes_to_free: int | None, trigger: str) -> GCResult:
         """Remove unused images, least recently used first, until bytes_to_free (None: all)."""
+        _, candidates = await self._unused()
+        return await self._remove(candidates, bytes_to_free, trigger)
+
+    async def free_images_unused_for(self, max_age: float) -> GCResult:
+        """Remove every image no one has used for longer than max_age seconds."""
+        now, candidates = await self._unused()
+        old = [img for img in candidates if now - self._last_used.get(img.id, self._first_seen[img.id]) > max_age]
+        return await self._remove(old, None, "image max age")
+
+    async def _unused(self) -> tuple[float, list[cri.Image]]:
+        """(now, the images no one uses that are older than min_age, least recently used
+        first); notes which images are in use now."""
         now = self.clock()
         images = await self.runtime.list_images()
         in_use = await self._in_use(images)
@@ -131,6 +147,9 @@ class DiskReclaimer:
         candidates = [img for img in images if img.id not in in_use
                       and now - self._first_seen[img.id] >= self.min_age]
         candidates.sort(key=lambda img: self._last_used.get(img.id, self._first_seen[img.id]))
+        return now, candidates
+
+    async def _remove(self, candidates: list[cri.Image], bytes_to_free: int | None, trigger: str) -> GCResult:
         result = GCResult()
         for img in candidates:
             if bytes_to_free is not None and result.freed >= bytes_to_free:
@@ -184,6 +203,10 @@ class DiskReclaimer:
     # -- triggers -------------------------------------------------------------------------------
 
     async def periodic_image_gc(self) -> None:
+        if self.max_age:
+            old = await self.free_images_unused_for(self.max_age)
+            if old.images:
+                await self._record(0, "image max age", old)
         usage = await self.imagefs_usage()
         if usage is None or not usage[1]:
             return

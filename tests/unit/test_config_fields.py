@@ -66,7 +66,7 @@ def test_feature_gates_are_refused_by_name():
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cpuManagerReconcilePeriod", "10000ms"), ("imageMaximumGCAge", "0s"), ("shutdownGracePeriod", 0),
+    ("cpuManagerReconcilePeriod", "10000ms"), ("httpCheckFrequency", "20000ms"), ("shutdownGracePeriod", 0),
     ("memorySwap", {}), ("memoryThrottlingFactor", 0.9),
     ("podsPerCore", 0), ("tracing", None), ("featureGates", None),
 ])

@@ -3,6 +3,7 @@ disk (dead containers, unused images) when asked."""
 
 from __future__ import annotations
 
+import pytest
 from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.admission import admit_under_pressure
@@ -203,3 +204,33 @@ async def test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_
     with store.session() as s:
         done = s.get(DiskReclaim, 1)
     assert (done.trigger, done.answered_sequence, done.bytes_freed) == ("image GC", 0, 12)
+
+
+async def test_image_maximum_gc_age_removes_images_unused_that_long_whatever_the_disk(syncer, rt, store):
+    from shared.config import ConfigError, load_kubelet_config
+
+    k, _ = load_kubelet_config({"imageMaximumGCAge": "1h", "imageMinimumGCAge": "0s"})
+    stale, fresh = "sha256:" + "3" * 64, "sha256:" + "4" * 64
+    rt.images.update({"reg/stale:1": stale, "reg/fresh:1": fresh})
+    clock = [0.0]
+    gc = DiskReclaimer(rt, store, Bus(), high_percent=85, low_percent=80, min_age=k.image_minimum_gc_age,
+                       clock=lambda: clock[0], max_age=k.image_maximum_gc_age)
+
+    async def usage():
+        return 10, 100  # far below imageGCHighThresholdPercent
+    gc.imagefs_usage = usage
+    await gc.periodic_image_gc()
+    assert {"reg/stale:1", "reg/fresh:1"} <= set(rt.images), "nothing is an hour old yet"
+    want(store, manifest(uid="f", containers=[{"name": "x", "image": "reg/fresh:1"}]))
+    clock[0] = 1800
+    await gc.periodic_image_gc()  # reg/fresh is in use now; its age starts again
+    with store.session() as s:
+        s.delete(s.get(DesiredPod, "f"))
+    clock[0] = 3700
+    await gc.periodic_image_gc()
+    assert "reg/stale:1" not in rt.images and "reg/fresh:1" in rt.images
+    with store.session() as s:
+        done = s.get(DiskReclaim, 1)
+    assert done.trigger == "image max age" and "reg/stale:1" in done.images_removed
+    with pytest.raises(ConfigError, match="imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"):
+        load_kubelet_config({"imageMaximumGCAge": "1m"})
