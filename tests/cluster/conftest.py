@@ -58,8 +58,11 @@ def _accepts(port: int) -> bool:
 # What the Node is created with; PreferNoSchedule, so the scheduler still places pods here.
 PROVIDER_ID = "pykubelet://testnode"
 TAINT = {"key": "pykubelet.io/test", "value": "cluster", "effect": "PreferNoSchedule"}
+# Shorter than the kubelet's 40 s and 5 m, so tests see the lease and the status follow them.
+LEASE_SECONDS, STATUS_REPORT_EVERY = 20, 20
 REGISTRATION = (f"providerID: {PROVIDER_ID}\nregisterWithTaints:\n  - key: {TAINT['key']}\n"
-                f"    value: {TAINT['value']}\n    effect: {TAINT['effect']}\n")
+                f"    value: {TAINT['value']}\n    effect: {TAINT['effect']}\n"
+                f"nodeLeaseDurationSeconds: {LEASE_SECONDS}\nnodeStatusReportFrequency: {STATUS_REPORT_EVERY}s\n")
 
 
 @pytest.fixture(scope="package")

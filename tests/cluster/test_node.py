@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from tests.cluster.conftest import PROVIDER_ID, TAINT
+from tests.cluster.conftest import LEASE_SECONDS, PROVIDER_ID, STATUS_REPORT_EVERY, TAINT
 from tests.cluster.harness import KUBE_VERSION
 from tests.integration.conftest import NODE_NAME, wait_for
 
@@ -43,10 +43,20 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
 def test_lease_is_renewed(cluster):
     lease = cluster.get("lease", NODE_NAME, "-n", "kube-node-lease")
     assert lease["spec"]["holderIdentity"] == NODE_NAME
-    assert lease["spec"]["leaseDurationSeconds"] == 40
+    assert lease["spec"]["leaseDurationSeconds"] == LEASE_SECONDS  # nodeLeaseDurationSeconds
     assert lease["metadata"]["ownerReferences"][0]["kind"] == "Node"
     first = _renew_time(cluster)
-    wait_for(lambda: _renew_time(cluster) > first, 30, "the lease to be renewed")
+    # Renewed every quarter of the duration, as the kubelet renews it.
+    wait_for(lambda: _renew_time(cluster) > first, LEASE_SECONDS / 4 + 5, "the lease to be renewed")
+
+
+def test_node_status_is_reported_every_node_status_report_frequency(cluster):
+    """Nothing changes on the node, yet its status is sent again every nodeStatusReportFrequency
+    (the Ready condition's lastHeartbeatTime moves)."""
+    def heartbeat() -> str:
+        return next(c for c in cluster.node_obj()["status"]["conditions"] if c["type"] == "Ready")["lastHeartbeatTime"]
+    first = heartbeat()
+    wait_for(lambda: heartbeat() != first, STATUS_REPORT_EVERY + 15, "the node status to be reported again")
 
 
 def test_pod_bound_to_the_node_runs_with_kubelet_status(cluster):

@@ -1,0 +1,76 @@
+"""tlsMinVersion, tlsCipherSuites, tlsCertFile and tlsPrivateKeyFile on the kubelet API's real
+TLS listener (services/node_api/tls.py): what a client can and cannot negotiate, and the
+certificate it is shown."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+
+import pytest
+
+from services.node_api.http import HTTPServer, Request, Response, Router, text_response
+from services.node_api.tls import server_context, serving_cert_paths
+from shared.config import KubeletConfiguration
+from tests.cluster.pki import PKI
+
+
+async def serve(tmp_path, config: dict) -> HTTPServer:
+    cfg = KubeletConfiguration.model_validate({"authentication": {"anonymous": {"enabled": True}},
+                                               "authorization": {"mode": "AlwaysAllow"}, **config})
+    router = Router()
+
+    async def healthz(_req: Request) -> Response:
+        return text_response("ok")
+    router.add("GET", "/healthz", healthz)
+    cert, key = serving_cert_paths(cfg, tmp_path / "certs", "node1", ["127.0.0.1"])
+    srv = HTTPServer(router, None, server_context(cfg, cert, key), "test")
+    await srv.start("127.0.0.1", 0)
+    return srv
+
+
+async def handshake(port: int, *, max_version=None, ciphers: str | None = None) -> ssl.SSLObject:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    if max_version is not None:
+        ctx.maximum_version = max_version
+    if ciphers is not None:
+        ctx.set_ciphers(ciphers)
+    _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, ssl=ctx), 10)
+    tls = writer.get_extra_info("ssl_object")
+    writer.close()
+    return tls
+
+
+async def test_tls_min_version_refuses_an_older_client(tmp_path):
+    srv = await serve(tmp_path, {"tlsMinVersion": "VersionTLS13"})
+    try:
+        with pytest.raises((ssl.SSLError, ConnectionError)):  # refused in the handshake
+            await handshake(srv.port, max_version=ssl.TLSVersion.TLSv1_2)
+        assert (await handshake(srv.port)).version() == "TLSv1.3"
+    finally:
+        await srv.stop()
+
+
+async def test_tls_cipher_suites_are_the_only_tls12_suites_offered(tmp_path):
+    srv = await serve(tmp_path, {"tlsCipherSuites": ["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"]})
+    try:
+        with pytest.raises((ssl.SSLError, ConnectionError)):  # refused in the handshake
+            await handshake(srv.port, max_version=ssl.TLSVersion.TLSv1_2, ciphers="ECDHE-ECDSA-AES128-GCM-SHA256")
+        tls = await handshake(srv.port, max_version=ssl.TLSVersion.TLSv1_2)
+        assert tls.cipher()[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
+    finally:
+        await srv.stop()
+
+
+async def test_tls_cert_and_key_files_are_the_certificate_clients_see(tmp_path):
+    from cryptography import x509
+
+    pair = PKI(tmp_path / "pki").issue("serving", "kubelet-of-node1", server=True)
+    srv = await serve(tmp_path, {"tlsCertFile": str(pair.cert), "tlsPrivateKeyFile": str(pair.key)})
+    try:
+        der = (await handshake(srv.port)).getpeercert(binary_form=True)
+        assert x509.load_der_x509_certificate(der).subject.rfc4514_string() == "CN=kubelet-of-node1"
+        assert not (tmp_path / "certs" / "kubelet.crt").exists(), "no self-signed one was made"
+    finally:
+        await srv.stop()
