@@ -100,8 +100,10 @@ class Installer:
         self.units = Path(args.unit_dir)
         self.changed: list[str] = []
 
-    def _write(self, path: Path, content: str, mode: int = 0o644) -> None:
-        """Write when different; remember what changed for the summary."""
+    def _write(self, path: Path, content: str, mode: int = 0o600) -> None:
+        """Write when different; remember what changed for the summary. 0600: only root (systemd,
+        containerd, the services) reads what is written here, as the CIS benchmark's 4.1.x checks
+        want for the kubelet's unit and config files."""
         if path.exists() and path.read_text() == content and (os.stat(path).st_mode & 0o777) == mode:
             return
         path.parent.mkdir(parents=True, exist_ok=True)

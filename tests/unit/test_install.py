@@ -44,6 +44,10 @@ def test_install_writes_units_config_and_private_credentials(args, tmp_path):
     assert "listen: 127.0.0.1:4333" in (bus / "nats.conf").read_text()
     containerd = (tmp_path / "root" / "containerd" / "config.toml").read_text()
     assert 'sandbox_image = "127.0.0.1:5000/pykubelet/pause:3.9"' in containerd
+    written = [*units.iterdir(), tmp_path / "etc" / "config.yaml", tmp_path / "etc" / "flags.env",
+               tmp_path / "root" / "containerd" / "config.toml"]
+    assert {f.name: oct(stat.S_IMODE(os.stat(f).st_mode)) for f in written} == \
+        {f.name: "0o600" for f in written}, "root's alone (CIS 4.1.1, 4.1.5, 4.1.9)"
 
 
 def test_install_is_idempotent_and_keeps_what_the_operator_owns(args, tmp_path):
