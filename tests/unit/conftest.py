@@ -61,3 +61,14 @@ def events():
 def syncer(rt, store, settings, node, events):
     return PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300), node, events,
                      subpaths=FakeSubPathMounts())
+
+
+@pytest.fixture
+async def api_server():
+    """An HTTP server answering as the API server does (tests/unit/fake_api_server.py)."""
+    from tests.unit.fake_api_server import FakeApiServer
+
+    s = FakeApiServer()
+    await s.start()
+    yield s
+    s.server.close()

@@ -6,28 +6,18 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 
 from services.status_reporter.events import EventPoster
 from shared.bus import KubeEvent
 from shared.config import load_kubelet_config
 from shared.kube import api_client
-from tests.unit.test_kube_api import FakeApiServer
 
 
-@pytest.fixture
-async def server():
-    s = FakeApiServer()
-    await s.start()
-    s.replies["/api/v1/namespaces/default/events"] = (201, json.dumps({"kind": "Event"}).encode())
-    yield s
-    s.server.close()
-
-
-async def post_times(server, tmp_path, config: dict, n: int) -> list[float]:
+async def post_times(api_server, tmp_path, config: dict, n: int) -> list[float]:
+    api_server.replies["/api/v1/namespaces/default/events"] = (201, json.dumps({"kind": "Event"}).encode())
     k, _ = load_kubelet_config(config)
     # The API client's own budget is far above the events' one, so only the latter shows.
-    api = await api_client(server.kubeconfig(tmp_path), qps=1000, burst=1000, root_dir=tmp_path)
+    api = await api_client(api_server.kubeconfig(tmp_path), qps=1000, burst=1000, root_dir=tmp_path)
     poster = EventPoster(api, "n1", k.event_record_qps, k.event_burst)
     start, times = time.monotonic(), []
     for i in range(n):
@@ -37,13 +27,13 @@ async def post_times(server, tmp_path, config: dict, n: int) -> list[float]:
     return times
 
 
-async def test_events_beyond_the_burst_wait_for_the_rate(server, tmp_path):
-    times = await post_times(server, tmp_path, {"eventRecordQPS": 5, "eventBurst": 2}, 4)
-    assert len([m for m, t, _, _ in server.requests if m == "POST" and "/events" in t]) == 4
+async def test_events_beyond_the_burst_wait_for_the_rate(api_server, tmp_path):
+    times = await post_times(api_server, tmp_path, {"eventRecordQPS": 5, "eventBurst": 2}, 4)
+    assert len([m for m, t, _, _ in api_server.requests if m == "POST" and "/events" in t]) == 4
     # Two at once (the burst), then one per 1/5 s: the fourth no sooner than 0.4 s after them.
     assert times[3] - times[1] >= 0.35, times
 
 
-async def test_event_record_qps_zero_is_no_limit(server, tmp_path):
-    times = await post_times(server, tmp_path, {"eventRecordQPS": 0, "eventBurst": 1}, 6)
+async def test_event_record_qps_zero_is_no_limit(api_server, tmp_path):
+    times = await post_times(api_server, tmp_path, {"eventRecordQPS": 0, "eventBurst": 1}, 6)
     assert times[-1] < 2, "nothing waits for a rate (limited, six events with a burst of one would take longer)"

@@ -5,71 +5,13 @@ kubeconfig named in the error."""
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import time
 
 import pytest
 
 from shared.kube import ApiError, KubeconfigError, api_client, patch_pod_status, path
-
-
-class FakeApiServer:
-    """Answers with whatever the test queued for a path; records every request."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str, dict, bytes]] = []
-        self.replies: dict[str, tuple[int, list[bytes] | bytes]] = {}
-        self.port = 0
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _handle(self, reader, writer) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode().split("\r\n")
-        method, target, _ = lines[0].split(" ")
-        headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:] if ": " in line)}
-        body = await reader.readexactly(int(headers.get("content-length", 0)))
-        self.requests.append((method, target, headers, body))
-        status, reply = self.replies.get(target.split("?")[0], (404, json.dumps(
-            {"kind": "Status", "reason": "NotFound", "message": f"{target} not found"}).encode()))
-        if isinstance(reply, list):  # a watch: one event per line, then the server ends it
-            # As the API server 1.37 does for a client that accepts gzip: each flushed event a
-            # gzip member of its own, the members one after the other in the body.
-            gzipped = "gzip" in headers.get("accept-encoding", "")
-            encoding = "Content-Encoding: gzip\r\n" if gzipped else ""
-            writer.write(f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\n{encoding}"
-                         "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode())
-            for line in reply:
-                chunk = gzip.compress(line + b"\n") if gzipped else line + b"\n"
-                writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-            writer.write(b"0\r\n\r\n")
-        else:
-            writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(reply)}"
-                         "\r\nConnection: close\r\n\r\n".encode() + reply)
-        await writer.drain()
-        writer.close()
-
-    def kubeconfig(self, tmp_path):
-        f = tmp_path / "kubeconfig"
-        f.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{self.port}"}}}}]
-users: [{{name: u, user: {{token: secret-token}}}}]
-contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
-current-context: x
-""")
-        return f
-
-
-@pytest.fixture
-async def server():
-    s = FakeApiServer()
-    await s.start()
-    yield s
-    s.server.close()
+from tests.unit.fake_api_server import FakeApiServer
 
 
 def test_paths_escape_every_name():
@@ -79,31 +21,31 @@ def test_paths_escape_every_name():
     assert path("v1", "pods", "../../secrets/x", "a/b") == "/api/v1/namespaces/a%2Fb/pods/..%2F..%2Fsecrets%2Fx"
 
 
-async def test_requests_errors_and_delete_options(server, tmp_path):
-    api = await api_client(server.kubeconfig(tmp_path), qps=50, burst=100, root_dir=tmp_path)
+async def test_requests_errors_and_delete_options(api_server, tmp_path):
+    api = await api_client(api_server.kubeconfig(tmp_path), qps=50, burst=100, root_dir=tmp_path)
     try:
-        server.replies["/api/v1/nodes/n1"] = (200, b'{"metadata": {"name": "n1", "uid": "u1"}}')
+        api_server.replies["/api/v1/nodes/n1"] = (200, b'{"metadata": {"name": "n1", "uid": "u1"}}')
         node = await api.get(path("v1", "nodes", "n1"))
         assert node["metadata"]["uid"] == "u1"
-        assert server.requests[-1][2]["authorization"] == "Bearer secret-token"
+        assert api_server.requests[-1][2]["authorization"] == "Bearer secret-token"
         assert await api.get_or_none(path("v1", "nodes", "gone")) is None
         with pytest.raises(ApiError) as err:
             await api.get(path("v1", "nodes", "gone"))
         assert err.value.status == 404 and err.value.reason == "NotFound"
 
-        server.replies["/api/v1/namespaces/ns/pods/p"] = (200, b'{"kind": "Status"}')
+        api_server.replies["/api/v1/namespaces/ns/pods/p"] = (200, b'{"kind": "Status"}')
         await api.delete(path("v1", "pods", "p", "ns"), grace_period=0, uid="u-123")
-        method, _, headers, body = server.requests[-1]
+        method, _, headers, body = api_server.requests[-1]
         assert method == "DELETE" and json.loads(body) == {
             "apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": "u-123"}}
 
-        server.replies["/api/v1/namespaces/ns/pods/p/status"] = (409, b'{"reason": "Conflict", "message": "uid"}')
+        api_server.replies["/api/v1/namespaces/ns/pods/p/status"] = (409, b'{"reason": "Conflict", "message": "uid"}')
         assert await patch_pod_status(api, "ns", "p", "u-9", {"phase": "Running"}) is False
-        method, _, headers, body = server.requests[-1]
+        method, _, headers, body = api_server.requests[-1]
         assert method == "PATCH" and headers["content-type"] == "application/merge-patch+json"
         assert json.loads(body) == {"metadata": {"uid": "u-9"}, "status": {"phase": "Running"}}
 
-        server.replies["/api/v1/nodes/garbage"] = (500, b"<html>not json</html>")
+        api_server.replies["/api/v1/nodes/garbage"] = (500, b"<html>not json</html>")
         with pytest.raises(ApiError) as err:
             await api.get(path("v1", "nodes", "garbage"))
         assert err.value.status == 500 and "not json" in err.value.message
@@ -111,10 +53,10 @@ async def test_requests_errors_and_delete_options(server, tmp_path):
         await api.close()
 
 
-async def test_a_watch_yields_changes_and_raises_on_an_error_event(server, tmp_path):
-    api = await api_client(server.kubeconfig(tmp_path), qps=50, burst=100, root_dir=tmp_path)
+async def test_a_watch_yields_changes_and_raises_on_an_error_event(api_server, tmp_path):
+    api = await api_client(api_server.kubeconfig(tmp_path), qps=50, burst=100, root_dir=tmp_path)
     try:
-        server.replies["/api/v1/pods"] = (200, [
+        api_server.replies["/api/v1/pods"] = (200, [
             b'{"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "5"}}}',
             b'{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "6"}}}',
             b'{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}}'])
@@ -124,10 +66,10 @@ async def test_a_watch_yields_changes_and_raises_on_an_error_event(server, tmp_p
                 seen.append((kind, obj["metadata"]["resourceVersion"]))
         assert seen == [("ADDED", "5"), ("BOOKMARK", "6")]
         assert err.value.status == 410
-        target = server.requests[-1][1]
+        target = api_server.requests[-1][1]
         assert "watch=1" in target and "resourceVersion=4" in target and "fieldSelector=spec.nodeName%3Dn1" in target
 
-        server.replies["/api/v1/pods"] = (200, [b"this is not json"])
+        api_server.replies["/api/v1/pods"] = (200, [b"this is not json"])
         with pytest.raises(ValueError):
             async for _ in api.watch(path("v1", "pods"), "4", 60):
                 pass
@@ -135,10 +77,10 @@ async def test_a_watch_yields_changes_and_raises_on_an_error_event(server, tmp_p
         await api.close()
 
 
-async def test_every_request_draws_on_the_node_budget(server, tmp_path):
+async def test_every_request_draws_on_the_node_budget(api_server, tmp_path):
     """burst 2, 5 a second: the first two requests go at once, each later one waits its token."""
-    server.replies["/api/v1/nodes/n1"] = (200, b"{}")
-    api = await api_client(server.kubeconfig(tmp_path), qps=5, burst=2, root_dir=tmp_path)
+    api_server.replies["/api/v1/nodes/n1"] = (200, b"{}")
+    api = await api_client(api_server.kubeconfig(tmp_path), qps=5, burst=2, root_dir=tmp_path)
     try:
         start = time.monotonic()
         for _ in range(4):

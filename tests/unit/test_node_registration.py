@@ -11,58 +11,49 @@ from services.status_reporter.node_agent import NodeAgent, Registration
 from shared.config import ConfigError, load_kubelet_config
 from shared.kube import ApiError, api_client
 from shared.store import Store
-from tests.unit.test_kube_api import FakeApiServer
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "node-uid"}, "spec": {}}
 
 
-@pytest.fixture
-async def server():
-    s = FakeApiServer()
-    await s.start()
-    yield s
-    s.server.close()
-
-
-async def agent(server, tmp_path, registration: Registration) -> NodeAgent:
-    api = await api_client(server.kubeconfig(tmp_path), qps=50, burst=100, root_dir=tmp_path)
+async def agent(api_server, tmp_path, registration: Registration) -> NodeAgent:
+    api = await api_client(api_server.kubeconfig(tmp_path), qps=50, burst=100, root_dir=tmp_path)
     store = Store(tmp_path / "state.db", writer="status-reporter")
     store.create_schema()
     return NodeAgent(api, store, "n1", str(tmp_path), 110, 40, 10.0, 60.0, lambda *_: None,
                      registration=registration)
 
 
-def sent(server, method: str, target: str) -> list[dict]:
-    return [json.loads(body) for m, t, _, body in server.requests if m == method and t.split("?")[0] == target]
+def sent(api_server, method: str, target: str) -> list[dict]:
+    return [json.loads(body) for m, t, _, body in api_server.requests if m == method and t.split("?")[0] == target]
 
 
-async def test_the_node_is_created_with_its_taints_and_provider_id(server, tmp_path):
-    server.replies["/api/v1/nodes"] = (201, json.dumps(NODE).encode())
-    server.replies["/api/v1/nodes/n1/status"] = (200, json.dumps(NODE).encode())
+async def test_the_node_is_created_with_its_taints_and_provider_id(api_server, tmp_path):
+    api_server.replies["/api/v1/nodes"] = (201, json.dumps(NODE).encode())
+    api_server.replies["/api/v1/nodes/n1/status"] = (200, json.dumps(NODE).encode())
     k, _ = load_kubelet_config({"providerID": "pykubelet://n1", "registerWithTaints": [
         {"key": "example.com/dedicated", "value": "infra", "effect": "NoSchedule"},
         {"key": "gpu", "effect": "PreferNoSchedule"}]})
-    a = await agent(server, tmp_path, Registration(True, [t.model_dump(exclude_defaults=True)
+    a = await agent(api_server, tmp_path, Registration(True, [t.model_dump(exclude_defaults=True)
                                                          for t in k.register_with_taints], k.provider_id))
     await a.register()
-    [created] = sent(server, "POST", "/api/v1/nodes")
+    [created] = sent(api_server, "POST", "/api/v1/nodes")
     assert created["spec"] == {"providerID": "pykubelet://n1", "taints": [
         {"key": "example.com/dedicated", "value": "infra", "effect": "NoSchedule"},
         {"key": "gpu", "effect": "PreferNoSchedule"}]}
     assert a.registered.is_set() and a.node_uid == "node-uid"
 
 
-async def test_register_node_false_never_creates_the_node_and_waits_for_it(server, tmp_path):
-    a = await agent(server, tmp_path, Registration(register=False))
+async def test_register_node_false_never_creates_the_node_and_waits_for_it(api_server, tmp_path):
+    a = await agent(api_server, tmp_path, Registration(register=False))
     with pytest.raises(ApiError, match="Node n1 does not exist and registerNode is false: create it"):
         await a.register()
-    server.replies["/api/v1/nodes/n1"] = (200, json.dumps(NODE).encode())
-    server.replies["/api/v1/nodes/n1/status"] = (200, json.dumps(NODE).encode())
+    api_server.replies["/api/v1/nodes/n1"] = (200, json.dumps(NODE).encode())
+    api_server.replies["/api/v1/nodes/n1/status"] = (200, json.dumps(NODE).encode())
     await a.register()
     assert a.registered.is_set() and a.node_uid == "node-uid"
-    assert sent(server, "POST", "/api/v1/nodes") == [], "registerNode false: no Node is created"
-    assert sent(server, "PATCH", "/api/v1/nodes/n1") == [], "nor its labels changed"
-    assert len(sent(server, "PATCH", "/api/v1/nodes/n1/status")) == 1, "its status is reported"
+    assert sent(api_server, "POST", "/api/v1/nodes") == [], "registerNode false: no Node is created"
+    assert sent(api_server, "PATCH", "/api/v1/nodes/n1") == [], "nor its labels changed"
+    assert len(sent(api_server, "PATCH", "/api/v1/nodes/n1/status")) == 1, "its status is reported"
 
 
 @pytest.mark.parametrize("taint,needle", [
