@@ -26,7 +26,8 @@ def spec_allocation(pod: Pod) -> Allocation:
     return {c.name: resources_of(c) for c in pod.spec.initContainers + pod.spec.containers}
 
 
-def _quantity(entry: Resources | None, kind: str, name: str) -> Any:
+def quantity_of(entry: Resources | None, kind: str, name: str) -> Any:
+    """entry's kind (requests/limits) of resource name as a number, None when it has none."""
     value = ((entry or {}).get(kind) or {}).get(name)
     return None if value is None else parse_quantity(value)
 
@@ -35,7 +36,7 @@ def changed(old: Resources | None, new: Resources | None) -> set[str]:
     """The resources (cpu, memory) whose request or limit differs, compared as quantities:
     "1000m" is "1"."""
     return {name for name in RESIZABLE for kind in ("requests", "limits")
-            if _quantity(old, kind, name) != _quantity(new, kind, name)}
+            if quantity_of(old, kind, name) != quantity_of(new, kind, name)}
 
 
 def same(a: Allocation, b: Allocation) -> bool:

@@ -12,13 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, MIN_QUOTA, MIN_SHARES
+from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
 from shared.podspec import Container, Pod
 from shared.qos import pod_level, pod_requests, qos_class
 from shared.quantity import millicores, to_bytes
-
-
-MAX_SHARES = 262_144
 
 
 @dataclass(frozen=True)
@@ -51,27 +48,14 @@ def _limits(pod: Pod, name: str) -> int | None:
     return max(apps, inits)
 
 
-def shares(milli: int) -> int:
-    return min(MAX_SHARES, max(MIN_SHARES, milli * 1024 // 1000))
-
-
-def quota(milli: int) -> int:
-    return max(MIN_QUOTA, milli * CPU_PERIOD // 1000)
-
-
 def pod_cgroup_config(pod: Pod, pod_pids_limit: int = -1) -> PodCgroupConfig:
     pids = pod_pids_limit if pod_pids_limit > 0 else None
     if qos_class(pod) == "BestEffort":
         return PodCgroupConfig(MIN_SHARES, None, None, pids)
     cpu_limit, memory_limit = _limits(pod, "cpu"), _limits(pod, "memory")
-    return PodCgroupConfig(cpu_shares=shares(pod_requests(pod)["cpu"]),
-                           cpu_quota=quota(cpu_limit) if cpu_limit is not None else None,
+    return PodCgroupConfig(cpu_shares=cpu_shares(pod_requests(pod)["cpu"]),
+                           cpu_quota=cpu_quota(cpu_limit) if cpu_limit is not None else None,
                            memory_limit=memory_limit, pids_limit=pids)
-
-
-def _weight(cpu_shares: int) -> int:
-    """cgroup v2's cpu.weight for v1 shares (the kubelet's and runc's conversion)."""
-    return 10_000 if cpu_shares >= MAX_SHARES else 1 + ((cpu_shares - 2) * 9999) // 262_142
 
 
 def _files(parent: str, config: PodCgroupConfig, root: Path, pids: bool = True) -> list[tuple[Path, str]]:
@@ -80,7 +64,7 @@ def _files(parent: str, config: PodCgroupConfig, root: Path, pids: bool = True) 
     pids_max = str(config.pids_limit) if config.pids_limit is not None else "max"
     if (root / "cgroup.controllers").is_file():
         d = root / rel
-        return [(d / "cpu.weight", str(_weight(config.cpu_shares))),
+        return [(d / "cpu.weight", str(cpu_weight(config.cpu_shares))),
                 (d / "cpu.max", f"{config.cpu_quota if config.cpu_quota is not None else 'max'} {CPU_PERIOD}"),
                 (d / "memory.max", str(config.memory_limit) if config.memory_limit is not None else "max"),
                 *([(d / "pids.max", pids_max)] if pids else [])]
@@ -171,7 +155,7 @@ def qos_tier_shares(pods: list[Pod]) -> dict[str, int]:
     share the minimum; Burstable pods their requests together; Guaranteed pods sit in
     /kubepods itself."""
     burstable = sum(pod_requests(p)["cpu"] for p in pods if qos_class(p) == "Burstable")
-    return {"/kubepods/besteffort": MIN_SHARES, "/kubepods/burstable": shares(burstable)}
+    return {"/kubepods/besteffort": MIN_SHARES, "/kubepods/burstable": cpu_shares(burstable)}
 
 
 def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT) -> list[str]:
@@ -184,5 +168,5 @@ def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT) -> list[str]:
             d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             return [f"creating the QoS cgroup {tier}: {exc.strerror or exc}"]
-        files.append((d / "cpu.weight", str(_weight(value))) if v2 else (d / "cpu.shares", str(value)))
+        files.append((d / "cpu.weight", str(cpu_weight(value))) if v2 else (d / "cpu.shares", str(value)))
     return _write(files)

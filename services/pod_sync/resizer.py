@@ -22,12 +22,11 @@ from services.pod_sync import pod_cgroup
 from services.pod_sync.resources import container_resources, pod_cgroup_parent
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
-from shared.allocation import Allocation, Resources, changed, same, spec_allocation
+from shared.allocation import Allocation, Resources, changed, quantity_of, same, spec_allocation
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.podspec import Container, Pod
 from shared.qos import qos_class
-from shared.quantity import parse_quantity
 from shared.retry import Backoff
 from shared.store import DesiredPod
 from shared.store.models import utcnow
@@ -92,10 +91,8 @@ def _resizable_running(pod: Pod, rt: RuntimePod) -> list[tuple[ContainerInfo, Co
 
 
 def _decreases(old: Resources | None, new: Resources) -> bool:
-    def value(entry: Resources | None, kind: str, name: str) -> Any:
-        q = ((entry or {}).get(kind) or {}).get(name)
-        return parse_quantity(q) if q is not None else None
-    return any((a := value(old, kind, name)) is not None and ((b := value(new, kind, name)) is None or b < a)
+    return any((a := quantity_of(old, kind, name)) is not None
+               and ((b := quantity_of(new, kind, name)) is None or b < a)
                for kind in ("requests", "limits") for name in ("cpu", "memory"))
 
 

@@ -22,7 +22,23 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "/kubepods"
 CPU_PERIOD = 100_000
 MIN_SHARES = 2
+MAX_SHARES = 262_144
 MIN_QUOTA = 1000
+
+
+def cpu_shares(milli: int) -> int:
+    """cpu.shares for millicores (the kubelet's MilliCPUToShares)."""
+    return min(MAX_SHARES, max(MIN_SHARES, milli * 1024 // 1000))
+
+
+def cpu_quota(milli: int) -> int:
+    """cfs_quota_us for millicores over CPU_PERIOD (the kubelet's MilliCPUToQuota)."""
+    return max(MIN_QUOTA, milli * CPU_PERIOD // 1000)
+
+
+def cpu_weight(shares: int) -> int:
+    """cgroup v2's cpu.weight for v1 shares (the kubelet's and runc's conversion)."""
+    return 10_000 if shares >= MAX_SHARES else 1 + ((shares - 2) * 9999) // 262_142
 GUARANTEED_OOM_SCORE_ADJ = -997
 BESTEFFORT_OOM_SCORE_ADJ = 1000
 
@@ -74,10 +90,10 @@ def container_resources(c: Container, qos: str, memory_capacity: int,
     cpu_limit = r.limits.get("cpu", own.limits.get("cpu") if own else None)
     memory_limit = r.limits.get("memory", own.limits.get("memory") if own else None)
     cpu_request = r.requests.get("cpu", cpu_limit)
-    shares = max(MIN_SHARES, millicores(cpu_request) * 1024 // 1000) if cpu_request is not None else MIN_SHARES
+    shares = cpu_shares(millicores(cpu_request)) if cpu_request is not None else MIN_SHARES
     res = cri.LinuxContainerResources(cpu_shares=shares, cpu_period=CPU_PERIOD)
     if cpu_limit is not None:
-        res.cpu_quota = max(MIN_QUOTA, millicores(cpu_limit) * CPU_PERIOD // 1000)
+        res.cpu_quota = cpu_quota(millicores(cpu_limit))
     if memory_limit is not None:
         res.memory_limit_in_bytes = to_bytes(memory_limit)
     adj = oom_score_adj(c, qos, memory_capacity, pod)
@@ -104,9 +120,9 @@ def enforce_pods_allocatable(memory_bytes: int, cpu_millicores: int, root: Path 
     Returns what could not be set, in words (the caller logs it; pods still run)."""
     problems = []
     v2 = (root / "cgroup.controllers").is_file()
-    shares = max(MIN_SHARES, cpu_millicores * 1024 // 1000)
+    shares = cpu_shares(cpu_millicores)
     writes = ([(root / "kubepods" / "memory.max", str(memory_bytes)),
-               (root / "kubepods" / "cpu.weight", str(1 + ((shares - 2) * 9999) // 262142))] if v2 else
+               (root / "kubepods" / "cpu.weight", str(cpu_weight(shares)))] if v2 else
               [(root / "memory" / "kubepods" / "memory.limit_in_bytes", str(memory_bytes)),
                (root / "cpu" / "kubepods" / "cpu.shares", str(shares))])
     for path, value in writes:
