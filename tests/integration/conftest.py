@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -126,6 +127,7 @@ class Node:
     proc: subprocess.Popen
     log: Path
     kubelet_port: int = 0  # the kubelet API (node-api), HTTPS
+    read_only_port: int = 0  # its read-only HTTP port (readOnlyPort), 0 when off
     written: list[Path] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # how `pykubelet up` was run
     node_name: str = NODE_NAME
@@ -316,8 +318,9 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     env = watched_env(root) if watch_loops else None
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    read_only = re.search(r"^readOnlyPort: (\d+)$", extra_config, re.M)
     n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log, kubelet_port=kubelet_port,
-             argv=argv, node_name=node_name, env=env)
+             read_only_port=int(read_only.group(1)) if read_only else 0, argv=argv, node_name=node_name, env=env)
     _wait_up(n)
     return n
 
@@ -342,12 +345,14 @@ def _wait_up(n: Node) -> None:
         time.sleep(0.3)
 
 
-def package_node(dir_name: str):
+def package_node(dir_name: str, loopback_api: bool = False):
     """A `node` fixture for a test package: a node of its own, gone before another test package
-    starts its own."""
+    starts its own. loopback_api: the kubelet API on 127.0.0.1 only (address), with a read-only
+    port (readOnlyPort)."""
     @pytest.fixture(scope="package")
     def node(tmp_path_factory) -> Iterator[Node]:
-        n = launch_node(tmp_path_factory.mktemp(dir_name))
+        extra = f"address: 127.0.0.1\nreadOnlyPort: {free_port()}\n" if loopback_api else ""
+        n = launch_node(tmp_path_factory.mktemp(dir_name), extra_config=extra)
         try:
             yield n
         finally:
@@ -356,7 +361,7 @@ def package_node(dir_name: str):
     return node
 
 
-node = package_node("node")
+node = package_node("node", loopback_api=True)
 
 
 def stop_node(n: Node) -> None:

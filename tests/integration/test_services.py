@@ -80,3 +80,33 @@ spec:
     assert value("kubelet_running_pods") >= 1
     assert value('kubelet_running_containers{container_state="running"}') >= 1
     assert value('kubelet_started_containers_total{container_type="container"}') >= 1
+
+
+def _tcp_listeners() -> set[tuple[str, int]]:
+    """(address, port) of every IPv4 TCP socket listening on this machine."""
+    out = set()
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A":  # LISTEN
+            addr, port = local.split(":")
+            out.add((".".join(str(int(addr[i:i + 2], 16)) for i in (6, 4, 2, 0)), int(port, 16)))
+    return out
+
+
+def test_the_kubelet_api_listens_where_address_and_read_only_port_say(node):
+    """The node's config (tests/integration/conftest.py) has address 127.0.0.1 and a readOnlyPort."""
+    import ssl
+
+    import httpx
+
+    listeners = _tcp_listeners()
+    assert ("127.0.0.1", node.kubelet_port) in listeners and ("0.0.0.0", node.kubelet_port) not in listeners
+    assert ("127.0.0.1", node.read_only_port) in listeners
+    # The read-only port: plain HTTP, no credentials, and none of the container data or config.
+    plain = f"http://127.0.0.1:{node.read_only_port}"
+    assert httpx.get(f"{plain}/healthz", timeout=10).text == "ok"
+    assert httpx.get(f"{plain}/configz", timeout=10).status_code == 404
+    # The HTTPS port asks who is there first.
+    insecure = ssl.create_default_context()
+    insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+    assert httpx.get(f"https://127.0.0.1:{node.kubelet_port}/configz", verify=insecure, timeout=10).status_code == 401

@@ -291,3 +291,46 @@ async def test_made_up_tokens_do_not_push_a_real_one_out_of_the_cache():
     calls = reviews.token_calls
     assert (await authn.authenticate(None, "Bearer good-token")).name == "alice"
     assert reviews.token_calls == calls  # still cached
+
+
+async def test_a_stream_nothing_moves_on_is_closed_after_streaming_connection_idle_timeout():
+    """Both sides silent after the upgrade: the proxy ends the stream when
+    streamingConnectionIdleTimeout has passed, and not before."""
+    import time
+
+    idle = KubeletConfiguration.model_validate({"streamingConnectionIdleTimeout": "1s"}).streaming_connection_idle_timeout
+
+    async def backend(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\nConnection: Upgrade\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # silent until the proxy closes
+        writer.close()
+
+    back = await asyncio.start_server(backend, "127.0.0.1", 0)
+    back_port = back.sockets[0].getsockname()[1]
+    router = Router()
+
+    async def upgrade(req, conn):
+        await streaming.proxy_upgrade(req, conn, f"http://127.0.0.1:{back_port}/exec/tok", idle)
+
+    async def plain(req):
+        raise HTTPError(400, "Upgrade request required")
+
+    async def gate(req):
+        return None
+    router.add("GET POST", "/exec/{ns}/{pod}/{container}", plain, upgrade)
+    front = HTTPServer(router, gate, None, "test")
+    await front.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
+        writer.write(b"POST /exec/ns/p/c HTTP/1.1\r\nHost: n\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n")
+        assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)).startswith(b"HTTP/1.1 101")
+        start = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 10) == b"", "closed by the proxy"
+        took = time.monotonic() - start
+        assert 0.9 <= took < 5, f"closed after {took:.1f}s of silence, streamingConnectionIdleTimeout is 1s"
+        writer.close()
+    finally:
+        await front.stop()
+        back.close()
