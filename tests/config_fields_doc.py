@@ -16,7 +16,7 @@ from shared.config_refused import FIELDS, REFUSED, shown
 # the component the field configures and its effect observed), "parse" (only its validation is
 # tested), "none".
 TESTS: dict[str, tuple[str, str | None]] = {
-    "enableServer": ("none", None),
+    "enableServer": ("effect", "tests/security_modes/test_file_modes.py::test_enable_server_false_runs_the_node_without_the_kubelet_api"),
     "address": ("effect", "tests/integration/test_services.py::test_the_kubelet_api_listens_where_address_and_read_only_port_say"),
     "port": ("effect", "tests/cluster/test_node_api.py::test_no_credentials_is_401"),
     "readOnlyPort": ("effect", "tests/integration/test_services.py::test_the_kubelet_api_listens_where_address_and_read_only_port_say"),
@@ -34,8 +34,8 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "clusterDNS": ("effect", "tests/unit/test_pod_isolation.py::test_dns_cluster_first_plus_dns_config"),
     "clusterDomain": ("effect", "tests/unit/test_pod_isolation.py::test_dns_cluster_first_plus_dns_config"),
     "containerRuntimeEndpoint": ("effect", "tests/integration/test_static_pods.py::test_web_pod_answers_http_at_its_ip"),
-    "syncFrequency": ("parse", "tests/cluster/test_node_api.py::test_proxy_endpoints_answer_in_the_kubelets_formats"),
-    "fileCheckFrequency": ("parse", "tests/unit/test_config.py::test_defaults_are_the_kubelets"),
+    "syncFrequency": ("effect", "tests/unit/test_periods.py::test_sync_frequency_is_the_wait_between_full_resyncs"),
+    "fileCheckFrequency": ("effect", "tests/unit/test_periods.py::test_file_check_frequency_finds_a_manifest_no_event_announced"),
     "maxPods": ("direct", "tests/unit/test_admission.py::test_out_of_pods"),
     "podPidsLimit": ("effect", "tests/security/test_fork_bomb.py::test_a_fork_bomb_is_held_at_the_pod_pids_limit"),
     "registerNode": ("effect", "tests/unit/test_node_registration.py::test_register_node_false_never_creates_the_node_and_waits_for_it"),
@@ -57,7 +57,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "containerLogMaxFiles": ("effect", "tests/integration/test_lifecycle.py::test_container_logs_are_rotated"),
     "kubeAPIQPS": ("direct", "tests/unit/test_kube_api.py::test_every_request_draws_on_the_node_budget"),
     "kubeAPIBurst": ("direct", "tests/unit/test_kube_api.py::test_every_request_draws_on_the_node_budget"),
-    "nodeStatusUpdateFrequency": ("none", None),
+    "nodeStatusUpdateFrequency": ("effect", "tests/unit/test_node_registration.py::test_node_status_update_frequency_is_how_often_the_status_is_looked_at"),
     "nodeStatusReportFrequency": ("effect", "tests/cluster/test_node.py::test_node_status_is_reported_every_node_status_report_frequency"),
     "nodeLeaseDurationSeconds": ("effect", "tests/cluster/test_node.py::test_lease_is_renewed"),
     "eventRecordQPS": ("effect", "tests/unit/test_event_rate.py::test_events_beyond_the_burst_wait_for_the_rate"),
@@ -73,7 +73,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "evictionPressureTransitionPeriod": ("effect", "tests/unit/test_eviction.py::test_hard_memory_threshold_evicts_the_hog_and_holds_the_condition"),
     "kubeReserved": ("effect", "tests/unit/test_pod_sync_eviction.py::test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds"),
     "systemReserved": ("effect", "tests/unit/test_pod_sync_eviction.py::test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds"),
-    "enforceNodeAllocatable": ("parse", "tests/unit/test_eviction.py::test_bad_eviction_config_names_the_field"),
+    "enforceNodeAllocatable": ("effect", "tests/integration/test_services.py::test_enforce_node_allocatable_caps_the_pods_cgroup"),
     "imageGCHighThresholdPercent": ("direct", "tests/unit/test_pod_sync_eviction.py::test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_used_first"),
     "imageGCLowThresholdPercent": ("direct", "tests/unit/test_pod_sync_eviction.py::test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_used_first"),
     "imageMinimumGCAge": ("effect", "tests/eviction/test_pressure.py::test_disk_pressure_collects_unused_images_first_then_evicts"),

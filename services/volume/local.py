@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
@@ -43,7 +44,8 @@ async def setup_empty_dir(path: Path, pod: Pod, source: dict[str, Any], node_mem
 async def teardown_mounted_dir(path: Path) -> None:
     """An emptyDir (tmpfs or not) or a projected volume's directory: unmount, then remove."""
     await unmount(path)
-    remove_tree(path)
+    # In a thread: an emptyDir holds as many files as the pod wrote.
+    await asyncio.to_thread(remove_tree, path)
 
 
 _CHECKS = {

@@ -110,3 +110,17 @@ def test_the_kubelet_api_listens_where_address_and_read_only_port_say(node):
     insecure = ssl.create_default_context()
     insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
     assert httpx.get(f"https://127.0.0.1:{node.kubelet_port}/configz", verify=insecure, timeout=10).status_code == 401
+
+
+def test_enforce_node_allocatable_caps_the_pods_cgroup(node):
+    """enforceNodeAllocatable (the kubelet's default ["pods"]): /kubepods is capped at
+    allocatable before eviction thresholds, here the whole node (the test node reserves nothing)."""
+    from pathlib import Path
+
+    from shared.host import cpu_capacity_millicores, memory_capacity_bytes
+
+    kubepods = Path("/sys/fs/cgroup")
+    limit = int((kubepods / "memory" / "kubepods" / "memory.limit_in_bytes").read_text())
+    page = 4096  # the kernel keeps a limit in pages
+    assert memory_capacity_bytes() - page < limit <= memory_capacity_bytes(), limit
+    assert int((kubepods / "cpu" / "kubepods" / "cpu.shares").read_text()) == cpu_capacity_millicores() * 1024 // 1000

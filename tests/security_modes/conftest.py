@@ -47,7 +47,8 @@ def age_root_dir(root: Path) -> None:
 def node(tmp_path_factory) -> Iterator[Node]:
     root = tmp_path_factory.mktemp("aged-root")
     age_root_dir(root)
-    n = launch_node(root)
+    # enableServer false as well: a node without the kubelet API (test_file_modes.py checks it).
+    n = launch_node(root, extra_config="enableServer: false\n")
     try:
         yield n
     finally:

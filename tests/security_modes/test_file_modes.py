@@ -127,3 +127,14 @@ def test_a_pod_running_as_nobody_still_reads_and_writes_what_it_is_given(pods, t
     # With a pod running (its etc-hosts, termination-message file, volumes, IP reservation):
     # still nothing readable by others beside what is listed.
     assert _readable_by_others(pods.root) == []
+
+
+def test_enable_server_false_runs_the_node_without_the_kubelet_api(pods):
+    """This package's node has enableServer: false (conftest.py): every service runs, and nothing
+    listens on the kubelet API's port."""
+    import socket
+
+    assert pods.status()["node"]["running"], pods.status()["node"]
+    with socket.socket() as s:
+        s.settimeout(5)
+        assert s.connect_ex(("127.0.0.1", pods.kubelet_port)) != 0, "the kubelet API port answered"

@@ -66,3 +66,34 @@ def test_bad_taints_are_refused_naming_the_field(taint, needle):
     with pytest.raises(ConfigError, match="registerWithTaints") as exc:
         load_kubelet_config({"registerWithTaints": [taint]})
     assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize("period,fewest,most", [("1s", 3, 5), ("10s", 1, 1)])
+async def test_node_status_update_frequency_is_how_often_the_status_is_looked_at(api_server, tmp_path, period,
+                                                                                 fewest, most):
+    """Every nodeStatusUpdateFrequency the node's status is computed again (and sent when it
+    changed or nodeStatusReportFrequency has passed): counted over 3 s."""
+    import asyncio
+
+    k, _ = load_kubelet_config({"nodeStatusUpdateFrequency": period})
+    api_server.replies["/api/v1/nodes"] = (201, json.dumps(NODE).encode())
+    api_server.replies["/api/v1/nodes/n1/status"] = (200, json.dumps(NODE).encode())
+    api_server.replies["/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"] = (200, b"{}")
+    a = await agent(api_server, tmp_path, Registration())
+    a.status_every = k.node_status_update_frequency
+    looks = []
+    real = a.report_status
+
+    async def counted(force: bool = False) -> None:
+        looks.append(force)
+        await real(force)
+    a.report_status = counted  # type: ignore[method-assign]
+    task = asyncio.create_task(a.run(), name="node-agent")
+    try:
+        await asyncio.wait_for(a.registered.wait(), 10)
+        await asyncio.sleep(3)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    periodic = len([f for f in looks if not f])  # the registration's own report is forced
+    assert fewest <= periodic <= most, f"nodeStatusUpdateFrequency {period}: {periodic} looks in 3 s"
