@@ -302,7 +302,7 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     config = root / "kubelet-config.yaml"
     # Short back-off and small logs so restart and rotation behaviour shows within a test; the
     # kubelet API on a free port so a node on this machine keeps its 10250.
-    resolv = root / "resolv.conf"
+    resolv = root.with_name(f"{root.name}-resolv.conf")  # beside the root dir: not one of the node's files
     resolv.write_text("".join(line + "\n" for line in Path("/etc/resolv.conf").read_text().splitlines()
                               if not line.startswith(("search", "domain"))) + f"search {RESOLV_SEARCH}\n")
     config.write_text(KUBELET_CONFIG + f"containerLogMaxSize: {log_max_size // 1024}Ki\nport: {kubelet_port}\n"
