@@ -26,6 +26,7 @@ from shared import safe_yaml
 from shared.durations import format_duration, parse_duration, to_seconds
 from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
+from shared.podspec import DNS1123_SUBDOMAIN
 from shared.config_refused import refused_settings
 from shared.server_config import ServerConfig
 from shared.sysctls import check_allowed_unsafe
@@ -55,7 +56,6 @@ class CrashLoopBackOffConfig(BaseModel):
 
 
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class Taint(BaseModel):
@@ -72,7 +72,7 @@ class Taint(BaseModel):
     def _key(cls, v: str) -> str:
         prefix, _, name = v.rpartition("/")
         if not (name and len(name) <= 63 and _NAME.match(name)) or (
-                prefix and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix))):
+                prefix and not (len(prefix) <= 253 and DNS1123_SUBDOMAIN.match(prefix))):
             raise ValueError(f"{v!r} is not a qualified name (an optional DNS subdomain and '/', then at most "
                              "63 letters, digits, '-', '_' or '.')")
         return v

@@ -146,8 +146,7 @@ def _same(value: Any, default: Any, duration: bool) -> bool:
             return False
     if isinstance(default, dict):
         # A partial mapping is at the default when each key it gives is.
-        return isinstance(value, dict) and all(
-            k in default and _same(v, default[k], k.endswith("Frequency")) for k, v in value.items())
+        return isinstance(value, dict) and all(k in default and _same(v, default[k], False) for k, v in value.items())
     if isinstance(default, list):
         return bool(value == default)
     if default is None:

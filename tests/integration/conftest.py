@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -287,11 +286,12 @@ def _tail(path: Path, n: int = 60) -> str:
 def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: str = "", *,
                 node_name: str = NODE_NAME, pod_cidr: str = POD_CIDR, wrap: tuple[str, ...] = (),
                 registry_port: int | None = None, log_max_size: int = LOG_MAX_SIZE,
-                watch_loops: bool = True) -> Node:
+                watch_loops: bool = True, read_only_port: int = 0) -> Node:
     """Start a node with `pykubelet up` in root, wait until it is ready, return it.
     extra_config: more KubeletConfiguration fields (YAML lines); wrap: what runs `pykubelet up`
     (e.g. nsenter into a network namespace); log_max_size: containerLogMaxSize in bytes;
-    watch_loops: the services record blocking callbacks for assert_loops_never_blocked."""
+    watch_loops: the services record blocking callbacks for assert_loops_never_blocked;
+    read_only_port: the kubelet API's readOnlyPort (0: off)."""
     require_node_prerequisites()
     manifests = root / "manifests"
     manifests.mkdir()
@@ -306,7 +306,8 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     resolv.write_text("".join(line + "\n" for line in Path("/etc/resolv.conf").read_text().splitlines()
                               if not line.startswith(("search", "domain"))) + f"search {RESOLV_SEARCH}\n")
     config.write_text(KUBELET_CONFIG + f"containerLogMaxSize: {log_max_size // 1024}Ki\nport: {kubelet_port}\n"
-                      f"resolvConf: {resolv}\n" + extra_config)
+                      f"resolvConf: {resolv}\n" + (f"readOnlyPort: {read_only_port}\n" if read_only_port else "")
+                      + extra_config)
     argv = [*wrap, *PYKUBELET, "up", "--config", str(config), "--root-dir", str(root),
             "--pod-manifest-path", str(manifests),
             "--pod-logs-dir", str(root / "pod-logs"), "--nats-port", str(nats_port),
@@ -318,9 +319,8 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     env = watched_env(root) if watch_loops else None
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
-    read_only = re.search(r"^readOnlyPort: (\d+)$", extra_config, re.M)
     n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log, kubelet_port=kubelet_port,
-             read_only_port=int(read_only.group(1)) if read_only else 0, argv=argv, node_name=node_name, env=env)
+             read_only_port=read_only_port, argv=argv, node_name=node_name, env=env)
     _wait_up(n)
     return n
 
@@ -351,8 +351,8 @@ def package_node(dir_name: str, loopback_api: bool = False):
     port (readOnlyPort)."""
     @pytest.fixture(scope="package")
     def node(tmp_path_factory) -> Iterator[Node]:
-        extra = f"address: 127.0.0.1\nreadOnlyPort: {free_port()}\n" if loopback_api else ""
-        n = launch_node(tmp_path_factory.mktemp(dir_name), extra_config=extra)
+        n = launch_node(tmp_path_factory.mktemp(dir_name), extra_config="address: 127.0.0.1\n" if loopback_api else "",
+                        read_only_port=free_port() if loopback_api else 0)
         try:
             yield n
         finally:
