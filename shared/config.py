@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import re
 import socket
 from pathlib import Path
 from typing import Any, Literal
+
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
@@ -28,6 +31,8 @@ from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
 from shared.podspec import DNS1123_SUBDOMAIN
 from shared.config_refused import refused_settings
+from shared.kubelet_flags import (FlagError, add_kubelet_flags, apply_config_flags, parsed_values, refused_flags,
+                                  warn_deprecated)
 from shared.server_config import ServerConfig
 from shared.sysctls import check_allowed_unsafe
 from shared.thresholds import (DEFAULT_EVICTION_HARD, Threshold, check_grace_periods, check_reserved,
@@ -56,6 +61,9 @@ class CrashLoopBackOffConfig(BaseModel):
 
 
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
 
 
 class Taint(BaseModel):
@@ -115,10 +123,12 @@ class LoggingConfig(BaseModel):
     @field_validator("options")
     @classmethod
     def _options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        at_default = {"infoBufferSize": ("0", ""), "splitStream": ("False",)}
         for name, opts in v.items():
             if name not in ("json", "text") or not isinstance(opts, dict) or any(
-                    k != "infoBufferSize" or str(val) not in ("0", "") for k, val in opts.items()):
-                raise ValueError(f"{name}: only infoBufferSize \"0\" (no buffering) is implemented by pykubelet")
+                    str(val) not in at_default.get(k, ()) for k, val in opts.items()):
+                raise ValueError(f"{name}: only infoBufferSize \"0\" (no buffering) and splitStream false (one "
+                                 "stream) are implemented by pykubelet")
         return v
 
 
@@ -143,6 +153,10 @@ class KubeletConfiguration(ServerConfig):
     container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
     sync_frequency: float = 60.0
     file_check_frequency: float = 20.0
+    # Static pods from a URL too (services/pod_sync/url_source.py), fetched every httpCheckFrequency.
+    static_pod_url: str = Field(default="", alias="staticPodURL")
+    static_pod_url_header: dict[str, list[str]] = Field(default_factory=dict, alias="staticPodURLHeader")
+    http_check_frequency: float = 20.0
     max_pods: int = 110
     # pids.max of every pod's cgroup (services/pod_sync/pod_cgroup.py); -1: no limit.
     pod_pids_limit: int = Field(default=-1, ge=-1)
@@ -318,6 +332,34 @@ class KubeletConfiguration(ServerConfig):
     def _durations(cls, v: Any) -> float:
         return to_seconds(v)
 
+    @field_validator("http_check_frequency", mode="before")
+    @classmethod
+    def _http_check_frequency(cls, v: Any) -> float:
+        seconds = to_seconds(v)
+        if seconds < 0:
+            raise ValueError("must not be negative")
+        return seconds or 20.0  # 0, as the kubelet defaults it: 20s
+
+    @field_validator("static_pod_url")
+    @classmethod
+    def _static_pod_url(cls, v: str) -> str:
+        if v:
+            url = urlsplit(v)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError(f"{v!r} is not an http:// or https:// URL")
+        return v
+
+    @field_validator("static_pod_url_header")
+    @classmethod
+    def _static_pod_url_header(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, values in v.items():
+            if not _HEADER_NAME.match(name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+            for value in values:
+                if any(c in value for c in "\r\n\0"):
+                    raise ValueError(f"{name}: a header value may not hold a line break or NUL")
+        return v
+
     @field_validator("max_pods")
     @classmethod
     def _max_pods(cls, v: int) -> int:
@@ -348,6 +390,34 @@ class KubeletConfiguration(ServerConfig):
         return v
 
 
+# The kubelet's own labels and label namespaces: the only ones in kubernetes.io or k8s.io a node
+# may register with (k8s.io/kubelet pkg/apis, as the NodeRestriction admission plugin enforces).
+KUBELET_LABELS = frozenset({
+    "kubernetes.io/hostname", "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type", "kubernetes.io/os", "kubernetes.io/arch",
+    "beta.kubernetes.io/os", "beta.kubernetes.io/arch"})
+KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def _first_error(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+    return str(exc)
+
+
+def _check_label(key: str, value: str) -> None:
+    Taint(key=key, value=value, effect="NoSchedule")  # a taint's key and value are a label's
+    namespace = key.partition("/")[0] if "/" in key else ""
+    reserved = any(namespace == d or namespace.endswith("." + d) for d in ("kubernetes.io", "k8s.io"))
+    allowed = key in KUBELET_LABELS or any(namespace == d or namespace.endswith("." + d)
+                                           for d in KUBELET_LABEL_NAMESPACES)
+    if reserved and not allowed:
+        raise ValueError(f"{key!r} is in the 'kubernetes.io' or 'k8s.io' namespace: such labels must "
+                         f"begin with an allowed prefix ({', '.join(KUBELET_LABEL_NAMESPACES)}) or be in the "
+                         f"kubelet's set ({', '.join(sorted(KUBELET_LABELS))}); set other ones through the API")
+
+
 class NodeSettings(BaseModel):
     """Everything a pykubelet process needs to know about its node."""
 
@@ -363,6 +433,13 @@ class NodeSettings(BaseModel):
     # This service's bus credentials (shared.bus_auth); None: <root-dir>/bus/<service>.json if
     # there is one, else anonymous.
     bus_credentials: Path | None = None
+    cert_dir_flag: Path | None = None  # --cert-dir; None: <root-dir>/pki
+    node_labels: dict[str, str] = Field(default_factory=dict)  # --node-labels, on top of the node's own
+
+    @property
+    def cert_dir(self) -> Path:
+        """Where the serving certificate is kept, as the kubelet's --cert-dir."""
+        return self.cert_dir_flag or self.root_dir / "pki"
 
     @field_validator("node_ip")
     @classmethod
@@ -427,41 +504,16 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-# Flags named as the kubelet names them, mapped to the config field they override.
-FLAG_FIELDS = {
-    "pod_manifest_path": "staticPodPath",
-    "pod_cidr": "podCIDR",
-    "cluster_dns": "clusterDNS",
-    "cluster_domain": "clusterDomain",
-    "container_runtime_endpoint": "containerRuntimeEndpoint",
-    "sync_frequency": "syncFrequency",
-    "file_check_frequency": "fileCheckFrequency",
-    "max_pods": "maxPods",
-    "pod_logs_dir": "podLogsDir",
-}
-
-
 def add_node_flags(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("node configuration (flags override --config)")
-    g.add_argument("--config", help="KubeletConfiguration YAML file (kubelet.config.k8s.io/v1beta1)")
-    g.add_argument("--root-dir", help="pykubelet state directory (default /var/lib/pykubelet)")
+    """The kubelet's command line (shared/kubelet_flags.py) and pykubelet's own flags."""
+    add_kubelet_flags(parser)
+    g = parser.add_argument_group("pykubelet's own flags")
     g.add_argument("--nats-url", help="event bus URL (default nats://127.0.0.1:4222)")
     g.add_argument("--bus-credentials", help="this service's bus credentials file (JSON user/password, mode 0600; "
                                              "default <root-dir>/bus/<service>.json)")
-    g.add_argument("--hostname-override", help="node name (default: this host's name)")
-    g.add_argument("--kubeconfig", help="join the cluster this kubeconfig points at (cluster mode)")
-    g.add_argument("--node-ip", help="the node's InternalIP (default: the address of the default route's interface)")
     g.add_argument("--admin-port", type=int, help="loopback port of this service's admin app")
     g.add_argument("--admin-port-base", type=int,
                    help="admin ports of all services are this + their place in the start order")
-    g.add_argument("--pod-manifest-path", help="static pod manifest directory (staticPodPath)")
-    g.add_argument("--pod-cidr", help="pod CIDR for standalone mode (podCIDR)")
-    g.add_argument("--cluster-dns", help="comma-separated DNS server IPs (clusterDNS)")
-    g.add_argument("--cluster-domain", help="cluster DNS domain (clusterDomain)")
-    g.add_argument("--container-runtime-endpoint", help="CRI socket, unix:///path (containerRuntimeEndpoint)")
-    g.add_argument("--sync-frequency", help="full resync period, e.g. 1m0s (syncFrequency)")
-    g.add_argument("--file-check-frequency", help="static pod dir rescan period (fileCheckFrequency)")
-    g.add_argument("--max-pods", type=int, help="most pods this node runs (maxPods)")
     g.add_argument("--pod-logs-dir", help="container log directory (podLogsDir)")
     g.add_argument("--pleg-relist-period", help="how often pod-sync relists the runtime (default 1s)")
 
@@ -486,6 +538,11 @@ def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> NodeSettings:
     """Build NodeSettings from parsed flags: file first, then flags on top."""
+    try:
+        values = parsed_values(args)
+    except FlagError as exc:
+        raise ConfigError(str(exc)) from None
+    problems = refused_flags(values)
     data: dict[str, Any] = {}
     source = ""
     if getattr(args, "config", None):
@@ -496,14 +553,20 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
     data = dict(data)
     if source:
         _resolve_relative_paths(data, Path(source).resolve().parent)
-    for attr, field in FLAG_FIELDS.items():
-        value = getattr(args, attr, None)
-        if value is None:
-            continue
-        if field == "clusterDNS":
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        data[field] = value
-    kubelet, at_default = load_kubelet_config(data, source or "(flags)")
+    if getattr(args, "pod_logs_dir", None):
+        data["podLogsDir"] = os.path.abspath(args.pod_logs_dir)
+    by_flag = apply_config_flags(data, values)
+    # A refused field set by a flag: the error names the flag as well as the field.
+    refused, _ = refused_settings({k: data[k] for k in by_flag})
+    problems += [f"--{by_flag[e.partition(':')[0]]}: {e}" for e in refused]
+    if problems:
+        raise ConfigError("invalid kubelet flags: " + "; ".join(problems))
+    warn_deprecated(values)
+    try:
+        kubelet, at_default = load_kubelet_config(data, source or "(flags)")
+    except ConfigError as exc:
+        named = [f"--{flag} sets {field}" for field, flag in by_flag.items() if field in str(exc)]
+        raise ConfigError(f"{exc} ({'; '.join(named)})" if named else str(exc)) from None
     extra: dict[str, Any] = {}
     if getattr(args, "root_dir", None):
         extra["root_dir"] = Path(args.root_dir)
@@ -522,6 +585,15 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
             extra["node_ip"] = ip_address(args.node_ip.strip())
         except ValueError as exc:
             raise ConfigError(f"--node-ip: {exc}") from None
+    if getattr(args, "cert_dir", None):
+        extra["cert_dir_flag"] = Path(os.path.abspath(args.cert_dir))
+    if values.get("node-labels"):
+        for key, value in values["node-labels"].items():
+            try:
+                _check_label(key, value)
+            except (ValueError, ValidationError) as exc:
+                raise ConfigError(f"--node-labels: {key}={value}: {_first_error(exc)}") from None
+        extra["node_labels"] = values["node-labels"]
     if getattr(args, "kubeconfig", None):
         path = Path(args.kubeconfig)
         if not path.is_file():

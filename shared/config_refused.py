@@ -61,9 +61,6 @@ _NO_CPU_MANAGER = "containers get CPU shares and quota, no exclusive CPUs"
 _NO_HANDLER = "pykubelet serves only the kubelet API's /pods, /stats, /metrics, /logs, /exec and /configz routes"
 
 REFUSED: dict[str, Refused] = {
-    "staticPodURL": Refused("", "static pods come from staticPodPath only"),
-    "staticPodURLHeader": Refused({}, "static pods come from staticPodPath only"),
-    "httpCheckFrequency": Refused("20s", "static pods come from staticPodPath only", duration=True),
     "rotateCertificates": Refused(False, "the client certificate in --kubeconfig is used as it is; renew it yourself"),
     "registryPullQPS": Refused(5, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
     "registryBurst": Refused(10, "pulls are not rate-limited; maxParallelImagePulls bounds them"),

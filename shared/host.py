@@ -26,11 +26,11 @@ def arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
-def node_labels(name: str) -> dict[str, str]:
-    """The labels the node registers with; pod admission matches nodeSelector and node affinity
-    against these."""
+def node_labels(name: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The labels the node registers with (--node-labels on top, as the kubelet lets them
+    override its own); pod admission matches nodeSelector and node affinity against these."""
     return {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": arch(),
-            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch()}
+            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch(), **(extra or {})}
 
 
 def cpu_capacity_millicores() -> int:

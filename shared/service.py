@@ -19,6 +19,7 @@ from shared.admin_token import ensure_token
 from shared.bus import Bus
 from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared.version import version_line
 from shared.log_format import setup_logging
 from shared.node_dirs import private_umask, root_dir
 from shared.loop_watchdog import watching
@@ -252,9 +253,12 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
 def service_main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
     """Entry point shared by all services: parse flags, load config, run until a signal."""
     private_umask()  # before the service opens anything: its files are private from creation
-    parser = argparse.ArgumentParser(prog=f"pykubelet {name}")
+    parser = argparse.ArgumentParser(prog=f"pykubelet {name}", allow_abbrev=False)
     add_node_flags(parser)
     args = parser.parse_args(argv)
+    if args.kf_version:
+        print(version_line())
+        return 0
     setup_logging(name)
     try:
         settings = settings_from_args(args)

@@ -4,3 +4,8 @@ the kubelet does, in the probes' User-Agent (kube-probe/MAJOR.MINOR)."""
 KUBELET_VERSION = "v1.37.2-pykubelet"
 _MAJOR, _MINOR = KUBELET_VERSION.lstrip("v").split(".")[:2]
 PROBE_USER_AGENT = f"kube-probe/{_MAJOR}.{_MINOR}"
+
+
+def version_line() -> str:
+    """What `--version` prints, in the kubelet's words."""
+    return f"Kubernetes {KUBELET_VERSION}"

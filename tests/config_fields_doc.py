@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from shared.config import KubeletConfiguration
 from shared.config_refused import FIELDS, REFUSED, shown
+from shared.kubelet_flags import FLAGS, REFUSED_PARTS
 
 # The test that shows each implemented field's effect: "effect" (the field is set where a node
 # or the code under test reads it, and its effect observed), "direct" (the value is handed to
@@ -35,6 +36,9 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "clusterDomain": ("effect", "tests/unit/test_pod_isolation.py::test_dns_cluster_first_plus_dns_config"),
     "containerRuntimeEndpoint": ("effect", "tests/integration/test_static_pods.py::test_web_pod_answers_http_at_its_ip"),
     "syncFrequency": ("effect", "tests/unit/test_periods.py::test_sync_frequency_is_the_wait_between_full_resyncs"),
+    "staticPodURL": ("effect", "tests/integration/test_static_pods.py::test_pods_from_the_manifest_url_run_and_go_with_it"),
+    "staticPodURLHeader": ("effect", "tests/unit/test_url_source.py::test_a_pod_at_the_url_is_a_static_pod_of_the_node"),
+    "httpCheckFrequency": ("effect", "tests/unit/test_url_source.py::test_http_check_frequency_is_how_often_the_url_is_fetched"),
     "fileCheckFrequency": ("effect", "tests/unit/test_periods.py::test_file_check_frequency_finds_a_manifest_no_event_announced"),
     "maxPods": ("direct", "tests/unit/test_admission.py::test_out_of_pods"),
     "podPidsLimit": ("effect", "tests/security/test_fork_bomb.py::test_a_fork_bomb_is_held_at_the_pod_pids_limit"),
@@ -109,7 +113,35 @@ def render() -> str:
             r = REFUSED[name]
             default = "unset" if r.default is None else f"`{shown(r.default)}`"
             out.append(f"| `{name}` | refused unless default | {default} | {r.instead} | `{REFUSED_TEST}` |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + ["", *render_flags()]) + "\n"
+
+
+FLAGS_TEST = "tests/unit/test_kubelet_flags.py"
+
+
+def render_flags() -> list[str]:
+    impl = implemented()
+    out = ["# The kubelet's command line in pykubelet", "",
+           "Every flag of the kubelet 1.37 (`pykubelet up` and every service take them; `pykubelet up` "
+           "hands them to the services it starts). A configuration flag sets its field on top of the "
+           "`--config` file, and the field is then implemented or refused as in the table above; the "
+           "kubelet's deprecation notice is printed for the flags the kubelet deprecates. Abbreviated "
+           "flags are not accepted. Generated from `shared/kubelet_flags.py`; tested in "
+           f"`{FLAGS_TEST}` (and against the kubelet 1.37 source in `tests/cluster/test_kubelet_flags_source.py`).",
+           "", "| flag | sets | state | deprecated |", "|---|---|---|---|"]
+    for f in sorted(FLAGS, key=lambda f: f.name):
+        if f.field:
+            top = f.field.split(".")[0]
+            state = "implemented" if top in impl and top not in REFUSED else "refused unless default"
+            if f.field in REFUSED_PARTS:
+                state = f"refused unless default ({REFUSED_PARTS[f.field]})"
+            sets = f"`{f.field}`"
+        elif f.setting:
+            sets, state = "the node's " + f.name.replace("-", " "), "implemented"
+        else:
+            sets, state = "", f"refused unless `{f.default!r}`: {f.refused}"
+        out.append(f"| `--{f.name}` | {sets} | {state} | {'yes' if f.deprecated else ''} |")
+    return out
 
 
 if __name__ == "__main__":

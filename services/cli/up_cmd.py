@@ -16,6 +16,7 @@ from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, orpha
                                           stop_abandoned_node)
 from services.supervisor.node import UpOptions, run_up
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared.version import version_line
 from shared.host_checks import startup_problems
 from shared.host import NodeIPError
 from shared.node_dirs import private_umask, root_dir
@@ -24,7 +25,8 @@ DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 
 
 def up(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pykubelet up", description="Start a complete local node.")
+    # No abbreviations: `--container-runtime=remote` is not `--container-runtime-endpoint`.
+    p = argparse.ArgumentParser(prog="pykubelet up", description="Start a complete local node.", allow_abbrev=False)
     add_node_flags(p)
     g = p.add_argument_group("local node")
     g.add_argument("--nats-port", type=int, default=4222, help="loopback port for nats-server (4222)")
@@ -39,6 +41,9 @@ def up(argv: list[str]) -> int:
                    help="start each service with an interpreter of its own, as the systemd units do, instead "
                         "of forking them from one that imported their code once (shared pages: far less memory)")
     args = p.parse_args(argv)
+    if args.kf_version:
+        print(version_line())
+        return 0
     if args.root_dir is None:
         args.root_dir = DEFAULT_ROOT
     # Before anything is opened: the node's files are private from creation, in the supervisor

@@ -28,7 +28,7 @@ class ActivePod:
 
     uid: str
     pod: Pod
-    source: str  # "file" (static) or "api"
+    source: str  # "file" or "http" (static) or "api"
     container_ids: dict[str, str]  # container name -> runtime ID of its current instance
     log_dir: str = ""
     # emptyDir name -> (bytes used, sizeLimit in bytes or 0), as the volume service measured

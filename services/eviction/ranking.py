@@ -13,6 +13,7 @@ from __future__ import annotations
 from shared.podspec import Pod
 from shared.qos import is_critical as is_critical_pod
 from shared.quantity import to_bytes
+from shared.store import is_static
 from services.eviction.pod_usage import ActivePod, PodUsage
 
 NODE_LOW_MESSAGE = "The node was low on resource: {resource}. "
@@ -33,7 +34,7 @@ def binary_quantity(n: int) -> str:
 
 
 def is_critical(p: ActivePod) -> bool:
-    return is_critical_pod(p.pod, static=p.source == "file")
+    return is_critical_pod(p.pod, static=is_static(p.source))
 
 
 def _request(pod: Pod, resource: str) -> int:

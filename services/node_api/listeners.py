@@ -97,7 +97,7 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
     authz = Authorizer(k.authorization, reviews, ctx.settings.node_name)
 
     gate = auth_gate(authn, authz)
-    cert_dir = ctx.settings.root_dir / "pki"
+    cert_dir = ctx.settings.cert_dir
     if k.server_tls_bootstrap:
         from services.node_api.apiserver import KubeCSRs
         from services.node_api.serving_csr import ServingCertificate

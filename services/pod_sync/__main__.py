@@ -46,12 +46,18 @@ async def setup(ctx: ServiceContext) -> None:
     node = NodeFacts(name=ctx.settings.node_name, ip=ctx.settings.node_address, cpu_millicores=cpu_capacity_millicores(),
                      memory_bytes=memory_capacity_bytes(),
                      oom_floor=own_oom_score_adj() if kernel_refuses_negative_oom_score_adj() else None,
-                     pods_dir=ctx.settings.root_dir / "pods", seccomp_default=k.seccomp_default)
+                     pods_dir=ctx.settings.root_dir / "pods", seccomp_default=k.seccomp_default,
+                     labels=ctx.settings.node_labels)
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
     recorder = BusRecorder(ctx.bus)
     sources: list = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
+    if k.static_pod_url:
+        from services.pod_sync.url_source import URLPodSource
+
+        sources.append(URLPodSource(k.static_pod_url, k.static_pod_url_header, ctx.settings.node_name, ctx.store,
+                                    k.http_check_frequency))
     env_source = None
     if ctx.settings.cluster_mode:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -43,6 +43,7 @@ class NodeFacts:
     pods_dir: Path         # <root>/pods: per-pod files such as termination-message logs
     cgroup_root: Path = CGROUP_ROOT  # where pod cgroups are made (services/pod_sync/pod_cgroup.py)
     seccomp_default: bool = False    # seccompDefault: RuntimeDefault for containers naming no profile
+    labels: dict[str, str] = field(default_factory=dict)  # --node-labels, matched by admission
 
 
 def pod_hostname(pod: Pod) -> str:

@@ -39,11 +39,11 @@ class ScanResult:
     errors: dict[str, str]        # file path -> problem
 
 
-def static_pod_uid(node_name: str, path: str, manifest: dict) -> str:
-    """Like the kubelet: a hash of node, file and content, so any edit makes a new pod."""
+def static_pod_uid(node_name: str, path: str, manifest: dict, kind: str = "file") -> str:
+    """Like the kubelet: a hash of node, file (or URL) and content, so any edit makes a new pod."""
     h = hashlib.md5()
     h.update(f"host:{node_name}".encode())
-    h.update(f"file:{path}".encode())
+    h.update(f"{kind}:{path}".encode())
     h.update(canonical_json(manifest).encode())
     return h.hexdigest()
 
@@ -73,7 +73,12 @@ def read_manifest(path: Path) -> str:
 
 def pod_from_file(path: Path, node_name: str) -> Pod:
     text = read_manifest(path)
-    raw = parse_manifest_text(text)
+    return static_pod(parse_manifest_text(text), node_name, str(path), SOURCE)
+
+
+def static_pod(raw: object, node_name: str, where: str, source: str) -> Pod:
+    """A static pod from its parsed manifest, with the kubelet's defaults for one: named after
+    the node, its uid a hash of where it came from and what it says."""
     pod = validate_pod(raw)
     if not isinstance(raw, dict) or raw.get("kind") != "Pod":
         raise ManifestInvalid("kind: Required value (must be Pod)")
@@ -81,12 +86,12 @@ def pod_from_file(path: Path, node_name: str) -> Pod:
         # As the kubelet (pod create validation): they join a running pod through the API
         # server's ephemeralcontainers subresource, and a static pod has no such way in.
         raise ManifestInvalid("spec.ephemeralContainers: Forbidden: cannot be set on create")
-    uid = pod.metadata.uid or static_pod_uid(node_name, str(path), raw)
+    uid = pod.metadata.uid or static_pod_uid(node_name, where, raw, "url" if source == "http" else "file")
     pod.metadata.uid = uid
     # Static pods are named after the node, so two nodes' copies differ in the API.
     pod.metadata.name = f"{pod.metadata.name}-{node_name}"
     pod.spec.nodeName = node_name
-    pod.metadata.annotations = {**pod.metadata.annotations, CONFIG_SOURCE: SOURCE, CONFIG_HASH: uid}
+    pod.metadata.annotations = {**pod.metadata.annotations, CONFIG_SOURCE: source, CONFIG_HASH: uid}
     return pod
 
 
@@ -116,6 +121,39 @@ def scan_directory(directory: Path, node_name: str) -> ScanResult:
     return result
 
 
+URL_SCHEMES = ("http://", "https://")
+
+
+def apply_static_pods(store: Store, source: str, result: ScanResult, owns_error: Callable[[str], bool],
+                      pods_known: bool = True) -> set[str]:
+    """Make the store's pods of `source` those of `result` and its errors those recorded for the
+    entries `owns_error` says are the source's; return the UIDs whose desire changed.
+    pods_known false: the source could not be read, its pods stay as they are (as the kubelet's)."""
+    changed: set[str] = set()
+    with store.session() as s:
+        existing = {r.uid: r for r in s.scalars(select(DesiredPod).where(DesiredPod.source == source))}
+        for uid, row in existing.items():
+            if pods_known and uid not in result.pods and not row.deleting:
+                row.deleting = True
+                changed.add(uid)
+                log.info("static pod %s/%s removed from %s; stopping it", row.namespace, row.name, row.source_path)
+        for uid, pod in result.pods.items():
+            if uid in existing:  # wanted already, or came back while being stopped: let the stop finish
+                continue
+            s.add(DesiredPod(uid=uid, namespace=pod.metadata.namespace, name=pod.metadata.name,
+                             source=source, source_path=result.sources[uid], manifest=pod.to_manifest(),
+                             grace_period_seconds=pod.spec.terminationGracePeriodSeconds))
+            changed.add(uid)
+            log.info("static pod %s from %s (uid %s)", pod.full_name, result.sources[uid], uid)
+        old_errors = {e.source_path: e.error for e in s.scalars(select(ManifestError)) if owns_error(e.source_path)}
+        if old_errors != result.errors:
+            for path in old_errors:
+                s.execute(delete(ManifestError).where(ManifestError.source_path == path))
+            for path, err in result.errors.items():
+                s.add(ManifestError(source_path=path, error=err))
+    return changed
+
+
 class StaticPodSource:
     def __init__(self, directory: str, node_name: str, store: Store, rescan_every: float,
                  on_change: Callable[[set[str]], Awaitable[None]] | None = None) -> None:
@@ -131,37 +169,11 @@ class StaticPodSource:
         if self.directory is None:
             return set()
         result = await asyncio.to_thread(scan_directory, self.directory, self.node_name)
-        changed = await self.store.run(self._apply, result)  # on the store thread, as every write
+        # On the store thread, as every write. The directory's errors are the ones not of a URL.
+        changed = await self.store.run(apply_static_pods, self.store, SOURCE, result,
+                                       lambda p: not p.startswith(URL_SCHEMES))
         for path, err in result.errors.items():
             log.warning("static pod %s skipped: %s", path, err)
-        return changed
-
-    def _apply(self, result: ScanResult) -> set[str]:
-        changed: set[str] = set()
-        with self.store.session() as s:
-            existing = {r.uid: r for r in s.scalars(select(DesiredPod).where(DesiredPod.source == SOURCE))}
-            for uid, row in existing.items():
-                if uid not in result.pods and not row.deleting:
-                    row.deleting = True
-                    changed.add(uid)
-                    log.info("static pod %s/%s removed from %s; stopping it", row.namespace, row.name,
-                             row.source_path)
-            for uid, pod in result.pods.items():
-                if uid in existing and not existing[uid].deleting:
-                    continue
-                if uid in existing:  # came back while being stopped: let the stop finish first
-                    continue
-                s.add(DesiredPod(uid=uid, namespace=pod.metadata.namespace, name=pod.metadata.name,
-                                 source=SOURCE, source_path=result.sources[uid],
-                                 manifest=pod.to_manifest(),
-                                 grace_period_seconds=pod.spec.terminationGracePeriodSeconds))
-                changed.add(uid)
-                log.info("static pod %s from %s (uid %s)", pod.full_name, result.sources[uid], uid)
-            old_errors = {e.source_path: e.error for e in s.scalars(select(ManifestError))}
-            if old_errors != result.errors:
-                s.execute(delete(ManifestError))
-                for path, err in result.errors.items():
-                    s.add(ManifestError(source_path=path, error=err))
         return changed
 
     async def run(self) -> None:

@@ -43,7 +43,7 @@ from shared.qos import is_critical, qos_class
 from shared.safe_paths import UnsafePath, beneath
 from shared.store import (DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult,
                           Store)
-from shared.store.models import utcnow
+from shared.store.models import is_static, utcnow
 from shared.subpath import SubPathMounts
 from shared.thresholds import PRESSURE_CONDITIONS
 
@@ -155,13 +155,13 @@ class PodSyncer:
             # pressure), sysctls, then resources.
             verdict = admit_exec_strings(pod)
             if verdict.admitted:
-                verdict = admit_under_pressure(pod, pressure, is_critical(pod, static=row.source == "file"))
+                verdict = admit_under_pressure(pod, pressure, is_critical(pod, static=is_static(row.source)))
             if verdict.admitted:
                 verdict = admit_sysctls(pod, self.settings.kubelet.allowed_unsafe_sysctls)
             if verdict.admitted:
                 verdict = admit(pod, others, self._capacity, self.settings.kubelet.max_pods)
             if verdict.admitted:
-                verdict = admit_to_node(pod, node_labels(self.node.name), self.node.name)
+                verdict = admit_to_node(pod, node_labels(self.node.name, self.node.labels), self.node.name)
             if verdict.admitted:
                 verdict = admit_os(pod)
             stored = s.get(DesiredPod, row.uid)
@@ -237,7 +237,7 @@ class PodSyncer:
         progress = self._progress.setdefault(uid, _Progress(seen_at=row.seen_at.timestamp()))
         resize = ResizeState.of(row, pod)
         resize_before, allocated_before = resize.snapshot(), resize.allocated
-        resize_retry = self.resizer.allocate(pod, resize, row.source == "file",
+        resize_retry = self.resizer.allocate(pod, resize, is_static(row.source),
                                              lambda: self._others_for_resize(uid), self._capacity)
         # From here on the pod is what the node granted: containers start with their allocation.
         pod = with_allocation(pod, resize.allocated)

@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from shared.coalesce import Coalescer
 from shared.kube import ApiError, KubeApi, patch_pod_status, path
-from shared.store import DesiredPod, PodStatusRecord, Store
+from shared.store import STATIC_SOURCES, DesiredPod, PodStatusRecord, Store
 from services.status_reporter.pod_status import with_host_ips
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,6 @@ MIRROR = "kubernetes.io/config.mirror"
 CONFIG_HASH = "kubernetes.io/config.hash"
 RESYNC_PERIOD = 60.0  # the longest a lost wake-up delays a mirror pod change (the kubelet's syncFrequency)
 REGISTRATION_POLL = 1.0  # mirror pods are owned by the Node: none before it is registered
-SOURCE_FILE = "file"
 
 
 def mirror_body(manifest: dict[str, Any], node_name: str, node_uid: str) -> dict[str, Any]:
@@ -81,14 +80,14 @@ class MirrorPods:
             return True
         with self.store.session() as s:
             return s.scalar(select(DesiredPod.uid).where(DesiredPod.uid.in_(uids),
-                                                         DesiredPod.source == SOURCE_FILE).limit(1)) is not None
+                                                         DesiredPod.source.in_(STATIC_SOURCES)).limit(1)) is not None
 
     async def sync(self) -> None:
         if not self.node_uid():
             return
         async with self._lock:
             with self.store.session() as s:
-                static = [d for d in s.scalars(select(DesiredPod).where(DesiredPod.source == SOURCE_FILE,
+                static = [d for d in s.scalars(select(DesiredPod).where(DesiredPod.source.in_(STATIC_SOURCES),
                                                                         DesiredPod.deleting.is_(False)))]
                 statuses = {r.uid: r.status for r in s.scalars(select(PodStatusRecord))}
             self._static = {d.uid for d in static}

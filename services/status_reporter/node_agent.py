@@ -38,6 +38,7 @@ class Registration:
     register: bool = True
     taints: list[dict[str, str]] = field(default_factory=list)
     provider_id: str = ""
+    labels: dict[str, str] = field(default_factory=dict)  # --node-labels
 
 
 class NodeAgent:
@@ -120,7 +121,7 @@ class NodeAgent:
         if self.registration.provider_id:
             spec["providerID"] = self.registration.provider_id
         body = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.name, "labels": node_labels(self.name)}, "spec": spec}
+                "metadata": {"name": self.name, "labels": node_labels(self.name, self.registration.labels)}, "spec": spec}
         try:
             node = await self.api.create(path("v1", "nodes"), body)
             log.info("registered node %s", self.name)
@@ -128,7 +129,7 @@ class NodeAgent:
             if exc.status != 409:
                 raise
             # Re-registration: reconcile our labels onto the existing Node.
-            node = await self.api.patch(path("v1", "nodes", self.name), {"metadata": {"labels": node_labels(self.name)}})
+            node = await self.api.patch(path("v1", "nodes", self.name), {"metadata": {"labels": node_labels(self.name, self.registration.labels)}})
             log.info("node %s already registered; reconciled", self.name)
         await self._registered(node)
 

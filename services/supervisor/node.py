@@ -32,7 +32,8 @@ from shared.admin import SERVICES, admin_port
 from shared.admin_token import token_path, write_token
 from shared.bus_auth import BUS_DIR, credentials_file, write_credentials, write_server_config
 from shared.cni import CNI_BIN_DIR, cni_conf_dir, cni_ipam_dir
-from shared.config import FLAG_FIELDS, NodeSettings
+from shared.config import NodeSettings
+from shared.kubelet_flags import forwarded_argv
 from shared.host import kernel_refuses_negative_oom_score_adj
 from shared.node_dirs import private_dir, private_tree
 from shared.cri import CRIClient, CRIError
@@ -43,6 +44,9 @@ log = logging.getLogger("pykubelet.up")
 DEFAULT_POD_CIDR = "10.88.0.0/24"
 PUSH_TIMEOUT = 300.0
 STATUS_MARGIN = 30.0  # beyond --wait-pods, for `pykubelet status` to start and read the store
+# The flags the supervisor gives every service itself: its own containerd, its pod CIDR, paths resolved.
+SUPERVISOR_SETS = frozenset({"root-dir", "container-runtime-endpoint", "pod-cidr", "config", "hostname-override",
+                             "kubeconfig", "node-ip"})
 REQUIRED_TOOLS = {"containerd": "containerd", "runc": "runc", "nats-server": "nats-server"}
 
 
@@ -268,17 +272,14 @@ class LocalNode:
             argv += ["--hostname-override", a.hostname_override]
         if a.pleg_relist_period:
             argv += ["--pleg-relist-period", a.pleg_relist_period]
+        if a.pod_logs_dir:
+            argv += ["--pod-logs-dir", str(Path(a.pod_logs_dir).resolve())]
         if a.kubeconfig:
             argv += ["--kubeconfig", str(Path(a.kubeconfig).resolve())]
         if getattr(a, "node_ip", None):
             argv += ["--node-ip", a.node_ip]
-        for attr in FLAG_FIELDS:
-            value = getattr(a, attr, None)
-            if value is None or attr in ("container_runtime_endpoint", "pod_cidr"):
-                continue
-            if attr in ("pod_manifest_path", "pod_logs_dir"):
-                value = str(Path(value).resolve())
-            argv += [f"--{attr.replace('_', '-')}", str(value)]
+        # Every other kubelet flag as it was given: each service reads the same configuration.
+        argv += forwarded_argv(a, skip=SUPERVISOR_SETS)
         return argv
 
     async def start_services(self) -> None:

@@ -17,10 +17,14 @@ from shared.store.models import (
     ProbeResult,
     RefusedPod,
     ServiceState,
+    STATIC_SOURCES,
     TABLE_OWNERS,
+    is_static,
 )
 
 __all__ = [
+    "STATIC_SOURCES",
+    "is_static",
     "Store",
     "OwnershipError",
     "DesiredPod",

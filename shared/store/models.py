@@ -17,6 +17,15 @@ class Base(DeclarativeBase):
     pass
 
 
+# The sources of static pods, as the kubelet's kubernetes.io/config.source names them: the
+# manifest directory (staticPodPath) and the manifest URL (staticPodURL).
+STATIC_SOURCES = ("file", "http")
+
+
+def is_static(source: str) -> bool:
+    return source in STATIC_SOURCES
+
+
 class DesiredPod(Base):
     """A pod this node should run, as its source (manifest file, API) gave it."""
 
@@ -24,7 +33,7 @@ class DesiredPod(Base):
     uid: Mapped[str] = mapped_column(String, primary_key=True)
     namespace: Mapped[str] = mapped_column(String)
     name: Mapped[str] = mapped_column(String)
-    source: Mapped[str] = mapped_column(String)  # "file" or "api"
+    source: Mapped[str] = mapped_column(String)  # "file" or "http" (static pods: STATIC_SOURCES) or "api"
     source_path: Mapped[str] = mapped_column(String, default="")
     manifest: Mapped[dict[str, Any]] = mapped_column(JSON)  # the defaulted v1 Pod
     # Set when the source no longer has the pod: pod-sync stops it within the grace period,

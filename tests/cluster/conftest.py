@@ -60,9 +60,13 @@ PROVIDER_ID = "pykubelet://testnode"
 TAINT = {"key": "pykubelet.io/test", "value": "cluster", "effect": "PreferNoSchedule"}
 # Shorter than the kubelet's 40 s and 5 m, so tests see the lease and the status follow them.
 LEASE_SECONDS, STATUS_REPORT_EVERY = 20, 20
-REGISTRATION = (f"providerID: {PROVIDER_ID}\nregisterWithTaints:\n  - key: {TAINT['key']}\n"
-                f"    value: {TAINT['value']}\n    effect: {TAINT['effect']}\n"
-                f"nodeLeaseDurationSeconds: {LEASE_SECONDS}\nnodeStatusReportFrequency: {STATUS_REPORT_EVERY}s\n")
+REGISTRATION = f"nodeLeaseDurationSeconds: {LEASE_SECONDS}\nnodeStatusReportFrequency: {STATUS_REPORT_EVERY}s\n"
+# The rest as the kubelet's flags, as a seed's command line gives them.
+NODE_LABELS = {"pykubelet.io/pool": "cluster", "node.kubernetes.io/exclude-from-external-load-balancers": ""}
+SYSTEM_RESERVED_CPU_M = 100
+SEED_FLAGS = [f"--provider-id={PROVIDER_ID}", f"--register-with-taints={TAINT['key']}={TAINT['value']}:{TAINT['effect']}",
+              "--node-labels=" + ",".join(f"{k}={v}" for k, v in NODE_LABELS.items()),
+              f"--system-reserved=cpu={SYSTEM_RESERVED_CPU_M}m"]
 
 
 @pytest.fixture(scope="package")
@@ -82,7 +86,7 @@ def cluster(tmp_path_factory):
     try:
         # Logs up to 64 KiB before a rotation: kubectl logs reads the current file only, so
         # a test's expected output must fit in one (the rotation test writes fast enough).
-        node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig)],
+        node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig), *SEED_FLAGS],
                            extra_config=f"serverTLSBootstrap: true\nauthentication:\n  x509:\n"
                                         f"    clientCAFile: {cp.ca}\n{REGISTRATION}", log_max_size=CLUSTER_LOG_MAX_SIZE)
         c = Cluster(cp, node, signer)

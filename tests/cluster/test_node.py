@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from tests.cluster.conftest import LEASE_SECONDS, PROVIDER_ID, STATUS_REPORT_EVERY, TAINT
+from tests.cluster.conftest import (LEASE_SECONDS, NODE_LABELS, PROVIDER_ID, STATUS_REPORT_EVERY,
+                                    SYSTEM_RESERVED_CPU_M, TAINT)
 from tests.cluster.harness import KUBE_VERSION
 from tests.integration.conftest import NODE_NAME, wait_for
 
@@ -19,6 +20,7 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
     node = cluster.node_obj()
     labels = node["metadata"]["labels"]
     assert labels["kubernetes.io/hostname"] == NODE_NAME and labels["kubernetes.io/os"] == "linux"
+    assert NODE_LABELS.items() <= labels.items(), labels  # --node-labels
     status = node["status"]
     assert set(status["capacity"]) >= {"cpu", "memory", "pods", "ephemeral-storage"}
     assert status["capacity"]["pods"] == "110"
@@ -28,9 +30,12 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
     # The same minor as the control plane it joined; kube-proxy's version is no longer reported.
     assert info["kubeletVersion"].startswith("v" + ".".join(KUBE_VERSION.split(".")[:2]) + ".")
     assert not info.get("kubeProxyVersion")
-    # registerWithTaints and providerID of the node's config (tests/cluster/conftest.py).
+    # --register-with-taints and --provider-id (tests/cluster/conftest.py).
     spec = node["spec"]
     assert spec["providerID"] == PROVIDER_ID and TAINT in spec["taints"], spec
+    # --system-reserved: allocatable CPU is capacity less the reservation.
+    capacity_m = int(status["capacity"]["cpu"]) * 1000
+    assert status["allocatable"]["cpu"] == f"{capacity_m - SYSTEM_RESERVED_CPU_M}m", status["allocatable"]
     types = {a["type"] for a in status["addresses"]}
     assert types == {"InternalIP", "Hostname"}
     conds = {c["type"]: c for c in status["conditions"]}

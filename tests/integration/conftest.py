@@ -26,6 +26,7 @@ from shared.admin import SERVICES
 from shared.admin_token import read_token, token_path
 from shared.cri import CRIClient
 from tests.integration.event_loops import assert_loops_never_blocked, watched_env
+from tests.integration.manifest_server import ManifestServer
 
 REPO = Path(__file__).resolve().parents[2]
 PYKUBELET = [sys.executable, "-m", "services.cli.main"]
@@ -39,6 +40,8 @@ POD_PIDS_LIMIT = 1024
 # The search domain of the node's resolvConf file: the host's resolver plus this, so a pod shows
 # whether it got the file the config names or the runtime's copy of /etc/resolv.conf.
 RESOLV_SEARCH = "pykubelet-node.test"
+KUBELET_CERT_DIR = "kubelet-pki"  # --cert-dir of the loopback_api node, in its root dir
+MANIFEST_URL_HEADER, HTTP_CHECK_EVERY = "X-Pykubelet-Node:integration", 2  # its --manifest-url's
 KUBELET_CONFIG = f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 crashLoopBackOff:
@@ -131,6 +134,7 @@ class Node:
     argv: list[str] = field(default_factory=list)  # how `pykubelet up` was run
     node_name: str = NODE_NAME
     env: dict[str, str] | None = None  # `pykubelet up`'s environment (None: this process's)
+    manifest_url: ManifestServer | None = None  # what the node's staticPodURL answers, when it has one
 
     # the user's view
 
@@ -306,8 +310,7 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     resolv.write_text("".join(line + "\n" for line in Path("/etc/resolv.conf").read_text().splitlines()
                               if not line.startswith(("search", "domain"))) + f"search {RESOLV_SEARCH}\n")
     config.write_text(KUBELET_CONFIG + f"containerLogMaxSize: {log_max_size // 1024}Ki\nport: {kubelet_port}\n"
-                      f"resolvConf: {resolv}\n" + (f"readOnlyPort: {read_only_port}\n" if read_only_port else "")
-                      + extra_config)
+                      f"resolvConf: {resolv}\n" + extra_config)
     argv = [*wrap, *PYKUBELET, "up", "--config", str(config), "--root-dir", str(root),
             "--pod-manifest-path", str(manifests),
             "--pod-logs-dir", str(root / "pod-logs"), "--nats-port", str(nats_port),
@@ -315,7 +318,8 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
             "--push-demo-images", "--wait-pods", "1", "--pod-cidr", pod_cidr,
             "--hostname-override", node_name,
             # Long rescan period: changes must arrive through the directory watch.
-            "--file-check-frequency", "5m", "--sync-frequency", "30s", *(extra_argv or [])]
+            "--file-check-frequency", "5m", "--sync-frequency", "30s",
+            *([f"--read-only-port={read_only_port}"] if read_only_port else []), *(extra_argv or [])]
     env = watched_env(root) if watch_loops else None
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
@@ -347,16 +351,28 @@ def _wait_up(n: Node) -> None:
 
 def package_node(dir_name: str, loopback_api: bool = False):
     """A `node` fixture for a test package: a node of its own, gone before another test package
-    starts its own. loopback_api: the kubelet API on 127.0.0.1 only (address), with a read-only
-    port (readOnlyPort)."""
+    starts its own. loopback_api: the kubelet API on 127.0.0.1 only (--address), with a read-only
+    port (--read-only-port) and its serving certificate in <root>/kubelet-pki (--cert-dir), and
+    static pods from a URL too (--manifest-url, served by tests/integration/manifest_server.py)."""
     @pytest.fixture(scope="package")
     def node(tmp_path_factory) -> Iterator[Node]:
-        n = launch_node(tmp_path_factory.mktemp(dir_name), extra_config="address: 127.0.0.1\n" if loopback_api else "",
-                        read_only_port=free_port() if loopback_api else 0)
+        root = tmp_path_factory.mktemp(dir_name)
+        flags, served = [], None
+        if loopback_api:
+            # The kubelet's flags, as a seed's command line gives them.
+            served = ManifestServer(root.with_name(f"{root.name}-manifest-url.yaml")).start()
+            flags = ["--address=127.0.0.1", f"--cert-dir={root / KUBELET_CERT_DIR}", f"--manifest-url={served.url}",
+                     f"--manifest-url-header={MANIFEST_URL_HEADER}", f"--http-check-frequency={HTTP_CHECK_EVERY}s"]
         try:
-            yield n
+            n = launch_node(root, flags, read_only_port=free_port() if loopback_api else 0)
+            n.manifest_url = served
+            try:
+                yield n
+            finally:
+                stop_node(n)
         finally:
-            stop_node(n)
+            if served is not None:
+                served.stop()
         assert_loops_never_blocked(n.root)
     return node
 

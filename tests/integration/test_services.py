@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from tests.integration.conftest import POD_CIDR, SERVICES, wait_for
+from tests.integration.conftest import KUBELET_CERT_DIR, POD_CIDR, SERVICES, wait_for
 
 
 def test_every_service_is_ready(node):
@@ -94,7 +94,8 @@ def _tcp_listeners() -> set[tuple[str, int]]:
 
 
 def test_the_kubelet_api_listens_where_address_and_read_only_port_say(node):
-    """The node's config (tests/integration/conftest.py) has address 127.0.0.1 and a readOnlyPort."""
+    """The node's command line (tests/integration/conftest.py) has --address 127.0.0.1,
+    --read-only-port and --cert-dir: `pykubelet up` hands the kubelet's flags to node-api."""
     import ssl
 
     import httpx
@@ -110,6 +111,10 @@ def test_the_kubelet_api_listens_where_address_and_read_only_port_say(node):
     insecure = ssl.create_default_context()
     insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
     assert httpx.get(f"https://127.0.0.1:{node.kubelet_port}/configz", verify=insecure, timeout=10).status_code == 401
+    # The certificate it serves is the one made in --cert-dir.
+    shown = ssl.get_server_certificate(("127.0.0.1", node.kubelet_port), timeout=10)
+    kept = (node.root / KUBELET_CERT_DIR / "kubelet.crt").read_text()
+    assert ssl.PEM_cert_to_DER_cert(shown) == ssl.PEM_cert_to_DER_cert(kept)
 
 
 def test_enforce_node_allocatable_caps_the_pods_cgroup(node):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.integration.conftest import NODE_NAME, RESOLV_SEARCH, wait_for
+from tests.integration.conftest import MANIFEST_URL_HEADER, NODE_NAME, RESOLV_SEARCH, wait_for
 
 
 def web_manifest(node, name="web", extra_env=""):
@@ -153,3 +153,26 @@ def test_pods_get_the_resolv_conf_the_config_names(pods):
         pods.wait_running(name)
         wait_for(lambda n=name: f"search {RESOLV_SEARCH}" in pods.cli("logs", n).stdout, 20,
                  f"{name}'s /etc/resolv.conf to have the search domain of the node's resolvConf")
+
+
+def test_pods_from_the_manifest_url_run_and_go_with_it(pods):
+    """--manifest-url, --manifest-url-header and --http-check-frequency on `pykubelet up`'s
+    command line (tests/integration/conftest.py): what the URL answers is the node's static
+    pods beside the directory's, fetched with the header; a bad answer keeps them."""
+    served = pods.manifest_url
+    try:
+        served.serve(web_manifest(pods, "fetched"))
+        pod = pods.wait_running("fetched", 60)
+        assert pod["source"] == "http"
+        assert httpx.get(f"http://{pod['podIP']}/", timeout=5).status_code == 200
+        name, _, value = MANIFEST_URL_HEADER.partition(":")
+        assert served.headers[-1].get(name) == value
+        served.serve("kind: [")  # broken: reported for the URL, the pod stays
+        _, errors = pods.wait_manifest_errors(1, 20)
+        assert "not valid YAML" in errors["pods.yaml"]
+        assert pods.pod("fetched")["uid"] == pod["uid"] and pods.pod("fetched")["phase"] == "Running"
+        served.serve("")  # an empty answer: no pods
+        wait_for(lambda: pods.pod("fetched") is None, 60, "the fetched pod to go")
+        assert pods.status()["manifestErrors"] == []
+    finally:
+        served.serve("")

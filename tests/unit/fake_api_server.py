@@ -14,6 +14,7 @@ class FakeApiServer:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict, bytes]] = []
+        self.header_lines: list[list[tuple[str, str]]] = []  # each request's, repeated names kept
         self.replies: dict[str, tuple[int, list[bytes] | bytes]] = {}
         self.port = 0
 
@@ -25,7 +26,9 @@ class FakeApiServer:
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head.decode().split("\r\n")
         method, target, _ = lines[0].split(" ")
-        headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:] if ": " in line)}
+        pairs = [(k.lower(), v) for k, v in (line.split(": ", 1) for line in lines[1:] if ": " in line)]
+        self.header_lines.append(pairs)
+        headers = dict(pairs)
         body = await reader.readexactly(int(headers.get("content-length", 0)))
         self.requests.append((method, target, headers, body))
         status, reply = self.replies.get(target.split("?")[0], (404, json.dumps(

@@ -56,6 +56,23 @@ async def test_register_node_false_never_creates_the_node_and_waits_for_it(api_s
     assert len(sent(api_server, "PATCH", "/api/v1/nodes/n1/status")) == 1, "its status is reported"
 
 
+async def test_node_labels_are_registered_over_the_nodes_own_and_reconciled(api_server, tmp_path):
+    """--node-labels: on the Node as it is created and, when it exists already, patched onto it."""
+    api_server.replies["/api/v1/nodes"] = (201, json.dumps(NODE).encode())
+    api_server.replies["/api/v1/nodes/n1/status"] = (200, json.dumps(NODE).encode())
+    labels = {"example.com/pool": "blue", "node.kubernetes.io/instance-type": "small"}
+    a = await agent(api_server, tmp_path, Registration(labels=labels))
+    await a.register()
+    [created] = sent(api_server, "POST", "/api/v1/nodes")
+    assert created["metadata"]["labels"]["kubernetes.io/hostname"] == "n1"
+    assert labels.items() <= created["metadata"]["labels"].items()
+    api_server.replies["/api/v1/nodes"] = (409, b'{"kind": "Status", "reason": "AlreadyExists"}')
+    api_server.replies["/api/v1/nodes/n1"] = (200, json.dumps(NODE).encode())
+    await a.register()
+    [patched] = sent(api_server, "PATCH", "/api/v1/nodes/n1")
+    assert labels.items() <= patched["metadata"]["labels"].items()
+
+
 @pytest.mark.parametrize("taint,needle", [
     ({"key": "bad key", "effect": "NoSchedule"}, "'bad key' is not a qualified name"),
     ({"key": "a", "effect": "NoRun"}, "effect"),

@@ -306,3 +306,19 @@ async def test_a_defect_building_a_container_config_is_shown_on_the_pod(syncer, 
     assert c["waiting_message"] == ("internal error building the container config: "
                                     "ZeroDivisionError: float division by zero")
     assert ("Warning", "Failed", "Error: " + c["waiting_message"]) in events.events
+
+
+async def test_a_pod_selecting_the_nodes_labels_is_admitted(syncer, rt, store, node):
+    """--node-labels count for admission as the node's own labels do (nodeSelector here)."""
+    import dataclasses
+
+    syncer.node = dataclasses.replace(node, labels={"example.com/pool": "blue"})
+    want(store, manifest(nodeSelector={"example.com/pool": "blue"}))
+    want(store, manifest(uid="uid2", nodeSelector={"example.com/pool": "green"}))
+    await syncer.sync("uid1")
+    await syncer.sync("uid2")
+    assert observed(store, "uid1").sandbox_ready
+    with store.session() as s:
+        rejected = s.get(DesiredPod, "uid2")
+    assert rejected.rejection_reason == "NodeAffinity"
+    assert len(rt.sandboxes) == 1, "only the admitted pod has a sandbox"

@@ -1,0 +1,36 @@
+"""shared/kubelet_flags.py against the kubelet's own source: the source of the Kubernetes the
+tests' control plane is built from (`make kube` downloads it into the Go module cache). Every flag
+the kubelet registers is in pykubelet's table, and the table has no flag the kubelet lacks."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from shared.kubelet_flags import BY_NAME
+from tests.cluster.harness import CACHE, KUBE_VERSION
+
+MODULES = CACHE / "gomod" / "k8s.io"
+# fs.StringVar(&x, "name", ...), fs.Var(v, "name", ...), fs.VarP(v, "v", "v", ...)
+REGISTERED = re.compile(r'\bfs\.\w*Var\w*\((?:[^"\n]*?), "([a-z0-9-]+)"')
+# Registered through other packages: cadvisor's housekeeping interval and the logs flush period.
+BY_OTHERS = {"housekeeping-interval", "log-flush-frequency"}
+
+
+def _source(path: str) -> str:
+    f = MODULES / path
+    if not f.is_file():
+        pytest.fail(f"{f} is missing: `make kube` downloads the Kubernetes {KUBE_VERSION} sources into the Go module "
+                    "cache (PYKUBELET_CACHE)")
+    return f.read_text()
+
+
+def test_every_kubelet_flag_is_in_the_table_and_no_other():
+    minor = KUBE_VERSION.split(".", 1)[1]
+    kubelet = set(REGISTERED.findall(_source(f"kubernetes@v{KUBE_VERSION}/cmd/kubelet/app/options/options.go")))
+    logging_ = set(REGISTERED.findall(_source(f"component-base@v0.{minor}/logs/api/v1/options.go")))
+    assert len(kubelet) > 100 and {"v", "vmodule", "logging-format"} <= logging_  # the pattern still finds them
+    assert sorted(kubelet - set(BY_NAME)) == [], "kubelet flags missing from shared/kubelet_flags.py"
+    assert sorted(logging_ - set(BY_NAME)) == [], "logging flags missing from shared/kubelet_flags.py"
+    assert sorted(set(BY_NAME) - kubelet - logging_ - BY_OTHERS) == [], "flags the kubelet does not have"
