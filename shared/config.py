@@ -31,6 +31,7 @@ from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
 from shared.podspec import DNS1123_SUBDOMAIN
 from shared.config_refused import refused_settings
+from shared.cpusets import CPUSetError, parse_cpuset
 from shared.kubelet_flags import (FlagError, add_kubelet_flags, apply_config_flags, parsed_values, refused_flags,
                                   warn_deprecated)
 from shared.server_config import ServerConfig
@@ -157,6 +158,12 @@ class KubeletConfiguration(ServerConfig):
     static_pod_url: str = Field(default="", alias="staticPodURL")
     static_pod_url_header: dict[str, list[str]] = Field(default_factory=dict, alias="staticPodURLHeader")
     http_check_frequency: float = 20.0
+    # The CPU manager (services/pod_sync/cpu_manager.py): exclusive CPUs for whole-CPU Guaranteed
+    # containers under `static`; reservedSystemCPUs are never given out and, when set, are the
+    # node's CPU reservation (they replace systemReserved and kubeReserved cpu).
+    cpu_manager_policy: Literal["none", "static"] = Field(default="none", alias="cpuManagerPolicy")
+    reserved_system_cpus: str = Field(default="", alias="reservedSystemCPUs")
+    cpu_manager_reconcile_period: float = Field(default=10.0, alias="cpuManagerReconcilePeriod")
     max_pods: int = 110
     # pids.max of every pod's cgroup (services/pod_sync/pod_cgroup.py); -1: no limit.
     pod_pids_limit: int = Field(default=-1, ge=-1)
@@ -339,6 +346,23 @@ class KubeletConfiguration(ServerConfig):
         if seconds < 0:
             raise ValueError("must not be negative")
         return seconds or 20.0  # 0, as the kubelet defaults it: 20s
+
+    @field_validator("cpu_manager_reconcile_period", mode="before")
+    @classmethod
+    def _cpu_manager_reconcile_period(cls, v: Any) -> float:
+        seconds = to_seconds(v)
+        if seconds < 0:
+            raise ValueError("must not be negative")
+        return seconds or 10.0  # 0, as the kubelet defaults it: 10s
+
+    @field_validator("reserved_system_cpus")
+    @classmethod
+    def _reserved_system_cpus(cls, v: str) -> str:
+        try:
+            parse_cpuset(v)
+        except CPUSetError as exc:
+            raise ValueError(str(exc)) from None
+        return v
 
     @field_validator("static_pod_url")
     @classmethod

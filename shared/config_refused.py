@@ -57,7 +57,7 @@ class Refused:
 
 
 _CGROUPS = "pykubelet drives cgroups through cgroupfs, under /kubepods with the kubelet's QoS tiers"
-_NO_CPU_MANAGER = "containers get CPU shares and quota, no exclusive CPUs"
+_NO_CPU_MANAGER = "the static policy gives whole CPUs by topology order, without policy options"
 _NO_HANDLER = "pykubelet serves only the kubelet API's /pods, /stats, /metrics, /logs, /exec and /configz routes"
 
 REFUSED: dict[str, Refused] = {
@@ -74,9 +74,7 @@ REFUSED: dict[str, Refused] = {
     "cgroupRoot": Refused("", _CGROUPS),
     "cgroupsPerQOS": Refused(True, _CGROUPS),
     "cgroupDriver": Refused("cgroupfs", _CGROUPS),
-    "cpuManagerPolicy": Refused("none", _NO_CPU_MANAGER),
     "cpuManagerPolicyOptions": Refused({}, _NO_CPU_MANAGER),
-    "cpuManagerReconcilePeriod": Refused("10s", _NO_CPU_MANAGER, duration=True),
     "memoryManagerPolicy": Refused("None", "no NUMA memory pinning"),
     "topologyManagerPolicy": Refused("none", "no topology alignment"),
     "topologyManagerScope": Refused("container", "no topology alignment"),
@@ -99,7 +97,6 @@ REFUSED: dict[str, Refused] = {
     "memorySwap": Refused({}, "containers get no swap limits"),
     "configMapAndSecretChangeDetectionStrategy": Refused("Watch", "configMaps and secrets are watched (the first "
                                                                   "100; the rest re-read after 60s)"),
-    "reservedSystemCPUs": Refused("", _NO_CPU_MANAGER),
     "showHiddenMetricsForVersion": Refused("", "no metric is hidden"),
     "systemReservedCgroup": Refused("", "systemReserved is subtracted from allocatable, not enforced on a cgroup"),
     "kubeReservedCgroup": Refused("", "kubeReserved is subtracted from allocatable, not enforced on a cgroup"),

@@ -1,12 +1,14 @@
 """What the kubelet checks of the host before it starts, per its configuration: swap
-(failSwapOn), the kernel tunables it relies on (protectKernelDefaults) and the cgroup version
-(failCgroupV1). A problem stops the node's start with the kubelet's words for it."""
+(failSwapOn), the kernel tunables it relies on (protectKernelDefaults), the cgroup version
+(failCgroupV1) and the CPUs the static CPU manager reserves (cpuManagerPolicy). A problem stops the node's start with the kubelet's words for it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from shared.config import KubeletConfiguration
+from shared.cpusets import online_cpus, static_policy_problem
+from shared.node_resources import Reservations
 
 # The kernel tunables the kubelet expects (its setupKernelTunables), by /proc/sys path.
 KERNEL_DEFAULTS = {
@@ -45,14 +47,20 @@ def kernel_tunable_problems(proc: Path) -> list[str]:
 
 
 def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
-                     cgroup_root: Path = Path("/sys/fs/cgroup")) -> list[str]:
+                     cgroup_root: Path = Path("/sys/fs/cgroup"), cpus: frozenset[int] | None = None) -> list[str]:
     """Why the node must not start on this host with this configuration (empty: it may)."""
     problems = []
+    cpus = online_cpus() if cpus is None else cpus
     if k.fail_swap_on and swap_on(proc):
         problems.append("running with swap on is not supported, please disable swap or set failSwapOn "
                         "(--fail-swap-on) to false")
     if k.protect_kernel_defaults:
         problems += [f"protectKernelDefaults: {p}" for p in kernel_tunable_problems(proc)]
+    if k.cpu_manager_policy == "static":
+        problem = static_policy_problem(k.reserved_system_cpus, Reservations.from_config(k).reserved_amount("cpu"),
+                                        cpus)
+        if problem:
+            problems.append(problem)
     if k.fail_cgroup_v1 and not (cgroup_root / "cgroup.controllers").exists():
         problems.append("failCgroupV1: this host runs cgroup v1; boot it with cgroup v2 "
                         "(systemd.unified_cgroup_hierarchy=1) or set failCgroupV1 to false")

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from shared.cpusets import parse_cpuset
 from shared.host import cpu_capacity_millicores, memory_capacity_bytes
 from shared.quantity import millicores, to_bytes
 from shared.thresholds import Threshold, hard_eviction_reservation
@@ -32,6 +33,10 @@ class Reservations:
         for source in (kubelet.kube_reserved, kubelet.system_reserved):
             for name, value in source.items():
                 total[name] = total.get(name, 0) + (millicores(value) if name == "cpu" else to_bytes(value))
+        if kubelet.reserved_system_cpus:
+            # As the kubelet: the reserved CPUs are the node's CPU reservation, whatever
+            # systemReserved and kubeReserved say of cpu.
+            total["cpu"] = len(parse_cpuset(kubelet.reserved_system_cpus)) * 1000
         return cls(total, tuple(kubelet.eviction_thresholds()))
 
     def reserved_amount(self, resource: str) -> int:

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from shared.retry import Backoff
+from services.pod_sync.cpu_manager import CPUManager, CPUSetReconciler, load_assignments
 from services.pod_sync.disk_gc import IMAGE_GC_PERIOD, DiskReclaimer
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
@@ -71,7 +72,14 @@ async def setup(ctx: ServiceContext) -> None:
         env_source = ApiEnvSource(api)
         ctx.spawn("watch-services", env_source.watch_services())
         ctx.on_shutdown(api.close)
-    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, recorder, env_source)
+    cpus = CPUManager.from_config(k.cpu_manager_policy, k.reserved_system_cpus,
+                                  Reservations.from_config(k).reserved_amount("cpu"))
+    if cpus.static:
+        cpus.assignments = await ctx.store.run(load_assignments, ctx.store)  # the CPUs given out before a restart
+    syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, recorder, env_source, cpus=cpus)
+    if cpus.static:
+        ctx.spawn("cpu-manager", CPUSetReconciler(cpus, cri, ctx.store, node, syncer.pod_at_allocation,
+                                                  k.cpu_manager_reconcile_period).run())
     manager = PodSyncManager(syncer, sources, ctx.bus, resync_every=k.sync_frequency,
                              pleg_period=ctx.settings.pleg_relist_period, on_synced=ctx.synced)
 

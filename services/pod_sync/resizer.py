@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from services.pod_sync.actions import backoff_key
+from services.pod_sync.cpu_manager import CPUManager
 from services.pod_sync.killing import Killer
 from services.pod_sync.resize import (DEFERRED, ERROR, IN_PROGRESS_CONDITION, PENDING_CONDITION, condition,
                                       created_with, decide, event_message, needs_restart)
@@ -98,8 +99,9 @@ def _decreases(old: Resources | None, new: Resources) -> bool:
 
 class Resizer:
     def __init__(self, runtime: RuntimeService, killer: Killer, backoff: Backoff, node: NodeFacts,
-                 event: Event) -> None:
+                 event: Event, cpus: CPUManager | None = None) -> None:
         self.runtime = runtime
+        self.cpus = cpus or CPUManager()
         self.killer = killer
         self.backoff = backoff
         self.node = node
@@ -114,7 +116,10 @@ class Resizer:
         if same(desired, state.allocated):
             state.pending = None
             return None
-        decision = decide(pod, static, others(), capacity)
+        cpu_changes = any(quantity_of(desired.get(name), kind, "cpu") != quantity_of((state.allocated or {}).get(name), kind, "cpu")
+                          for name in desired for kind in ("requests", "limits"))
+        decision = decide(pod, static, others(), capacity,
+                          self.cpus.static and cpu_changes and qos_class(pod) == "Guaranteed")
         if decision.allocate:
             state.allocated = desired
             state.pending = None
@@ -180,7 +185,8 @@ class Resizer:
         for _, c, spec, want in sorted(todo, key=lambda t: t[0]):
             try:
                 await self.runtime.update_container_resources(
-                    c.id, container_resources(spec, qos, self.node.memory_bytes, self.node.oom_floor, pod))
+                    c.id, container_resources(spec, qos, self.node.memory_bytes, self.node.oom_floor, pod,
+                                              self.cpus.cpuset_for(pod.uid, spec.name)))
             except CRIError as exc:
                 log.warning("pod %s: resizing container %s: %s", pod.full_name, c.name, exc)
                 return f"updating the resources of container {c.name}: {exc.details}"

@@ -209,7 +209,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
                      warn: Callable[[str, str], None] | None = None,
                      etc_hosts: Path | None = None,
                      subpaths: SubPathMounter | None = None,
-                     target_id: str | None = None) -> cri.ContainerConfig:
+                     target_id: str | None = None, cpuset: str = "") -> cri.ContainerConfig:
     """etc_hosts: the pod's managed hosts file, bind-mounted at /etc/hosts (etc_hosts.py);
     subpaths: makes the bind mounts of subPath volumeMounts; target_id: the container whose
     process namespace an ephemeral container joins."""
@@ -250,7 +250,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         stdin_once=c.stdinOnce,
         tty=c.tty,
         linux=cri.LinuxContainerConfig(
-            resources=container_resources(c, qos, node.memory_bytes, node.oom_floor, pod),
+            resources=container_resources(c, qos, node.memory_bytes, node.oom_floor, pod, cpuset),
             security_context=container_security_context(pod, c, seccomp_dir(node.pods_dir.parent),
                                                         node.seccomp_default)),
     )

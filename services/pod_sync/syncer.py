@@ -32,6 +32,7 @@ from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
 from services.pod_sync.runtime_config import NodeFacts, SubPathMounter, container_config, pod_hostname, sandbox_config
 from services.pod_sync.security import check_run_as_non_root, needs_image_user
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
+from services.pod_sync.cpu_manager import UNEXPECTED, CPUManager, NotEnoughCPUs, StaticPolicy
 from shared.allocation import spec_allocation, with_allocation
 from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
@@ -78,8 +79,10 @@ class _Progress:
 class PodSyncer:
     def __init__(self, runtime: RuntimeService, images: ImageManager, store: Store,
                  settings: NodeSettings, crash_backoff: Backoff, node: NodeFacts, events: Recorder,
-                 env_source: EnvSource | None = None, subpaths: SubPathMounter | None = None) -> None:
+                 env_source: EnvSource | None = None, subpaths: SubPathMounter | None = None,
+                 cpus: CPUManager | None = None) -> None:
         self.runtime = runtime
+        self.cpus = cpus or CPUManager()
         self.subpaths = subpaths or SubPathMounts(node.pods_dir)
         # Standalone: no API server to read configMaps, secrets or services from.
         self.env_source = env_source or StaticEnvSource(api=False)
@@ -90,7 +93,7 @@ class PodSyncer:
         self.node = node
         self.events = events
         self.killer = Killer(runtime, events)
-        self.resizer = Resizer(runtime, self.killer, crash_backoff, node, self._event)
+        self.resizer = Resizer(runtime, self.killer, crash_backoff, node, self._event, self.cpus)
         self._progress: dict[str, _Progress] = {}
         self._pods = PodCache()
         self._capacity = allocatable(node.cpu_millicores, node.memory_bytes,
@@ -164,13 +167,41 @@ class PodSyncer:
                 verdict = admit_to_node(pod, node_labels(self.node.name, self.node.labels), self.node.name)
             if verdict.admitted:
                 verdict = admit_os(pod)
+            cpus: dict[str, frozenset[int]] = {}
+            if verdict.admitted and self.cpus.policy is not None:
+                verdict, cpus = self._take_cpus(s, self.cpus.policy, row.uid, pod)
             stored = s.get(DesiredPod, row.uid)
             stored.admitted = verdict.admitted
             if verdict.admitted:
                 stored.allocated = spec_allocation(pod)
+                stored.exclusive_cpus = CPUManager.stored(cpus)
+                if cpus:
+                    self.cpus.assignments[row.uid] = cpus
             stored.rejection_reason = verdict.reason
             stored.rejection_message = verdict.message
         return verdict
+
+    @staticmethod
+    def _take_cpus(s, policy: StaticPolicy, uid: str, pod: Pod) -> tuple[Verdict, dict[str, frozenset[int]]]:
+        """CPUs of their own for the pod's whole-CPU Guaranteed containers, from those no other
+        pod holds (the static CPU manager's Allocate, part of admission as in the kubelet)."""
+        taken = frozenset(cpu for d in s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True),
+                                                                          DesiredPod.finished.is_(False),
+                                                                          DesiredPod.uid != uid))
+                          for cpus in CPUManager.loaded(d.exclusive_cpus).values() for cpu in cpus)
+        try:
+            return Verdict(True), policy.allocate(pod, taken)
+        except NotEnoughCPUs as exc:
+            return Verdict(False, UNEXPECTED, f"Allocate failed due to {exc}, which is unexpected"), {}
+
+    def pod_at_allocation(self, uid: str) -> Pod | None:
+        """An admitted pod as it runs: its spec at the resources it was allocated."""
+        with self.store.session() as s:
+            d = s.get(DesiredPod, uid)
+            if d is None or not d.admitted:
+                return None
+            pod = self._pods.get(d.uid, d.manifest)
+            return with_allocation(pod, d.allocated) if d.allocated is not None else pod
 
     def _admitted_others(self, s, uid: str) -> list[Pod]:
         """Every other admitted pod, at the resources it was allocated (a resize not granted
@@ -456,7 +487,7 @@ class PodSyncer:
             config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node, volumes, objects,
                                       warn=lambda reason, message: self._event(pod, "Warning", reason, message),
                                       etc_hosts=self._etc_hosts(pod, spec, pod_ip), subpaths=self.subpaths,
-                                      target_id=target_id)
+                                      target_id=target_id, cpuset=self.cpus.cpuset_for(pod.uid, spec.name))
         except (ValueError, EnvSourceError) as exc:
             M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
             self._event(pod, "Warning", "Failed", f"Error: {exc}")

@@ -50,6 +50,9 @@ class DesiredPod(Base):
     # Admission is decided once: admitted pods stay admitted, rejected ones stay Failed.
     admitted: Mapped[bool] = mapped_column(Boolean, default=False)
     rejection_reason: Mapped[str] = mapped_column(String, default="")
+    # The CPUs of their own its containers got at admission (cpuManagerPolicy static), by
+    # container name, as CPU lists ("2-3"); empty when none did.
+    exclusive_cpus: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     rejection_message: Mapped[str] = mapped_column(Text, default="")
     seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # In-place resize (services/pod_sync/resize.py), pod-sync's: the resources granted per

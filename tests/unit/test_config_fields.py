@@ -36,7 +36,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 
 @pytest.mark.parametrize("name,value", [
     ("cgroupDriver", "systemd"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
-    ("registryPullQPS", 0), ("rotateCertificates", True), ("cpuManagerPolicy", "static"),
+    ("registryPullQPS", 0), ("rotateCertificates", True), ("memoryManagerPolicy", "Static"),
     ("shutdownGracePeriod", "30s"), ("imageServiceEndpoint", "unix:///run/x.sock"), ("oomScoreAdj", -900),
     ("reservedMemory", [{"numaNode": 0, "limits": {"memory": "1Gi"}}]), ("topologyManagerPolicy", "restricted"),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
@@ -67,7 +67,7 @@ def test_feature_gates_are_refused_by_name():
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cpuManagerReconcilePeriod", "10000ms"), ("shutdownGracePeriod", 0),
+    ("cpuManagerPolicyOptions", None), ("shutdownGracePeriod", 0),
     ("memorySwap", {}), ("memoryThrottlingFactor", 0.9),
     ("podsPerCore", 0), ("tracing", None), ("featureGates", None),
 ])

@@ -1,0 +1,195 @@
+"""The kubelet's CPU manager (cpuManagerPolicy): which CPUs each container may run on.
+
+- `none`: no CPU sets; every container runs on every CPU, weighed by its shares and quota.
+- `static`: a container of a Guaranteed pod that asks for a whole number of CPUs gets that many
+  CPUs of its own, taken at admission (a pod they do not fit is rejected, as the kubelet rejects
+  it: UnexpectedAdmissionError). Every other container runs on the shared pool: all CPUs but
+  those given out. The reserved CPUs (reservedSystemCPUs, else as many as systemReserved plus
+  kubeReserved cpu round up to, the first in topology order) stay in the shared pool and are
+  never given out. The CPUs given out are kept on the pod's DesiredPod row, so a restart of
+  pod-sync knows them; they are free again once the pod is gone or has finished. Containers on
+  the shared pool follow it every cpuManagerReconcilePeriod (UpdateContainerResources).
+A non-restartable init container runs before the app containers, so it takes its CPUs from
+those its pod's app containers got (more only if it asks for more), as the kubelet reuses them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cri_api.v1 import api_pb2 as cri
+from sqlalchemy import select
+
+from services.pod_sync.resources import container_resources
+from services.pod_sync.runtime_config import NodeFacts
+from shared.cri import CRIError, RuntimeService
+from shared.cri import labels as L
+from shared.cpusets import format_cpuset, online_cpus, parse_cpuset, reserved_cpus, topology_order
+from shared.podspec import Container, Pod
+from shared.qos import qos_class
+from shared.quantity import millicores
+from shared.store import DesiredPod, Store
+
+log = logging.getLogger(__name__)
+
+NONE, STATIC = "none", "static"
+UNEXPECTED = "UnexpectedAdmissionError"
+
+
+class NotEnoughCPUs(Exception):
+    def __init__(self, requested: int, available: int) -> None:
+        super().__init__(f"not enough cpus available to satisfy request: requested={requested}, available={available}")
+
+
+def exclusive_count(pod: Pod, c: Container) -> int:
+    """The CPUs of its own a container gets under the static policy: its CPU request when the
+    pod is Guaranteed and the request is a whole number, else none (the kubelet's guaranteedCPUs)."""
+    if qos_class(pod) != "Guaranteed":
+        return 0
+    cpu = c.resources.requests.get("cpu", c.resources.limits.get("cpu"))
+    if cpu is None:
+        return 0
+    milli = millicores(cpu)
+    return milli // 1000 if milli % 1000 == 0 else 0
+
+
+@dataclass
+class StaticPolicy:
+    order: list[int]            # every CPU of the node, in topology order
+    reserved: frozenset[int]    # never given out
+
+    def allocate(self, pod: Pod, taken: frozenset[int]) -> dict[str, frozenset[int]]:
+        """The CPUs of their own for the pod's containers, from those neither reserved nor
+        `taken` by other pods (NotEnoughCPUs when they do not fit). Empty: none asks."""
+        free = [cpu for cpu in self.order if cpu not in taken and cpu not in self.reserved]
+        running = [c for c in pod.spec.initContainers if c.restartPolicy == "Always"] + list(pod.spec.containers)
+        wants = [(c.name, n) for c in running if (n := exclusive_count(pod, c))]
+        inits = [(c.name, n) for c in pod.spec.initContainers
+                 if c.restartPolicy != "Always" and (n := exclusive_count(pod, c))]
+        needed = sum(n for _, n in wants)
+        # An init container runs alone: it reuses the app containers' CPUs, and needs more only
+        # for what it asks beyond them.
+        needed = max([needed, *(n for _, n in inits)])
+        if needed > len(free):
+            raise NotEnoughCPUs(needed, len(free))
+        out: dict[str, frozenset[int]] = {}
+        at = 0
+        for name, n in wants:
+            out[name] = frozenset(free[at:at + n])
+            at += n
+        for name, n in inits:
+            out[name] = frozenset(free[:n])
+        return out
+
+    def shared_pool(self, taken: frozenset[int]) -> frozenset[int]:
+        return frozenset(self.order) - taken
+
+
+@dataclass
+class CPUManager:
+    """What pod-sync asks: the CPU set a container is created with and kept on."""
+
+    policy: StaticPolicy | None = None
+    # Pod uid -> container name -> its CPUs, for every pod holding CPUs of its own (the store's
+    # DesiredPod.exclusive_cpus, read again every reconcile; updated at admission).
+    assignments: dict[str, dict[str, frozenset[int]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, policy: str, reserved_system_cpus: str, reserved_millicores: int) -> CPUManager:
+        if policy != STATIC:
+            return cls()
+        cpus = online_cpus()
+        order = topology_order(cpus)
+        reserved = reserved_cpus(reserved_system_cpus, reserved_millicores, order)
+        log.info("CPU manager static: CPUs %s, reserved %s (never given out)", format_cpuset(cpus),
+                 format_cpuset(reserved))
+        return cls(StaticPolicy(order, reserved))
+
+    @property
+    def static(self) -> bool:
+        return self.policy is not None
+
+    def taken(self, excluding: str = "") -> frozenset[int]:
+        return frozenset(cpu for uid, by_name in self.assignments.items() if uid != excluding
+                         for cpus in by_name.values() for cpu in cpus)
+
+    def cpuset_for(self, uid: str, container: str) -> str:
+        """The CPU set to give a container ("" under the none policy: the runtime's default)."""
+        if self.policy is None:
+            return ""
+        own = self.assignments.get(uid, {}).get(container)
+        return format_cpuset(own if own else self.policy.shared_pool(self.taken()))
+
+    @staticmethod
+    def stored(assignment: dict[str, frozenset[int]]) -> dict[str, str]:
+        return {name: format_cpuset(cpus) for name, cpus in assignment.items()}
+
+    @staticmethod
+    def loaded(stored: dict[str, str] | None) -> dict[str, frozenset[int]]:
+        return {name: parse_cpuset(text) for name, text in (stored or {}).items()}
+
+
+def load_assignments(store: Store) -> dict[str, dict[str, frozenset[int]]]:
+    """Every pod's exclusive CPUs as the store has them: those of pods still admitted and not
+    finished (a pod that is gone, or failed for good, holds none)."""
+    with store.session() as s:
+        return {d.uid: CPUManager.loaded(d.exclusive_cpus)
+                for d in s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True),
+                                                            DesiredPod.finished.is_(False)))
+                if d.exclusive_cpus}
+
+
+class CPUSetReconciler:
+    """Keeps every running container on its CPU set: the shared pool follows the CPUs given
+    out and given back (the kubelet's reconcileState, every cpuManagerReconcilePeriod)."""
+
+    def __init__(self, manager: CPUManager, runtime: RuntimeService, store: Store, node: NodeFacts,
+                 pod_of: Callable[[str], Pod | None], every: float) -> None:
+        self.manager = manager
+        self.runtime = runtime
+        self.store = store
+        self.node = node
+        self.pod_of = pod_of
+        self.every = every
+        self.applied: dict[str, str] = {}  # container id -> the CPU set last given to it
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.reconcile()
+            except CRIError as exc:
+                log.warning("CPU manager: cannot list containers: %s; trying again in %.0fs", exc, self.every)
+            await asyncio.sleep(self.every)
+
+    async def reconcile(self) -> int:
+        """Update the containers not on their CPU set; returns how many were updated."""
+        self.manager.assignments = await self.store.run(load_assignments, self.store)
+        running = [c for c in await self.runtime.list_containers({L.MANAGED_BY: "true"})
+                   if c.state == cri.CONTAINER_RUNNING]
+        self.applied = {cid: v for cid, v in self.applied.items() if cid in {c.id for c in running}}
+        updated = 0
+        for c in running:
+            uid, name = c.labels.get(L.POD_UID, ""), c.metadata.name
+            want = self.manager.cpuset_for(uid, name)
+            if self.applied.get(c.id) == want:
+                continue
+            pod = self.pod_of(uid)
+            spec = next((s for s in pod.spec.all_containers if s.name == name), None) if pod is not None else None
+            if pod is None or spec is None:
+                continue
+            try:
+                await self.runtime.update_container_resources(
+                    c.id, container_resources(spec, qos_class(pod), self.node.memory_bytes, self.node.oom_floor, pod,
+                                              want))
+            except CRIError as exc:
+                log.warning("CPU manager: pod %s container %s: cannot move it to CPUs %s: %s", pod.full_name, name,
+                            want, exc)
+                continue
+            if c.id in self.applied:
+                log.info("CPU manager: pod %s container %s now on CPUs %s", pod.full_name, name, want)
+            self.applied[c.id] = want
+            updated += 1
+        return updated

@@ -1,0 +1,94 @@
+"""CPU sets as the kernel and the kubelet write them ("0-3,6"), and the host's CPUs in the order
+the static CPU manager takes them: package, then core, then CPU, so a core's hyperthreads and a
+package's cores stay together."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+class CPUSetError(ValueError):
+    pass
+
+
+def parse_cpuset(text: str) -> frozenset[int]:
+    """"0-2,5" -> {0, 1, 2, 5}; "" -> the empty set."""
+    cpus: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        try:
+            lo, hi = int(first, 10), int(last, 10) if dash else int(first, 10)
+        except ValueError:
+            raise CPUSetError(f"{text!r} is not a CPU list like 0-3,6 ({part!r})") from None
+        if lo < 0 or hi < lo:
+            raise CPUSetError(f"{text!r} is not a CPU list like 0-3,6 ({part!r} is not a range)")
+        cpus.update(range(lo, hi + 1))
+    return frozenset(cpus)
+
+
+def format_cpuset(cpus: frozenset[int] | set[int]) -> str:
+    """{0, 1, 2, 5} -> "0-2,5", the kernel's and the kubelet's form."""
+    out: list[str] = []
+    run: list[int] = []
+    for cpu in sorted(cpus):
+        if run and cpu == run[-1] + 1:
+            run.append(cpu)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [cpu]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def online_cpus() -> frozenset[int]:
+    """The CPUs this node may use: the online ones this process may run on."""
+    try:
+        online = parse_cpuset((SYS_CPU / "online").read_text().strip())
+    except (OSError, CPUSetError):
+        online = frozenset(range(os.cpu_count() or 1))
+    return online & frozenset(os.sched_getaffinity(0)) or online
+
+
+def topology_order(cpus: frozenset[int], sys_cpu: Path = SYS_CPU) -> list[int]:
+    """cpus sorted by (package, core, cpu)."""
+    def key(cpu: int) -> tuple[int, int, int]:
+        topo = sys_cpu / f"cpu{cpu}" / "topology"
+        try:
+            return (int((topo / "physical_package_id").read_text()), int((topo / "core_id").read_text()), cpu)
+        except (OSError, ValueError):
+            return (0, cpu, cpu)
+    return sorted(cpus, key=key)
+
+
+def reserved_cpus(reserved_system_cpus: str, reserved_millicores: int, order: list[int]) -> frozenset[int]:
+    """reservedSystemCPUs when set, else the first ceil(reserved cpu) CPUs in topology order."""
+    if reserved_system_cpus:
+        return parse_cpuset(reserved_system_cpus)
+    return frozenset(order[:math.ceil(reserved_millicores / 1000)])
+
+
+def static_policy_problem(reserved_system_cpus: str, reserved_millicores: int, cpus: frozenset[int]) -> str:
+    """Why the static policy cannot run on this node ("" when it can), in the kubelet's words."""
+    if reserved_system_cpus:
+        wanted = parse_cpuset(reserved_system_cpus)
+        if not wanted <= cpus:
+            return (f"reservedSystemCPUs {reserved_system_cpus!r}: CPUs {format_cpuset(wanted - cpus)} are not online "
+                    f"here (online: {format_cpuset(cpus)})")
+        if wanted == cpus:
+            return f"reservedSystemCPUs {reserved_system_cpus!r} is every CPU of the node: none is left for pods"
+        return ""
+    if reserved_millicores <= 0:
+        return ("cpuManagerPolicy static requires systemReserved.cpu + kubeReserved.cpu (or reservedSystemCPUs) to be "
+                "greater than zero")
+    if math.ceil(reserved_millicores / 1000) >= len(cpus):
+        return (f"cpuManagerPolicy static: systemReserved.cpu + kubeReserved.cpu ({reserved_millicores}m) leaves none of "
+                f"the node's {len(cpus)} CPUs for pods")
+    return ""

@@ -1,0 +1,183 @@
+"""cpuManagerPolicy static with reservedSystemCPUs (services/pod_sync/cpu_manager.py): the CPU
+sets containers are created with and kept on, through the syncer against the recording fake
+runtime and a real SQLite store."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from services.pod_sync.cpu_manager import CPUManager, CPUSetReconciler, StaticPolicy, exclusive_count
+from services.pod_sync.images import ImageManager
+from services.pod_sync.syncer import PodSyncer
+from shared.config import ConfigError, load_kubelet_config
+from shared.cpusets import CPUSetError, format_cpuset, parse_cpuset, static_policy_problem, topology_order
+from shared.host_checks import startup_problems
+from shared.node_resources import Reservations, allocatable
+from shared.podspec import validate_pod
+from shared.retry import Backoff
+from shared.store import DesiredPod
+from tests.unit.conftest import IMG
+
+
+def pod(uid: str, cpu: str | None, memory: str = "64Mi", init_cpu: str | None = None):
+    def resources(c: str | None) -> dict:
+        return {} if c is None else {"requests": {"cpu": c, "memory": memory}, "limits": {"cpu": c, "memory": memory}}
+    spec: dict = {"containers": [{"name": "app", "image": IMG, "resources": resources(cpu)}]}
+    if init_cpu is not None:
+        spec["initContainers"] = [{"name": "setup", "image": IMG, "resources": resources(init_cpu)}]
+    return validate_pod({"metadata": {"name": uid, "uid": uid}, "spec": spec})
+
+
+def want(store, p) -> None:
+    with store.session() as s:
+        s.merge(DesiredPod(uid=p.uid, namespace="default", name=p.metadata.name, source="file",
+                           manifest=p.to_manifest(), grace_period_seconds=30))
+
+
+@pytest.mark.parametrize(("text", "cpus", "again"), [
+    ("0-2,5", {0, 1, 2, 5}, "0-2,5"), ("", set(), ""), ("3", {3}, "3"), ("1,0", {0, 1}, "0-1"), ("3-1", None, None), ("0,x", None, None),
+])
+def test_cpu_lists_read_and_write_as_the_kernel_writes_them(text, cpus, again):
+    if cpus is None:
+        with pytest.raises(CPUSetError):
+            parse_cpuset(text)
+        return
+    assert parse_cpuset(text) == cpus and format_cpuset(parse_cpuset(text)) == again
+
+
+def test_topology_order_keeps_a_cores_threads_together(tmp_path):
+    # Two cores of two threads, numbered as Linux often numbers them: 0,2 on core 0; 1,3 on core 1.
+    for cpu, core in ((0, 0), (1, 1), (2, 0), (3, 1)):
+        topo = tmp_path / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text("0\n")
+        (topo / "core_id").write_text(f"{core}\n")
+    assert topology_order(frozenset({0, 1, 2, 3}), tmp_path) == [0, 2, 1, 3]
+
+
+def test_only_whole_cpus_of_guaranteed_pods_are_exclusive():
+    for cpu, count in (("2", 2), ("1500m", 0), (None, 0)):  # None: BestEffort
+        p = pod("a", cpu)
+        assert exclusive_count(p, p.spec.containers[0]) == count
+    burstable = validate_pod({"metadata": {"name": "d", "uid": "d"}, "spec": {"containers": [
+        {"name": "app", "image": IMG, "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}]}})
+    assert exclusive_count(burstable, burstable.spec.containers[0]) == 0
+
+
+def test_the_policy_never_gives_out_a_reserved_cpu_nor_one_taken():
+    policy = StaticPolicy([0, 1, 2, 3], frozenset({0}))
+    assert policy.allocate(pod("a", "2"), frozenset()) == {"app": frozenset({1, 2})}
+    assert policy.allocate(pod("b", "1"), frozenset({1, 2})) == {"app": frozenset({3})}
+    with pytest.raises(Exception, match="not enough cpus available to satisfy request: requested=2, available=1"):
+        policy.allocate(pod("c", "2"), frozenset({1, 2}))
+    # The init container runs first, alone: it reuses the app container's CPUs, and takes more
+    # only for what it asks beyond them.
+    assert policy.allocate(pod("d", "1", init_cpu="2"), frozenset()) == {"app": frozenset({1}),
+                                                                         "setup": frozenset({1, 2})}
+    assert policy.shared_pool(frozenset({1, 2})) == {0, 3}
+
+
+@pytest.mark.parametrize(("config", "problem"), [
+    ({"cpuManagerPolicy": "static"}, "cpuManagerPolicy static requires systemReserved.cpu + kubeReserved.cpu (or "
+                                     "reservedSystemCPUs) to be greater than zero"),
+    ({"cpuManagerPolicy": "static", "reservedSystemCPUs": "0-1"}, "reservedSystemCPUs '0-1' is every CPU of the node"),
+    ({"cpuManagerPolicy": "static", "reservedSystemCPUs": "4"}, "reservedSystemCPUs '4': CPUs 4 are not online here"),
+    ({"cpuManagerPolicy": "static", "systemReserved": {"cpu": "1500m"}}, "leaves none of the node's 2 CPUs for pods"),
+    ({"cpuManagerPolicy": "static", "kubeReserved": {"cpu": "500m"}}, ""),
+    ({"cpuManagerPolicy": "none"}, ""),
+])
+def test_the_static_policy_needs_a_reservation_that_leaves_cpus(tmp_path, config, problem):
+    k, _ = load_kubelet_config({"failSwapOn": False, **config})
+    problems = startup_problems(k, tmp_path, tmp_path, cpus=frozenset({0, 1}))
+    assert [p for p in problems if problem and problem in p] if problem else problems == []
+
+
+def test_reserved_system_cpus_are_the_nodes_cpu_reservation():
+    k, _ = load_kubelet_config({"reservedSystemCPUs": "0", "systemReserved": {"cpu": "300m"},
+                                "kubeReserved": {"cpu": "200m", "memory": "1Gi"}})
+    assert allocatable(4000, 8 * 2**30, Reservations.from_config(k))["cpu"] == 3000
+    with pytest.raises(ConfigError, match="reservedSystemCPUs: 'a-b' is not a CPU list"):
+        load_kubelet_config({"reservedSystemCPUs": "a-b"})
+    assert static_policy_problem("", 1000, frozenset({0, 1, 2})) == ""
+
+
+@pytest.fixture
+def static_syncer(rt, store, settings, node, events):
+    import dataclasses
+
+    # Three CPUs, CPU 0 reserved: room for 3 CPUs of requests, 2 of them exclusive.
+    cpus = CPUManager(StaticPolicy([0, 1, 2], frozenset({0})))
+    syncer = PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300),
+                       dataclasses.replace(node, cpu_millicores=3000), events, cpus=cpus)
+    return syncer, cpus
+
+
+def cpuset_of(rt, uid: str) -> str:
+    [cfg] = [c for c in rt.created_configs.values() if c.labels["io.kubernetes.pod.uid"] == uid]
+    return cfg.linux.resources.cpuset_cpus
+
+
+async def test_exclusive_cpus_for_whole_cpu_guaranteed_containers_and_the_shared_pool_for_others(
+        static_syncer, rt, store, node):
+    syncer, cpus = static_syncer
+    for p in (pod("g", "1"), pod("b", None)):
+        want(store, p)
+        await syncer.sync(p.uid)
+    assert cpuset_of(rt, "g") == "1"
+    assert cpuset_of(rt, "b") == "0,2", "the shared pool: every CPU but those given out, the reserved one included"
+    with store.session() as s:
+        assert s.get(DesiredPod, "g").exclusive_cpus == {"app": "1"}
+    # A second Guaranteed pod takes the last free CPU; a third does not fit and is rejected as
+    # the kubelet rejects it.
+    want(store, pod("g2", "1"))
+    await syncer.sync("g2")
+    assert cpuset_of(rt, "g2") == "2"
+    want(store, pod("g3", "1"))
+    await syncer.sync("g3")
+    with store.session() as s:
+        rejected = s.get(DesiredPod, "g3")
+    assert (rejected.rejection_reason, rejected.rejection_message) == (
+        "UnexpectedAdmissionError",
+        "Allocate failed due to not enough cpus available to satisfy request: requested=1, available=0, which is "
+        "unexpected")
+    # The shared pool shrank: the reconcile moves the BestEffort container onto what is left.
+    reconciler = CPUSetReconciler(cpus, rt, store, node, syncer.pod_at_allocation, 10.0)
+    await reconciler.reconcile()
+    updates = {cid: r.cpuset_cpus for cid, r in rt.updated_resources.items()}
+    by_pod = {c.labels["io.kubernetes.pod.uid"]: cid for cid, c in rt.created_configs.items()}
+    assert updates[by_pod["b"]] == "0" and updates[by_pod["g"]] == "1" and updates[by_pod["g2"]] == "2"
+    assert await reconciler.reconcile() == 0, "nothing to do while nothing changes"
+
+
+async def test_cpus_are_given_back_when_the_pod_is_gone(static_syncer, rt, store, node):
+    syncer, cpus = static_syncer
+    for p in (pod("g", "2"), pod("b", None)):
+        want(store, p)
+        await syncer.sync(p.uid)
+    assert cpuset_of(rt, "g") == "1-2" and cpuset_of(rt, "b") == "0"
+    reconciler = CPUSetReconciler(cpus, rt, store, node, syncer.pod_at_allocation, 10.0)
+    await reconciler.reconcile()
+    with store.session() as s:
+        s.delete(s.get(DesiredPod, "g"))
+    before = len(rt.calls)
+    await reconciler.reconcile()
+    after = [rt.updated_resources[cid].cpuset_cpus for op, cid in rt.calls[before:] if op == "update_container_resources"]
+    assert after == ["0-2"], "the BestEffort container gets the whole node again"
+    with store.session() as s:
+        assert [d.uid for d in s.scalars(select(DesiredPod))] == ["b"]
+
+
+async def test_a_cpu_resize_of_a_guaranteed_pod_is_infeasible_under_the_static_policy(static_syncer, store):
+    syncer, _ = static_syncer
+    from services.pod_sync.resizer import ResizeState
+
+    p = pod("g", "1")
+    want(store, p)
+    await syncer.sync("g")
+    state = ResizeState(allocated={"app": {"requests": {"cpu": "1", "memory": "64Mi"},
+                                           "limits": {"cpu": "1", "memory": "64Mi"}}})
+    bigger = pod("g", "2")
+    syncer.resizer.allocate(bigger, state, False, lambda: [], {"cpu": 3000, "memory": 2**32})
+    assert state.pending["reason"] == "Infeasible"
+    assert state.pending["message"] == 'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"'
