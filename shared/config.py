@@ -30,6 +30,7 @@ from shared.durations import format_duration, parse_duration, to_seconds
 from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
 from shared.podspec import DNS1123_SUBDOMAIN
+from shared.quantity import to_bytes
 from shared.config_refused import refused_settings
 from shared.cpusets import CPUSetError, parse_cpuset
 from shared.kubelet_flags import (FlagError, add_kubelet_flags, apply_config_flags, parsed_values, refused_flags,
@@ -65,6 +66,23 @@ _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+
+
+class MemoryReservation(BaseModel):
+    """One entry of reservedMemory: what the memory manager keeps back on a NUMA node."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    numa_node: int = Field(ge=0)
+    limits: dict[str, str | int]
+
+    @field_validator("limits")
+    @classmethod
+    def _limits(cls, v: dict[str, str | int]) -> dict[str, str | int]:
+        for name, value in v.items():
+            if name != "memory":
+                raise ValueError(f"{name}: only memory is implemented by pykubelet (no hugepages)")
+            to_bytes(value)  # ValueError: not a quantity
+        return v
 
 
 class Taint(BaseModel):
@@ -164,6 +182,15 @@ class KubeletConfiguration(ServerConfig):
     cpu_manager_policy: Literal["none", "static"] = Field(default="none", alias="cpuManagerPolicy")
     reserved_system_cpus: str = Field(default="", alias="reservedSystemCPUs")
     cpu_manager_reconcile_period: float = Field(default=10.0, alias="cpuManagerReconcilePeriod")
+    # The topology and memory managers, for a single-NUMA host (shared/host_checks.py refuses
+    # anything but their defaults on a host with more NUMA nodes): every resource is on NUMA
+    # node 0, so each topology policy admits what `none` admits, and the memory manager's Static
+    # policy pins Guaranteed containers' memory to node 0 (cpuset.mems) with reservedMemory
+    # accounting for the node's memory reservation.
+    topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = "none"
+    topology_manager_scope: Literal["container", "pod"] = "container"
+    memory_manager_policy: Literal["None", "Static"] = "None"
+    reserved_memory: list[MemoryReservation] = Field(default_factory=list)
     max_pods: int = 110
     # pids.max of every pod's cgroup (services/pod_sync/pod_cgroup.py); -1: no limit.
     pod_pids_limit: int = Field(default=-1, ge=-1)
@@ -354,6 +381,16 @@ class KubeletConfiguration(ServerConfig):
         if seconds < 0:
             raise ValueError("must not be negative")
         return seconds or 10.0  # 0, as the kubelet defaults it: 10s
+
+    @model_validator(mode="after")
+    def _memory_manager(self) -> "KubeletConfiguration":
+        if self.reserved_memory and self.memory_manager_policy != "Static":
+            raise ValueError("reservedMemory: only the memory manager's Static policy uses it; set memoryManagerPolicy "
+                             "to Static or remove it")
+        if self.memory_manager_policy == "Static" and not self.reserved_memory:
+            raise ValueError("memoryManagerPolicy Static needs reservedMemory: the node's memory reservation "
+                             "(systemReserved + kubeReserved + evictionHard memory.available) on NUMA node 0")
+        return self
 
     @field_validator("reserved_system_cpus")
     @classmethod

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 SYS_CPU = Path("/sys/devices/system/cpu")
+SYS_NODE = Path("/sys/devices/system/node")
 
 
 class CPUSetError(ValueError):
@@ -55,6 +56,14 @@ def online_cpus() -> frozenset[int]:
     except (OSError, CPUSetError):
         online = frozenset(range(os.cpu_count() or 1))
     return online & frozenset(os.sched_getaffinity(0)) or online
+
+
+def numa_nodes(sys_node: Path = SYS_NODE) -> frozenset[int]:
+    """The host's online NUMA nodes ({0} on a host without NUMA support)."""
+    try:
+        return parse_cpuset((sys_node / "online").read_text().strip()) or frozenset({0})
+    except (OSError, CPUSetError):
+        return frozenset({0})
 
 
 def topology_order(cpus: frozenset[int], sys_cpu: Path = SYS_CPU) -> list[int]:

@@ -7,8 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from shared.config import KubeletConfiguration
-from shared.cpusets import online_cpus, static_policy_problem
+from shared.cpusets import numa_nodes, online_cpus, static_policy_problem
+from shared.host import memory_capacity_bytes
 from shared.node_resources import Reservations
+from shared.quantity import to_bytes
+from shared.thresholds import hard_eviction_reservation
 
 # The kernel tunables the kubelet expects (its setupKernelTunables), by /proc/sys path.
 KERNEL_DEFAULTS = {
@@ -46,8 +49,40 @@ def kernel_tunable_problems(proc: Path) -> list[str]:
     return problems
 
 
+def _mebibytes(n: int) -> str:
+    return f"{n // 2**20}Mi" if n % 2**20 == 0 else str(n)
+
+
+def numa_problems(k: KubeletConfiguration, numa: frozenset[int], memory_bytes: int) -> list[str]:
+    """The topology and memory managers are implemented for a single-NUMA host; reservedMemory
+    must hold the node's memory reservation, as the kubelet's memory manager checks."""
+    problems = []
+    if len(numa) > 1:
+        for name, value, default in (("topologyManagerPolicy", k.topology_manager_policy, "none"),
+                                     ("topologyManagerScope", k.topology_manager_scope, "container"),
+                                     ("memoryManagerPolicy", k.memory_manager_policy, "None")):
+            if value != default:
+                problems.append(f"{name} {value}: this host has {len(numa)} NUMA nodes and pykubelet aligns resources "
+                                f"only on a host with one; set it to {default}")
+    if k.memory_manager_policy != "Static":
+        return problems
+    for r in k.reserved_memory:
+        if r.numa_node not in numa:
+            problems.append(f"the reserved memory configuration references a NUMA node {r.numa_node} that does not "
+                            "exist on this machine")
+    res = Reservations.from_config(k)
+    wanted = res.reserved_amount("memory") + hard_eviction_reservation(list(res.thresholds), memory_bytes, 0)["memory"]
+    given = sum(to_bytes(r.limits.get("memory", 0)) for r in k.reserved_memory)
+    if given != wanted:
+        problems.append(f'reservedMemory: the total amount "{_mebibytes(given)}" of type "memory" is not equal to the '
+                        f'value "{_mebibytes(wanted)}" determined by Node Allocatable feature (systemReserved + '
+                        'kubeReserved + evictionHard memory.available)')
+    return problems
+
+
 def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
-                     cgroup_root: Path = Path("/sys/fs/cgroup"), cpus: frozenset[int] | None = None) -> list[str]:
+                     cgroup_root: Path = Path("/sys/fs/cgroup"), cpus: frozenset[int] | None = None,
+                     numa: frozenset[int] | None = None, memory_bytes: int | None = None) -> list[str]:
     """Why the node must not start on this host with this configuration (empty: it may)."""
     problems = []
     cpus = online_cpus() if cpus is None else cpus
@@ -61,6 +96,8 @@ def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
                                         cpus)
         if problem:
             problems.append(problem)
+    problems += numa_problems(k, numa_nodes() if numa is None else numa,
+                              memory_capacity_bytes() if memory_bytes is None else memory_bytes)
     if k.fail_cgroup_v1 and not (cgroup_root / "cgroup.controllers").exists():
         problems.append("failCgroupV1: this host runs cgroup v1; boot it with cgroup v2 "
                         "(systemd.unified_cgroup_hierarchy=1) or set failCgroupV1 to false")

@@ -22,6 +22,7 @@ from shared import periodic
 from shared.bus import DiskReclaimRequested, MirrorPodsChanged
 from shared.cri import CRIClient
 from shared.config import ConfigError
+from shared.cpusets import format_cpuset, numa_nodes
 from shared.events import BusRecorder
 from shared.host_checks import startup_problems
 from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
@@ -48,7 +49,8 @@ async def setup(ctx: ServiceContext) -> None:
                      memory_bytes=memory_capacity_bytes(),
                      oom_floor=own_oom_score_adj() if kernel_refuses_negative_oom_score_adj() else None,
                      pods_dir=ctx.settings.root_dir / "pods", seccomp_default=k.seccomp_default,
-                     labels=ctx.settings.node_labels)
+                     labels=ctx.settings.node_labels,
+                     guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "")
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)

@@ -183,7 +183,7 @@ class CPUSetReconciler:
             try:
                 await self.runtime.update_container_resources(
                     c.id, container_resources(spec, qos_class(pod), self.node.memory_bytes, self.node.oom_floor, pod,
-                                              want))
+                                              want, self.node.guaranteed_mems))
             except CRIError as exc:
                 log.warning("CPU manager: pod %s container %s: cannot move it to CPUs %s: %s", pod.full_name, name,
                             want, exc)

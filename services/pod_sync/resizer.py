@@ -116,10 +116,14 @@ class Resizer:
         if same(desired, state.allocated):
             state.pending = None
             return None
-        cpu_changes = any(quantity_of(desired.get(name), kind, "cpu") != quantity_of((state.allocated or {}).get(name), kind, "cpu")
-                          for name in desired for kind in ("requests", "limits"))
+        def changes(resource: str) -> bool:
+            return any(quantity_of(desired.get(name), kind, resource)
+                       != quantity_of((state.allocated or {}).get(name), kind, resource)
+                       for name in desired for kind in ("requests", "limits"))
+        guaranteed = qos_class(pod) == "Guaranteed"
         decision = decide(pod, static, others(), capacity,
-                          self.cpus.static and cpu_changes and qos_class(pod) == "Guaranteed")
+                          guaranteed and self.cpus.static and changes("cpu"),
+                          guaranteed and bool(self.node.guaranteed_mems) and changes("memory"))
         if decision.allocate:
             state.allocated = desired
             state.pending = None
@@ -186,7 +190,7 @@ class Resizer:
             try:
                 await self.runtime.update_container_resources(
                     c.id, container_resources(spec, qos, self.node.memory_bytes, self.node.oom_floor, pod,
-                                              self.cpus.cpuset_for(pod.uid, spec.name)))
+                                              self.cpus.cpuset_for(pod.uid, spec.name), self.node.guaranteed_mems))
             except CRIError as exc:
                 log.warning("pod %s: resizing container %s: %s", pod.full_name, c.name, exc)
                 return f"updating the resources of container {c.name}: {exc.details}"

@@ -82,17 +82,21 @@ def own_oom_score_adj() -> int:
 
 
 def container_resources(c: Container, qos: str, memory_capacity: int,
-                        oom_floor: int | None, pod: Pod | None = None, cpuset: str = "") -> cri.LinuxContainerResources:
+                        oom_floor: int | None, pod: Pod | None = None, cpuset: str = "",
+                        guaranteed_mems: str = "") -> cri.LinuxContainerResources:
     """oom_floor: the lowest oom_score_adj the kernel lets us set here (None: no limit). A
     container without a limit of its own in a pod with pod-level limits gets the pod's.
-    cpuset: the CPUs it may run on (services/pod_sync/cpu_manager.py; "": the runtime's default)."""
+    cpuset: the CPUs it may run on (services/pod_sync/cpu_manager.py; "": the runtime's default).
+    guaranteed_mems: the NUMA nodes a Guaranteed container's memory comes from (the memory
+    manager's Static policy; "": the runtime's default)."""
     r = c.resources
     own = pod_level(pod) if pod is not None else None
     cpu_limit = r.limits.get("cpu", own.limits.get("cpu") if own else None)
     memory_limit = r.limits.get("memory", own.limits.get("memory") if own else None)
     cpu_request = r.requests.get("cpu", cpu_limit)
     shares = cpu_shares(millicores(cpu_request)) if cpu_request is not None else MIN_SHARES
-    res = cri.LinuxContainerResources(cpu_shares=shares, cpu_period=CPU_PERIOD, cpuset_cpus=cpuset)
+    res = cri.LinuxContainerResources(cpu_shares=shares, cpu_period=CPU_PERIOD, cpuset_cpus=cpuset,
+                                      cpuset_mems=guaranteed_mems if qos == "Guaranteed" else "")
     if cpu_limit is not None:
         res.cpu_quota = cpu_quota(millicores(cpu_limit))
     if memory_limit is not None:

@@ -44,6 +44,9 @@ class NodeFacts:
     cgroup_root: Path = CGROUP_ROOT  # where pod cgroups are made (services/pod_sync/pod_cgroup.py)
     seccomp_default: bool = False    # seccompDefault: RuntimeDefault for containers naming no profile
     labels: dict[str, str] = field(default_factory=dict)  # --node-labels, matched by admission
+    # memoryManagerPolicy Static: the NUMA nodes (a single-NUMA host's "0") Guaranteed containers'
+    # memory is pinned to; "": not pinned.
+    guaranteed_mems: str = ""
 
 
 def pod_hostname(pod: Pod) -> str:
@@ -250,7 +253,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         stdin_once=c.stdinOnce,
         tty=c.tty,
         linux=cri.LinuxContainerConfig(
-            resources=container_resources(c, qos, node.memory_bytes, node.oom_floor, pod, cpuset),
+            resources=container_resources(c, qos, node.memory_bytes, node.oom_floor, pod, cpuset, node.guaranteed_mems),
             security_context=container_security_context(pod, c, seccomp_dir(node.pods_dir.parent),
                                                         node.seccomp_default)),
     )

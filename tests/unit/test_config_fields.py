@@ -36,9 +36,9 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 
 @pytest.mark.parametrize("name,value", [
     ("cgroupDriver", "systemd"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
-    ("registryPullQPS", 0), ("rotateCertificates", True), ("memoryManagerPolicy", "Static"),
+    ("registryPullQPS", 0), ("rotateCertificates", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
     ("shutdownGracePeriod", "30s"), ("imageServiceEndpoint", "unix:///run/x.sock"), ("oomScoreAdj", -900),
-    ("reservedMemory", [{"numaNode": 0, "limits": {"memory": "1Gi"}}]), ("topologyManagerPolicy", "restricted"),
+    ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
     ("memoryThrottlingFactor", 0.8), ("makeIPTablesUtilChains", False), ("singleProcessOOMKill", True),
 ])

@@ -1,6 +1,7 @@
-"""cpuManagerPolicy static with reservedSystemCPUs (services/pod_sync/cpu_manager.py): the CPU
-sets containers are created with and kept on, through the syncer against the recording fake
-runtime and a real SQLite store."""
+"""cpuManagerPolicy static with reservedSystemCPUs (services/pod_sync/cpu_manager.py), and the
+topology and memory managers on a single-NUMA host: the CPU sets and memory nodes containers are
+created with and kept on, through the syncer against the recording fake runtime and a real
+SQLite store."""
 
 from __future__ import annotations
 
@@ -181,3 +182,65 @@ async def test_a_cpu_resize_of_a_guaranteed_pod_is_infeasible_under_the_static_p
     syncer.resizer.allocate(bigger, state, False, lambda: [], {"cpu": 3000, "memory": 2**32})
     assert state.pending["reason"] == "Infeasible"
     assert state.pending["message"] == 'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"'
+
+
+# The topology and memory managers, for a single-NUMA host.
+
+MEMORY_STATIC = {"memoryManagerPolicy": "Static", "systemReserved": {"memory": "1Gi"},
+                 "reservedMemory": [{"numaNode": 0, "limits": {"memory": "1124Mi"}}]}  # 1Gi + evictionHard's 100Mi
+
+
+@pytest.mark.parametrize("config", [
+    {"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"},
+    {"topologyManagerPolicy": "restricted"}, MEMORY_STATIC,
+])
+def test_the_numa_policies_start_on_a_single_numa_host_and_are_refused_on_more(tmp_path, config):
+    k, _ = load_kubelet_config({"failSwapOn": False, **config})
+    assert startup_problems(k, tmp_path, tmp_path, numa=frozenset({0}), memory_bytes=8 * 2**30) == []
+    problems = startup_problems(k, tmp_path, tmp_path, numa=frozenset({0, 1}), memory_bytes=8 * 2**30)
+    assert problems and all("this host has 2 NUMA nodes and pykubelet aligns resources only on a host with one"
+                            in p for p in problems)
+
+
+@pytest.mark.parametrize(("config", "problem"), [
+    ({**MEMORY_STATIC, "reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Gi"}}]},
+     'reservedMemory: the total amount "1024Mi" of type "memory" is not equal to the value "1124Mi" determined by '
+     'Node Allocatable feature'),
+    ({**MEMORY_STATIC, "reservedMemory": [{"numaNode": 3, "limits": {"memory": "1124Mi"}}]},
+     "the reserved memory configuration references a NUMA node 3 that does not exist on this machine"),
+])
+def test_reserved_memory_must_be_the_nodes_memory_reservation(tmp_path, config, problem):
+    k, _ = load_kubelet_config({"failSwapOn": False, **config})
+    assert problem in "; ".join(startup_problems(k, tmp_path, tmp_path, numa=frozenset({0}), memory_bytes=8 * 2**30))
+
+
+@pytest.mark.parametrize(("config", "error"), [
+    ({"memoryManagerPolicy": "Static"}, "memoryManagerPolicy Static needs reservedMemory"),
+    ({"reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Gi"}}]},
+     "reservedMemory: only the memory manager's Static policy uses it"),
+    ({**MEMORY_STATIC, "reservedMemory": [{"numaNode": 0, "limits": {"hugepages-2Mi": "1Gi"}}]},
+     "hugepages-2Mi: only memory is implemented by pykubelet (no hugepages)"),
+    ({"topologyManagerPolicy": "strict"}, "topologyManagerPolicy"),
+])
+def test_bad_numa_settings_are_refused_naming_the_field(config, error):
+    with pytest.raises(ConfigError) as exc:
+        load_kubelet_config(config)
+    assert error in str(exc.value)
+
+
+async def test_the_static_memory_policy_pins_guaranteed_containers_memory(rt, store, settings, node, events):
+    import dataclasses
+
+    syncer = PodSyncer(rt, ImageManager(rt, Backoff(10, 300)), store, settings, Backoff(10, 300),
+                       dataclasses.replace(node, guaranteed_mems="0"), events)
+    for p in (pod("g", "500m"), pod("b", None)):
+        want(store, p)
+        await syncer.sync(p.uid)
+    mems = {c.labels["io.kubernetes.pod.uid"]: c.linux.resources.cpuset_mems for c in rt.created_configs.values()}
+    assert mems == {"g": "0", "b": ""}
+    from services.pod_sync.resizer import ResizeState
+
+    state = ResizeState(allocated={"app": {"requests": {"cpu": "500m", "memory": "64Mi"},
+                                           "limits": {"cpu": "500m", "memory": "64Mi"}}})
+    syncer.resizer.allocate(pod("g", "500m", memory="128Mi"), state, False, lambda: [], {"cpu": 2000, "memory": 2**32})
+    assert state.pending["message"] == 'Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"'
