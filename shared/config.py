@@ -33,6 +33,7 @@ from shared.podspec import DNS1123_SUBDOMAIN
 from shared.quantity import to_bytes
 from shared.config_refused import refused_settings
 from shared.cpusets import CPUSetError, parse_cpuset
+from shared.feature_gates import GATES
 from shared.kubelet_flags import (FlagError, add_kubelet_flags, apply_config_flags, parsed_values, refused_flags,
                                   warn_deprecated)
 from shared.server_config import ServerConfig
@@ -179,6 +180,8 @@ class KubeletConfiguration(ServerConfig):
     # The CPU manager (services/pod_sync/cpu_manager.py): exclusive CPUs for whole-CPU Guaranteed
     # containers under `static`; reservedSystemCPUs are never given out and, when set, are the
     # node's CPU reservation (they replace systemReserved and kubeReserved cpu).
+    # Each gate only at the kubelet 1.37's default for it (shared/feature_gates.py).
+    feature_gates: dict[str, bool] = Field(default_factory=dict)
     cpu_manager_policy: Literal["none", "static"] = Field(default="none", alias="cpuManagerPolicy")
     reserved_system_cpus: str = Field(default="", alias="reservedSystemCPUs")
     cpu_manager_reconcile_period: float = Field(default=10.0, alias="cpuManagerReconcilePeriod")
@@ -391,6 +394,31 @@ class KubeletConfiguration(ServerConfig):
             raise ValueError("memoryManagerPolicy Static needs reservedMemory: the node's memory reservation "
                              "(systemReserved + kubeReserved + evictionHard memory.available) on NUMA node 0")
         return self
+
+    @field_validator("feature_gates", mode="before")
+    @classmethod
+    def _feature_gates(cls, v: Any) -> dict[str, bool]:
+        if v is None:
+            return {}
+        if not isinstance(v, dict) or not all(isinstance(g, bool) for g in v.values()):
+            raise ValueError("must be a map of feature gate name to true or false")
+        problems = []
+        for name, value in sorted(v.items()):
+            if name not in GATES:
+                problems.append(f"unrecognized feature gate: {name}")
+                continue
+            default, locked = GATES[name]
+            if value == default:
+                continue
+            if locked:
+                problems.append(f"cannot set feature gate {name} to {str(value).lower()}, feature is locked to "
+                                f"{str(default).lower()}")
+            else:
+                problems.append(f"{name}={str(value).lower()} is not implemented by pykubelet (it runs with {name} at "
+                                f"the kubelet's default, {str(default).lower()}); remove it")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
     @field_validator("reserved_system_cpus")
     @classmethod

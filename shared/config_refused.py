@@ -91,7 +91,6 @@ REFUSED: dict[str, Refused] = {
                                             "make what pods need)"),
     "iptablesMasqueradeBit": Refused(14, "no iptables chains are made"),
     "iptablesDropBit": Refused(15, "no iptables chains are made"),
-    "featureGates": Refused({}, "pykubelet has no feature gates: what it implements is always on"),
     "memorySwap": Refused({}, "containers get no swap limits"),
     "configMapAndSecretChangeDetectionStrategy": Refused("Watch", "configMaps and secrets are watched (the first "
                                                                   "100; the rest re-read after 60s)"),
@@ -166,11 +165,6 @@ def refused_settings(data: dict[str, Any]) -> tuple[list[str], list[str]]:
             at_default.append(name)
             continue
         default = "unset" if field.default is None else shown(field.default)
-        if name == "featureGates" and isinstance(data[name], dict):
-            gates = ", ".join(sorted(str(g) for g in data[name]))
-            errors.append(f"featureGates: pykubelet has no feature gates (given: {gates}); what it implements "
-                          "is always on: remove the field")
-            continue
         errors.append(f"{name}: {shown(data[name])} is not implemented by pykubelet ({field.instead}); remove the "
                       f"field or set it to the kubelet's default ({default})")
     return errors, at_default

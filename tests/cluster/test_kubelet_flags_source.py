@@ -1,15 +1,19 @@
-"""shared/kubelet_flags.py against the kubelet's own source: the source of the Kubernetes the
-tests' control plane is built from (`make kube` downloads it into the Go module cache). Every flag
-the kubelet registers is in pykubelet's table, and the table has no flag the kubelet lacks."""
+"""shared/kubelet_flags.py and shared/feature_gates.py against the kubelet's own source: the source
+of the Kubernetes the tests' control plane is built from (`make kube` downloads it into the Go
+module cache). Every flag the kubelet registers is in pykubelet's table, the table has no flag the
+kubelet lacks, and the feature gate table is what the source declares."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from shared.kubelet_flags import BY_NAME
 from tests.cluster.harness import CACHE, KUBE_VERSION
+
+REPO = Path(__file__).resolve().parents[2]
 
 MODULES = CACHE / "gomod" / "k8s.io"
 # fs.StringVar(&x, "name", ...), fs.Var(v, "name", ...), fs.VarP(v, "v", "v", ...)
@@ -34,3 +38,15 @@ def test_every_kubelet_flag_is_in_the_table_and_no_other():
     assert sorted(kubelet - set(BY_NAME)) == [], "kubelet flags missing from shared/kubelet_flags.py"
     assert sorted(logging_ - set(BY_NAME)) == [], "logging flags missing from shared/kubelet_flags.py"
     assert sorted(set(BY_NAME) - kubelet - logging_ - BY_OTHERS) == [], "flags the kubelet does not have"
+
+
+def test_the_feature_gate_table_is_the_kubelets():
+    from tests import feature_gates_source
+
+    try:
+        gates = feature_gates_source.kubelet_gates()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
+    assert len(gates) > 200
+    assert (REPO / "shared" / "feature_gates.py").read_text() == feature_gates_source.render(gates), \
+        "shared/feature_gates.py is out of date: .venv/bin/python -m tests.feature_gates_source > shared/feature_gates.py"

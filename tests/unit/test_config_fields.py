@@ -10,6 +10,7 @@ import pytest
 
 from shared.config import ConfigError, KubeletConfiguration, load_kubelet_config
 from shared.config_refused import FIELDS as FIELDS_1_37, REFUSED
+from shared.feature_gates import GATES
 from shared.kubelet_flags import FLAGS
 from tests import config_fields_doc
 
@@ -59,17 +60,26 @@ def test_every_refused_field_is_named_at_once_in_the_files_spelling():
     assert "set it to the kubelet's default (\"cgroupfs\")" in str(exc.value)
 
 
-def test_feature_gates_are_refused_by_name():
-    with pytest.raises(ConfigError, match=r"featureGates: pykubelet has no feature gates \(given: "
-                                          r"InPlacePodVerticalScaling, UserNamespacesSupport\)"):
-        load_kubelet_config({"featureGates": {"UserNamespacesSupport": True, "InPlacePodVerticalScaling": True}})
-    assert load_kubelet_config({"featureGates": {}})[1] == ["featureGates"]
+def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_by_name():
+    """Every gate of the kubelet 1.37 (shared/feature_gates.py, checked against the source in
+    tests/cluster/test_kubelet_flags_source.py) at its default; otherwise the kubelet's words."""
+    at_default = {name: default for name, (default, _) in GATES.items()}
+    assert load_kubelet_config({"featureGates": at_default})[0].feature_gates == at_default
+    with pytest.raises(ConfigError) as exc:
+        load_kubelet_config({"featureGates": {"InPlacePodVerticalScaling": False, "NoSuchGate": True,
+                                              "AtomicWriteVolumeUserFields": True}})
+    assert str(exc.value) == (
+        "invalid kubelet config (inline): featureGates: AtomicWriteVolumeUserFields=true is not implemented by "
+        "pykubelet (it runs with AtomicWriteVolumeUserFields at the kubelet's default, false); remove it; cannot set "
+        "feature gate InPlacePodVerticalScaling to false, feature is locked to true; unrecognized feature gate: "
+        "NoSuchGate")
+    assert load_kubelet_config({"featureGates": None})[0].feature_gates == {}
 
 
 @pytest.mark.parametrize("name,value", [
     ("cpuManagerPolicyOptions", None), ("shutdownGracePeriod", 0),
     ("memorySwap", {}), ("memoryThrottlingFactor", 0.9),
-    ("podsPerCore", 0), ("tracing", None), ("featureGates", None),
+    ("podsPerCore", 0), ("tracing", None),
 ])
 def test_the_default_in_another_spelling_is_the_default(name, value):
     assert load_kubelet_config({name: value})[1] == [name]

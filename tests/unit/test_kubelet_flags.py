@@ -80,7 +80,9 @@ def test_a_flag_wins_over_the_file_and_replaces_its_whole_map(tmp_path):
 
 @pytest.mark.parametrize(("argv", "named"), [
     (["--cgroup-driver=systemd"], "--cgroup-driver: cgroupDriver: \"systemd\" is not implemented by pykubelet"),
-    (["--feature-gates=InPlacePodVerticalScaling=true"], "--feature-gates: featureGates: pykubelet has no feature gates"),
+    (["--feature-gates=InPlacePodVerticalScaling=false"],
+     "featureGates: cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true "
+     "(--feature-gates sets featureGates)"),
     (["--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf"],
      "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf is not implemented by pykubelet (pykubelet has no "
      "TLS bootstrap"),
