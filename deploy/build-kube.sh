@@ -5,6 +5,7 @@
 #   build-kube.sh [kube]   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and
 #                          etcd: the control plane of the cluster and multinode tests (make test)
 #   build-kube.sh kubelet  the reference kubelet of `make bench` and `make conformance`
+#   build-kube.sh kubeadm  kubeadm, whose printed defaults are what a joined node's config holds
 #   build-kube.sh e2e      e2e.test, ginkgo and the test-image binaries (agnhost, nonewprivs, nc)
 #                          of `make conformance`
 #
@@ -26,9 +27,10 @@ case "$SET" in
   kube) PKGS=(./cmd/kube-apiserver ./cmd/kube-controller-manager ./cmd/kube-scheduler ./cmd/kubectl ./cmd/pykubelet-etcd)
         TARGETS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd) ;;
   kubelet) PKGS=(./cmd/kubelet); TARGETS=(kubelet) ;;
+  kubeadm) PKGS=(./cmd/kubeadm); TARGETS=(kubeadm) ;;
   e2e) PKGS=(./test/images/agnhost ./test/images/nonewprivs github.com/onsi/ginkgo/v2/ginkgo)
        TARGETS=(agnhost nonewprivs ginkgo e2e.test nc) ;;
-  *) echo "usage: $0 [kube|kubelet|e2e]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kube|kubelet|kubeadm|e2e]" >&2; exit 2 ;;
 esac
 
 have_all() {

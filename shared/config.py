@@ -31,6 +31,7 @@ from shared.host import node_ip as detect_node_ip
 from shared.ip import ip_address
 from shared.podspec import DNS1123_SUBDOMAIN
 from shared.quantity import to_bytes
+from shared.config_defaults import drop_zero_values
 from shared.config_refused import refused_settings
 from shared.cpusets import CPUSetError, parse_cpuset
 from shared.feature_gates import GATES
@@ -149,7 +150,7 @@ class LoggingConfig(BaseModel):
                     str(val) not in at_default.get(k, ()) for k, val in opts.items()):
                 raise ValueError(f"{name}: only infoBufferSize \"0\" (no buffering) and splitStream false (one "
                                  "stream) are implemented by pykubelet")
-        return v
+        return {}  # every option is at its default: the same as none given
 
 
 def _camel_field(info: ValidationInfo) -> str:
@@ -364,26 +365,11 @@ class KubeletConfiguration(ServerConfig):
     @field_validator("sync_frequency", "file_check_frequency", "runtime_request_timeout",
                      "node_status_update_frequency", "node_status_report_frequency",
                      "volume_stats_agg_period", "eviction_pressure_transition_period", "image_minimum_gc_age", "image_maximum_gc_age",
-                     "container_log_monitor_interval", mode="before")
+                     "container_log_monitor_interval", "http_check_frequency", "cpu_manager_reconcile_period",
+                     mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return to_seconds(v)
-
-    @field_validator("http_check_frequency", mode="before")
-    @classmethod
-    def _http_check_frequency(cls, v: Any) -> float:
-        seconds = to_seconds(v)
-        if seconds < 0:
-            raise ValueError("must not be negative")
-        return seconds or 20.0  # 0, as the kubelet defaults it: 20s
-
-    @field_validator("cpu_manager_reconcile_period", mode="before")
-    @classmethod
-    def _cpu_manager_reconcile_period(cls, v: Any) -> float:
-        seconds = to_seconds(v)
-        if seconds < 0:
-            raise ValueError("must not be negative")
-        return seconds or 10.0  # 0, as the kubelet defaults it: 10s
 
     @model_validator(mode="after")
     def _memory_manager(self) -> "KubeletConfiguration":
@@ -569,6 +555,7 @@ def load_kubelet_config(data: dict[str, Any], source: str = "(inline)") -> tuple
     if not isinstance(data, dict):
         raise ConfigError(f"invalid kubelet config {source}: expected a mapping, got {type(data).__name__}")
     data = dict(data)
+    drop_zero_values(data)  # a zero the kubelet reads as its default (shared/config_defaults.py)
     refused, at_default = refused_settings(data)
     if refused:
         raise ConfigError(f"invalid kubelet config {source}: " + "; ".join(refused))

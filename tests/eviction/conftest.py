@@ -94,7 +94,7 @@ def pressure_cluster(tmp_path_factory, small_fs):
     config = (f"evictionHard:\n  memory.available: {threshold // MIB}Mi\n"
               f"  nodefs.available: {DISK_THRESHOLD_MIB}Mi\n"
               f"evictionPressureTransitionPeriod: {TRANSITION_SECONDS}s\n"
-              f"imageMinimumGCAge: 0s\n")
+              "imageMinimumGCAge: 1s\n")  # 0s would be the default 2m, as in the kubelet
     node = None
     try:
         node = launch_node(small_fs, ["--kubeconfig", str(cp.node_kubeconfig)], extra_config=config)

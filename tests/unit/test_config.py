@@ -43,7 +43,7 @@ def test_unknown_field_is_an_error_naming_it():
 
 
 @pytest.mark.parametrize("field,value,needle", [
-    ("maxPods", 0, "maxPods: must be at least 1"),
+    ("maxPods", -1, "maxPods: must be at least 1"),  # 0 is the default (shared/config_defaults.py)
     ("syncFrequency", "soon", "syncFrequency: invalid duration 'soon'"),
     ("podCIDR", "10.0.0.0/33", "podCIDR: not a CIDR"),
     ("clusterDNS", ["dns.local"], "clusterDNS: 'dns.local' is not an IP address"),

@@ -346,7 +346,7 @@ async def test_soft_threshold_waits_its_grace_period_and_caps_the_pod_grace(worl
 
 async def test_minimum_reclaim_keeps_the_threshold_until_enough_is_back(world):
     m = world.make({"evictionHard": {"memory.available": "1Gi"}, "evictionMinimumReclaim": {"memory.available": "500Mi"},
-                    "evictionPressureTransitionPeriod": "0s"})
+                    "evictionPressureTransitionPeriod": "1ms"})
     world.signals.obs["memory.available"] = Observed(900 * MIB, 8 * GIB)
     await m.synchronize()
     world.signals.obs["memory.available"] = Observed(GIB + 100 * MIB, 8 * GIB)

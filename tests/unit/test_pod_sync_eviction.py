@@ -209,7 +209,7 @@ async def test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_
 async def test_image_maximum_gc_age_removes_images_unused_that_long_whatever_the_disk(syncer, rt, store):
     from shared.config import ConfigError, load_kubelet_config
 
-    k, _ = load_kubelet_config({"imageMaximumGCAge": "1h", "imageMinimumGCAge": "0s"})
+    k, _ = load_kubelet_config({"imageMaximumGCAge": "1h", "imageMinimumGCAge": "1s"})
     stale, fresh = "sha256:" + "3" * 64, "sha256:" + "4" * 64
     rt.images.update({"reg/stale:1": stale, "reg/fresh:1": fresh})
     clock = [0.0]
