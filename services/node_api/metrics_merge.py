@@ -28,6 +28,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
+from shared.http_body import read_at_most
+
 log = logging.getLogger(__name__)
 
 # The format rendered here. prometheus_client 0.26's CONTENT_TYPE_LATEST says version=1.0.0,
@@ -110,11 +112,9 @@ async def _fetch(client: httpx.AsyncClient, url: str, timeout: float) -> str:
                              timeout=httpx.Timeout(timeout)) as resp:
         if resp.status_code != 200:
             raise ScrapeError(f"GET {url}: HTTP {resp.status_code}")
-        body = bytearray()
-        async for chunk in resp.aiter_bytes():
-            body += chunk
-            if len(body) > MAX_BODY_BYTES:
-                raise ScrapeError(f"GET {url}: body larger than {MAX_BODY_BYTES} bytes")
+        body = await read_at_most(resp, MAX_BODY_BYTES)
+        if body is None:
+            raise ScrapeError(f"GET {url}: body larger than {MAX_BODY_BYTES} bytes")
     return body.decode("utf-8")
 
 

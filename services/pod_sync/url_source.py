@@ -16,6 +16,7 @@ from typing import Awaitable, Callable
 import httpx
 
 from services.pod_sync.static_source import ScanResult, apply_static_pods, static_pod
+from shared.http_body import read_at_most
 from shared.podspec import MAX_MANIFEST_BYTES, ManifestInvalid, parse_manifest_text
 from shared.store import Store
 
@@ -35,12 +36,10 @@ async def fetch(client: httpx.AsyncClient, url: str, headers: list[tuple[str, st
         async with client.stream("GET", url, headers=headers) as resp:
             if resp.status_code != 200:
                 raise FetchFailed(f"{url}: {resp.status_code} {resp.reason_phrase}")
-            body = bytearray()
-            async for chunk in resp.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_MANIFEST_BYTES:
-                    raise FetchFailed(f"{url}: the answer is over {MAX_MANIFEST_BYTES} bytes (1.5 MiB, the API "
-                                      "server's limit for a manifest)")
+            body = await read_at_most(resp, MAX_MANIFEST_BYTES)
+            if body is None:
+                raise FetchFailed(f"{url}: the answer is over {MAX_MANIFEST_BYTES} bytes (1.5 MiB, the API "
+                                  "server's limit for a manifest)")
     except httpx.HTTPError as exc:
         raise FetchFailed(f"{url}: {type(exc).__name__}: {exc}") from None
     try:

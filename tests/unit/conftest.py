@@ -1,3 +1,5 @@
+import asyncio
+
 import pytest
 
 from shared.subpath import FakeSubPathMounts
@@ -72,3 +74,15 @@ async def api_server():
     await s.start()
     yield s
     s.server.close()
+
+
+async def run_for(coro, ready: asyncio.Event, seconds: float, name: str) -> None:
+    """Run a service's loop until it says it is ready (10 s at most), then `seconds` more, then
+    cancel it: for tests that count what a loop does in a time."""
+    task = asyncio.create_task(coro, name=name)
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        await asyncio.sleep(seconds)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -11,6 +11,7 @@ from services.status_reporter.node_agent import NodeAgent, Registration
 from shared.config import ConfigError, load_kubelet_config
 from shared.kube import ApiError, api_client
 from shared.store import Store
+from tests.unit.conftest import run_for
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "node-uid"}, "spec": {}}
 
@@ -90,8 +91,6 @@ async def test_node_status_update_frequency_is_how_often_the_status_is_looked_at
                                                                                  fewest, most):
     """Every nodeStatusUpdateFrequency the node's status is computed again (and sent when it
     changed or nodeStatusReportFrequency has passed): counted over 3 s."""
-    import asyncio
-
     k, _ = load_kubelet_config({"nodeStatusUpdateFrequency": period})
     api_server.replies["/api/v1/nodes"] = (201, json.dumps(NODE).encode())
     api_server.replies["/api/v1/nodes/n1/status"] = (200, json.dumps(NODE).encode())
@@ -105,12 +104,6 @@ async def test_node_status_update_frequency_is_how_often_the_status_is_looked_at
         looks.append(force)
         await real(force)
     a.report_status = counted  # type: ignore[method-assign]
-    task = asyncio.create_task(a.run(), name="node-agent")
-    try:
-        await asyncio.wait_for(a.registered.wait(), 10)
-        await asyncio.sleep(3)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await run_for(a.run(), a.registered, 3, "node-agent")
     periodic = len([f for f in looks if not f])  # the registration's own report is forced
     assert fewest <= periodic <= most, f"nodeStatusUpdateFrequency {period}: {periodic} looks in 3 s"

@@ -14,7 +14,7 @@ from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.url_source import URLPodSource
 from shared.podspec import MAX_MANIFEST_BYTES
 from shared.store import DesiredPod, ManifestError
-from tests.unit.conftest import IMG
+from tests.unit.conftest import IMG, run_for
 
 
 def pod(name: str, **spec) -> dict:
@@ -140,16 +140,8 @@ async def test_the_directory_and_the_url_keep_their_own_pods_and_errors(api_serv
 
 @pytest.mark.parametrize(("every", "fewest", "most"), [(0.3, 3, 6), (5.0, 1, 1)])
 async def test_http_check_frequency_is_how_often_the_url_is_fetched(api_server, store, every, fewest, most):
-    import asyncio
-
     answer(api_server, 200, b"")
     src = URLPodSource(f"http://127.0.0.1:{api_server.port}/manifests", {}, "node1", store, every)
-    task = asyncio.create_task(src.run(), name="url-pod-source")
-    try:
-        await asyncio.wait_for(src.synced.wait(), 10)
-        await asyncio.sleep(1.2)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await run_for(src.run(), src.synced, 1.2, "url-pod-source")
     fetched = len([r for r in api_server.requests if r[1] == "/manifests"])
     assert fewest <= fetched <= most, f"httpCheckFrequency {every}s: {fetched} fetches in 1.2 s"
