@@ -121,9 +121,6 @@ def scan_directory(directory: Path, node_name: str) -> ScanResult:
     return result
 
 
-URL_SCHEMES = ("http://", "https://")
-
-
 def apply_static_pods(store: Store, source: str, result: ScanResult, owns_error: Callable[[str], bool],
                       pods_known: bool = True) -> set[str]:
     """Make the store's pods of `source` those of `result` and its errors those recorded for the
@@ -169,9 +166,10 @@ class StaticPodSource:
         if self.directory is None:
             return set()
         result = await asyncio.to_thread(scan_directory, self.directory, self.node_name)
-        # On the store thread, as every write. The directory's errors are the ones not of a URL.
-        changed = await self.store.run(apply_static_pods, self.store, SOURCE, result,
-                                       lambda p: not p.startswith(URL_SCHEMES))
+        # On the store thread, as every write. The directory's errors are those of its files
+        # (the URL's and the API's are their sources' own).
+        inside = os.path.join(self.directory, "")
+        changed = await self.store.run(apply_static_pods, self.store, SOURCE, result, lambda p: p.startswith(inside))
         for path, err in result.errors.items():
             log.warning("static pod %s skipped: %s", path, err)
         return changed

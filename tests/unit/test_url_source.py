@@ -145,3 +145,18 @@ async def test_http_check_frequency_is_how_often_the_url_is_fetched(api_server, 
     await run_for(src.run(), src.synced, 1.2, "url-pod-source")
     fetched = len([r for r in api_server.requests if r[1] == "/manifests"])
     assert fewest <= fetched <= most, f"httpCheckFrequency {every}s: {fetched} fetches in 1.2 s"
+
+
+async def test_the_directory_leaves_the_api_sources_errors_alone(store, tmp_path):
+    from shared.store import ManifestError as Error
+
+    with store.session() as s:
+        s.add(Error(source_path="api:default/bad", error="pod invalid: spec.containers: Required value"))
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "broken.yaml").write_text("kind: [")
+    directory = StaticPodSource(str(manifests), "node1", store, 20.0)
+    await directory.scan()
+    (manifests / "broken.yaml").unlink()
+    await directory.scan()
+    assert errors(store) == {"api:default/bad": "pod invalid: spec.containers: Required value"}
