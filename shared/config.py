@@ -181,6 +181,9 @@ class KubeletConfiguration(ServerConfig):
     # The CPU manager (services/pod_sync/cpu_manager.py): exclusive CPUs for whole-CPU Guaranteed
     # containers under `static`; reservedSystemCPUs are never given out and, when set, are the
     # node's CPU reservation (they replace systemReserved and kubeReserved cpu).
+    # The node's healthz (services/node_api/healthz.py); port 0: none.
+    healthz_port: int = Field(default=10248, ge=0, le=65535)
+    healthz_bind_address: str = "127.0.0.1"
     # Each gate only at the kubelet 1.37's default for it (shared/feature_gates.py).
     feature_gates: dict[str, bool] = Field(default_factory=dict)
     cpu_manager_policy: Literal["none", "static"] = Field(default="none", alias="cpuManagerPolicy")
@@ -405,6 +408,11 @@ class KubeletConfiguration(ServerConfig):
         if problems:
             raise ValueError("; ".join(problems))
         return v
+
+    @field_validator("healthz_bind_address")
+    @classmethod
+    def _healthz_bind_address(cls, v: str) -> str:
+        return ip_address(v, "127.0.0.1 keeps it to this host")
 
     @field_validator("reserved_system_cpus")
     @classmethod

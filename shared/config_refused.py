@@ -65,9 +65,6 @@ REFUSED: dict[str, Refused] = {
     "registryPullQPS": Refused(5, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
     "registryBurst": Refused(10, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
     "enableContentionProfiling": Refused(False, "there is no profiling handler"),
-    "healthzPort": Refused(10248, "each service's /healthz is on its admin port; the node's readiness is "
-                                  "`pykubelet status`"),
-    "healthzBindAddress": Refused("127.0.0.1", "each service's /healthz is on its loopback admin port"),
     "oomScoreAdj": Refused(-999, "pykubelet's processes keep the oom_score_adj they were started with"),
     "kubeletCgroups": Refused("", "pykubelet's processes stay in the cgroup they were started in"),
     "systemCgroups": Refused("", "system processes are not moved"),

@@ -44,6 +44,8 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "memoryManagerPolicy": ("effect", "tests/unit/test_cpu_manager.py::test_the_static_memory_policy_pins_guaranteed_containers_memory"),
     "reservedMemory": ("effect", "tests/unit/test_cpu_manager.py::test_reserved_memory_must_be_the_nodes_memory_reservation"),
     "featureGates": ("parse", "tests/unit/test_config_fields.py::test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_by_name"),
+    "healthzPort": ("effect", "tests/integration/test_services.py::test_healthz_is_ok_while_every_service_is_alive"),
+    "healthzBindAddress": ("effect", "tests/integration/test_services.py::test_healthz_is_ok_while_every_service_is_alive"),
     "staticPodURL": ("effect", "tests/integration/test_static_pods.py::test_pods_from_the_manifest_url_run_and_go_with_it"),
     "staticPodURLHeader": ("effect", "tests/unit/test_url_source.py::test_a_pod_at_the_url_is_a_static_pod_of_the_node"),
     "httpCheckFrequency": ("effect", "tests/unit/test_url_source.py::test_http_check_frequency_is_how_often_the_url_is_fetched"),

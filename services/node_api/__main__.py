@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from services.node_api.kubelet_api import KubeletAPI
+from services.node_api.healthz import serve_healthz
 from services.node_api.listeners import node_metrics_source, start_listeners
 from services.node_api.pods import pod_list
 from services.node_api.stats import StatsProvider
@@ -35,6 +36,8 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.on_shutdown(stats.close)
     kubelet = KubeletAPI(ctx.settings, ctx.store, runtime, stats, node_metrics_source(ctx))
     await start_listeners(ctx, kubelet)
+    if k.healthz_port:  # whatever enableServer says, as the kubelet's
+        ctx.spawn("healthz", serve_healthz(ctx, k.healthz_bind_address, k.healthz_port))
 
     def views() -> APIRouter:
         from fastapi import APIRouter

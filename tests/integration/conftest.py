@@ -130,6 +130,7 @@ class Node:
     log: Path
     kubelet_port: int = 0  # the kubelet API (node-api), HTTPS
     read_only_port: int = 0  # its read-only HTTP port (readOnlyPort), 0 when off
+    healthz_port: int = 0  # the node's healthz (healthzPort), plain HTTP on 127.0.0.1
     written: list[Path] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # how `pykubelet up` was run
     node_name: str = NODE_NAME
@@ -301,7 +302,7 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     manifests.mkdir()
     registry_port = registry_port or free_port()
     nats_port, admin_base = free_port(), free_port_range(len(SERVICES))
-    kubelet_port = free_port()
+    kubelet_port, healthz_port = free_port(), free_port()
     log = root / "up.log"
     config = root / "kubelet-config.yaml"
     # Short back-off and small logs so restart and rotation behaviour shows within a test; the
@@ -310,7 +311,7 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     resolv.write_text("".join(line + "\n" for line in Path("/etc/resolv.conf").read_text().splitlines()
                               if not line.startswith(("search", "domain"))) + f"search {RESOLV_SEARCH}\n")
     config.write_text(KUBELET_CONFIG + f"containerLogMaxSize: {log_max_size // 1024}Ki\nport: {kubelet_port}\n"
-                      f"resolvConf: {resolv}\n" + extra_config)
+                      f"healthzPort: {healthz_port}\nresolvConf: {resolv}\n" + extra_config)
     argv = [*wrap, *PYKUBELET, "up", "--config", str(config), "--root-dir", str(root),
             "--pod-manifest-path", str(manifests),
             "--pod-logs-dir", str(root / "pod-logs"), "--nats-port", str(nats_port),
@@ -324,7 +325,7 @@ def launch_node(root: Path, extra_argv: list[str] | None = None, extra_config: s
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
     n = Node(root, manifests, f"127.0.0.1:{registry_port}", admin_base, proc, log, kubelet_port=kubelet_port,
-             read_only_port=read_only_port, argv=argv, node_name=node_name, env=env)
+             read_only_port=read_only_port, argv=argv, node_name=node_name, env=env, healthz_port=healthz_port)
     _wait_up(n)
     return n
 

@@ -117,6 +117,19 @@ def test_the_kubelet_api_listens_where_address_and_read_only_port_say(node):
     assert ssl.PEM_cert_to_DER_cert(shown) == ssl.PEM_cert_to_DER_cert(kept)
 
 
+def test_healthz_is_ok_while_every_service_is_alive(node):
+    """healthzPort on healthzBindAddress (127.0.0.1): what `kubeadm join` waits for. Nothing else
+    is served there."""
+    import httpx
+
+    url = f"http://127.0.0.1:{node.healthz_port}"
+    assert ("127.0.0.1", node.healthz_port) in _tcp_listeners()
+    resp = httpx.get(f"{url}/healthz", timeout=10)
+    assert (resp.status_code, resp.text) == (200, "ok")
+    assert httpx.get(f"{url}/pods", timeout=10).status_code == 404
+    assert httpx.post(f"{url}/healthz", timeout=10).status_code == 405
+
+
 def test_enforce_node_allocatable_caps_the_pods_cgroup(node):
     """enforceNodeAllocatable (the kubelet's default ["pods"]): /kubepods is capped at
     allocatable before eviction thresholds, here the whole node (the test node reserves nothing)."""
