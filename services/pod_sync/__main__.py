@@ -101,6 +101,7 @@ async def setup(ctx: ServiceContext) -> None:
     reclaimer = DiskReclaimer(cri, ctx.store, ctx.bus, k.image_gc_high_threshold_percent,
                               k.image_gc_low_threshold_percent, k.image_minimum_gc_age,
                               max_age=k.image_maximum_gc_age)
+    images.on_pulled = reclaimer.pulled
     await ctx.bus.subscribe(DiskReclaimRequested, reclaimer.on_request)
     ctx.spawn("image-gc", periodic.every(IMAGE_GC_PERIOD, "image garbage collection", reclaimer.periodic_image_gc, log))
     if k.enforces_pods_allocatable:

@@ -83,6 +83,10 @@ class DiskReclaimer:
 
     # -- what is in use -------------------------------------------------------------------------
 
+    def pulled(self, image_id: str) -> None:
+        """An image pod-sync pulled: its age for imageMinimumGCAge counts from now."""
+        self._first_seen.setdefault(image_id, self.clock())
+
     async def _in_use(self, images) -> set[str]:
         """IDs of images a container, a wanted pod or the sandbox uses."""
         by_name: dict[str, str] = {}

@@ -62,6 +62,9 @@ class ImageManager:
         self._backoff = backoff
         self._limit = asyncio.Semaphore(parallelism) if parallelism else None
         self._inflight: dict[tuple[str, tuple[Credential, ...]], asyncio.Future[str]] = {}
+        # Told the ID of each image pulled (the image GC's first sight of it: its age counts
+        # from the pull, not from the next listing).
+        self.on_pulled: Callable[[str], None] | None = None
 
     async def status(self, ref: str) -> cri.Image | None:
         """What the runtime knows of a present image (its user, for runAsNonRoot)."""
@@ -129,6 +132,8 @@ class ImageManager:
                 size = status.size if status else 0
             IMAGE_PULL_DURATION.labels(size_bucket(size)).observe(took)
             log.info("pulled image %s in %.2fs", image, took)
+            if self.on_pulled is not None:
+                self.on_pulled(ref)
             return ref
 
     async def _pull_with(self, image: str, sandbox_config: cri.PodSandboxConfig | None,

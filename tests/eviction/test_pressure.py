@@ -151,7 +151,13 @@ def _pushed_bulky_image(c) -> str:
 def test_disk_pressure_collects_unused_images_first_then_evicts(pressure_cluster):
     c = pressure_cluster
     ref = _pushed_bulky_image(c)
-    c.node.runtime(lambda cri: cri.pull_image(ref))
+    # Pulled by the node for a pod that is then gone: an unused image, older than
+    # imageMinimumGCAge (1s here) by the time the disk fills.
+    c.create_pod("bulky-user", {"restartPolicy": "Never", "containers": [
+        {"name": "once", "image": ref, "command": ["/bin/busybox", "true"]}]})  # no applet links in it
+    c.wait_pod("bulky-user", lambda p: p.get("status", {}).get("phase") == "Succeeded", 120, "the bulky pod to run")
+    c.delete_pods("bulky-user")
+    time.sleep(2)
     images = c.node.runtime(lambda cri: cri.list_images())
     bulky = next(i for i in images if any("bulky" in t for t in i.repo_tags))
     available = nodefs_available(c)

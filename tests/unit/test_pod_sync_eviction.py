@@ -234,3 +234,17 @@ async def test_image_maximum_gc_age_removes_images_unused_that_long_whatever_the
     assert done.trigger == "image max age" and "reg/stale:1" in done.images_removed
     with pytest.raises(ConfigError, match="imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"):
         load_kubelet_config({"imageMaximumGCAge": "1m"})
+
+
+async def test_an_image_pulled_here_ages_from_its_pull(rt, store):
+    """imageMinimumGCAge counts from the pull for an image pod-sync pulled, not from the first
+    listing (which, under disk pressure, is the collection itself)."""
+    clock = [0.0]
+    gc = DiskReclaimer(rt, store, Bus(), high_percent=85, low_percent=80, min_age=60.0, clock=lambda: clock[0])
+    rt.images["reg/pulled:1"] = "sha256:" + "5" * 64
+    rt.images["reg/listed:1"] = "sha256:" + "6" * 64
+    gc.pulled("sha256:" + "5" * 64)
+    clock[0] = 61
+    result = await gc.free_images(None, "disk pressure")
+    assert "reg/pulled:1" not in rt.images, result
+    assert "reg/listed:1" in rt.images, "first seen only now: younger than imageMinimumGCAge"
