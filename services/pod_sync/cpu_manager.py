@@ -22,6 +22,7 @@ from typing import Callable
 
 from cri_api.v1 import api_pb2 as cri
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from services.pod_sync.resources import container_resources
 from services.pod_sync.runtime_config import NodeFacts
@@ -35,7 +36,7 @@ from shared.store import DesiredPod, Store
 
 log = logging.getLogger(__name__)
 
-NONE, STATIC = "none", "static"
+STATIC = "static"
 UNEXPECTED = "UnexpectedAdmissionError"
 
 
@@ -112,9 +113,8 @@ class CPUManager:
     def static(self) -> bool:
         return self.policy is not None
 
-    def taken(self, excluding: str = "") -> frozenset[int]:
-        return frozenset(cpu for uid, by_name in self.assignments.items() if uid != excluding
-                         for cpus in by_name.values() for cpu in cpus)
+    def taken(self) -> frozenset[int]:
+        return taken_cpus(self.assignments)
 
     def cpuset_for(self, uid: str, container: str) -> str:
         """The CPU set to give a container ("" under the none policy: the runtime's default)."""
@@ -132,14 +132,21 @@ class CPUManager:
         return {name: parse_cpuset(text) for name, text in (stored or {}).items()}
 
 
-def load_assignments(store: Store) -> dict[str, dict[str, frozenset[int]]]:
+def taken_cpus(assignments: dict[str, dict[str, frozenset[int]]]) -> frozenset[int]:
+    return frozenset(cpu for by_name in assignments.values() for cpus in by_name.values() for cpu in cpus)
+
+
+def assignments_in(s: Session) -> dict[str, dict[str, frozenset[int]]]:
     """Every pod's exclusive CPUs as the store has them: those of pods still admitted and not
     finished (a pod that is gone, or failed for good, holds none)."""
+    return {d.uid: CPUManager.loaded(d.exclusive_cpus)
+            for d in s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True), DesiredPod.finished.is_(False)))
+            if d.exclusive_cpus}
+
+
+def load_assignments(store: Store) -> dict[str, dict[str, frozenset[int]]]:
     with store.session() as s:
-        return {d.uid: CPUManager.loaded(d.exclusive_cpus)
-                for d in s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True),
-                                                            DesiredPod.finished.is_(False)))
-                if d.exclusive_cpus}
+        return assignments_in(s)
 
 
 class CPUSetReconciler:
@@ -169,7 +176,8 @@ class CPUSetReconciler:
         self.manager.assignments = await self.store.run(load_assignments, self.store)
         running = [c for c in await self.runtime.list_containers({L.MANAGED_BY: "true"})
                    if c.state == cri.CONTAINER_RUNNING]
-        self.applied = {cid: v for cid, v in self.applied.items() if cid in {c.id for c in running}}
+        ids = {c.id for c in running}
+        self.applied = {cid: v for cid, v in self.applied.items() if cid in ids}
         updated = 0
         for c in running:
             uid, name = c.labels.get(L.POD_UID, ""), c.metadata.name

@@ -32,7 +32,8 @@ from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
 from services.pod_sync.runtime_config import NodeFacts, SubPathMounter, container_config, pod_hostname, sandbox_config
 from services.pod_sync.security import check_run_as_non_root, needs_image_user
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
-from services.pod_sync.cpu_manager import UNEXPECTED, CPUManager, NotEnoughCPUs, StaticPolicy
+from services.pod_sync.cpu_manager import (UNEXPECTED, CPUManager, NotEnoughCPUs, StaticPolicy, assignments_in,
+                                           taken_cpus)
 from shared.allocation import spec_allocation, with_allocation
 from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
@@ -185,12 +186,10 @@ class PodSyncer:
     def _take_cpus(s, policy: StaticPolicy, uid: str, pod: Pod) -> tuple[Verdict, dict[str, frozenset[int]]]:
         """CPUs of their own for the pod's whole-CPU Guaranteed containers, from those no other
         pod holds (the static CPU manager's Allocate, part of admission as in the kubelet)."""
-        taken = frozenset(cpu for d in s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True),
-                                                                          DesiredPod.finished.is_(False),
-                                                                          DesiredPod.uid != uid))
-                          for cpus in CPUManager.loaded(d.exclusive_cpus).values() for cpu in cpus)
+        others = assignments_in(s)
+        others.pop(uid, None)
         try:
-            return Verdict(True), policy.allocate(pod, taken)
+            return Verdict(True), policy.allocate(pod, taken_cpus(others))
         except NotEnoughCPUs as exc:
             return Verdict(False, UNEXPECTED, f"Allocate failed due to {exc}, which is unexpected"), {}
 
