@@ -160,3 +160,18 @@ async def test_the_directory_leaves_the_api_sources_errors_alone(store, tmp_path
     (manifests / "broken.yaml").unlink()
     await directory.scan()
     assert errors(store) == {"api:default/bad": "pod invalid: spec.containers: Required value"}
+
+
+@pytest.mark.parametrize(("config", "error"), [
+    ({"staticPodURL": "file:///etc/shadow"}, "staticPodURL: 'file:///etc/shadow' is not an http:// or https:// URL"),
+    ({"staticPodURL": "http:///pods"}, "is not an http:// or https:// URL"),
+    ({"staticPodURLHeader": {"X-Token": ["a\r\nX-Injected: 1"]}},
+     "staticPodURLHeader: X-Token: a header value may not hold a line break or NUL"),
+    ({"staticPodURLHeader": {"Bad Name": ["x"]}}, "staticPodURLHeader: 'Bad Name' is not an HTTP header name"),
+])
+def test_a_hostile_url_or_header_is_refused_naming_the_field(config, error):
+    from shared.config import ConfigError, load_kubelet_config
+
+    with pytest.raises(ConfigError) as exc:
+        load_kubelet_config(config)
+    assert error in str(exc.value)
