@@ -5,7 +5,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from shared import process_tuning
+from shared import process_title, process_tuning
 
 SERVICES = {
     "pod-sync": "services.pod_sync",
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command in SERVICES:
         sys.argv = [f"pykubelet {command}", *rest]
+        process_title.set_title(command, rest)
         try:
             runpy.run_module(SERVICES[command], run_name="__main__", alter_sys=True)
         except SystemExit as exc:

@@ -44,6 +44,7 @@ from typing import Callable, NoReturn
 import sqlalchemy.orm
 
 from services.supervisor import immortal, metric_owners
+from shared import process_title
 from shared.admin import SERVICES
 from shared.node_dirs import open_private_log
 from shared.store import Store
@@ -257,10 +258,8 @@ def _become(name: str, args: list[str], log_fd: int, env: dict[str, str]) -> int
     for handler in logging.root.handlers[:]:  # the supervisor's; the service sets up its own
         logging.root.removeHandler(handler)
     argv = [f"pykubelet {name}", *args]
-    import setproctitle
-
     # `ps` and the leftover check (services/supervisor/leftovers.py) read the command line.
-    setproctitle.setproctitle(" ".join(argv))
+    process_title.set_title(name, args)
     metric_owners.keep_only(name)
     module = SERVICE_MAIN[name]
     sys.modules.pop(module, None)  # run afresh as __main__, as `python -m` does

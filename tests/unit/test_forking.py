@@ -42,6 +42,7 @@ async def main():
     child = await forker.spawn("eviction", ["--root-dir", str(tmp), "--nats-url", "nats://127.0.0.1:1"], log, {})
     await asyncio.sleep(1.0)
     seen["title"] = Path(f"/proc/{child.pid}/cmdline").read_bytes().replace(bytes(1), b" ").decode().strip()
+    seen["comm"] = Path(f"/proc/{child.pid}/comm").read_text().strip()
     seen["own_session"] = os.getsid(child.pid) == child.pid
     seen["parent"] = int(Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid()
     child.kill()
@@ -60,6 +61,7 @@ def test_a_service_is_forked_with_its_arguments_log_and_environment(tmp_path):
     seen = supervise(SPAWN, str(tmp_path))
     assert seen["help_code"] == 0 and "usage: pykubelet eviction" in seen["help_log"]
     assert seen["title"].startswith(f"pykubelet eviction --root-dir {tmp_path} ")
+    assert seen["comm"] == "pykubelet"  # what `ps -C pykubelet` and CIS scanners match
     assert seen["own_session"], "its own session, as an exec'd service has"
     assert seen["parent"], "forked by the supervisor itself"
     assert seen["kill_code"] == -9
@@ -306,6 +308,8 @@ async def main():
     await p.start()
     await asyncio.sleep(2.0)
     seen = {"cmdline": Path(f"/proc/{p.pid}/cmdline").read_bytes().replace(bytes(1), b" ").decode(),
+            "comm": Path(f"/proc/{p.pid}/comm").read_text().strip(),
+            "execd": isinstance(p.proc, asyncio.subprocess.Process),
             "maps_aiohttp": "/aiohttp/" in Path(f"/proc/{p.pid}/maps").read_text()}
     await p.stop()
     release.set()
@@ -320,5 +324,8 @@ def test_a_service_that_cannot_be_forked_is_execd_through_the_cli(tmp_path):
     """Forking refused (a thread runs): the service starts with an interpreter of its own, through
     the CLI and so with pykubelet's process settings (aiohttp, which nats-py would import, refused)."""
     seen = supervise(FALLBACK, str(tmp_path))
-    assert "-m services.cli.main probe --root-dir" in seen["cmdline"], seen["cmdline"]
+    assert seen["execd"] is True
+    # The CLI gives it the title a forked service has.
+    assert seen["cmdline"].startswith("pykubelet probe --root-dir"), seen["cmdline"]
+    assert seen["comm"] == "pykubelet"
     assert seen["maps_aiohttp"] is False
