@@ -79,6 +79,12 @@ def load(path: Path) -> Kubeconfig:
     return _Reader(path).load()
 
 
+def cluster_ca(path: Path) -> bytes | None:
+    """The CA (PEM) the current context's API server is verified with; None when the kubeconfig
+    names none (the system's roots). The whole kubeconfig is checked as load() checks it."""
+    return _Reader(path).ca_pem()
+
+
 class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -87,7 +93,29 @@ class _Reader:
         return KubeconfigError(f"cannot use kubeconfig {self.path}: " + (f"{where}: " if where else "") + problem)
 
     def load(self) -> Kubeconfig:
-        doc = self.document()
+        cwhere, cluster, uwhere, user = self.current(self.document())
+        server = self.string(cwhere, cluster, "server")
+        if server is None:
+            raise self.error(cwhere, "server is missing")
+        if not server.startswith(("https://", "http://")):
+            raise self.error(cwhere, f"server {server!r} is not an https:// (or http://) URL")
+        return Kubeconfig(server, self.ssl_context(cwhere, cluster, uwhere, user), self.auth(uwhere, user))
+
+    def ca_pem(self) -> bytes | None:
+        self.load()  # the whole kubeconfig must be usable, not only its CA
+        cwhere, cluster, _, _ = self.current(self.document())
+        data = self.data(cwhere, cluster, "certificate-authority-data")
+        if data is None:
+            path = self.file(cwhere, cluster, "certificate-authority")
+            if path is None:
+                return None
+            data = path.read_bytes()
+        if data.lstrip().startswith(b"-----"):
+            return data
+        return ssl.DER_cert_to_PEM_cert(data).encode()
+
+    def current(self, doc: dict[str, Any]) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
+        """The current context's cluster and user, each with where it is (for errors)."""
         context_name = doc.get("current-context")
         if not context_name:
             raise self.error("", NO_CONTEXT)
@@ -106,12 +134,7 @@ class _Reader:
         cwhere, uwhere = f"cluster {cluster_name!r}", f"user {user_name!r}"
         self.check_fields(cwhere, cluster, CLUSTER_FIELDS)
         self.check_fields(uwhere, user, USER_FIELDS)
-        server = self.string(cwhere, cluster, "server")
-        if server is None:
-            raise self.error(cwhere, "server is missing")
-        if not server.startswith(("https://", "http://")):
-            raise self.error(cwhere, f"server {server!r} is not an https:// (or http://) URL")
-        return Kubeconfig(server, self.ssl_context(cwhere, cluster, uwhere, user), self.auth(uwhere, user))
+        return cwhere, cluster, uwhere, user
 
     def document(self) -> dict[str, Any]:
         try:

@@ -3,8 +3,11 @@
 install writes, idempotently (a second run changes nothing it does not have to):
 - the units from deploy/systemd (one per service, the bus, pykubelet's own containerd and
   pykubelet.target), with this machine's paths filled in, into the unit directory;
-- <config-dir>/config.yaml, a KubeletConfiguration with the kubelet's defaults (kept if present:
-  it is the operator's file from then on);
+- <config-dir>/config.yaml, a KubeletConfiguration with the kubelet's defaults and the CIS
+  benchmark's worker-node settings spelled out (kept if present: it is the operator's file from
+  then on), with the files it names: the client CA (<config-dir>/pki/ca.crt, from --kubeconfig's
+  cluster unless --client-ca-file is given) and the kubelet API's self-signed serving certificate
+  (<root-dir>/pki);
 - <config-dir>/flags.env, the node flags every service gets (rewritten from install's flags);
 - <config-dir>/bus/: a password per service and the NATS config that holds each to its own
   subjects, 0600 (kept if present, so running services keep working; --rotate-bus-credentials);
@@ -21,16 +24,19 @@ import argparse
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from services.supervisor.containerd_config import ContainerdLayout, render_config
+from shared import kubeconfig
 from shared.admin import SERVICES
 from shared.bus_auth import (CredentialsError, credentials_file, read_credentials, server_config,
                              write_credentials)
 from shared.cni import CNI_BIN_DIR, cni_conf_dir
 from shared.host import kernel_refuses_negative_oom_score_adj
+from shared.self_signed import write_self_signed
 
 SRC = Path(__file__).resolve().parents[2]
 TEMPLATES = SRC / "deploy" / "systemd"
@@ -80,15 +86,45 @@ def render_unit(name: str, values: dict[str, str]) -> str:
     return text
 
 
-def default_kubelet_config(static_pod_path: str, pod_cidr: str) -> str:
+# The CIS Kubernetes Benchmark's strong ciphers (its check 4.2.12), in the kubelet's names.
+STRONG_CIPHER_SUITES = ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+                        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"]
+DEFAULT_POD_PIDS_LIMIT = 4096
+
+
+def default_kubelet_config(static_pod_path: str, pod_cidr: str, client_ca_file: str, tls_cert_file: str,
+                           tls_private_key_file: str) -> str:
+    """The first config.yaml: the kubelet's defaults, with what the CIS benchmark's worker-node
+    checks (section 4.2) read written out, so the file says what the node does."""
     lines = ["# The node's KubeletConfiguration (kubelet.config.k8s.io/v1beta1): the kubelet's field names",
              "# and defaults. Written once by `pykubelet install`; yours to edit, then",
-             "# `systemctl restart pykubelet.target`.",
+             "# `systemctl restart pykubelet.target`. The settings below the static pod path are the",
+             "# secure ones the CIS Kubernetes Benchmark checks for (section 4.2), spelled out.",
              "apiVersion: kubelet.config.k8s.io/v1beta1",
              "kind: KubeletConfiguration",
              f"staticPodPath: {static_pod_path}"]
     if pod_cidr:
         lines.append(f"podCIDR: {pod_cidr}")
+    lines += ["authentication:",
+              "  anonymous:",
+              "    enabled: false",
+              "  webhook:",
+              "    enabled: true"]
+    if client_ca_file:
+        lines += ["  x509:", f"    clientCAFile: {client_ca_file}"]
+    lines += ["authorization:",
+              "  mode: Webhook",
+              "readOnlyPort: 0",
+              f"tlsCertFile: {tls_cert_file}",
+              f"tlsPrivateKeyFile: {tls_private_key_file}",
+              "tlsCipherSuites:", *(f"  - {c}" for c in STRONG_CIPHER_SUITES),
+              "streamingConnectionIdleTimeout: 4h0m0s",
+              "eventRecordQPS: 50",
+              "# A fork bomb in one pod cannot take every PID of the node.",
+              f"podPidsLimit: {DEFAULT_POD_PIDS_LIMIT}",
+              "# RuntimeDefault seccomp for every container that names no profile.",
+              "seccompDefault: true"]
     return "\n".join(lines) + "\n"
 
 
@@ -150,22 +186,61 @@ class Installer:
             sandbox_image=self.args.pod_infra_container_image, registry=None,
             restrict_oom=kernel_refuses_negative_oom_score_adj()))
 
+    def client_ca(self) -> str:
+        """authentication.x509.clientCAFile for a new config.yaml: --client-ca-file, else the CA
+        of --kubeconfig's cluster copied to <config-dir>/pki/ca.crt (a kubeadm cluster signs
+        client certificates with the CA its API server's certificate chains to); "" without
+        either (a standalone node: the kubelet API then takes no client certificate)."""
+        if self.args.client_ca_file:
+            path = Path(self.args.client_ca_file)
+            if not path.is_absolute() or not path.is_file():
+                raise InstallError(f"--client-ca-file {path}: not an absolute path to a file")
+            return str(path)
+        if not self.args.kubeconfig:
+            return ""
+        try:
+            pem = kubeconfig.cluster_ca(Path(self.args.kubeconfig))
+        except kubeconfig.KubeconfigError as exc:
+            raise InstallError(f"{exc} (install reads the cluster's CA from it; or give --client-ca-file)") from None
+        if pem is None:
+            raise InstallError(f"--kubeconfig {self.args.kubeconfig} names no certificate-authority for its "
+                               "cluster: give the CA that signs the API server's client certificates with "
+                               "--client-ca-file")
+        ca = self.conf / "pki" / "ca.crt"
+        self._write(ca, pem.decode(), mode=0o644)  # a CA is public: 644, as CIS 4.1.7 allows
+        return str(ca)
+
+    def serving_cert(self) -> tuple[str, str]:
+        """The kubelet API's self-signed certificate, where node-api would make it at its first
+        start (<root-dir>/pki), made now so that tlsCertFile can name it."""
+        cert, key = self.root / "pki" / "kubelet.crt", self.root / "pki" / "kubelet.key"
+        if not (cert.is_file() and key.is_file()):
+            name = self.args.hostname_override or socket.gethostname()
+            write_self_signed(cert, key, name.lower(), [self.args.node_ip] if self.args.node_ip else [])
+            self.changed.append(str(cert))
+        return str(cert), str(key)
+
     def configure(self, kubelet_config: bool = True) -> None:
         """Everything but the units: what any way of running the services needs."""
         config = self.conf / "config.yaml"
         if kubelet_config and not config.exists():
-            self._write(config, default_kubelet_config(self.args.pod_manifest_path, self.args.pod_cidr))
+            ca = self.client_ca()
+            cert, key = self.serving_cert()
+            self._write(config, default_kubelet_config(self.args.pod_manifest_path, self.args.pod_cidr, ca,
+                                                       cert, key))
             Path(self.args.pod_manifest_path).mkdir(parents=True, exist_ok=True)
         self.bus()
         self.containerd()
 
     def install(self) -> None:
         values = self.values()
+        # The config first: what it cannot use (a kubeconfig, a CA) stops the install before
+        # any unit is written.
+        self.configure()
         for name in unit_names():
             self._write(self.units / name, render_unit(name, values))
         self._write(self.conf / "flags.env", "# Node flags for every pykubelet service; written by pykubelet "
                     "install.\nPYKUBELET_ARGS=" + shlex.quote(self.node_flags()) + "\n")
-        self.configure()
 
     def uninstall(self) -> list[str]:
         removed = []
@@ -174,10 +249,13 @@ class Installer:
             if path.exists():
                 path.unlink()
                 removed.append(str(path))
-        for path in (self.conf / "config.yaml", self.conf / "flags.env", self.root / "containerd" / "config.toml"):
+        for path in (self.conf / "config.yaml", self.conf / "flags.env", self.conf / "pki" / "ca.crt",
+                     self.root / "containerd" / "config.toml"):
             if path.exists():
                 path.unlink()
                 removed.append(str(path))
+        if (self.conf / "pki").exists() and not any((self.conf / "pki").iterdir()):
+            (self.conf / "pki").rmdir()
         if (self.conf / "bus").exists():
             shutil.rmtree(self.conf / "bus")
             removed.append(str(self.conf / "bus"))
@@ -214,6 +292,9 @@ def install(argv: list[str]) -> int:
     p.add_argument("--pod-infra-container-image", default=DEFAULT_PAUSE_IMAGE,
                    help=f"the sandbox (pause) image containerd runs for each pod ({DEFAULT_PAUSE_IMAGE})")
     p.add_argument("--kubeconfig", default="", help="join a cluster with this kubeconfig")
+    p.add_argument("--client-ca-file", default="",
+                   help="the CA of the kubelet API's client certificates, for a new config.yaml "
+                        "(default: the CA of --kubeconfig's cluster, copied to <config-dir>/pki/ca.crt)")
     p.add_argument("--hostname-override", default="", help="the node's name")
     p.add_argument("--node-ip", default="", help="the node's InternalIP")
     p.add_argument("--rotate-bus-credentials", action="store_true", help="new bus passwords (restart the target after)")
@@ -255,7 +336,8 @@ def configure(argv: list[str]) -> int:
                    help=f"the sandbox (pause) image containerd runs for each pod ({DEFAULT_PAUSE_IMAGE})")
     p.add_argument("--rotate-bus-credentials", action="store_true", help="new bus passwords")
     args = p.parse_args(argv)
-    inst = Installer(argparse.Namespace(**vars(args), unit_dir="", pod_manifest_path="", pod_cidr=""))
+    inst = Installer(argparse.Namespace(**vars(args), unit_dir="", pod_manifest_path="", pod_cidr="",
+                                        kubeconfig="", client_ca_file="", hostname_override="", node_ip=""))
     inst.configure(kubelet_config=False)
     print("\n".join(f"wrote {c}" for c in inst.changed) or "nothing to change: already configured")
     return 0

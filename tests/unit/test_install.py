@@ -12,8 +12,11 @@ import sys
 
 import pytest
 
-from services.cli.install_cmd import Installer, unit_names
+from services.cli.install_cmd import STRONG_CIPHER_SUITES, Installer, InstallError, unit_names
+from shared import safe_yaml
 from shared.admin import SERVICES
+from shared.config import load_kubelet_config
+from shared.self_signed import write_self_signed
 
 
 @pytest.fixture
@@ -22,7 +25,8 @@ def args(tmp_path):
                               unit_dir=str(tmp_path / "units"), python=sys.executable, nats_port=4333,
                               pod_manifest_path=str(tmp_path / "manifests"), pod_cidr="10.88.0.0/24",
                               pod_infra_container_image="127.0.0.1:5000/pykubelet/pause:3.9", kubeconfig="",
-                              hostname_override="node-a", node_ip="192.0.2.7", rotate_bus_credentials=False)
+                              client_ca_file="", hostname_override="node-a", node_ip="192.0.2.7",
+                              rotate_bus_credentials=False)
 
 
 def test_install_writes_units_config_and_private_credentials(args, tmp_path):
@@ -94,3 +98,76 @@ def test_sandboxing_keeps_the_code_reachable(monkeypatch):
     assert install_cmd.private_tmp("/usr/bin/python3") == "no", "a checkout in /var/tmp stays visible"
     monkeypatch.setattr(install_cmd, "SRC", install_cmd.Path("/root/pykubelet"))
     assert install_cmd.protect_home("/usr/bin/python3") == "read-only"
+
+
+def _kubeconfig(tmp_path, cluster: str) -> str:
+    path = tmp_path / "kubelet.conf"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "https://192.0.2.1:6443"{cluster}}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    return str(path)
+
+
+def test_the_first_config_states_the_cis_settings_and_pykubelet_takes_it(args, tmp_path):
+    """The first config.yaml spells out the CIS benchmark's worker-node settings (4.2.x), and
+    names a serving certificate made for the node and the kubeconfig's cluster CA."""
+    write_self_signed(tmp_path / "ca.crt", tmp_path / "ca.key", "kubernetes", [])
+    args.kubeconfig = _kubeconfig(tmp_path, f", certificate-authority: {tmp_path}/ca.crt")
+    Installer(args).install()
+    text = (tmp_path / "etc" / "config.yaml").read_text()
+    doc = safe_yaml.load(text)
+    cfg, warnings = load_kubelet_config(doc, "config.yaml")
+    assert warnings == []
+    assert cfg.authentication.anonymous.enabled is False and cfg.authorization.mode == "Webhook"
+    assert (cfg.read_only_port, cfg.pod_pids_limit, cfg.seccomp_default) == (0, 4096, True)
+    assert cfg.tls_cipher_suites == STRONG_CIPHER_SUITES
+    ca = tmp_path / "etc" / "pki" / "ca.crt"
+    assert cfg.authentication.x509.client_ca_file == str(ca)
+    assert ca.read_text() == (tmp_path / "ca.crt").read_text()
+    assert oct(stat.S_IMODE(os.stat(ca).st_mode)) == "0o644", "a CA is public (CIS 4.1.7: 644 or stricter)"
+    cert = tmp_path / "root" / "pki" / "kubelet.crt"
+    assert (cfg.tls_cert_file, cfg.tls_private_key_file) == (str(cert), str(tmp_path / "root" / "pki" / "kubelet.key"))
+    from cryptography import x509
+
+    names = x509.load_pem_x509_certificate(cert.read_bytes()).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName).value
+    assert "node-a" in names.get_values_for_type(x509.DNSName)
+    assert "192.0.2.7" in {str(a) for a in names.get_values_for_type(x509.IPAddress)}
+    assert oct(stat.S_IMODE(os.stat(tmp_path / "root" / "pki" / "kubelet.key").st_mode)) == "0o600"
+    # Uninstall takes the CA it copied; the node's certificate stays with its state.
+    Installer(args).uninstall()
+    assert not (tmp_path / "etc").exists() and cert.exists()
+
+
+def test_a_standalone_node_names_no_client_ca_and_a_given_one_is_used_as_it_is(args, tmp_path):
+    Installer(args).install()
+    cfg, _ = load_kubelet_config(safe_yaml.load((tmp_path / "etc" / "config.yaml").read_text()))
+    assert cfg.authentication.x509.client_ca_file == ""
+    (tmp_path / "etc" / "config.yaml").unlink()
+    write_self_signed(tmp_path / "mine.crt", tmp_path / "mine.key", "ca", [])
+    args.client_ca_file = str(tmp_path / "mine.crt")
+    Installer(args).install()
+    cfg, _ = load_kubelet_config(safe_yaml.load((tmp_path / "etc" / "config.yaml").read_text()))
+    assert cfg.authentication.x509.client_ca_file == str(tmp_path / "mine.crt")
+    assert not (tmp_path / "etc" / "pki").exists()
+
+
+@pytest.mark.parametrize("setup, error", [
+    (lambda tmp: {"kubeconfig": str(tmp / "missing.conf")}, "missing.conf: no such file"),
+    (lambda tmp: {"kubeconfig": _kubeconfig(tmp, "")}, "names no certificate-authority for its cluster"),
+    (lambda tmp: {"kubeconfig": _kubeconfig(tmp, ", certificate-authority-data: bm90IGEgY2VydA==")},
+     "certificate-authority-data"),
+    (lambda tmp: {"client_ca_file": "ca.crt"}, "--client-ca-file ca.crt: not an absolute path to a file"),
+    (lambda tmp: {"client_ca_file": str(tmp)}, "not an absolute path to a file"),
+])
+def test_a_client_ca_install_cannot_use_is_refused_naming_it(args, tmp_path, setup, error):
+    for key, value in setup(tmp_path).items():
+        setattr(args, key, value)
+    with pytest.raises(InstallError, match=error):
+        Installer(args).install()
+    assert not (tmp_path / "etc" / "config.yaml").exists(), "no config naming what is not there"
+    assert not (tmp_path / "units").exists(), "and no unit that would start a node without it"
