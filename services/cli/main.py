@@ -37,6 +37,7 @@ Containers (docker-compose.yml):
 Tools:
   wait-port H:P      wait until something accepts connections on H:P (--timeout S)
   admin SERVICE PATH GET a URL of a service's admin app with the node's admin token (root)
+  kube-bench-config  print a kube-bench config.yaml that finds this node (--from CFG/config.yaml)
 
 Services (one process each; `pykubelet up` or pykubelet.target starts them all):
   pod-sync, probe, volume, network, eviction, status-reporter, node-api
@@ -85,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         from services.cli import status_cmd
 
         return status_cmd.main(rest)
+    if command == "kube-bench-config":
+        from services.cli import kube_bench_cmd
+
+        return kube_bench_cmd.main(rest)
     if command == "logs":
         from services.cli import logs_cmd
 
