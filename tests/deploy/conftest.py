@@ -120,8 +120,9 @@ def pytest_collection_modifyitems(session, config, items):
     if subprocess.run([str(KUBE_BENCH_BUILD)], env={**os.environ, "KUBE_BENCH_CHECK_ONLY": "1"},
                       capture_output=True).returncode == 0:
         return
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    log = open(CACHE.parent / "build-kube-bench.log", "w")
+    cache = Path(os.environ.get("PYKUBELET_CACHE", "/var/cache/pykubelet"))  # the build script's
+    cache.mkdir(parents=True, exist_ok=True)
+    log = open(cache / "build-kube-bench.log", "w")
     _background_build = subprocess.Popen(["nice", "-n", "19", str(KUBE_BENCH_BUILD)], stdout=log, stderr=log,
                                          start_new_session=True)
 
