@@ -1,4 +1,5 @@
-"""Session-wide: a host fit for the test nodes before any of them starts."""
+"""Session-wide: a host fit for the test nodes before any of them starts (checked once the
+session knows its tests, so that a run of unit tests alone is not held up by a node running here)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from shared.cni import BRIDGE
 from tests.host_leftovers import clear_bridge
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+UNIT_TESTS = Path(__file__).parent / "unit"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Unit tests start no node: they run beside a node of this host.
+    if all(Path(str(item.path)).is_relative_to(UNIT_TESTS) for item in session.items):
+        return
     if os.geteuid() != 0 or not Path(f"/sys/class/net/{BRIDGE}").exists():
         return
     found = clear_bridge(BRIDGE)
