@@ -238,6 +238,8 @@ class KubeletConfiguration(ServerConfig):
     volume_stats_agg_period: float = 60.0
     # The kubelet API's serving certificate from a kubernetes.io/kubelet-serving CSR (cluster mode).
     server_tls_bootstrap: bool = Field(default=False, alias="serverTLSBootstrap")
+    # The client certificate renewed through kube-apiserver-client-kubelet CSRs (cluster mode).
+    rotate_certificates: bool = False
     # Eviction and node allocatable (shared.thresholds parses the maps).
     eviction_hard: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
     eviction_soft: dict[str, str] = Field(default_factory=dict)
@@ -512,6 +514,9 @@ class NodeSettings(BaseModel):
     admin_port_base: int = 0  # set: every service's admin port is base + its place (shared.admin)
     pleg_relist_period: float = 1.0
     kubeconfig: Path | None = None  # cluster mode when set
+    # --bootstrap-kubeconfig: while the kubeconfig is missing (or its certificate expired), the
+    # status-reporter gets a client certificate with this one's credentials and writes it.
+    bootstrap_kubeconfig: Path | None = None
     node_ip: str = ""  # --node-ip; empty: the default route's address (shared.host.node_ip)
     # This service's bus credentials (shared.bus_auth); None: <root-dir>/bus/<service>.json if
     # there is one, else anonymous.
@@ -678,11 +683,22 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
             except (ValueError, ValidationError) as exc:
                 raise ConfigError(f"--node-labels: {key}={value}: {_first_error(exc)}") from None
         extra["node_labels"] = values["node-labels"]
+    bootstrap = getattr(args, "bootstrap_kubeconfig", None)
+    if bootstrap:
+        if not getattr(args, "kubeconfig", None):
+            raise ConfigError("--bootstrap-kubeconfig needs --kubeconfig: the path the TLS bootstrap writes "
+                              "the node's kubeconfig to")
+        extra["bootstrap_kubeconfig"] = Path(os.path.abspath(bootstrap))
     if getattr(args, "kubeconfig", None):
-        path = Path(args.kubeconfig)
+        path = Path(os.path.abspath(args.kubeconfig))
         if not path.is_file():
-            raise ConfigError(f"--kubeconfig {path}: no such file")
-        extra["kubeconfig"] = path.resolve()
+            if not bootstrap:
+                raise ConfigError(f"--kubeconfig {path}: no such file (give --bootstrap-kubeconfig too to "
+                                  "have the node request a client certificate and write it)")
+            if not Path(bootstrap).is_file():
+                raise ConfigError(f"--kubeconfig {path} does not exist and --bootstrap-kubeconfig {bootstrap}: "
+                                  "no such file; one of them is needed to reach the API server")
+        extra["kubeconfig"] = path
     if getattr(args, "pleg_relist_period", None):
         try:
             extra["pleg_relist_period"] = parse_duration(args.pleg_relist_period)

@@ -61,7 +61,6 @@ _NO_CPU_MANAGER = "the static policy gives whole CPUs by topology order, without
 _NO_HANDLER = "pykubelet serves only the kubelet API's /pods, /stats, /metrics, /logs, /exec and /configz routes"
 
 REFUSED: dict[str, Refused] = {
-    "rotateCertificates": Refused(False, "the client certificate in --kubeconfig is used as it is; renew it yourself"),
     "registryPullQPS": Refused(5, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
     "registryBurst": Refused(10, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
     "enableContentionProfiling": Refused(False, "there is no profiling handler"),

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import time
 from pathlib import Path
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
 from urllib.parse import quote
 
 import httpx
@@ -24,6 +26,11 @@ from shared.api_budget import SharedTokenBucket, budget_file
 from shared.json_types import JSONObject
 from shared.kubeconfig import KubeconfigError as KubeconfigError  # re-exported: services import it from here
 from shared.kubeconfig import load as load_kubeconfig
+
+if TYPE_CHECKING:
+    from shared.config import NodeSettings
+
+log = logging.getLogger(__name__)
 
 # Every API call is bounded (seconds); a watch is bounded by its server-side timeout.
 REQUEST_TIMEOUT = 30.0
@@ -92,16 +99,94 @@ class TokenBucket:
                 await asyncio.sleep((1 - self._tokens) / self.qps)
 
 
+class RenewedCertificate:
+    """Tells when the client certificate file changed (rotateCertificates renewed it): a changed
+    file is looked for at most once a second, by its identity and time (a link's target)."""
+
+    CHECK_EVERY = 1.0
+
+    def __init__(self, cert_file: Path) -> None:
+        self.cert_file = cert_file
+        self._seen = self._signature()
+        self._checked = time.monotonic()
+
+    def _signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.cert_file.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def changed(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked < self.CHECK_EVERY:
+            return False
+        self._checked = now
+        seen = self._signature()
+        if seen is None or seen == self._seen:
+            return False
+        self._seen = seen
+        return True
+
+    def forget(self) -> None:
+        """Look again at the next check: what changed could not be used yet."""
+        self._seen = None
+
+
 class KubeApi:
-    def __init__(self, http: httpx.AsyncClient, budget: SharedTokenBucket | None = None) -> None:
-        self.http = http
+    # A client replaced by one with a renewed certificate is closed this long after, so that a
+    # watch begun on it ends as the server ends it (every watch here asks for 300 s at most).
+    OLD_CLIENT_GRACE = 360.0
+
+    def __init__(self, http: httpx.AsyncClient | None, budget: SharedTokenBucket | None = None,
+                 renewed: RenewedCertificate | None = None,
+                 make_http: Callable[[], httpx.AsyncClient] | None = None,
+                 until_usable: Callable[[], Awaitable[None]] | None = None) -> None:
+        """http: the client, or None to make it (make_http) at the first request, once
+        until_usable returns (a kubeconfig the TLS bootstrap has yet to write)."""
+        self._http = http
         self._budget = budget
+        self._renewed = renewed
+        self._make_http = make_http
+        self._until_usable = until_usable
+        self._first = asyncio.Lock()
+        self._retiring: dict[asyncio.Task[None], httpx.AsyncClient] = {}  # -> the client it closes
+
+    async def _client(self) -> httpx.AsyncClient:
+        """The client for the next request: a new one, with the new certificate, once the
+        certificate file has changed; requests under way finish on the old one."""
+        if self._http is None:
+            assert self._make_http is not None
+            async with self._first:
+                if self._http is None:
+                    if self._until_usable is not None:
+                        await self._until_usable()
+                    self._http = self._make_http()
+            return self._http
+        if self._renewed is not None and self._make_http is not None and self._renewed.changed():
+            try:
+                fresh = self._make_http()
+            except Exception as exc:  # a half-written pair: the next check tries again
+                log.warning("client certificate %s changed but cannot be used yet: %s", self._renewed.cert_file, exc)
+                self._renewed.forget()
+            else:
+                old, self._http = self._http, fresh
+                log.info("client certificate %s renewed: new connections use it", self._renewed.cert_file)
+                task = asyncio.get_running_loop().create_task(self._retire(old), name="retire-old-api-client")
+                self._retiring[task] = old
+                task.add_done_callback(lambda t: self._retiring.pop(t, None))
+        return self._http
+
+    async def _retire(self, old: httpx.AsyncClient) -> None:
+        await asyncio.sleep(self.OLD_CLIENT_GRACE)
+        await old.aclose()
 
     async def request(self, method: str, url: str, body: object = None, content_type: str = "application/json",
                       params: dict[str, str] | None = None) -> JSONObject:
         content = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if content is not None else {}
-        resp = await self.http.request(method, url, content=content, headers=headers, params=params)
+        http = await self._client()
+        resp = await http.request(method, url, content=content, headers=headers, params=params)
         if resp.status_code >= 400:
             raise _error(resp)
         data = resp.json() if resp.content else {}
@@ -152,7 +237,8 @@ class KubeApi:
         # Uncompressed: the API server (1.37) gzips a watch for a client that accepts it, each
         # flush a gzip member of its own, and httpx's decoder stops after the first member: every
         # event after the initial ones would be lost without an error.
-        async with self.http.stream("GET", url, params=query, timeout=timeout,
+        http = await self._client()
+        async with http.stream("GET", url, params=query, timeout=timeout,
                                     headers={"Accept-Encoding": "identity"}) as resp:
             if resp.status_code >= 400:
                 await resp.aread()
@@ -170,7 +256,11 @@ class KubeApi:
                 yield kind, obj
 
     async def close(self) -> None:
-        await self.http.aclose()
+        for task, old in list(self._retiring.items()):
+            task.cancel()
+            await old.aclose()
+        if self._http is not None:
+            await self._http.aclose()
         if self._budget is not None:
             self._budget.close()
 
@@ -187,16 +277,65 @@ async def patch_pod_status(api: KubeApi, namespace: str, name: str, uid: str, st
         raise
 
 
-async def api_client(kubeconfig: Path, qps: float, burst: int, root_dir: Path) -> KubeApi:
-    """A client drawing on the node's API budget, kept under root_dir by every service. A
-    kubeconfig that cannot be used raises KubeconfigError naming the file and the field."""
-    cfg = load_kubeconfig(kubeconfig)
-    bucket = SharedTokenBucket(budget_file(root_dir), qps, burst)
-
+def _client_factory(kubeconfig: Path, bucket: SharedTokenBucket,
+                    renewed_cert: Path | None) -> Callable[[], httpx.AsyncClient]:
     async def take_token(_: httpx.Request) -> None:
         await bucket.acquire()
 
-    http = httpx.AsyncClient(base_url=cfg.server, verify=cfg.verify, auth=cfg.auth, timeout=REQUEST_TIMEOUT,
-                             limits=httpx.Limits(keepalive_expiry=IDLE_CONNECTION_TIMEOUT),
-                             event_hooks={"request": [take_token]}, trust_env=False)
-    return KubeApi(http, bucket)
+    def make_http() -> httpx.AsyncClient:
+        override = renewed_cert if renewed_cert is not None and renewed_cert.exists() else None
+        cfg = load_kubeconfig(kubeconfig, override)
+        return httpx.AsyncClient(base_url=cfg.server, verify=cfg.verify, auth=cfg.auth, timeout=REQUEST_TIMEOUT,
+                                 limits=httpx.Limits(keepalive_expiry=IDLE_CONNECTION_TIMEOUT),
+                                 event_hooks={"request": [take_token]}, trust_env=False)
+    return make_http
+
+
+async def api_client(kubeconfig: Path, qps: float, burst: int, root_dir: Path) -> KubeApi:
+    """A client drawing on the node's API budget, kept under root_dir by every service. A
+    kubeconfig that cannot be used raises KubeconfigError naming the file and the field."""
+    bucket = SharedTokenBucket(budget_file(root_dir), qps, burst)
+    make_http = _client_factory(kubeconfig, bucket, None)
+    return KubeApi(make_http(), bucket)
+
+
+BOOTSTRAP_WAIT = 3600.0 + 60.0  # the TLS bootstrap's own limit, and a margin
+
+
+def node_api_client(settings: NodeSettings) -> KubeApi:
+    """The node's client, as every service makes it from its settings.
+
+    With rotateCertificates the cert dir's current pair (shared/client_cert.py) is the client's
+    certificate once there is one, and each renewal of it is taken up. With a bootstrap
+    kubeconfig the client is made at its first request, once the TLS bootstrap (the
+    status-reporter's) has written a usable kubeconfig: requests wait for that meanwhile. Without
+    one a kubeconfig that cannot be used raises KubeconfigError here, at the service's start."""
+    from shared.client_cert import current_path, kubeconfig_usable
+
+    kubeconfig = settings.kubeconfig
+    assert kubeconfig is not None, "cluster mode only"
+    k = settings.kubelet
+    bucket = SharedTokenBucket(budget_file(settings.root_dir), k.kube_api_qps, k.kube_api_burst)
+    renewed_cert = current_path(settings.cert_dir) if k.rotate_certificates else None
+    make_http = _client_factory(kubeconfig, bucket, renewed_cert)
+    renewed = RenewedCertificate(renewed_cert) if renewed_cert is not None else None
+    if settings.bootstrap_kubeconfig is None:
+        return KubeApi(make_http(), bucket, renewed, make_http)
+
+    async def until_usable() -> None:
+        loop = asyncio.get_running_loop()
+        start, said = loop.time(), -math.inf
+        while True:
+            usable, why = kubeconfig_usable(kubeconfig)
+            if usable:
+                return
+            waited = loop.time() - start
+            if waited > BOOTSTRAP_WAIT:
+                raise KubeconfigError(f"no usable kubeconfig after {waited:.0f}s of TLS bootstrap ({why}); "
+                                      "the status-reporter's log says why (`pykubelet logs status-reporter`)")
+            if waited - said >= 30:
+                log.info("waiting for the TLS bootstrap to write %s (%s)", kubeconfig, why)
+                said = waited
+            await asyncio.sleep(1.0)
+
+    return KubeApi(None, bucket, renewed, make_http, until_usable)

@@ -74,9 +74,41 @@ class Kubeconfig:
     auth: httpx.Auth | None  # None: the client certificate alone says who the node is
 
 
-def load(path: Path) -> Kubeconfig:
-    """The current context of the kubeconfig at path, ready for httpx.AsyncClient."""
-    return _Reader(path).load()
+def load(path: Path, client_cert: Path | None = None) -> Kubeconfig:
+    """The current context of the kubeconfig at path, ready for httpx.AsyncClient; with
+    client_cert (one PEM file, certificate and key), that pair in place of the user's own
+    (the client certificate rotateCertificates renewed)."""
+    return _Reader(path, client_cert).load()
+
+
+def cluster_entry(path: Path) -> dict[str, Any]:
+    """The current context's cluster as a kubeconfig that sits elsewhere can name it: server,
+    CA (a file's path made absolute, or the data as it is) and insecure-skip-tls-verify. The
+    whole kubeconfig is checked as load() checks it."""
+    reader = _Reader(path)
+    reader.load()
+    cwhere, cluster, _, _ = reader.current(reader.document())
+    out: dict[str, Any] = {"server": reader.string(cwhere, cluster, "server")}
+    ca_file = reader.file(cwhere, cluster, "certificate-authority")
+    if reader.string(cwhere, cluster, "certificate-authority-data") is not None:
+        out["certificate-authority-data"] = "".join(str(cluster["certificate-authority-data"]).split())
+    elif ca_file is not None:
+        out["certificate-authority"] = str(ca_file.resolve())
+    if cluster.get("insecure-skip-tls-verify"):
+        out["insecure-skip-tls-verify"] = True
+    return out
+
+
+def client_certificate(path: Path) -> bytes | None:
+    """The current user's client certificate (PEM or DER as given); None for a user without one."""
+    reader = _Reader(path)
+    reader.load()
+    _, _, uwhere, user = reader.current(reader.document())
+    data = reader.data(uwhere, user, "client-certificate-data")
+    if data is not None:
+        return data
+    cert_file = reader.file(uwhere, user, "client-certificate")
+    return None if cert_file is None else cert_file.read_bytes()
 
 
 def cluster_ca(path: Path) -> bytes | None:
@@ -86,8 +118,9 @@ def cluster_ca(path: Path) -> bytes | None:
 
 
 class _Reader:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, client_cert: Path | None = None) -> None:
         self.path = path
+        self.client_cert = client_cert
 
     def error(self, where: str, problem: str) -> KubeconfigError:
         return KubeconfigError(f"cannot use kubeconfig {self.path}: " + (f"{where}: " if where else "") + problem)
@@ -240,6 +273,8 @@ class _Reader:
             raise self.error(cwhere, f"{field}: {getattr(exc, 'strerror', None) or exc}") from None
         cert = self.data(uwhere, user, "client-certificate-data") or self.file(uwhere, user, "client-certificate")
         key = self.data(uwhere, user, "client-key-data") or self.file(uwhere, user, "client-key")
+        if self.client_cert is not None:
+            cert = key = self.client_cert
         if (cert is None) != (key is None):
             raise self.error(uwhere, "client-certificate needs client-key" if key is None else
                              "client-key needs client-certificate")

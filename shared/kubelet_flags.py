@@ -161,8 +161,7 @@ FLAGS: tuple[Flag, ...] = (
     _n("config", "path", "config"),
     _r("config-dir", "str", "", "pykubelet reads one --config file; merge drop-ins into it"),
     _n("kubeconfig", "path", "kubeconfig"),
-    _r("bootstrap-kubeconfig", "str", "", "pykubelet has no TLS bootstrap: give --kubeconfig a kubeconfig with a "
-                                          "client certificate for system:node:NAME"),
+    _n("bootstrap-kubeconfig", "path", "bootstrap_kubeconfig"),
     _n("hostname-override", "str", "hostname_override"),
     _n("node-ip", "str", "node_ip"),
     _n("cert-dir", "path", "cert_dir"),
@@ -328,6 +327,8 @@ def _help(f: Flag) -> str:
         return f"not implemented: {f.refused}"
     return {"config": "KubeletConfiguration YAML file (kubelet.config.k8s.io/v1beta1)",
             "kubeconfig": "join the cluster this kubeconfig points at (cluster mode)",
+            "bootstrap-kubeconfig": "while --kubeconfig is missing or its certificate expired: request a "
+                                    "client certificate with this kubeconfig's credentials and write --kubeconfig",
             "hostname-override": "node name (default: this host's name)",
             "node-ip": "the node's InternalIP (default: the address of the default route's interface)",
             "cert-dir": "where the serving certificate is kept (default <root-dir>/pki)",

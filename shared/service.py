@@ -50,11 +50,15 @@ class ServiceContext:
     admin_token: str  # what asks another service's admin app (node-api's /metrics merge) sends
     _tasks: list[asyncio.Task[object]] = field(default_factory=list)
     _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    _may_finish: set[asyncio.Task[object]] = field(default_factory=set)
     failed: bool = False
 
-    def spawn(self, name: str, coro: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
-        """Run a long-lived coroutine; if it ever fails, log it and stop the process."""
+    def spawn(self, name: str, coro: Coroutine[Any, Any, object], *, may_finish: bool = False) -> asyncio.Task[object]:
+        """Run a long-lived coroutine; if it ever fails, log it and stop the process. It must
+        not return either, unless may_finish (a step done once, such as the TLS bootstrap)."""
         task = asyncio.create_task(coro, name=f"{self.name}:{name}")
+        if may_finish:
+            self._may_finish.add(task)
         task.add_done_callback(self._on_task_done)
         self._tasks.append(task)
         return task
@@ -76,6 +80,8 @@ class ServiceContext:
                       task.get_name(), exc_info=exc)
             self.failed = True
             self.stopping.set()
+        elif task in self._may_finish:
+            self._may_finish.discard(task)
         elif not self.stopping.is_set():
             log.error("task %s returned unexpectedly; stopping", task.get_name())
             self.failed = True

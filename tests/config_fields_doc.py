@@ -79,6 +79,8 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "crashLoopBackOff": ("effect", "tests/integration/test_lifecycle.py::test_restart_delays_follow_the_back_off"),
     "volumeStatsAggPeriod": ("effect", "tests/integration/test_volumes.py::test_local_volumes_as_containers_see_them"),
     "serverTLSBootstrap": ("effect", "tests/cluster/test_node_api.py::test_serving_certificate_comes_from_a_csr_and_rotates"),
+    "rotateCertificates": ("effect", "tests/bootstrap/test_tls_bootstrap.py::"
+                                     "test_the_client_certificate_rotates_and_the_node_outlives_the_first_one"),
     "evictionHard": ("effect", "tests/eviction/test_pressure.py::test_memory_hog_is_evicted_and_guaranteed_pod_untouched"),
     "evictionSoft": ("effect", "tests/unit/test_eviction.py::test_soft_threshold_waits_its_grace_period_and_caps_the_pod_grace"),
     "evictionSoftGracePeriod": ("effect", "tests/unit/test_eviction.py::test_soft_threshold_waits_its_grace_period_and_caps_the_pod_grace"),

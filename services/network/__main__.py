@@ -47,10 +47,9 @@ async def setup(ctx: ServiceContext) -> None:
     if ctx.settings.cluster_mode:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.network.node_cidr import NodePodCIDRWatcher
-        from shared.kube import api_client
+        from shared.kube import node_api_client
 
-        k = ctx.settings.kubelet
-        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
+        api = node_api_client(ctx.settings)
         ctx.spawn("node-pod-cidr", NodePodCIDRWatcher(api, ctx.settings.node_name, manager.use_node_pod_cidr).run())
         ctx.on_shutdown(api.close)
 

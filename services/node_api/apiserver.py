@@ -1,16 +1,12 @@
 """What node-api asks the API server, with the node's credentials: TokenReview and
 SubjectAccessReview (the Node authorizer allows nodes to create both, which is how the kubelet
-delegates its API auth) and its serving certificate's CSRs."""
+delegates its API auth)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from services.node_api.auth import Attributes, User
 from shared.kube import KubeApi, path
 
-
-CSRS = "certificates.k8s.io/v1"
 
 
 class KubeReviews:
@@ -37,15 +33,3 @@ class KubeReviews:
         review = await self.api.create(path("authorization.k8s.io/v1", "subjectaccessreviews"), body)
         st = review.get("status") or {}
         return bool(st.get("allowed") and not st.get("denied")), st.get("reason") or ""
-
-
-class KubeCSRs:
-    def __init__(self, api: KubeApi) -> None:
-        self.api = api
-
-    async def create(self, body: dict[str, Any]) -> str:
-        csr = await self.api.create(path(CSRS, "certificatesigningrequests"), body)
-        return csr["metadata"]["name"]
-
-    async def get(self, name: str) -> dict[str, Any]:
-        return await self.api.get(path(CSRS, "certificatesigningrequests", name))

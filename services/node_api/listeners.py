@@ -63,10 +63,9 @@ def auth_gate(authn: Authenticator, authz: Authorizer) -> Gate:
 async def _api_client(ctx: ServiceContext):
     if not ctx.settings.cluster_mode:
         return None
-    from shared.kube import api_client
+    from shared.kube import node_api_client
 
-    k = ctx.settings.kubelet
-    api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
+    api = node_api_client(ctx.settings)
     ctx.on_shutdown(api.close)
     return api
 
@@ -99,7 +98,7 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
     gate = auth_gate(authn, authz)
     cert_dir = ctx.settings.cert_dir
     if k.server_tls_bootstrap:
-        from services.node_api.apiserver import KubeCSRs
+        from shared.csr import KubeCSRs
         from services.node_api.serving_csr import ServingCertificate
 
         tls = server_context(k, None, None)

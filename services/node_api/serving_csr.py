@@ -11,69 +11,26 @@ CSR is approved (`kubectl certificate approve`). Key and certificate are kept in
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime as dt
-import ipaddress
 import logging
 import os
-import random
 import ssl
 from pathlib import Path
-from typing import Any, Protocol
 
+from shared.csr import (CSRAPI, CSRDenied, await_certificate, key_and_request, request_body, rotation_deadline,
+                        validity, wait_until)
 from shared.retry import describe, until_done
+
+__all__ = ["CSRAPI", "CSRDenied", "ServingCertificate", "SIGNER"]
 
 log = logging.getLogger(__name__)
 
 SIGNER = "kubernetes.io/kubelet-serving"
 USAGES = ["digital signature", "key encipherment", "server auth"]
-POLL = 2.0
 # How long one CSR may wait for approval and signing before a new one is made.
 ISSUE_TIMEOUT = 15 * 60.0
 CURRENT = "kubelet-server-current.pem"
 RETRY_CAP = 30.0
-
-
-class CSRAPI(Protocol):
-    async def create(self, body: dict[str, Any]) -> str: ...          # -> the CSR's name
-    async def get(self, name: str) -> dict[str, Any]: ...             # the CSR as a dict
-
-
-class CSRDenied(RuntimeError):
-    pass
-
-
-def build_request(node: str, addresses: list[str]) -> tuple[bytes, bytes]:
-    """(key PEM, CSR PEM) for the node's serving certificate."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName(node)]
-    sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]
-    csr = (x509.CertificateSigningRequestBuilder()
-           .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-                                    x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}")]))
-           .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-           .sign(key, hashes.SHA256()))
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return key_pem, csr.public_bytes(serialization.Encoding.PEM)
-
-
-def validity(pem: bytes) -> tuple[dt.datetime, dt.datetime]:
-    from cryptography import x509
-
-    cert = x509.load_pem_x509_certificate(pem)
-    return cert.not_valid_before_utc, cert.not_valid_after_utc
-
-
-def rotation_deadline(pem: bytes, rng: random.Random | None = None) -> dt.datetime:
-    start, end = validity(pem)
-    fraction = 0.7 + 0.2 * (rng or random).random()
-    return start + (end - start) * fraction
 
 
 class ServingCertificate:
@@ -110,27 +67,14 @@ class ServingCertificate:
 
     async def obtain(self) -> None:
         """One CSR, waited for until issued; then the certificate is stored and served."""
-        key_pem, csr_pem = await asyncio.to_thread(build_request, self.node, self.addresses)
-        body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
-                "metadata": {"generateName": "csr-"},
-                "spec": {"request": base64.b64encode(csr_pem).decode(), "signerName": SIGNER,
-                         "usages": USAGES}}
-        name = await self.api.create(body)
-        self.state = f"waiting for CSR {name} to be approved and signed (kubectl certificate approve {name})"
-        log.info("serving certificate: %s", self.state)
-        deadline = asyncio.get_running_loop().time() + ISSUE_TIMEOUT
-        while True:
-            csr = await self.api.get(name)
-            status = csr.get("status") or {}
-            for cond in status.get("conditions") or []:
-                if cond.get("type") in ("Denied", "Failed") and cond.get("status", "True") == "True":
-                    raise CSRDenied(f"CSR {name} {cond['type'].lower()}: {cond.get('message') or cond.get('reason')}")
-            if status.get("certificate"):
-                cert_pem = base64.b64decode(status["certificate"])
-                break
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"CSR {name} was not issued within {ISSUE_TIMEOUT:.0f}s")
-            await asyncio.sleep(POLL)
+        key_pem, csr_pem = await asyncio.to_thread(key_and_request, self.node, [self.node], self.addresses)
+        name = await self.api.create(request_body(csr_pem, SIGNER, USAGES))
+
+        def waiting(state: str) -> None:
+            self.state = state
+            log.info("serving certificate: %s", state)
+
+        cert_pem = await await_certificate(self.api, name, ISSUE_TIMEOUT, waiting)
         self._store(key_pem, cert_pem)
         self._load()
         log.info("serving certificate: CSR %s issued; %s", name, self.state)
@@ -150,9 +94,7 @@ class ServingCertificate:
             await self._obtain_with_retry()
         while True:
             deadline = rotation_deadline(self.path.read_bytes())
-            wait = (deadline - dt.datetime.now(dt.timezone.utc)).total_seconds()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            await wait_until(deadline)
             log.info("serving certificate: rotating (deadline %s)", f"{deadline:%Y-%m-%dT%H:%M:%SZ}")
             await self._obtain_with_retry()
 

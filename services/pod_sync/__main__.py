@@ -66,9 +66,9 @@ async def setup(ctx: ServiceContext) -> None:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.pod_sync.api_source import ApiPodSource
         from services.pod_sync.env_sources import ApiEnvSource
-        from shared.kube import api_client
+        from shared.kube import node_api_client
 
-        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
+        api = node_api_client(ctx.settings)
         sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store, events=recorder,
                                     on_mirror=lambda: ctx.bus.publish(MirrorPodsChanged())))
         env_source = ApiEnvSource(api)

@@ -45,11 +45,15 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     from services.status_reporter.events import EventPoster
     from services.status_reporter.mirror_pods import MirrorPods
     from services.status_reporter.node_agent import NodeAgent, Registration
-    from shared.kube import api_client
+    from services.status_reporter.client_cert import ClientCertificate
+    from shared.kube import node_api_client
     from shared.node_resources import Reservations
 
     k = ctx.settings.kubelet
-    api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
+    api = node_api_client(ctx.settings)
+    certs = ClientCertificate(ctx.settings)
+    if certs.wanted:
+        ctx.spawn("client-certificate", certs.run(api), may_finish=True)
     events = EventPoster(api, ctx.settings.node_name, k.event_record_qps, k.event_burst)
     node_ip = ctx.settings.node_address
     agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,
@@ -74,8 +78,9 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     await ctx.bus.subscribe(PodStatusChanged, to_write.handle)
     await ctx.bus.subscribe(DesiredPodsChanged, to_write.handle)
     ctx.spawn("api-pod-status-changes", to_write.run())
-    ctx.checks["registered"] = lambda: (agent.registered.is_set(),
-                                        "ok" if agent.registered.is_set() else "node not registered yet")
+    ctx.checks["registered"] = lambda: (agent.registered.is_set(), "ok" if agent.registered.is_set()
+                                        else "node not registered yet" + (f" ({certs.state})" if certs.state else ""))
+
     async def on_pressure(_event: NodePressureChanged) -> None:
         if agent.registered.is_set():
             try:

@@ -40,9 +40,9 @@ async def setup(ctx: ServiceContext) -> None:
     if ctx.settings.cluster_mode:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.volume.api_objects import ApiObjects
-        from shared.kube import api_client
+        from shared.kube import node_api_client
 
-        api = await api_client(ctx.settings.kubeconfig, k.kube_api_qps, k.kube_api_burst, ctx.settings.root_dir)
+        api = node_api_client(ctx.settings)
         objects = api_objects = ApiObjects(api)
         ctx.on_shutdown(api_objects.close)
         ctx.on_shutdown(api.close)

@@ -51,6 +51,8 @@ class ControlPlane:
     # Where the API server listens (and what its certificate names): another address than
     # loopback when nodes run in network namespaces of their own (tests/multinode).
     listen_ip: str = "127.0.0.1"
+    # More kube-apiserver flags (tests/bootstrap: --enable-bootstrap-token-auth).
+    apiserver_extra: tuple[str, ...] = ()
 
     def start(self) -> None:
         ensure_kube_binaries()
@@ -90,7 +92,7 @@ class ControlPlane:
             f"--kubelet-client-key={self.kubelet_client.key}",
             "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
             *([f"--kubelet-certificate-authority={self.ca}"] if self.verify_kubelets else []),
-            f"--cert-dir={self.root / 'apiserver-certs'}"]
+            f"--cert-dir={self.root / 'apiserver-certs'}", *self.apiserver_extra]
         self.start_apiserver()
         self.sa_key = sa_key
 

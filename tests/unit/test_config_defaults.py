@@ -24,13 +24,12 @@ def test_kubeadms_config_names_just_what_pykubelet_does_not_do():
     with pytest.raises(ConfigError) as exc:
         load_kubelet_config(kubeadm_config(), str(KUBEADM))
     message = str(exc.value)
-    assert message.count("is not implemented by pykubelet") == 2, message
+    assert message.count("is not implemented by pykubelet") == 1, message
     assert 'cgroupDriver: "systemd" is not implemented' in message
-    assert "rotateCertificates: true is not implemented" in message
 
 
 def test_kubeadms_zeros_are_the_kubelets_defaults():
-    data = {**kubeadm_config(), "cgroupDriver": "cgroupfs", "rotateCertificates": False}
+    data = {**kubeadm_config(), "cgroupDriver": "cgroupfs"}
     effective = load_kubelet_config(data)[0].model_dump(by_alias=True)
     defaults = load_kubelet_config({})[0].model_dump(by_alias=True)
     # What kubeadm sets on purpose; everything else is the default, the zeros included.
@@ -38,7 +37,7 @@ def test_kubeadms_zeros_are_the_kubelets_defaults():
     assert effective["clusterDNS"] == ["10.96.0.10"] and effective["clusterDomain"] == "cluster.local"
     assert effective["staticPodPath"] == "/etc/kubernetes/manifests"
     differs = sorted(k for k in defaults if effective[k] != defaults[k])
-    assert differs == ["authentication", "clusterDNS", "clusterDomain", "staticPodPath"]
+    assert differs == ["authentication", "clusterDNS", "clusterDomain", "rotateCertificates", "staticPodPath"]
     assert effective["runtimeRequestTimeout"] == 120.0 and effective["syncFrequency"] == 60.0
     assert effective["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
 

@@ -37,7 +37,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 
 @pytest.mark.parametrize("name,value", [
     ("cgroupDriver", "systemd"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
-    ("registryPullQPS", 0), ("rotateCertificates", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
+    ("registryPullQPS", 0), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
     ("shutdownGracePeriod", "30s"), ("imageServiceEndpoint", "unix:///run/x.sock"), ("oomScoreAdj", -900),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
@@ -54,9 +54,9 @@ def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value)
 
 def test_every_refused_field_is_named_at_once_in_the_files_spelling():
     with pytest.raises(ConfigError) as exc:
-        load_kubelet_config({"cgroupDriver": "systemd", "rotateCertificates": True})
+        load_kubelet_config({"cgroupDriver": "systemd", "runOnce": True})
     assert ('cgroupDriver: "systemd" is not implemented' in str(exc.value)
-            and "rotateCertificates: true is not implemented" in str(exc.value))
+            and "runOnce: true is not implemented" in str(exc.value))
     assert "set it to the kubelet's default (\"cgroupfs\")" in str(exc.value)
 
 

@@ -83,9 +83,7 @@ def test_a_flag_wins_over_the_file_and_replaces_its_whole_map(tmp_path):
     (["--feature-gates=InPlacePodVerticalScaling=false"],
      "featureGates: cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true "
      "(--feature-gates sets featureGates)"),
-    (["--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf"],
-     "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf is not implemented by pykubelet (pykubelet has no "
-     "TLS bootstrap"),
+    (["--lock-file=/var/run/kubelet.lock"], "--lock-file=/var/run/kubelet.lock is not implemented by pykubelet"),
     (["--cloud-provider=external"], "--cloud-provider=external is not implemented by pykubelet"),
     (["--maximum-dead-containers=10"], "--maximum-dead-containers=10 is not implemented"),
     (["--vmodule=pod*=4"], "per-file verbosity is not implemented by pykubelet"),

@@ -9,7 +9,8 @@ import ssl
 
 import pytest
 
-from services.node_api.serving_csr import SIGNER, CSRDenied, ServingCertificate, rotation_deadline, validity
+from services.node_api.serving_csr import SIGNER, CSRDenied, ServingCertificate
+from shared.csr import key_and_request, rotation_deadline, validity
 from tests.cluster.pki import PKI
 
 
@@ -39,7 +40,7 @@ class FakeCSRs:
 
 @pytest.fixture(autouse=True)
 def fast_poll(monkeypatch):
-    monkeypatch.setattr("services.node_api.serving_csr.POLL", 0.01)
+    monkeypatch.setattr("shared.csr.POLL", 0.01)
 
 
 async def test_csr_is_issued_stored_and_served(tmp_path):
@@ -68,10 +69,8 @@ async def test_denied_csr_is_an_error_naming_it(tmp_path):
 
 
 def test_rotation_deadline_is_70_to_90_percent_of_the_lifetime(tmp_path):
-    from services.node_api.serving_csr import build_request
-
     pki = PKI(tmp_path / "ca")
-    _, csr = build_request("node1", ["192.0.2.2"])
+    _, csr = key_and_request("node1", ["node1"], ["192.0.2.2"])
     pem = pki.sign_csr(csr, 1000)
     start, end = validity(pem)
     for seed in range(20):
