@@ -25,6 +25,10 @@ Local node:
   status             show every pod: phase, IP, containers, and why it is not running
   logs POD           print a container's log (-c CONTAINER, --previous, --tail N)
 
+As the kubelet (kubelet.service, kubeadm):
+  kubelet            the kubelet's command line: the host's container runtime, root dir
+                     /var/lib/kubelet, pods kept across a stop; starts NATS and the services
+
 As systemd units (production nodes):
   install            write the units, /etc/pykubelet and containerd's config (idempotent)
   uninstall          stop the units and remove what install wrote
@@ -61,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else 1
         return 0
-    if command in ("up", "down"):
+    if command in ("up", "down", "kubelet"):
         from services.cli import up_cmd
 
-        return up_cmd.up(rest) if command == "up" else up_cmd.down(rest)
+        return {"up": up_cmd.up, "down": up_cmd.down, "kubelet": up_cmd.kubelet}[command](rest)
     if command in ("install", "uninstall", "configure"):
         from services.cli import install_cmd
 

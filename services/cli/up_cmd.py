@@ -10,6 +10,8 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Callable
+from urllib.parse import urlsplit
 
 from services.supervisor.forking import Forker, ForkRefused
 from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, orphaned_shims, pid_alive,
@@ -22,6 +24,7 @@ from shared.host import NodeIPError
 from shared.node_dirs import private_umask, root_dir
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
+KUBELET_ROOT = "/var/lib/kubelet"  # the kubelet's --root-dir default
 
 
 def up(argv: list[str]) -> int:
@@ -41,11 +44,44 @@ def up(argv: list[str]) -> int:
                    help="start each service with an interpreter of its own, as the systemd units do, instead "
                         "of forking them from one that imported their code once (shared pages: far less memory)")
     args = p.parse_args(argv)
+    if args.root_dir is None:
+        args.root_dir = DEFAULT_ROOT
+    # A runtime named on the command line is the host's: used, never started or emptied.
+    runtime = args.kf_container_runtime_endpoint
+    return _start(args, "pykubelet up", lambda settings: UpOptions(
+        args=args, settings=settings, nats_port=args.nats_port, registry_port=args.registry_port or None,
+        admin_port_base=args.admin_port_base, push_images=args.push_demo_images,
+        keep_pods=args.keep_pods or runtime is not None, wait_pods=args.wait_pods,
+        forker=None if args.exec_services else prepare_forker(settings),
+        runtime_endpoint=settings.kubelet.container_runtime_endpoint if runtime else None))
+
+
+def kubelet(argv: list[str]) -> int:
+    """`pykubelet kubelet`: the node from the kubelet's own command line, as kubelet.service and
+    kubeadm's drop-in run it: the runtime is the host's (containerRuntimeEndpoint), the root dir
+    /var/lib/kubelet, and the pods outlive a stop (the next start adopts them), as with the
+    kubelet. Only NATS and the services are started."""
+    p = argparse.ArgumentParser(prog="pykubelet kubelet", allow_abbrev=False,
+                                description="Run the node as the kubelet: the kubelet's flags, the host's runtime.")
+    add_node_flags(p)
+    args = p.parse_args(argv)
+    if args.root_dir is None:
+        args.root_dir = KUBELET_ROOT
+    url = urlsplit(args.nats_url or "nats://127.0.0.1:4222")
+    if url.scheme != "nats" or url.hostname not in ("127.0.0.1", "localhost") or not url.port:
+        print(f"pykubelet kubelet: --nats-url {args.nats_url}: the node's bus runs on loopback: give "
+              "nats://127.0.0.1:PORT", file=sys.stderr)
+        return 2
+    return _start(args, "pykubelet kubelet", lambda settings: UpOptions(
+        args=args, settings=settings, nats_port=url.port or 4222, registry_port=None,
+        admin_port_base=args.admin_port_base, push_images=False, keep_pods=True, wait_pods=0.0,
+        forker=prepare_forker(settings), runtime_endpoint=settings.kubelet.container_runtime_endpoint))
+
+
+def _start(args: argparse.Namespace, prog: str, options: Callable[[NodeSettings], UpOptions]) -> int:
     if args.kf_version:
         print(version_line())
         return 0
-    if args.root_dir is None:
-        args.root_dir = DEFAULT_ROOT
     # Before anything is opened: the node's files are private from creation, in the supervisor
     # and in every process it starts (containerd excepted: services/supervisor/node.py).
     private_umask()
@@ -54,24 +90,20 @@ def up(argv: list[str]) -> int:
     try:
         settings = settings_from_args(args)  # fail on a bad config before starting anything
     except ConfigError as exc:
-        print(f"pykubelet up: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     problems = startup_problems(settings.kubelet)
     if problems:  # pod-sync checks again where it runs on its own (the systemd units)
-        print("pykubelet up: not starting: " + "; ".join(problems), file=sys.stderr)
+        print(f"{prog}: not starting: " + "; ".join(problems), file=sys.stderr)
         return 2
     try:
         # Found once, here, and handed to every service: no service guesses on its own.
         args.node_ip = settings.node_address
     except NodeIPError as exc:
-        print(f"pykubelet up: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     root_dir(settings.root_dir)  # 0700, before the preload below opens the store in it
-    opts = UpOptions(args=args, settings=settings, nats_port=args.nats_port,
-                     registry_port=args.registry_port or None, admin_port_base=args.admin_port_base,
-                     push_images=args.push_demo_images, keep_pods=args.keep_pods, wait_pods=args.wait_pods,
-                     forker=None if args.exec_services else prepare_forker(settings))
-    return asyncio.run(run_up(opts))
+    return asyncio.run(run_up(options(settings)))
 
 
 def prepare_forker(settings: NodeSettings) -> Forker | None:

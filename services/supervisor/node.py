@@ -65,6 +65,10 @@ class UpOptions:
     keep_pods: bool
     wait_pods: float
     forker: Forker | None = None  # services are forked from the supervisor; without it, exec'd
+    # The CRI endpoint of a runtime the host runs (`pykubelet kubelet`, or `up` given
+    # --container-runtime-endpoint): used as it is, never started, stopped or emptied of its pods.
+    # None: the node runs a containerd of its own under the root dir.
+    runtime_endpoint: str | None = None
 
 
 async def runtime_answers(endpoint: str) -> bool:
@@ -97,8 +101,14 @@ class LocalNode:
 
     # -- preparation -------------------------------------------------------------------------
 
+    @property
+    def runtime_endpoint(self) -> str:
+        return self.opts.runtime_endpoint or self.containerd.endpoint
+
     def check_prerequisites(self) -> None:
         tools = dict(REQUIRED_TOOLS)
+        if self.opts.runtime_endpoint:
+            tools = {"nats-server": "nats-server"}  # the host's runtime brings its own runc
         if self.registry:
             tools["docker-registry"] = "docker-registry"
         missing = [pkg for tool, pkg in tools.items() if shutil.which(tool) is None]
@@ -262,7 +272,7 @@ class LocalNode:
         # --root-dir first: a forked service's title may be cut at the length of the supervisor's
         # command line, and the leftover check looks for the root dir in it.
         argv = ["--root-dir", str(self.root), "--nats-url", self.nats_url, "--bus-credentials", str(credentials_file(self.bus_dir, service)),
-                "--container-runtime-endpoint", self.containerd.endpoint, "--pod-cidr", self.pod_cidr]
+                "--container-runtime-endpoint", self.runtime_endpoint, "--pod-cidr", self.pod_cidr]
         a = self.opts.args
         if self.opts.admin_port_base:
             argv += ["--admin-port-base", str(self.opts.admin_port_base)]
@@ -323,8 +333,11 @@ class LocalNode:
             if self.opts.push_images:
                 log.info("building demo images from busybox-static and pushing them ...")
                 await self.push_images()
-        await self.start_containerd()
-        log.info("containerd      running (%s)", self.containerd.endpoint)
+        if self.opts.runtime_endpoint:
+            log.info("runtime         %s (the host's: not started or stopped by pykubelet)", self.runtime_endpoint)
+        else:
+            await self.start_containerd()
+            log.info("containerd      running (%s)", self.containerd.endpoint)
         await self.start_services()
 
     async def down(self) -> None:

@@ -134,3 +134,70 @@ def test_logging_format_json_makes_every_service_line_a_json_object(tmp_path):
     record = lines[-1]
     assert record["level"] == "warning" and record["service"] == "probe" and record["logger"] == "shared.bus"
     assert isinstance(record["ts"], float) and record["caller"].startswith("bus.py:")
+
+
+def test_kubelet_takes_the_kubelets_command_line_and_nothing_else(tmp_path):
+    res = run("kubelet", "--version")
+    assert res.returncode == 0 and res.stdout.strip() == "Kubernetes v1.37.2-pykubelet"
+    # No abbreviations: kubeadm 1.20's --container-runtime=remote is not --container-runtime-endpoint.
+    res = run("kubelet", "--container-runtime=remote", "--root-dir", str(tmp_path))
+    assert res.returncode == 2 and "unrecognized arguments: --container-runtime=remote" in res.stderr
+    res = run("kubelet", "--registry-port=5000", "--root-dir", str(tmp_path))
+    assert res.returncode == 2 and "unrecognized arguments: --registry-port=5000" in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_kubelet_refuses_a_bus_off_loopback_and_a_bad_config_before_starting_anything(tmp_path):
+    root = tmp_path / "root"
+    res = run("kubelet", "--nats-url=nats://0.0.0.0:4222", "--root-dir", str(root))
+    assert res.returncode == 2 and "--nats-url nats://0.0.0.0:4222: the node's bus runs on loopback" in res.stderr
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("cgroupDriver: systemd\n")
+    res = run("kubelet", f"--config={cfg}", "--root-dir", str(root))
+    assert res.returncode == 2 and res.stderr.startswith("pykubelet kubelet: ")
+    assert 'cgroupDriver: "systemd" is not implemented by pykubelet' in res.stderr
+    assert not root.exists()
+
+
+def test_up_and_kubelet_use_the_host_runtime_they_are_given(monkeypatch, tmp_path):
+    from services.cli import up_cmd
+
+    seen = {}
+
+    async def fake_run_up(opts):
+        seen[opts.settings.root_dir.name] = opts
+        return 0
+
+    monkeypatch.setattr(up_cmd, "run_up", fake_run_up)
+    monkeypatch.setattr(up_cmd, "prepare_forker", lambda settings: None)
+    monkeypatch.setattr(up_cmd, "startup_problems", lambda k: [])
+    sock = "unix:///run/host-containerd/containerd.sock"
+    assert up_cmd.up(["--root-dir", str(tmp_path / "own"), "--node-ip=192.0.2.7"]) == 0
+    assert up_cmd.up(["--root-dir", str(tmp_path / "host"), f"--container-runtime-endpoint={sock}",
+                      "--node-ip=192.0.2.7"]) == 0
+    assert up_cmd.kubelet(["--root-dir", str(tmp_path / "kubelet"), f"--container-runtime-endpoint={sock}",
+                           "--node-ip=192.0.2.7", "--nats-url=nats://127.0.0.1:4333"]) == 0
+    own, host, kubelet = seen["own"], seen["host"], seen["kubelet"]
+    assert own.runtime_endpoint is None and not own.keep_pods  # its own containerd, emptied at the stop
+    assert host.runtime_endpoint == sock and host.keep_pods
+    assert kubelet.runtime_endpoint == sock and kubelet.keep_pods and kubelet.nats_port == 4333
+    assert kubelet.registry_port is None and not kubelet.push_images
+
+
+def test_kubelet_keeps_its_state_where_the_kubelet_does(monkeypatch):
+    from services.cli import up_cmd
+
+    seen = []
+
+    async def fake_run_up(opts):
+        seen.append(opts.settings)
+        return 0
+
+    monkeypatch.setattr(up_cmd, "run_up", fake_run_up)
+    monkeypatch.setattr(up_cmd, "prepare_forker", lambda settings: None)
+    monkeypatch.setattr(up_cmd, "startup_problems", lambda k: [])
+    monkeypatch.setattr(up_cmd, "root_dir", lambda path: path)  # nothing made under /var/lib here
+    assert up_cmd.kubelet(["--node-ip=192.0.2.7"]) == 0
+    [settings] = seen
+    assert str(settings.root_dir) == "/var/lib/kubelet" and str(settings.cert_dir) == "/var/lib/kubelet/pki"
+    assert settings.kubelet.container_runtime_endpoint == "unix:///run/containerd/containerd.sock"
