@@ -68,7 +68,7 @@ status: ## Show the local node's pods
 	@$(PYKUBELET) status --root-dir $(ROOT_DIR)
 
 .PHONY: test
-test: deps kube lint ## Run all tests: lint, unit, integration (containerd + NATS + SQLite), cluster (etcd + kube-apiserver)
+test: deps lint ## Run all tests: lint, unit, integration (containerd + NATS + SQLite), cluster (etcd + kube-apiserver, built in the background on a fresh machine)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: lint

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from shared.cni import BRIDGE
+from tests import kube_build
 from tests.host_leftovers import clear_bridge
 
 
@@ -19,10 +20,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # Unit tests start no node: they run beside a node of this host.
     if all(Path(str(item.path)).is_relative_to(UNIT_TESTS) for item in session.items):
         return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if kube_build.start_in_background() and reporter is not None:
+        reporter.write_line(f"building the control plane in the background for the cluster tests "
+                            f"(deploy/build-kube.sh, log in {kube_build.LOG})")
     if os.geteuid() != 0 or not Path(f"/sys/class/net/{BRIDGE}").exists():
         return
     found = clear_bridge(BRIDGE)
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if found.removed and reporter is not None:
         reporter.write_line(f"removed {len(found.removed)} pod network namespace(s) that a killed run left "
                             f"on bridge {BRIDGE}: {', '.join(found.removed)}")
@@ -31,3 +35,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         pytest.exit(f"bridge {BRIDGE} carries pods of a node that is running on this host: {held}. Their "
                     "addresses collide with the test nodes' (same bridge, same pod CIDR): stop that node "
                     "(`make down`, or `pykubelet down --root-dir DIR`) and run the tests again.", returncode=3)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    kube_build.stop_background()

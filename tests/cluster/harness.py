@@ -4,7 +4,6 @@ admission a kubeadm cluster has (Node,RBAC and NodeRestriction)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import ssl
 import subprocess
@@ -16,10 +15,9 @@ from pathlib import Path
 from tests.cluster.pki import PKI, kubeconfig
 from tests.integration.conftest import free_port
 
-CACHE = Path(os.environ.get("PYKUBELET_CACHE", "/var/cache/pykubelet"))
-# The Kubernetes release the tests run against; deploy/build-kube.sh has the same default.
-KUBE_VERSION = os.environ.get("KUBE_VERSION", "1.37.2")
-KUBE_BIN = CACHE / f"kube-{KUBE_VERSION}" / "bin"
+from tests.kube_build import CACHE, KUBE_BIN, KUBE_VERSION, KubeBuildError, wait_until_built
+
+__all__ = ["CACHE", "KUBE_BIN", "KUBE_VERSION"]
 # How reports name the reference kubelet: "kubelet 1.37".
 KUBELET_LABEL = "kubelet " + ".".join(KUBE_VERSION.split(".")[:2])
 
@@ -29,11 +27,11 @@ class HarnessError(RuntimeError):
 
 
 def ensure_kube_binaries() -> None:
-    """`make test` builds them first (`make kube`); a direct pytest run gets a clear failure."""
-    missing = [b for b in ("etcd", "kube-apiserver", "kubectl") if not (KUBE_BIN / b).exists()]
-    if missing:
-        raise HarnessError(f"missing {', '.join(missing)} in {KUBE_BIN}: run `make kube` "
-                           f"(deploy/build-kube.sh builds them from the Go module proxy)")
+    """The session builds them in the background (tests/kube_build.py): wait for that build."""
+    try:
+        wait_until_built()
+    except KubeBuildError as exc:
+        raise HarnessError(f"cannot build the control plane from the Go module proxy: {exc}") from None
 
 
 @dataclass
@@ -97,11 +95,9 @@ class ControlPlane:
         self.sa_key = sa_key
 
     def start_controllers(self, controller_manager_args: tuple[str, ...] = ()) -> None:
-        """kube-scheduler and kube-controller-manager (`make kube` builds them), each
+        """kube-scheduler and kube-controller-manager (deploy/build-kube.sh builds them), each
         with its own identity as kubeadm gives them, serving nothing."""
-        missing = [b for b in ("kube-scheduler", "kube-controller-manager") if not (KUBE_BIN / b).exists()]
-        if missing:
-            raise HarnessError(f"missing {', '.join(missing)} in {KUBE_BIN}: run `make kube`")
+        ensure_kube_binaries()
         for name, user in (("kube-scheduler", "system:kube-scheduler"),
                            ("kube-controller-manager", "system:kube-controller-manager")):
             cert = self.pki.issue(name, user)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shared.kubelet_flags import BY_NAME
-from tests.cluster.harness import CACHE, KUBE_VERSION
+from tests.cluster.harness import CACHE, KUBE_VERSION, ensure_kube_binaries
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,6 +23,7 @@ BY_OTHERS = {"housekeeping-interval", "log-flush-frequency"}
 
 
 def _source(path: str) -> str:
+    ensure_kube_binaries()  # the build downloads the sources
     f = MODULES / path
     if not f.is_file():
         pytest.fail(f"{f} is missing: `make kube` downloads the Kubernetes {KUBE_VERSION} sources into the Go module "
@@ -43,6 +44,7 @@ def test_every_kubelet_flag_is_in_the_table_and_no_other():
 def test_the_feature_gate_table_is_the_kubelets():
     from tests import feature_gates_source
 
+    ensure_kube_binaries()  # the build downloads the sources
     try:
         gates = feature_gates_source.kubelet_gates()
     except FileNotFoundError as exc:
