@@ -35,6 +35,10 @@ class CSRDenied(RuntimeError):
     pass
 
 
+class UnusableCertificate(CSRDenied):
+    """What the signer issued cannot be used with the request's key: a new request is made."""
+
+
 def node_subject(node: str) -> str:
     return f"system:node:{node}"
 
@@ -96,6 +100,27 @@ def validity(pem: bytes) -> tuple[dt.datetime, dt.datetime]:
 
     cert = x509.load_pem_x509_certificate(pem)
     return cert.not_valid_before_utc, cert.not_valid_after_utc
+
+
+def check_issued(cert_pem: bytes, key_pem: bytes, name: str) -> None:
+    """The certificate CSR `name` was issued is one PEM certificate for key_pem's public key,
+    valid now; UnusableCertificate says what it is not (the API server's answer is not trusted
+    to be what was asked for before it becomes the node's credentials)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as exc:
+        raise UnusableCertificate(f"CSR {name} was issued something that is not a PEM certificate: {exc}") from None
+    public = serialization.load_pem_private_key(key_pem, password=None).public_key()
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if cert.public_key().public_bytes(*spki) != public.public_bytes(*spki):
+        raise UnusableCertificate(f"CSR {name} was issued a certificate for another key")
+    if not currently_valid(cert_pem):
+        raise UnusableCertificate(f"CSR {name} was issued a certificate valid only from "
+                                  f"{cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} to "
+                                  f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}; is this host's clock right?")
 
 
 def currently_valid(pem: bytes) -> bool:

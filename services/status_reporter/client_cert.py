@@ -22,8 +22,8 @@ import httpx
 
 from shared import client_cert
 from shared.config import ConfigError, NodeSettings
-from shared.csr import (CSRDenied, KubeCSRs, await_certificate, currently_valid, digested_name, key_and_request,
-                        request_body, rotation_deadline, wait_until)
+from shared.csr import (CSRDenied, KubeCSRs, await_certificate, check_issued, currently_valid, digested_name,
+                        key_and_request, request_body, rotation_deadline, wait_until)
 from shared.kube import ApiError, KubeApi, api_client
 from shared.kubeconfig import client_certificate
 from shared.retry import describe, until_done
@@ -121,6 +121,7 @@ class ClientCertificate:
                                               digested_name(key_pem, self.node, client_cert.USAGES)))
         try:
             cert_pem = await await_certificate(csrs, name, BOOTSTRAP_TIMEOUT, self._waiting)
+            check_issued(cert_pem, key_pem, name)
         except (CSRDenied, TimeoutError):
             client_cert.drop_pending_key(self.cert_dir)  # the next attempt is a new request
             raise
@@ -186,6 +187,7 @@ class ClientCertificate:
         csrs = KubeCSRs(api)
         name = await csrs.create(request_body(csr_pem, client_cert.SIGNER, client_cert.USAGES))
         cert_pem = await await_certificate(csrs, name, RENEWAL_TIMEOUT, self._waiting)
+        check_issued(cert_pem, key_pem, name)
         pair = client_cert.store(self.cert_dir, cert_pem, key_pem)
         log.info("client certificate: CSR %s issued, now %s", name, pair.name)
 

@@ -91,6 +91,22 @@ def test_a_pending_request_keeps_its_name_across_a_restart():
         req.extensions.get_extension_for_class(x509.SubjectAlternativeName)
 
 
+def test_an_issued_certificate_must_be_for_the_requests_key_and_valid_now(tmp_path):
+    pki = PKI(tmp_path / "ca")
+    cert, key = _issue(pki)
+    csr.check_issued(cert, key, "node-csr-a")
+    other_cert, _ = _issue(pki)
+    with pytest.raises(csr.UnusableCertificate, match="node-csr-a was issued a certificate for another key"):
+        csr.check_issued(other_cert, key, "node-csr-a")
+    expired, expired_key = _issue(pki, seconds=-1)
+    with pytest.raises(csr.UnusableCertificate, match="is this host's clock right"):
+        csr.check_issued(expired, expired_key, "node-csr-a")
+    with pytest.raises(csr.UnusableCertificate, match="not a PEM certificate"):
+        csr.check_issued(b"<html>hello</html>", key, "node-csr-a")
+    # A new request follows: the bootstrap and the renewal retry a denied one.
+    assert issubclass(csr.UnusableCertificate, csr.CSRDenied)
+
+
 async def test_requests_after_a_renewal_go_out_on_a_new_client_and_running_ones_finish(tmp_path, monkeypatch):
     monkeypatch.setattr(RenewedCertificate, "CHECK_EVERY", 0.0)
     pki, certs = PKI(tmp_path / "ca"), tmp_path / "pki"
