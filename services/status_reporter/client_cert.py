@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Awaitable, Callable
 
 import httpx
 
@@ -80,26 +81,33 @@ class ClientCertificate:
         log.info("TLS bootstrap: %s; requesting a client certificate for %s with %s", why,
                  f"system:node:{self.node}", self.bootstrap_kubeconfig)
         self.state = f"TLS bootstrap: {why}"
+        await self._retried("TLS bootstrap", "TLS bootstrap failed, retrying", self._bootstrap_once)
 
+    async def _retried(self, what: str, failed: str, step: Callable[[], Awaitable[None]]) -> None:
+        """step, again with back-off until it works; meanwhile the readiness check shows why not."""
         async def attempt() -> None:
             try:
-                await self._bootstrap_once()
+                await step()
             except Exception as exc:
-                self.state = f"TLS bootstrap failed, retrying: {describe(exc)}"
+                self.state = f"{failed}: {describe(exc)}"
                 raise
 
-        await until_done("TLS bootstrap", attempt, log, initial=2.0, cap=RETRY_CAP, retry_on=TRANSIENT)
+        await until_done(what, attempt, log, initial=2.0, cap=RETRY_CAP, retry_on=TRANSIENT)
         self.state = ""
+
+    async def _with_bootstrap_credentials(self, step: Callable[[KubeApi], Awaitable[None]]) -> None:
+        assert self.bootstrap_kubeconfig is not None
+        api = await api_client(self.bootstrap_kubeconfig, self.qps, self.burst, self.root_dir)
+        try:
+            await step(api)
+        finally:
+            await api.close()
 
     async def _bootstrap_once(self) -> None:
         assert self.bootstrap_kubeconfig is not None
         current = client_cert.current_pem(self.cert_dir)
         if current is None or not currently_valid(current):
-            api = await api_client(self.bootstrap_kubeconfig, self.qps, self.burst, self.root_dir)
-            try:
-                await self._request_bootstrap_certificate(api)
-            finally:
-                await api.close()
+            await self._with_bootstrap_credentials(self._request_bootstrap_certificate)
         else:
             log.info("TLS bootstrap: the cert dir's %s is valid: writing the kubeconfig for it", client_cert.CURRENT)
         client_cert.write_kubeconfig(self.kubeconfig, self.bootstrap_kubeconfig, self.cert_dir)
@@ -156,17 +164,8 @@ class ClientCertificate:
             deadline = rotation_deadline(pem)
             log.info("client certificate: next renewal at %s", f"{deadline:%Y-%m-%dT%H:%M:%SZ}")
             await wait_until(deadline)
-
-            async def renew() -> None:
-                try:
-                    await self._renew(api)
-                except Exception as exc:
-                    self.state = f"client certificate not renewed: {describe(exc)}"
-                    raise
-
-            await until_done("renewing the client certificate", renew, log, initial=2.0, cap=RETRY_CAP,
-                             retry_on=TRANSIENT)
-            self.state = ""
+            await self._retried("renewing the client certificate", "client certificate not renewed",
+                                lambda: self._renew(api))
 
     async def _renew(self, api: KubeApi) -> None:
         current = self._current()
@@ -174,11 +173,7 @@ class ClientCertificate:
             # Expired (the node was down past its end): the bootstrap credentials ask, as the
             # kubelet's certificate manager falls back to them.
             log.warning("client certificate expired: renewing it with %s", self.bootstrap_kubeconfig)
-            bootstrap_api = await api_client(self.bootstrap_kubeconfig, self.qps, self.burst, self.root_dir)
-            try:
-                await self._request(bootstrap_api)
-            finally:
-                await bootstrap_api.close()
+            await self._with_bootstrap_credentials(self._request)
         else:
             await self._request(api)
 
