@@ -106,7 +106,10 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
                                      [ctx.settings.node_address])
         ctx.spawn("serving-certificate", serving.run())
     else:
-        cert, key = serving_cert_paths(k, cert_dir, ctx.settings.node_name, [ctx.settings.node_address])
+        # In a thread: a first start makes a key and certificate, importing cryptography and
+        # writing files, which held node-api's loop past 100 ms under a busy disk.
+        cert, key = await asyncio.to_thread(serving_cert_paths, k, cert_dir, ctx.settings.node_name,
+                                            [ctx.settings.node_address])
         tls = server_context(k, cert, key)
         serving = None
     server = HTTPServer(kubelet.routes(), gate, tls, "kubelet-api")
