@@ -1,12 +1,22 @@
-"""A control plane set up as `kubeadm init` sets one up for joining nodes: bootstrap-token
-authentication, the RBAC bindings kubeadm makes for bootstrap tokens and for nodes renewing their
-own certificates, and kube-controller-manager approving and signing kubelet client CSRs with
-the cluster CA. The node starts as `kubeadm join` starts the kubelet: `pykubelet kubelet` with
-kubeadm's drop-in flags, the config.yaml kubeadm 1.37 writes, a bootstrap kubeconfig (a token),
-no kubeconfig, and the host's own container runtime (tests/bootstrap/host_runtime.py)."""
+"""A node joined with the real `kubeadm join` 1.37 (tests/kube_build.py builds kubeadm beside the
+control plane), with pykubelet as its kubelet:
+
+- the control plane is prepared by kubeadm itself, `kubeadm init phase upload-config kubeadm`,
+  `upload-config kubelet` and `bootstrap-token` against the tests' API server (the ConfigMaps,
+  the token and the RBAC a join needs), and kube-controller-manager approves and signs kubelet
+  client CSRs with the cluster CA;
+- the node is a private host (tests/bootstrap/private_host.py: /etc and /var/lib overlaid, so the
+  machine's /etc/kubernetes and /var/lib/kubelet are untouched) with a containerd of its own
+  (tests/bootstrap/host_runtime.py);
+- `kubeadm join --discovery-file ... --tls-bootstrap-token ...` runs there, and once it has written
+  /var/lib/kubelet/kubeadm-flags.env the kubelet is started as kubelet.service's kubeadm drop-in
+  starts it: `pykubelet kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS
+  $KUBELET_EXTRA_ARGS`, the last from /etc/default/kubelet. Join returns once the kubelet's
+  healthz is ok and the TLS bootstrap has written /etc/kubernetes/kubelet.conf."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from dataclasses import dataclass
@@ -17,10 +27,13 @@ import pytest
 import yaml
 
 from shared.admin import SERVICES
+from shared.host import node_ip
 from tests.bootstrap.host_runtime import HostRuntime, HostRuntimeError
-from tests.cluster.harness import ControlPlane, HarnessError
-from tests.integration.conftest import (NODE_NAME, PYKUBELET, REPO, Node, _wait_up, free_port, free_port_range,
-                                        require_node_prerequisites, stop_node, wait_for)
+from tests.bootstrap.private_host import PrivateHost, PrivateHostError
+from tests.cluster.harness import KUBE_BIN, KUBE_VERSION, ControlPlane, HarnessError, ensure_kube_binaries
+from tests.integration.conftest import (NODE_NAME, PYKUBELET, REPO, Node, _tail, _wait_up, free_port,
+                                        free_port_range, require_node_prerequisites, stop_node, stop_process,
+                                        wait_for)
 from tests.integration.event_loops import watched_env
 
 TOKEN_ID, TOKEN_SECRET = "pk7bt1", "0123456789abcdef"
@@ -28,40 +41,35 @@ TOKEN_ID, TOKEN_SECRET = "pk7bt1", "0123456789abcdef"
 # backdate), so one lasts 7.5 minutes and is renewed 15-105 s after it is issued (70-90%).
 SIGNING_DURATION = 150
 BOOTSTRAP_GROUP = "system:bootstrappers:kubeadm:default-node-token"
-
-
-def _binding(name: str, role: str, group: str) -> dict:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]}
-
-
-# What kubeadm's bootstrap-token phase creates (cmd/kubeadm/app/phases/bootstraptoken/node).
-KUBEADM_OBJECTS = [
-    {"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
-     "metadata": {"name": f"bootstrap-token-{TOKEN_ID}", "namespace": "kube-system"},
-     "stringData": {"token-id": TOKEN_ID, "token-secret": TOKEN_SECRET, "usage-bootstrap-authentication": "true",
-                    "usage-bootstrap-signing": "true", "auth-extra-groups": BOOTSTRAP_GROUP}},
-    _binding("kubeadm:kubelet-bootstrap", "system:node-bootstrapper", BOOTSTRAP_GROUP),
-    _binding("kubeadm:node-autoapprove-bootstrap",
-             "system:certificates.k8s.io:certificatesigningrequests:nodeclient", BOOTSTRAP_GROUP),
-    _binding("kubeadm:node-autoapprove-certificate-rotation",
-             "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes"),
-]
-
-
-# The config.yaml `kubeadm join` 1.37 writes to /var/lib/kubelet/config.yaml.
-KUBEADM_CONFIG = Path(__file__).resolve().parents[1] / "unit" / "data" / "kubeadm-1.37-kubelet-config.yaml"
+KUBELET_ROOT = "/var/lib/kubelet"
+# What kubeadm's packaging gives kubelet.service (10-kubeadm.conf): the files are kubeadm's.
+DROP_IN_ARGS = ["--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+                "--kubeconfig=/etc/kubernetes/kubelet.conf", f"--config={KUBELET_ROOT}/config.yaml"]
+DROP_IN = ('set -a; [ -f /var/lib/kubelet/kubeadm-flags.env ] && . /var/lib/kubelet/kubeadm-flags.env; '
+           '[ -f /etc/default/kubelet ] && . /etc/default/kubelet; set +a; '
+           'exec "$@" $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS')
+JOIN_TIMEOUT = 360  # kubeadm's own waits: 4 min for the kubelet's healthz, 5 for the TLS bootstrap
 
 
 @dataclass
 class Joined:
     cp: ControlPlane
+    host: PrivateHost
     runtime: HostRuntime
     node: Node
-    kubeconfig: Path
-    bootstrap_kubeconfig: Path
-    cert_dir: Path
+    join_output: str
+
+    kubeconfig = "/etc/kubernetes/kubelet.conf"
+    cert_dir = f"{KUBELET_ROOT}/pki"
+
+    def file(self, inside: str) -> Path:
+        """A file the node wrote, by its path on the node."""
+        return self.host.path(inside)
+
+    def kubeadm(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """kubeadm on the node."""
+        return subprocess.run([*self.host.enter(), str(KUBE_BIN / "kubeadm"), *args], capture_output=True,
+                              text=True, timeout=timeout)
 
     def get(self, *args: str) -> dict:
         return json.loads(self.cp.kubectl("get", *args, "-o", "json").stdout)
@@ -74,78 +82,119 @@ class Joined:
         return next((c["status"] for c in conds if c["type"] == "Ready"), "Unknown")
 
 
-def bootstrap_kubeconfig(path: Path, server: str, ca: Path) -> Path:
-    """As kubeadm join writes /etc/kubernetes/bootstrap-kubelet.conf: the CA and the token."""
-    doc = {"apiVersion": "v1", "kind": "Config", "current-context": "tls-bootstrap-token-user@kubernetes",
-           "clusters": [{"name": "kubernetes", "cluster": {"server": server, "certificate-authority": str(ca)}}],
-           "contexts": [{"name": "tls-bootstrap-token-user@kubernetes",
-                         "context": {"cluster": "kubernetes", "user": "tls-bootstrap-token-user"}}],
-           "users": [{"name": "tls-bootstrap-token-user", "user": {"token": f"{TOKEN_ID}.{TOKEN_SECRET}"}}]}
-    path.write_text(json.dumps(doc))
+def kubeadm_config(cp: ControlPlane, cri_socket: str, kubelet_port: int, healthz_port: int) -> str:
+    """What `kubeadm init` would be given: the token, the cluster, and the kubelet configuration
+    every node that joins gets (kubelet-config): cgroupfs, as on this host, and ports free here."""
+    port = cp.server.rsplit(":", 1)[1]
+    return yaml.safe_dump_all([
+        {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
+         "bootstrapTokens": [{"token": f"{TOKEN_ID}.{TOKEN_SECRET}", "groups": [BOOTSTRAP_GROUP],
+                              "usages": ["signing", "authentication"]}],
+         # kubeadm refuses a loopback address here; the API server itself stays on loopback.
+         "localAPIEndpoint": {"advertiseAddress": node_ip(), "bindPort": int(port)},
+         "nodeRegistration": {"criSocket": cri_socket}},
+        {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
+         "kubernetesVersion": f"v{KUBE_VERSION}", "controlPlaneEndpoint": f"127.0.0.1:{port}",
+         "networking": {"serviceSubnet": "10.96.0.0/24"}},
+        {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+         "cgroupDriver": "cgroupfs", "port": kubelet_port, "healthzPort": healthz_port}])
+
+
+def discovery_file(path: Path, cp: ControlPlane) -> Path:
+    """The cluster as `kubeadm join --discovery-file` takes it: server and CA, and a user without
+    credentials (join reads cluster-info anonymously, then uses the token)."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "join",
+        "clusters": [{"name": "kubernetes", "cluster": {
+            "server": cp.server, "certificate-authority-data": base64.b64encode(cp.ca.read_bytes()).decode()}}],
+        "contexts": [{"name": "join", "context": {"cluster": "kubernetes", "user": "anonymous"}}],
+        "users": [{"name": "anonymous", "user": {}}]}))
     return path
+
+
+def prepare_control_plane(cp: ControlPlane, work: Path, config: str) -> None:
+    """`kubeadm init`'s phases that a join needs, against the running API server."""
+    (work / "kubeadm.yaml").write_text(config)
+    for phase in (("upload-config", "kubeadm"), ("upload-config", "kubelet"), ("bootstrap-token",)):
+        res = subprocess.run([str(KUBE_BIN / "kubeadm"), "init", "phase", *phase, f"--config={work / 'kubeadm.yaml'}",
+                              f"--kubeconfig={cp.admin_kubeconfig}"], capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            raise HarnessError(f"kubeadm init phase {' '.join(phase)} failed: {res.stdout[-1500:]}{res.stderr[-2500:]}")
 
 
 @pytest.fixture(scope="package")
 def joined(tmp_path_factory) -> Iterator[Joined]:
-    cp = ControlPlane(tmp_path_factory.mktemp("bootstrap-control-plane"), NODE_NAME,
-                      apiserver_extra=("--enable-bootstrap-token-auth=true",))
-    node = None
+    require_node_prerequisites()
+    work = tmp_path_factory.mktemp("kubeadm-join")
+    cp = ControlPlane(work / "control-plane", NODE_NAME, apiserver_extra=("--enable-bootstrap-token-auth=true",))
+    host, runtime, node, join = PrivateHost(work / "host"), None, None, None
     try:
         try:
+            ensure_kube_binaries("kubeadm")
             cp.start()
-            for obj in KUBEADM_OBJECTS:
-                cp.kubectl("apply", "-f", "-", input_text=json.dumps(obj))
             # csrapproving and csrsigning are among the controllers kube-controller-manager runs.
             cp.start_controllers((f"--cluster-signing-cert-file={cp.pki.ca.cert}",
                                   f"--cluster-signing-key-file={cp.pki.ca.key}",
                                   f"--cluster-signing-duration={SIGNING_DURATION}s"))
-        except HarnessError as exc:
-            pytest.fail(f"cannot start the test control plane: {exc}")
-        root = tmp_path_factory.mktemp("bootstrap-node")  # as /var/lib/kubelet
-        etc = root.with_name(f"{root.name}-etc")  # as /etc/kubernetes, outside the node's root
-        (etc / "manifests").mkdir(parents=True)
-        runtime = HostRuntime(root)
-        try:
+            (work / "host").mkdir()
+            host.start()
+            runtime = HostRuntime(work / "runtime", Path(KUBELET_ROOT), wrap=tuple(host.enter()))
             runtime.start()
-        except HostRuntimeError as exc:
-            pytest.fail(f"cannot start the host's container runtime: {exc}")
-        bk = bootstrap_kubeconfig(etc / "bootstrap-kubelet.conf", cp.server, cp.ca)
-        kubeconfig = etc / "kubelet.conf"
-        node = launch_kubelet(root, etc, runtime, cp.ca,
-                              [f"--bootstrap-kubeconfig={bk}", f"--kubeconfig={kubeconfig}"])
-        j = Joined(cp, runtime, node, kubeconfig, bk, root / "pki")
-        wait_for(lambda: j.ready() == "True", 90, "the node to bootstrap, register and turn Ready")
+            kubelet_port, healthz_port = free_port(), free_port()
+            prepare_control_plane(cp, work, kubeadm_config(cp, runtime.endpoint, kubelet_port, healthz_port))
+        except (HarnessError, PrivateHostError, HostRuntimeError) as exc:
+            pytest.fail(f"cannot set up the cluster and host for kubeadm join: {exc}")
+        # pykubelet's own flags, where a user adds flags: the bus and admin ports free here, the
+        # pods' logs beside the test's (/var/log is not the private host's).
+        nats_port, admin_base = free_port(), free_port_range(len(SERVICES))
+        pod_logs = work / "pod-logs"
+        default = host.path("/etc/default/kubelet")
+        default.parent.mkdir(parents=True, exist_ok=True)
+        default.write_text(f'KUBELET_EXTRA_ARGS="--nats-url=nats://127.0.0.1:{nats_port} '
+                           f'--admin-port-base={admin_base} --pod-logs-dir={pod_logs}"\n')
+        join_log = work / "kubeadm-join.log"
+        with open(join_log, "w") as out:
+            join = subprocess.Popen([*host.enter(), str(KUBE_BIN / "kubeadm"), "join",
+                                     f"--discovery-file={discovery_file(work / 'discovery.conf', cp)}",
+                                     f"--tls-bootstrap-token={TOKEN_ID}.{TOKEN_SECRET}",
+                                     f"--cri-socket={runtime.endpoint}", f"--node-name={NODE_NAME}",
+                                     "--ignore-preflight-errors=all"], stdout=out, stderr=subprocess.STDOUT)
+        # kubeadm finds no init system to restart kubelet.service with: the test is that init system.
+        flags = host.path(f"{KUBELET_ROOT}/kubeadm-flags.env")
+        wait_for(lambda: flags.exists() or join.poll() is not None, 120, "kubeadm join to write kubeadm-flags.env")
+        if not flags.exists():
+            pytest.fail(f"kubeadm join exited with {join.returncode} before starting the kubelet:\n{_tail(join_log)}")
+        node = launch_drop_in(host, runtime, work, kubelet_port, healthz_port, admin_base)
+        try:
+            code = join.wait(timeout=JOIN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None
+        output = join_log.read_text()
+        if code != 0:
+            pytest.fail(f"kubeadm join {'timed out' if code is None else f'exited with {code}'}:\n{output[-3000:]}\n"
+                        f"pykubelet kubelet:\n{_tail(node.log)}")
+        j = Joined(cp, host, runtime, node, output)
+        wait_for(lambda: j.ready() == "True", 90, "the node to register and turn Ready")
         yield j
     finally:
+        if join is not None:
+            stop_process(join, timeout=5)
         if node is not None:
             stop_node(node)
-            runtime.stop(str(node.root / "pod-logs"))
+        if runtime is not None:
+            runtime.stop(str(work / "pod-logs"))
+        host.stop()
         cp.stop()
 
 
-def launch_kubelet(root: Path, etc: Path, runtime: HostRuntime, ca: Path, flags: list[str]) -> Node:
-    """`pykubelet kubelet` as kubelet.service runs it after `kubeadm join`: kubeadm's config.yaml
-    in the root dir (its cgroup driver, CA file and ports changed for this host and test), the
-    drop-in's flags, then kubeadm-flags.env's runtime endpoint."""
-    require_node_prerequisites()
-    config = yaml.safe_load(KUBEADM_CONFIG.read_text())
-    config["cgroupDriver"] = "cgroupfs"  # systemd is issue-34 work: refused by name today
-    (etc / "pki").mkdir(exist_ok=True)
-    (etc / "pki" / "ca.crt").write_bytes(ca.read_bytes())  # as kubeadm join writes /etc/kubernetes/pki/ca.crt
-    config["authentication"]["x509"]["clientCAFile"] = str(etc / "pki" / "ca.crt")
-    config["staticPodPath"] = str(etc / "manifests")
-    config["healthzPort"], config["port"] = free_port(), free_port()
-    (root / "config.yaml").write_text(yaml.safe_dump(config))
-    nats_port, admin_base = free_port(), free_port_range(len(SERVICES))
-    argv = [*PYKUBELET, "kubelet", *flags, f"--config={root / 'config.yaml'}", f"--root-dir={root}",
-            f"--container-runtime-endpoint={runtime.endpoint}", f"--hostname-override={NODE_NAME}",
-            # pykubelet's own: the bus and admin ports free here, the pods' logs beside the test's.
-            f"--nats-url=nats://127.0.0.1:{nats_port}", f"--admin-port-base={admin_base}",
-            f"--pod-logs-dir={root / 'pod-logs'}"]
-    log, env = root.with_name(f"{root.name}-kubelet.log"), watched_env(root)
+def launch_drop_in(host: PrivateHost, runtime: HostRuntime, work: Path, kubelet_port: int, healthz_port: int,
+                   admin_base: int) -> Node:
+    """`pykubelet kubelet` on the private host, as the kubeadm drop-in of kubelet.service runs it."""
+    argv = [*host.enter(), "sh", "-c", DROP_IN, "kubelet", *PYKUBELET, "kubelet", *DROP_IN_ARGS]
+    root, log, env = host.path(KUBELET_ROOT), work / "kubelet.log", watched_env(work)
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
-    n = Node(root, etc / "manifests", runtime.registry, admin_base, proc, log, kubelet_port=config["port"],
-             argv=argv, env=env, healthz_port=config["healthzPort"])
+    n = Node(root, host.path("/etc/kubernetes/manifests"), runtime.registry, admin_base, proc, log,
+             kubelet_port=kubelet_port, argv=argv, env=env, healthz_port=healthz_port)
     _wait_up(n)
     return n

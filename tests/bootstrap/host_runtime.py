@@ -30,7 +30,11 @@ class HostRuntimeError(RuntimeError):
 
 @dataclass
 class HostRuntime:
-    root: Path  # the node's root dir: the runtime's files under <root>/containerd, the CNI config under <root>/cni
+    root: Path  # the runtime's files: <root>/containerd
+    # The kubelet's root dir as the runtime sees it: the network service writes the pod network's
+    # CNI config under it, which this runtime reads.
+    kubelet_root: Path
+    wrap: tuple[str, ...] = ()  # what runs containerd (the private host's namespace)
     registry: str = ""
     _procs: tuple[subprocess.Popen, ...] = ()
 
@@ -56,11 +60,11 @@ class HostRuntime:
         if push.returncode != 0:
             raise HostRuntimeError(f"pushing the demo images to {self.registry} failed: {push.stderr[-2000:]}")
         pause = IMAGES["pause"]
-        cni_conf_dir(self.root).mkdir(parents=True, exist_ok=True)
-        write_config(self.layout, cni_conf_dir=cni_conf_dir(self.root), cni_bin_dir=CNI_BIN_DIR,
+        write_config(self.layout, cni_conf_dir=cni_conf_dir(self.kubelet_root), cni_bin_dir=CNI_BIN_DIR,
                      sandbox_image=f"{self.registry}/{pause.repository}:{pause.tag}", registry=self.registry,
                      restrict_oom=kernel_refuses_negative_oom_score_adj())
-        containerd = self._spawn(["containerd", "--config", str(self.layout.config)], logs / "containerd.log")
+        containerd = self._spawn([*self.wrap, "containerd", "--config", str(self.layout.config)],
+                                 logs / "containerd.log")
         try:
             wait_for(lambda: containerd.poll() is None and self.answers(), START_TIMEOUT,
                      f"the host's containerd to answer on {self.endpoint}")
@@ -95,9 +99,10 @@ class HostRuntime:
         return {c.metadata.name: c.id for c in found if c.state == cri_api.CONTAINER_RUNNING}
 
     def stop(self, pod_logs_dir: str) -> None:
-        """The pods the node left (a kubelet's stop leaves them), then the runtime and registry."""
+        """The pods the node left (a kubelet's stop leaves them, kubeadm reset removes them),
+        then the runtime and registry."""
         if self._procs and self.answers():
-            asyncio.run(teardown_node(self.root, self.endpoint, pod_logs_dir))
+            asyncio.run(teardown_node(self.kubelet_root, self.endpoint, pod_logs_dir))
         for proc in reversed(self._procs):
             stop_process(proc)
         self._procs = ()

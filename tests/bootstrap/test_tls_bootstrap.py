@@ -1,15 +1,18 @@
-"""A node joins with only a bootstrap token, as after `kubeadm join`: the TLS bootstrap gets its
-client certificate through a CSR that kube-controller-manager approves and signs, writes the
-kubeconfig, and the node registers with its own identity; then the certificate is renewed
-(rotateCertificates) while pods run, and the node keeps working after the first one expired."""
+"""The node `kubeadm join` started with only a bootstrap token: the TLS bootstrap got its client
+certificate through a CSR that kube-controller-manager approved and signed, wrote the kubeconfig,
+and the node registered with its own identity; then the certificate is renewed
+(rotateCertificates, which kubeadm always sets) while pods run, and the node keeps working after
+the first one expired."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import os
 import stat
 import time
+from pathlib import Path
 
 import yaml
 from cryptography import x509
@@ -21,8 +24,13 @@ from tests.integration.conftest import NODE_NAME, wait_for
 
 
 
+def _pair(j: Joined) -> Path:
+    """The pair the current link names (the link's target is a path on the node)."""
+    return j.file(os.readlink(j.file(f"{j.cert_dir}/{CURRENT}")))
+
+
 def _cert(j: Joined) -> x509.Certificate:
-    return x509.load_pem_x509_certificate((j.cert_dir / CURRENT).read_bytes())
+    return x509.load_pem_x509_certificate(_pair(j).read_bytes())
 
 
 def _csrs(j: Joined) -> list[dict]:
@@ -50,23 +58,25 @@ def _running(j: Joined, name: str) -> dict | None:
 
 def test_the_node_joins_with_a_bootstrap_token(joined: Joined):
     # The kubeconfig the bootstrap wrote: the bootstrap kubeconfig's cluster, the pair as its user.
-    assert stat.S_IMODE(joined.kubeconfig.stat().st_mode) == 0o600
-    doc = yaml.safe_load(joined.kubeconfig.read_text())
+    kubeconfig = joined.file(joined.kubeconfig)
+    assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+    doc = yaml.safe_load(kubeconfig.read_text())
     assert doc["current-context"] == "default-context"
     [cluster] = doc["clusters"]
-    assert cluster["cluster"] == {"server": joined.cp.server, "certificate-authority": str(joined.cp.ca)}
+    assert cluster["cluster"]["server"] == joined.cp.server
+    assert base64.b64decode(cluster["cluster"]["certificate-authority-data"]) == joined.cp.ca.read_bytes()
     [user] = doc["users"]
-    assert user["user"] == {"client-certificate": str(joined.cert_dir / CURRENT),
-                            "client-key": str(joined.cert_dir / CURRENT)}
+    current = f"{joined.cert_dir}/{CURRENT}"
+    assert user["user"] == {"client-certificate": current, "client-key": current}
     # The pair: kubelet-client-<time>.pem behind the current link, private, for system:node:NAME.
-    link = joined.cert_dir / CURRENT
+    link = joined.file(current)
     assert link.is_symlink() and os.path.basename(os.readlink(link)).startswith("kubelet-client-20")
-    assert stat.S_IMODE(link.stat().st_mode) == 0o600
+    assert stat.S_IMODE(_pair(joined).stat().st_mode) == 0o600
     cert = _cert(joined)
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{NODE_NAME}"
     assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == ["system:nodes"]
     assert cert.issuer == x509.load_pem_x509_certificate(joined.cp.ca.read_bytes()).subject
-    assert not (joined.cert_dir / PENDING_KEY).exists()
+    assert not joined.file(f"{joined.cert_dir}/{PENDING_KEY}").exists()
     # The CSR: made with the token, named after its key, approved and signed by the controller.
     first = min(_csrs(joined), key=lambda c: c["metadata"]["creationTimestamp"])
     assert first["metadata"]["name"].startswith("node-csr-")

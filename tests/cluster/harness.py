@@ -26,12 +26,13 @@ class HarnessError(RuntimeError):
     pass
 
 
-def ensure_kube_binaries() -> None:
-    """The session builds them in the background (tests/kube_build.py): wait for that build."""
+def ensure_kube_binaries(kind: str = "kube") -> None:
+    """The session builds them in the background (tests/kube_build.py): wait for that build.
+    kind: the control plane ("kube") or "kubeadm"."""
     try:
-        wait_until_built()
+        wait_until_built(kind)
     except KubeBuildError as exc:
-        raise HarnessError(f"cannot build the control plane from the Go module proxy: {exc}") from None
+        raise HarnessError(f"cannot build {kind} from the Go module proxy: {exc}") from None
 
 
 @dataclass
