@@ -132,6 +132,10 @@ class RenewedCertificate:
         """Look again at the next check: what changed could not be used yet."""
         self._seen = None
 
+    def in_use(self) -> None:
+        """A client was just made with the file as it is now: that is no change to take up."""
+        self._seen = self._signature()
+
 
 class KubeApi:
     # A client replaced by one with a renewed certificate is closed this long after, so that a
@@ -162,6 +166,8 @@ class KubeApi:
                     if self._until_usable is not None:
                         await self._until_usable()
                     self._http = self._make_http()
+                    if self._renewed is not None:
+                        self._renewed.in_use()
             return self._http
         if self._renewed is not None and self._make_http is not None and self._renewed.changed():
             try:
