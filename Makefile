@@ -100,6 +100,14 @@ conformance: deps kube ## Upstream e2e [NodeConformance] specs on pykubelet and 
 	@deploy/build-busybox.sh >/dev/null
 	$(PY) -m tests.conformance.run --agent $(or $(CONFORMANCE_AGENT),both) $(CONFORMANCE_ARGS)
 
+.PHONY: deps-vm
+deps-vm: deps ## Install what the VM tests need: qemu (software emulation), mmdebstrap, e2fsprogs, ssh
+	@deploy/install-deps.sh --vm
+
+.PHONY: test-vm
+test-vm: deps-vm ## pykubelet on a systemd + cgroup v2 host: a Debian guest under qemu (image built once, cached in /var/cache/pykubelet/vm)
+	$(PY) -m pytest tests/vm -p no:cacheprovider --timeout 3600 $(PYTEST_ARGS)
+
 .PHONY: kube
 kube: ## Build and cache etcd, kube-apiserver/-scheduler/-controller-manager and kubectl 1.37 from the Go module proxy
 	@deploy/build-kube.sh

@@ -4,11 +4,15 @@
 # systemd-container + mmdebstrap: the systemd units are tested in a Debian rootfs booted with
 # systemd-nspawn (deploy/nspawn-rootfs.sh). docker.io + docker-compose: docker-compose.yml is
 # tested with a dockerd the test starts itself.
+# --vm: also what `make test-vm` needs to boot a Debian guest (qemu, its image tools, ssh).
 # Debian/Ubuntu, as root. Safe to run again: it only installs missing packages.
 set -euo pipefail
 
 PACKAGES=(containerd runc containernetworking-plugins nats-server docker-registry busybox-static
           iptables iproute2 e2fsprogs mount systemd-container mmdebstrap docker.io docker-compose)
+if [ "${1:-}" = "--vm" ]; then
+  PACKAGES+=(qemu-system-x86 qemu-utils openssh-client)
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

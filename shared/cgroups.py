@@ -13,11 +13,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.cgroup_names import DRIVERS, SYSTEMD, on_host
 from shared.host import parse_meminfo
 
 # The kubelet treats a limit at or above this as "no limit" (the kernel rounds 2^63-1 down).
 UNLIMITED = 1 << 62
-# cgroupfs driver layout, as pod-sync creates it (services/pod_sync/resources.py).
+# The node's layout, as pod-sync creates it (services/pod_sync/resources.py), in cgroupfs names;
+# with the systemd driver the same cgroups are slices (shared/cgroup_names.py).
 KUBEPODS = "/kubepods"
 QOS_TIERS = ("", "/burstable", "/besteffort")
 # /proc/stat counts in USER_HZ ticks, 100 on every Linux ABI Python runs on.
@@ -84,7 +86,7 @@ class CgroupReader:
         self.version = 2 if (self.root / "cgroup.controllers").is_file() else 1
 
     def _dir(self, controller: str, cgroup: str) -> Path:
-        if not _SAFE_NAME.match(cgroup) or ".." in cgroup.split("/"):
+        if not _SAFE_NAME.fullmatch(cgroup) or ".." in cgroup.split("/"):
             raise ValueError(f"not a cgroup name: {cgroup!r}")
         rel = cgroup.strip("/")
         base = self.root if self.version == 2 else self.root / controller
@@ -100,14 +102,21 @@ class CgroupReader:
         except OSError:
             return None
 
+    def kubepods(self) -> str:
+        """The pods' cgroup as it is on this host: /kubepods, or kubepods.slice (systemd driver)."""
+        systemd = on_host(KUBEPODS, SYSTEMD)
+        return systemd if not self.exists(KUBEPODS) and self.exists(systemd) else KUBEPODS
+
     def pod_cgroup(self, pod_uid: str) -> str | None:
-        """The pod's cgroup under /kubepods, whichever QoS tier it is in."""
+        """The pod's cgroup under the pods' cgroup, whichever QoS tier it is in and whichever
+        driver made it."""
         if not _SAFE_UID.match(pod_uid):
             return None
         for tier in QOS_TIERS:
-            name = f"{KUBEPODS}{tier}/pod{pod_uid}"
-            if self.exists(name):
-                return name
+            for driver in DRIVERS:
+                name = on_host(f"{KUBEPODS}{tier}/pod{pod_uid}", driver)
+                if self.exists(name):
+                    return name
         return None
 
     def sample(self, cgroup: str = "/") -> CgroupSample:

@@ -214,6 +214,10 @@ class KubeletConfiguration(ServerConfig):
     # What the node checks of its host before it starts (shared/host_checks.py).
     fail_swap_on: bool = True
     protect_kernel_defaults: bool = False
+    # How pod and QoS cgroups are made (shared/cgroup_names.py): directories under /kubepods, or
+    # slice units through systemd's D-Bus API (kubepods.slice and below) with the runtime told to
+    # match (containerd's SystemdCgroup).
+    cgroup_driver: Literal["cgroupfs", "systemd"] = "cgroupfs"
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
     fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0

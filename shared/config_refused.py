@@ -56,7 +56,7 @@ class Refused:
     duration: bool = False  # compared as a duration ("10s" == "10000ms")
 
 
-_CGROUPS = "pykubelet drives cgroups through cgroupfs, under /kubepods with the kubelet's QoS tiers"
+_CGROUPS = "pod cgroups are under /kubepods (kubepods.slice with cgroupDriver systemd) with the kubelet's QoS tiers"
 _NO_CPU_MANAGER = "the static policy gives whole CPUs by topology order, without policy options"
 _NO_HANDLER = "pykubelet serves only the kubelet API's /pods, /stats, /metrics, /logs, /exec and /configz routes"
 
@@ -69,7 +69,6 @@ REFUSED: dict[str, Refused] = {
     "systemCgroups": Refused("", "system processes are not moved"),
     "cgroupRoot": Refused("", _CGROUPS),
     "cgroupsPerQOS": Refused(True, _CGROUPS),
-    "cgroupDriver": Refused("cgroupfs", _CGROUPS),
     "cpuManagerPolicyOptions": Refused({}, _NO_CPU_MANAGER),
     "topologyManagerPolicyOptions": Refused({}, "the topology manager's policies are for single-NUMA hosts, where "
                                                 "their options change nothing"),

@@ -82,7 +82,8 @@ def numa_problems(k: KubeletConfiguration, numa: frozenset[int], memory_bytes: i
 
 def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
                      cgroup_root: Path = Path("/sys/fs/cgroup"), cpus: frozenset[int] | None = None,
-                     numa: frozenset[int] | None = None, memory_bytes: int | None = None) -> list[str]:
+                     numa: frozenset[int] | None = None, memory_bytes: int | None = None,
+                     run: Path = Path("/run")) -> list[str]:
     """Why the node must not start on this host with this configuration (empty: it may)."""
     problems = []
     cpus = online_cpus() if cpus is None else cpus
@@ -101,4 +102,17 @@ def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
     if k.fail_cgroup_v1 and not (cgroup_root / "cgroup.controllers").exists():
         problems.append("failCgroupV1: this host runs cgroup v1; boot it with cgroup v2 "
                         "(systemd.unified_cgroup_hierarchy=1) or set failCgroupV1 to false")
+    if k.cgroup_driver == "systemd":
+        problems += systemd_driver_problems(cgroup_root, run)
     return problems
+
+
+def systemd_driver_problems(cgroup_root: Path = Path("/sys/fs/cgroup"), run: Path = Path("/run")) -> list[str]:
+    """cgroupDriver: systemd needs systemd as the init system, and (in pykubelet) cgroup v2."""
+    if not (run / "systemd" / "system").is_dir():
+        return ["cgroupDriver: systemd needs systemd as the init system and this host does not run it "
+                "(no /run/systemd/system): set cgroupDriver to cgroupfs"]
+    if not (cgroup_root / "cgroup.controllers").exists():
+        return ["cgroupDriver: pykubelet drives systemd's slices on cgroup v2 only and this host runs cgroup v1: "
+                "boot it with systemd.unified_cgroup_hierarchy=1 or set cgroupDriver to cgroupfs"]
+    return []

@@ -51,6 +51,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "httpCheckFrequency": ("effect", "tests/unit/test_url_source.py::test_http_check_frequency_is_how_often_the_url_is_fetched"),
     "fileCheckFrequency": ("effect", "tests/unit/test_periods.py::test_file_check_frequency_finds_a_manifest_no_event_announced"),
     "maxPods": ("direct", "tests/unit/test_admission.py::test_out_of_pods"),
+    "cgroupDriver": ("effect", "tests/vm/test_production_host.py::test_pod_limits_land_in_the_pod_and_container_cgroups"),
     "podPidsLimit": ("effect", "tests/security/test_fork_bomb.py::test_a_fork_bomb_is_held_at_the_pod_pids_limit"),
     "registerNode": ("effect", "tests/unit/test_node_registration.py::test_register_node_false_never_creates_the_node_and_waits_for_it"),
     "registerWithTaints": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),

@@ -14,11 +14,13 @@ from tests.host_leftovers import clear_bridge
 
 
 UNIT_TESTS = Path(__file__).parent / "unit"
+VM_TESTS = Path(__file__).parent / "vm"  # a guest of their own: no node of this host, no control plane
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Unit tests start no node: they run beside a node of this host.
-    if all(Path(str(item.path)).is_relative_to(UNIT_TESTS) for item in session.items):
+    if all(Path(str(item.path)).is_relative_to(UNIT_TESTS) or Path(str(item.path)).is_relative_to(VM_TESTS)
+           for item in session.items):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if kube_build.start_in_background() and reporter is not None:

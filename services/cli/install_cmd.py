@@ -29,6 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from services.supervisor.containerd_config import ContainerdLayout, render_config
 from shared import kubeconfig
 from shared.admin import SERVICES
@@ -94,7 +96,7 @@ DEFAULT_POD_PIDS_LIMIT = 4096
 
 
 def default_kubelet_config(static_pod_path: str, pod_cidr: str, client_ca_file: str, tls_cert_file: str,
-                           tls_private_key_file: str) -> str:
+                           tls_private_key_file: str, cgroup_driver: str = "cgroupfs") -> str:
     """The first config.yaml: the kubelet's defaults, with what the CIS benchmark's worker-node
     checks (section 4.2) read written out, so the file says what the node does."""
     lines = ["# The node's KubeletConfiguration (kubelet.config.k8s.io/v1beta1): the kubelet's field names",
@@ -106,7 +108,9 @@ def default_kubelet_config(static_pod_path: str, pod_cidr: str, client_ca_file: 
              f"staticPodPath: {static_pod_path}"]
     if pod_cidr:
         lines.append(f"podCIDR: {pod_cidr}")
-    lines += ["authentication:",
+    lines += ["# How pod cgroups are made; containerd's SystemdCgroup is set to match.",
+              f"cgroupDriver: {cgroup_driver}",
+              "authentication:",
               "  anonymous:",
               "    enabled: false",
               "  webhook:",
@@ -179,12 +183,31 @@ class Installer:
             self.changed.append(f"{bus_dir}/*.json")
         self._write(bus_dir / "nats.conf", server_config(self.args.nats_port, users), mode=0o600)
 
-    def containerd(self) -> None:
+    def containerd(self, cgroup_driver: str) -> None:
         layout = ContainerdLayout(self.root / "containerd")
         self._write(layout.config, render_config(
             layout, cni_conf_dir=cni_conf_dir(self.root), cni_bin_dir=CNI_BIN_DIR,
             sandbox_image=self.args.pod_infra_container_image, registry=None,
-            restrict_oom=kernel_refuses_negative_oom_score_adj()))
+            restrict_oom=kernel_refuses_negative_oom_score_adj(), systemd_cgroup=cgroup_driver == "systemd"))
+
+    def cgroup_driver(self, config: Path) -> str:
+        """The node's cgroup driver: what an existing config.yaml says (it is the operator's), else
+        --cgroup-driver, else what the host suggests (systemd on a systemd host with cgroup v2, as
+        kubeadm defaults to; cgroupfs elsewhere)."""
+        asked = getattr(self.args, "cgroup_driver", "")
+        if config.exists():
+            try:
+                data = yaml.safe_load(config.read_text()) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise InstallError(f"{config}: cannot read it ({exc}); fix or remove it") from None
+            have = (data.get("cgroupDriver") if isinstance(data, dict) else None) or "cgroupfs"
+            if asked and asked != have:
+                raise InstallError(f"{config} says cgroupDriver: {have}, not {asked}: edit the file (it is kept "
+                                   "across installs) or leave --cgroup-driver out")
+            return str(have)
+        if asked:
+            return str(asked)
+        return "systemd" if systemd_running() and Path("/sys/fs/cgroup/cgroup.controllers").exists() else "cgroupfs"
 
     def client_ca(self) -> str:
         """authentication.x509.clientCAFile for a new config.yaml: --client-ca-file, else the CA
@@ -223,14 +246,15 @@ class Installer:
     def configure(self, kubelet_config: bool = True) -> None:
         """Everything but the units: what any way of running the services needs."""
         config = self.conf / "config.yaml"
+        driver = self.cgroup_driver(config) if kubelet_config else "cgroupfs"
         if kubelet_config and not config.exists():
             ca = self.client_ca()
             cert, key = self.serving_cert()
             self._write(config, default_kubelet_config(self.args.pod_manifest_path, self.args.pod_cidr, ca,
-                                                       cert, key))
+                                                       cert, key, driver))
             Path(self.args.pod_manifest_path).mkdir(parents=True, exist_ok=True)
         self.bus()
-        self.containerd()
+        self.containerd(driver)
 
     def install(self) -> None:
         values = self.values()
@@ -297,6 +321,9 @@ def install(argv: list[str]) -> int:
                         "(default: the CA of --kubeconfig's cluster, copied to <config-dir>/pki/ca.crt)")
     p.add_argument("--hostname-override", default="", help="the node's name")
     p.add_argument("--node-ip", default="", help="the node's InternalIP")
+    p.add_argument("--cgroup-driver", choices=("cgroupfs", "systemd"), default="",
+                   help="cgroupDriver for a new config.yaml (default: systemd on a systemd host with cgroup v2, "
+                        "else cgroupfs); containerd's config follows config.yaml's")
     p.add_argument("--rotate-bus-credentials", action="store_true", help="new bus passwords (restart the target after)")
     p.add_argument("--enable", action="store_true", help=f"also `systemctl enable {TARGET}`")
     args = p.parse_args(argv)

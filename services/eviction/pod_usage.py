@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shared.cgroup_names import container_cgroup
 from shared.cgroups import CgroupReader
 from shared.cri import CRIError, RuntimeService
 from shared.disk_usage import tree_usage
@@ -68,7 +69,7 @@ class UsageCollector:
                 usage.memory = self.cgroups.sample(cgroup).working_set
                 usage.processes = self.cgroups.process_count(cgroup) or 0
                 for name, cid in p.container_ids.items():
-                    child = f"{cgroup}/{cid}"
+                    child = container_cgroup(cgroup, cid)
                     if self.cgroups.exists(child):
                         ws = self.cgroups.sample(child).working_set
                         if ws is not None:

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.cgroups import KUBEPODS, CgroupReader
+from shared.cgroups import CgroupReader
 from shared.host import memory_capacity_bytes
 from shared.thresholds import MEMORY_SIGNALS
 
@@ -51,7 +51,8 @@ class SignalReader:
             if root is not None:
                 out["memory.available"] = Observed(max(0, self.memory_capacity - root), self.memory_capacity)
         if "allocatableMemory.available" in signals:
-            pods = self.cgroups.working_set(KUBEPODS) if self.cgroups.exists(KUBEPODS) else 0
+            kubepods = self.cgroups.kubepods()
+            pods = self.cgroups.working_set(kubepods) if self.cgroups.exists(kubepods) else 0
             if pods is not None:
                 out["allocatableMemory.available"] = Observed(max(0, self.allocatable_memory - pods),
                                                               self.allocatable_memory)

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from services.node_api.snapshot import Snapshot
+from shared.cgroup_names import container_cgroup
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 NS_PER_S = 1e9
@@ -207,7 +208,7 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
         series(ref | {"id": ids.cgroup}, pod)
         if pod.get("network"):
             # cAdvisor finds a pod's network in its sandbox (pause) container's cgroup
-            sandbox = ref | {"id": f"{ids.cgroup}/{ids.sandbox_id}", "name": ids.sandbox_id}
+            sandbox = ref | {"id": container_cgroup(ids.cgroup, ids.sandbox_id), "name": ids.sandbox_id}
             network(sandbox, pod["network"])
             started(sandbox, pod)
         for c in pod["containers"]:

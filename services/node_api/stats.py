@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.node_api import resource_metrics
+from shared.cgroup_names import container_cgroup
 from shared.cgroups import KUBEPODS, CgroupReader, CgroupSample
 from services.node_api.hostfs import (FsInfo, default_route_interface, device_of, node_interfaces, read_mounts,
                                       rlimit, statfs, statfs_nearest)
@@ -326,11 +327,12 @@ class StatsProvider:
 
     def _system_containers(self) -> list[dict[str, Any]]:
         """The kubelet's "pods" system container: the /kubepods cgroup all pods live under."""
-        if not self.cgroups.exists(KUBEPODS):
+        kubepods = self.cgroups.kubepods()
+        if not self.cgroups.exists(kubepods):
             return []
-        sample = self.cgroups.sample(KUBEPODS)
-        return [_compact({"name": "pods", "startTime": self.cgroups.created(KUBEPODS),
-                          "cpu": self._cgroup_cpu(KUBEPODS, sample),
+        sample = self.cgroups.sample(kubepods)
+        return [_compact({"name": "pods", "startTime": self.cgroups.created(kubepods),
+                          "cpu": self._cgroup_cpu(kubepods, sample),
                           "memory": self._cgroup_memory(sample, sample.memory_limit)})]
 
     def _cgroup_cpu(self, cgroup: str, s: CgroupSample) -> dict[str, Any] | None:
@@ -411,7 +413,7 @@ class StatsProvider:
                 entry["logs"] = self._container_logs(log_dir, cname, g.logs_fs, now)
             out_containers.append(_compact(entry))
             snap.containers[(uid, cname)] = ContainerIds(c.id, view.images.get(c.id) or c.image.image,
-                                                         f"{pod_cgroup}/{c.id}")
+                                                         container_cgroup(pod_cgroup, c.id))
         out_containers.sort(key=lambda e: e["name"])
 
         pod: dict[str, Any] = {"podRef": {"name": name, "namespace": namespace, "uid": uid},

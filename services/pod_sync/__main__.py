@@ -14,12 +14,14 @@ from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
 from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD, PodLogsGC
 from services.pod_sync.node_health import NodeHealthWriter
-from services.pod_sync.resources import enforce_pods_allocatable, own_oom_score_adj
+from services.pod_sync.resources import CGROUP_ROOT, enforce_pods_allocatable, own_oom_score_adj
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer
+from services.pod_sync.systemd_slices import SystemdSlices
 from shared import periodic
 from shared.bus import DiskReclaimRequested, MirrorPodsChanged
+from shared.cgroup_names import SYSTEMD
 from shared.cri import CRIClient
 from shared.config import ConfigError
 from shared.cpusets import format_cpuset, numa_nodes
@@ -50,6 +52,7 @@ async def setup(ctx: ServiceContext) -> None:
                      oom_floor=own_oom_score_adj() if kernel_refuses_negative_oom_score_adj() else None,
                      pods_dir=ctx.settings.root_dir / "pods", seccomp_default=k.seccomp_default,
                      labels=ctx.settings.node_labels,
+                     cgroup_slices=SystemdSlices(CGROUP_ROOT) if k.cgroup_driver == SYSTEMD else None,
                      guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "")
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
@@ -106,7 +109,7 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.spawn("image-gc", periodic.every(IMAGE_GC_PERIOD, "image garbage collection", reclaimer.periodic_image_gc, log))
     if k.enforces_pods_allocatable:
         limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k))
-        for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"]):
+        for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"], slices=node.cgroup_slices):
             log.warning("enforceNodeAllocatable: cannot limit the pods cgroup: %s", problem)
     health = NodeHealthWriter(cri, ctx.store, manager.pleg.healthy, ctx.bus)
     ctx.checks["runtime"] = health.runtime_ready

@@ -2,6 +2,10 @@
 limit, set before the sandbox starts in it, as the kubelet's pod container manager does
 (ResourceConfigForPod).
 
+With the cgroupfs driver pod-sync makes the directories and writes the files; with the systemd
+driver (`slices` given) each cgroup is a slice unit systemd makes and writes from the properties
+pod-sync gives it (services/pod_sync/systemd_slices.py). Both are read from the files.
+
 The pod cgroup caps what its containers take together: cpu.shares from the pod's requests, a
 CPU quota and a memory limit when every container has one (their sum) or the pod has pod-level
 limits. Containers in it get their own cgroups from the runtime below it.
@@ -13,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
+from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
+from shared.cgroup_names import CGROUPFS, SYSTEMD, on_host
 from shared.podspec import Container, Pod
 from shared.qos import pod_level, pod_requests, qos_class
 from shared.quantity import millicores, to_bytes
@@ -58,9 +64,24 @@ def pod_cgroup_config(pod: Pod, pod_pids_limit: int = -1) -> PodCgroupConfig:
                            memory_limit=memory_limit, pids_limit=pids)
 
 
-def _files(parent: str, config: PodCgroupConfig, root: Path, pids: bool = True) -> list[tuple[Path, str]]:
+def _rel(parent: str, slices: SystemdSlices | None) -> str:
+    return on_host(parent, SYSTEMD if slices is not None else CGROUPFS).strip("/")
+
+
+def _apply(slices: SystemdSlices, name: str, config: PodCgroupConfig, what: str, pids: bool = True,
+           memory: bool = True) -> list[str]:
+    try:
+        slices.apply(name, properties(config, CPU_PERIOD, cpu_weight(config.cpu_shares), pids=pids, memory=memory),
+                     f"pykubelet {what}")
+    except SlicesError as exc:
+        return [str(exc)]
+    return []
+
+
+def _files(parent: str, config: PodCgroupConfig, root: Path, pids: bool = True,
+           slices: SystemdSlices | None = None) -> list[tuple[Path, str]]:
     """The files of the settings; pids=False leaves pids.max out (a resize does not touch it)."""
-    rel = parent.strip("/")
+    rel = _rel(parent, slices)
     pids_max = str(config.pids_limit) if config.pids_limit is not None else "max"
     if (root / "cgroup.controllers").is_file():
         d = root / rel
@@ -87,8 +108,11 @@ def _write(files: list[tuple[Path, str]]) -> list[str]:
     return problems
 
 
-def ensure(parent: str, config: PodCgroupConfig, root: Path = CGROUP_ROOT) -> list[str]:
+def ensure(parent: str, config: PodCgroupConfig, root: Path = CGROUP_ROOT,
+           slices: SystemdSlices | None = None) -> list[str]:
     """Make the pod's cgroup (and its tier) and write its settings; what failed, in words."""
+    if slices is not None:
+        return _apply(slices, parent, config, f"pod cgroup {parent}")
     rel = parent.strip("/")
     try:
         if (root / "cgroup.controllers").is_file():
@@ -107,19 +131,19 @@ def ensure(parent: str, config: PodCgroupConfig, root: Path = CGROUP_ROOT) -> li
     return _write(_files(parent, config, root))
 
 
-def exists(parent: str, root: Path = CGROUP_ROOT) -> bool:
-    rel = parent.strip("/")
+def exists(parent: str, root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None) -> bool:
+    rel = _rel(parent, slices)
     return (root / rel).is_dir() if (root / "cgroup.controllers").is_file() else (root / "cpu" / rel).is_dir()
 
 
-def current(parent: str, root: Path = CGROUP_ROOT) -> PodCgroupConfig | None:
+def current(parent: str, root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None) -> PodCgroupConfig | None:
     """What the pod's cgroup has now; None when it cannot be read."""
     def number(text: str) -> int | None:
         return None if text in ("max", "-1") or int(text) >= 2**62 else int(text)  # v1 "unlimited" is huge
 
     try:
         values = {path.name: path.read_text().split()[0]
-                  for path, _ in _files(parent, PodCgroupConfig(0, None, None), root, pids=False)}
+                  for path, _ in _files(parent, PodCgroupConfig(0, None, None), root, pids=False, slices=slices)}
         if "cpu.max" in values:
             weight = int(values["cpu.weight"])
             return PodCgroupConfig(cpu_shares=2 + (weight - 1) * 262_142 // 9999, cpu_quota=number(values["cpu.max"]),
@@ -134,11 +158,12 @@ def _larger(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else max(a, b)  # None: no limit, the largest
 
 
-def resize(parent: str, new: PodCgroupConfig, containers_done: bool, root: Path = CGROUP_ROOT) -> list[str]:
+def resize(parent: str, new: PodCgroupConfig, containers_done: bool, root: Path = CGROUP_ROOT,
+           slices: SystemdSlices | None = None) -> list[str]:
     """Resize the pod's cgroup around its containers' resize: before them, to what holds both
     the old and the new settings; after them, to the new. (cgroup v1 refuses a container's CPU
     quota above its pod's, and a pod's below a container's.)"""
-    now = current(parent, root)
+    now = current(parent, root, slices)
     if now is None:
         return [f"cannot read the pod cgroup {parent}"]
     new = PodCgroupConfig(new.cpu_shares, new.cpu_quota, new.memory_limit)  # pids.max is not resized
@@ -147,6 +172,8 @@ def resize(parent: str, new: PodCgroupConfig, containers_done: bool, root: Path 
     target = new if containers_done else PodCgroupConfig(max(now.cpu_shares, new.cpu_shares),
                                                          _larger(now.cpu_quota, new.cpu_quota),
                                                          _larger(now.memory_limit, new.memory_limit))
+    if slices is not None:
+        return _apply(slices, parent, target, f"pod cgroup {parent}", pids=False)
     return _write(_files(parent, target, root, pids=False))
 
 
@@ -158,8 +185,12 @@ def qos_tier_shares(pods: list[Pod]) -> dict[str, int]:
     return {"/kubepods/besteffort": MIN_SHARES, "/kubepods/burstable": cpu_shares(burstable)}
 
 
-def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT) -> list[str]:
+def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None) -> list[str]:
     """Write the tiers' shares (making the tiers where missing); what failed, in words."""
+    if slices is not None:
+        return [problem for tier, value in qos_tier_shares(pods).items()
+                for problem in _apply(slices, tier, PodCgroupConfig(value, None, None), f"QoS tier {tier}",
+                                      pids=False, memory=False)]
     v2 = (root / "cgroup.controllers").is_file()
     files = []
     for tier, value in qos_tier_shares(pods).items():

@@ -14,6 +14,8 @@ from services.pod_sync.etc_hosts import ETC_HOSTS
 from services.pod_sync.exec_strings import ExecStrings
 from services.pod_sync.resize import annotation as resize_annotation
 from services.pod_sync.resources import CGROUP_ROOT, container_resources, pod_cgroup_parent
+from services.pod_sync.systemd_slices import SystemdSlices
+from shared.cgroup_names import on_host
 from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
 from shared.config import NodeSettings
 from shared.cri import labels as L
@@ -42,6 +44,8 @@ class NodeFacts:
     oom_floor: int | None  # lowest oom_score_adj allowed here, None when unrestricted
     pods_dir: Path         # <root>/pods: per-pod files such as termination-message logs
     cgroup_root: Path = CGROUP_ROOT  # where pod cgroups are made (services/pod_sync/pod_cgroup.py)
+    # The systemd cgroup driver's connection to systemd; None with the cgroupfs driver.
+    cgroup_slices: SystemdSlices | None = None
     seccomp_default: bool = False    # seccompDefault: RuntimeDefault for containers naming no profile
     labels: dict[str, str] = field(default_factory=dict)  # --node-labels, matched by admission
     # memoryManagerPolicy Static: the NUMA nodes (a single-NUMA host's "0") Guaranteed containers'
@@ -75,7 +79,9 @@ def sandbox_config(pod: Pod, attempt: int, settings: NodeSettings) -> cri.PodSan
         labels={**m.labels, **pod_identity_labels(pod)},
         annotations=m.annotations,
         linux=cri.LinuxPodSandboxConfig(
-            cgroup_parent=pod_cgroup_parent(pod, qos_class(pod)),
+            # The cgroup's path for the driver: /kubepods/... or /kubepods.slice/... (the runtime's
+            # driver matches: containerd's SystemdCgroup).
+            cgroup_parent=on_host(pod_cgroup_parent(pod, qos_class(pod)), settings.kubelet.cgroup_driver),
             security_context=sandbox_security_context(pod, seccomp_dir(settings.root_dir)),
             sysctls={x.name: x.value for x in pod.spec.securityContext.sysctls}),
     )

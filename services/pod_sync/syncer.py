@@ -28,6 +28,7 @@ from services.pod_sync.killing import MIN_GRACE, Killer
 from services.pod_sync import pod_cgroup
 from services.pod_sync.observed import observed_containers
 from services.pod_sync.resizer import ResizeState, Resizer, generation
+from services.pod_sync.runtime_driver import RuntimeDriverCheck
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
 from services.pod_sync.runtime_config import NodeFacts, SubPathMounter, container_config, pod_hostname, sandbox_config
 from services.pod_sync.security import check_run_as_non_root, needs_image_user
@@ -92,6 +93,7 @@ class PodSyncer:
         self.settings = settings
         self.backoff = crash_backoff
         self.node = node
+        self.driver_check = RuntimeDriverCheck(runtime, settings.kubelet.cgroup_driver)
         self.events = events
         self.killer = Killer(runtime, events)
         self.resizer = Resizer(runtime, self.killer, crash_backoff, node, self._event, self.cpus)
@@ -220,7 +222,7 @@ class PodSyncer:
         # pod admitted so far.
         with self.store.session() as s:
             pods = self._admitted_others(s, "")
-        problems = pod_cgroup.set_qos_tiers(pods, self.node.cgroup_root)
+        problems = pod_cgroup.set_qos_tiers(pods, self.node.cgroup_root, self.node.cgroup_slices)
         if problems:
             log.warning("QoS cgroups: %s", "; ".join(problems))
 
@@ -428,10 +430,16 @@ class PodSyncer:
             ready, message = self._network_ready()
             if not ready:
                 return "", "", ("NetworkNotReady", f"network is not ready: {message}")
+        problem = await self.driver_check.problem()
+        if problem:
+            self._event(pod, "Warning", "FailedCreatePodSandBox", problem)
+            return "", "", ("FailedCreatePodSandBox", problem)
         # The pod's cgroup first, with its settings: the sandbox and the containers start in it.
-        problems = pod_cgroup.ensure(config.linux.cgroup_parent,
-                                     pod_cgroup.pod_cgroup_config(pod, self.settings.kubelet.pod_pids_limit),
-                                     self.node.cgroup_root)
+        # In a thread: with the systemd driver this is a D-Bus round trip to systemd.
+        problems = await asyncio.to_thread(
+            pod_cgroup.ensure, pod_cgroup_parent(pod, qos_class(pod)),
+            pod_cgroup.pod_cgroup_config(pod, self.settings.kubelet.pod_pids_limit), self.node.cgroup_root,
+            self.node.cgroup_slices)
         if problems:
             message = f"Failed to set up the pod cgroup: {'; '.join(problems)}"
             log.warning("pod %s: %s", pod.full_name, message)
@@ -592,7 +600,8 @@ class PodSyncer:
             for s in rt.sandboxes:
                 await self.runtime.remove_pod_sandbox(s.id)
         if pod is not None:
-            remove_pod_cgroups(pod_cgroup_parent(pod, qos_class(pod)))
+            await asyncio.to_thread(remove_pod_cgroups, pod_cgroup_parent(pod, qos_class(pod)),
+                                    self.node.cgroup_slices)
             await self._set_qos_tiers()
         # Only pod-sync's own files; the pod directory (with its volumes) is the volume service's to
         # remove, once it has unmounted them. Its logs stay a while for a last look (pod_logs_gc).

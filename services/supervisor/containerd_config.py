@@ -32,7 +32,10 @@ class ContainerdLayout:
 
 
 def render_config(layout: ContainerdLayout, cni_conf_dir: Path, cni_bin_dir: str, sandbox_image: str,
-                  registry: str | None, restrict_oom: bool) -> str:
+                  registry: str | None, restrict_oom: bool, systemd_cgroup: bool = False) -> str:
+    """containerd's config for a pykubelet node. systemd_cgroup: runc makes container cgroups as
+    systemd scopes below the pod's slice, which the systemd cgroup driver needs (a runtime on the
+    other driver would put them where systemd does not look)."""
     mirror = ""
     if registry:
         mirror = (f'  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."{registry}"]\n'
@@ -59,6 +62,8 @@ state = "{layout.state}"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = {str(systemd_cgroup).lower()}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{cni_bin_dir}"
     conf_dir = "{cni_conf_dir}"

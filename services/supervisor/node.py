@@ -247,7 +247,8 @@ class LocalNode:
         private_dir(cni_conf_dir(self.root))
         private_dir(cni_ipam_dir(self.root))
         write_config(self.containerd, cni_conf_dir=cni_conf_dir(self.root), cni_bin_dir=CNI_BIN_DIR,
-                     sandbox_image=self.sandbox_image, registry=self.registry, restrict_oom=restrict)
+                     sandbox_image=self.sandbox_image, registry=self.registry, restrict_oom=restrict,
+                     systemd_cgroup=self.opts.settings.kubelet.cgroup_driver == "systemd")
         endpoint = self.containerd.endpoint
         forker = self.opts.forker
 

@@ -324,6 +324,30 @@ class CRIClient:
             return {}
         return config if isinstance(config, dict) else {}
 
+    async def cgroup_driver(self) -> str | None:
+        """The cgroup driver the runtime makes container cgroups with, "systemd" or "cgroupfs":
+        from the RuntimeConfig call (containerd 2.x), else from the default runtime's options in
+        its verbose status (containerd 1.x: SystemdCgroup); None when it says neither."""
+        try:
+            resp = await self._call("runtime_config", self._runtime.RuntimeConfig, cri.RuntimeConfigRequest(),
+                                    timeout=10)
+            return "systemd" if resp.linux.cgroup_driver == cri.SYSTEMD else "cgroupfs"
+        except CRIError as exc:
+            if exc.code != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+        config = await self.runtime_config()
+        containerd = config.get("containerd")
+        if not isinstance(containerd, dict):
+            return None
+        runtimes = containerd.get("runtimes")
+        default = containerd.get("defaultRuntimeName")
+        runtime = runtimes.get(default) if isinstance(runtimes, dict) and isinstance(default, str) else None
+        options = runtime.get("options") if isinstance(runtime, dict) else None
+        if not isinstance(options, dict):
+            return None
+        systemd = options.get("SystemdCgroup")
+        return None if not isinstance(systemd, bool) else "systemd" if systemd else "cgroupfs"
+
     async def image_fs_info(self) -> cri.ImageFsInfoResponse:
         return await self._call("image_fs_info", self._images.ImageFsInfo, cri.ImageFsInfoRequest(),
                                 timeout=STATS_TIMEOUT)

@@ -39,6 +39,7 @@ class FakeRuntime:
         self.registry_logins: dict[str, tuple[str, str]] = {}  # image -> the login its registry wants
         self.pull_auths: list[tuple[str, tuple[str, str] | None]] = []  # each pull's image and login
         self.network_ready = True
+        self.runtime_cgroup_driver: str | None = "cgroupfs"  # what cgroup_driver() says
         # What Status reports of handlers ((name, recursive read-only mounts, user namespaces)) and
         # features (None: no features message, as containerd 1.x).
         self.handlers: list[tuple[str, bool, bool]] = []
@@ -110,6 +111,9 @@ class FakeRuntime:
     async def runtime_config(self) -> JSONObject:
         self._record("status")
         return {"sandboxImage": self.sandbox_image}
+
+    async def cgroup_driver(self) -> str | None:
+        return self.runtime_cgroup_driver
 
     async def run_pod_sandbox(self, config: cri.PodSandboxConfig) -> str:
         sid = f"sb{next(self._ids)}"

@@ -4,60 +4,18 @@ pod's container is the same; `systemctl stop pykubelet.target` stops every unit.
 
 from __future__ import annotations
 
-import json
-import sys
-
 from shared.admin import SERVICES
-from tests.deploy.conftest import REPO
+from tests.guest_node import PY, install_args, push_images, running_pod, web_spec, write_static_pod
 from tests.integration.conftest import wait_for
 
-PY = f"{REPO}/.venv/bin/python" if (REPO / ".venv").exists() else sys.executable
 UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", *(f"pykubelet-{s}.service" for s in SERVICES)]
-REGISTRY = "127.0.0.1:5000"  # Debian's docker-registry, running in the container
-
-PUSH = f"""
-from shared.images.build import IMAGES, build_image, busybox_applets
-from shared.images.registry import push_image, wait_for_registry
-wait_for_registry("{REGISTRY}")
-applets = busybox_applets()
-for key in ("pause", "web"):
-    print(push_image("{REGISTRY}", build_image(IMAGES[key], applets)))
-"""
-
-WEB = f"""apiVersion: v1
-kind: Pod
-metadata: {{name: web}}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-    - name: web
-      image: {REGISTRY}/pykubelet/web:1.0
-"""
-
-
-def _status(machine) -> dict:
-    res = machine.run(PY, "-m", "services.cli.main", "status", "--root-dir", "/var/lib/pykubelet", "-o", "json",
-                      check=False)
-    assert res.returncode in (0, 3, 4), f"pykubelet status failed ({res.returncode}): {res.stderr}"
-    return json.loads(res.stdout)
-
-
-def _running_web(machine):
-    pods = [p for p in _status(machine)["pods"] if p["name"].startswith("web-")]
-    if pods and pods[0]["phase"] == "Running" and pods[0]["containers"][0]["state"] == "running":
-        return pods[0]
-    return None
 
 
 def test_the_node_runs_as_systemd_units(machine):
-    machine.run(PY, "-c", PUSH, timeout=180)
-    install = machine.run(PY, "-m", "services.cli.main", "install", "--python", PY, "--pod-cidr", "10.88.0.0/24",
-                          "--pod-infra-container-image", f"{REGISTRY}/pykubelet/pause:3.9",
-                          "--hostname-override", "nspawn-node", "--node-ip", "127.0.0.1", "--enable")
+    push_images(machine)
+    install = machine.run(*install_args("nspawn-node", "127.0.0.1", "--enable"))
     assert "wrote /etc/systemd/system/pykubelet-pod-sync.service" in install.stdout, install.stdout
-    again = machine.run(PY, "-m", "services.cli.main", "install", "--python", PY, "--pod-cidr", "10.88.0.0/24",
-                        "--pod-infra-container-image", f"{REGISTRY}/pykubelet/pause:3.9",
-                        "--hostname-override", "nspawn-node", "--node-ip", "127.0.0.1")
+    again = machine.run(*install_args("nspawn-node", "127.0.0.1"))
     assert "nothing to change" in again.stdout, again.stdout
 
     # Type=notify: start returns once every service is ready, or fails.
@@ -66,8 +24,8 @@ def test_the_node_runs_as_systemd_units(machine):
     not_up = [u for u, state in states.items() if state != "active"]
     assert not not_up, machine.run("systemctl", "status", "--no-pager", "-n", "15", *not_up, check=False).stdout
 
-    machine.run("sh", "-c", "cat > /etc/kubernetes/manifests/web.yaml", input=WEB)
-    pod = wait_for(lambda: _running_web(machine), 120, "the static pod Running")
+    write_static_pod(machine, "web", web_spec())
+    pod = wait_for(lambda: running_pod(machine, "web"), 120, "the static pod Running")
     page = machine.run("busybox", "wget", "-qO-", f"http://{pod['podIP']}/")
     assert "pykubelet" in page.stdout
     container_id = pod["containers"][0]["containerID"]
@@ -77,7 +35,7 @@ def test_the_node_runs_as_systemd_units(machine):
                                      "pykubelet-pod-sync.service").stdout) >= 1
              and machine.run("systemctl", "is-active", "pykubelet-pod-sync.service", check=False).stdout.strip()
              == "active", 120, "systemd to restart pod-sync")
-    after = wait_for(lambda: _running_web(machine), 120, "the pod Running after the restart")
+    after = wait_for(lambda: running_pod(machine, "web"), 120, "the pod Running after the restart")
     assert after["containers"][0]["containerID"] == container_id, "the same container, not a new one"
     assert after["containers"][0]["restartCount"] == 0
     journal = machine.run("journalctl", "-u", "pykubelet-pod-sync.service", "--no-pager", "-o", "cat").stdout

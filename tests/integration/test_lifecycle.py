@@ -147,6 +147,8 @@ def test_qos_class_cgroup_parent_and_limits(pods):
     pods.write_pod("besteffort", {"containers": [sh(pods, "app", "sleep 3600")]})
     g, b, e = (pods.wait_running(n) for n in ("guaranteed", "burstable", "besteffort"))
     assert [p["status"]["qosClass"] for p in (g, b, e)] == ["Guaranteed", "Burstable", "BestEffort"]
+    # The runtime's driver, as pod-sync checks it against cgroupDriver (containerd 1.6: its runc options).
+    assert pods.runtime(lambda cri: cri.cgroup_driver()) == "cgroupfs"
 
     gid = g["containers"][0]["containerID"].removeprefix("containerd://")
     parent = f"/kubepods/pod{g['uid']}"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shared import safe_yaml
-from shared.config import ConfigError, load_kubelet_config
+from shared.config import load_kubelet_config
 from shared.config_defaults import ZERO_IS_DEFAULT
 
 KUBEADM = Path(__file__).parent / "data" / "kubeadm-1.37-kubelet-config.yaml"
@@ -20,12 +20,9 @@ def kubeadm_config() -> dict:
     return safe_yaml.load(KUBEADM.read_text())
 
 
-def test_kubeadms_config_names_just_what_pykubelet_does_not_do():
-    with pytest.raises(ConfigError) as exc:
-        load_kubelet_config(kubeadm_config(), str(KUBEADM))
-    message = str(exc.value)
-    assert message.count("is not implemented by pykubelet") == 1, message
-    assert 'cgroupDriver: "systemd" is not implemented' in message
+def test_kubeadms_config_is_taken_whole():
+    config = load_kubelet_config(kubeadm_config(), str(KUBEADM))[0]
+    assert config.cgroup_driver == "systemd"
 
 
 def test_kubeadms_zeros_are_the_kubelets_defaults():

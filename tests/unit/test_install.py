@@ -171,3 +171,27 @@ def test_a_client_ca_install_cannot_use_is_refused_naming_it(args, tmp_path, set
         Installer(args).install()
     assert not (tmp_path / "etc" / "config.yaml").exists(), "no config naming what is not there"
     assert not (tmp_path / "units").exists(), "and no unit that would start a node without it"
+
+
+def test_the_cgroup_driver_goes_to_config_yaml_and_containerd_follows_it(args, tmp_path):
+    args.cgroup_driver = "systemd"
+    Installer(args).install()
+    assert load_kubelet_config(safe_yaml.load((tmp_path / "etc" / "config.yaml").read_text()))[0].cgroup_driver \
+        == "systemd"
+    containerd = tmp_path / "root" / "containerd" / "config.toml"
+    assert "SystemdCgroup = true" in containerd.read_text()
+    # The operator's config.yaml decides from then on: containerd follows an edit of it.
+    config = tmp_path / "etc" / "config.yaml"
+    config.write_text(config.read_text().replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs"))
+    args.cgroup_driver = ""
+    Installer(args).install()
+    assert "SystemdCgroup = false" in containerd.read_text()
+    args.cgroup_driver = "systemd"
+    with pytest.raises(InstallError, match="says cgroupDriver: cgroupfs, not systemd: edit the file"):
+        Installer(args).install()
+
+
+def test_without_a_driver_asked_the_host_decides(args, tmp_path, monkeypatch):
+    monkeypatch.setattr("services.cli.install_cmd.systemd_running", lambda: False)
+    Installer(args).install()
+    assert "cgroupDriver: cgroupfs" in (tmp_path / "etc" / "config.yaml").read_text()

@@ -79,7 +79,7 @@ def test_a_flag_wins_over_the_file_and_replaces_its_whole_map(tmp_path):
 
 
 @pytest.mark.parametrize(("argv", "named"), [
-    (["--cgroup-driver=systemd"], "--cgroup-driver: cgroupDriver: \"systemd\" is not implemented by pykubelet"),
+    (["--cgroup-root=/custom"], "--cgroup-root: cgroupRoot: \"/custom\" is not implemented by pykubelet"),
     (["--feature-gates=InPlacePodVerticalScaling=false"],
      "featureGates: cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true "
      "(--feature-gates sets featureGates)"),
@@ -95,9 +95,10 @@ def test_a_refused_flag_stops_the_start_naming_it(argv, named):
 
 
 def test_a_refused_flag_at_the_kubelets_default_is_accepted():
-    s = from_flags("--cgroup-driver=cgroupfs", "--maximum-dead-containers=-1", "--cloud-provider=",
-                   "--log-text-split-stream=false")
-    assert "cgroupDriver" in s.at_default_fields
+    s = from_flags("--cgroup-root=", "--maximum-dead-containers=-1", "--cloud-provider=",
+                   "--log-text-split-stream=false", "--cgroup-driver=systemd")
+    assert "cgroupRoot" in s.at_default_fields
+    assert s.kubelet.cgroup_driver == "systemd"
 
 
 @pytest.mark.parametrize(("argv", "named"), [

@@ -162,6 +162,17 @@ async def test_network_not_ready_holds_the_sandbox(syncer, rt, store, settings):
     assert row.sync_error_reason == "NetworkNotReady" and "no CNI config" in row.sync_error_message
 
 
+async def test_a_runtime_on_another_cgroup_driver_gets_no_sandbox_and_the_pod_says_why(syncer, rt, store):
+    rt.runtime_cgroup_driver = "systemd"  # the node's config says cgroupfs
+    want(store, manifest())
+    await syncer.sync("uid1")
+    assert rt.sandboxes == {}
+    row = observed(store)
+    assert row.sync_error_reason == "FailedCreatePodSandBox"
+    assert row.sync_error_message.startswith("the node's cgroupDriver is cgroupfs but the container runtime uses "
+                                             "systemd: make them match (containerd: SystemdCgroup = false")
+
+
 async def test_host_network_pod_does_not_wait_for_the_network(syncer, rt, store, settings):
     net = Store(settings.store_path, writer="network")
     with net.session() as s:

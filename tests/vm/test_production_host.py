@@ -1,0 +1,158 @@
+"""pykubelet on the production host of today: systemd as PID 1 and cgroup v2 only (a Debian
+bookworm guest, tests/vm/conftest.py). `pykubelet install` brings the node up from
+pykubelet.target with the systemd cgroup driver (install's choice on such a host, as kubeadm's);
+the QoS tiers are slices that share the CPU as the kubelet's do; pod limits land in the pod's
+slice and the container's scope; node allocatable on kubepods.slice; a reboot of the guest
+brings the node and its pods back."""
+
+from __future__ import annotations
+
+import time
+
+from shared.cgroup_names import container_cgroup, on_host, slice_unit
+from tests.guest_node import PY, install_args, push_images, running_pod, web_spec, write_static_pod
+from tests.integration.conftest import wait_for
+
+UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", "pykubelet-eviction.service",
+         "pykubelet-network.service", "pykubelet-node-api.service", "pykubelet-pod-sync.service",
+         "pykubelet-probe.service", "pykubelet-status-reporter.service", "pykubelet-volume.service"]
+BUSYBOX = "127.0.0.1:5000/pykubelet/busybox:1.36"
+POD_PIDS_LIMIT = 4096  # install's config.yaml (the CIS benchmark's setting)
+DRIVER = ("import asyncio; from shared.cri import CRIClient; "
+          "print(asyncio.run(CRIClient('unix:///var/lib/pykubelet/containerd/containerd.sock').cgroup_driver()))")
+# Under emulation a pod takes about a minute from manifest to running.
+POD_TIMEOUT = 420
+
+
+def _read(vm, path: str) -> str:
+    return vm.run("cat", path).stdout.strip()
+
+
+def _pod_name(pod: dict) -> str:
+    tier = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}[pod["status"]["qosClass"]]
+    return f"/kubepods{tier}/pod{pod['uid']}"
+
+
+def _pod_cgroup(pod: dict) -> str:
+    return "/sys/fs/cgroup" + on_host(_pod_name(pod), "systemd")
+
+
+def _container_cgroup(pod: dict, index: int = 0) -> str:
+    return container_cgroup(_pod_cgroup(pod), pod["containers"][index]["containerID"].removeprefix("containerd://"))
+
+
+def _unit_property(vm, unit: str, name: str) -> str:
+    return vm.run("systemctl", "show", "-p", name, "--value", unit).stdout.strip()
+
+
+def _units_active(vm) -> list[str]:
+    states = vm.run("systemctl", "is-active", *UNITS, check=False).stdout.split()
+    return [u for u, state in zip(UNITS, states, strict=True) if state != "active"]
+
+
+def _spin(name: str, loops: int, **resources) -> dict:
+    """A container that keeps `loops` CPUs busy."""
+    script = " & ".join(["while :; do :; done"] * loops)
+    return {"name": name, "image": BUSYBOX, "command": ["sh", "-c", script], **resources}
+
+
+def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
+    assert vm.run("stat", "-fc", "%T", "/sys/fs/cgroup").stdout.strip() == "cgroup2fs"
+    assert vm.run("ps", "-o", "comm=", "-p", "1").stdout.strip() == "systemd"
+
+    push_images(vm, timeout=300)
+    install = vm.run(*install_args("pykubelet-vm", "10.0.2.15", "--enable"), timeout=300)
+    assert "wrote /etc/systemd/system/pykubelet.target" in install.stdout, install.stdout
+    assert "cgroupDriver: systemd" in vm.run("cat", "/etc/pykubelet/config.yaml").stdout
+    assert "SystemdCgroup = true" in vm.run("cat", "/var/lib/pykubelet/containerd/config.toml").stdout
+    write_static_pod(vm, "web", web_spec())
+
+    # Type=notify: start returns once every service says it is ready.
+    vm.run("systemctl", "start", "pykubelet.target", timeout=900)
+    assert not _units_active(vm), vm.run("systemctl", "status", "--no-pager", "-n", "20", *_units_active(vm),
+                                         check=False).stdout
+    pod = wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running", interval=5)
+    page = vm.run("busybox", "wget", "-qO-", f"http://{pod['podIP']}/")
+    assert "pykubelet" in page.stdout
+    # containerd says the driver pod-sync checks against its own.
+    assert vm.run(PY, "-c", DRIVER).stdout.strip() == "systemd"
+    # The pod is a slice of systemd's, its container a scope in it.
+    unit = slice_unit(_pod_name(pod))
+    assert _unit_property(vm, unit, "ActiveState") == "active"
+    assert vm.run("test", "-d", _container_cgroup(pod), check=False).returncode == 0, _container_cgroup(pod)
+    # Node allocatable (enforceNodeAllocatable: pods, no reservations): the node's memory.
+    mem_total = next(int(line.split()[1]) for line in vm.run("cat", "/proc/meminfo").stdout.splitlines()
+                     if line.startswith("MemTotal:"))
+    assert _read(vm, "/sys/fs/cgroup/kubepods.slice/memory.max") == str(mem_total * 1024)
+    assert _unit_property(vm, "kubepods.slice", "MemoryMax") == str(mem_total * 1024)
+
+    # What the README tells an operator to look at.
+    target = vm.run("systemctl", "status", "--no-pager", "pykubelet.target", check=False).stdout
+    assert "active" in target, target
+    journal = vm.run("journalctl", "-u", "pykubelet-pod-sync.service", "--no-pager", "-o", "cat").stdout
+    assert "pod-sync running" in journal, journal[-2000:]
+
+
+def test_a_burstable_pod_gets_the_cpu_a_best_effort_pod_wants_too(vm):
+    """Both pods spin on both CPUs; the Burstable one asked for 1500m. The kubelet's tiers give the
+    BestEffort tier the minimum weight and the Burstable tier its pods' requests, so the Burstable
+    pod takes at least 90% of the CPU they use together."""
+    write_static_pod(vm, "burstable-spin", {"terminationGracePeriodSeconds": 0, "containers": [
+        _spin("app", 2, resources={"requests": {"cpu": "1500m"}})]})
+    write_static_pod(vm, "besteffort-spin", {"terminationGracePeriodSeconds": 0, "containers": [_spin("app", 2)]})
+    b = wait_for(lambda: running_pod(vm, "burstable-spin"), POD_TIMEOUT, "the Burstable spinner", interval=5)
+    e = wait_for(lambda: running_pod(vm, "besteffort-spin"), POD_TIMEOUT, "the BestEffort spinner", interval=5)
+    assert (b["status"]["qosClass"], e["status"]["qosClass"]) == ("Burstable", "BestEffort")
+    # cgroup v2 weights: shares 1536 -> 59, shares 2 -> 1 (the kubelet's conversion), as the
+    # slices' properties, so systemd keeps them.
+    burstable_weight = str(1 + ((1536 - 2) * 9999) // 262142)
+    assert _read(vm, "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/cpu.weight") == "1"
+    assert _read(vm, "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight") == burstable_weight
+    assert _unit_property(vm, "kubepods-burstable.slice", "CPUWeight") == burstable_weight
+    vm.run("systemctl", "daemon-reload")  # systemd writes every cgroup again from its units
+    assert _read(vm, "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight") == burstable_weight
+
+    def usage(pod: dict) -> int:
+        stat = dict(line.split() for line in _read(vm, f"{_pod_cgroup(pod)}/cpu.stat").splitlines())
+        return int(stat["usage_usec"])
+    before = usage(b), usage(e)
+    time.sleep(15)
+    got_b, got_e = usage(b) - before[0], usage(e) - before[1]
+    share = got_b / (got_b + got_e)
+    print(f"burstable {got_b / 1e6:.1f}s of CPU, best-effort {got_e / 1e6:.1f}s: {share:.1%}")
+    assert share >= 0.9, f"burstable {got_b / 1e6:.1f}s of CPU, best-effort {got_e / 1e6:.1f}s ({share:.1%})"
+    for name in ("burstable-spin", "besteffort-spin"):
+        vm.run("rm", f"/etc/kubernetes/manifests/{name}.yaml")
+
+
+def test_pod_limits_land_in_the_pod_and_container_cgroups(vm):
+    write_static_pod(vm, "guaranteed", {"terminationGracePeriodSeconds": 0, "containers": [{
+        "name": "app", "image": BUSYBOX, "command": ["sleep", "3600"],
+        "resources": {"limits": {"cpu": "200m", "memory": "64Mi"}}}]})
+    pod = wait_for(lambda: running_pod(vm, "guaranteed"), POD_TIMEOUT, "the Guaranteed pod", interval=5)
+    assert pod["status"]["qosClass"] == "Guaranteed"
+    assert _pod_cgroup(pod).startswith("/sys/fs/cgroup/kubepods.slice/kubepods-pod")
+    for cgroup in (_pod_cgroup(pod), _container_cgroup(pod)):
+        assert _read(vm, f"{cgroup}/cpu.max") == "20000 100000", cgroup
+        assert _read(vm, f"{cgroup}/memory.max") == str(64 * 2**20), cgroup
+    assert _read(vm, f"{_pod_cgroup(pod)}/pids.max") == str(POD_PIDS_LIMIT)
+    assert _read(vm, f"{_pod_cgroup(pod)}/cpu.weight") == str(1 + ((204 - 2) * 9999) // 262142)
+    assert _unit_property(vm, slice_unit(_pod_name(pod)), "MemoryMax") == str(64 * 2**20)
+    # The pod gone, its slice goes too.
+    vm.run("rm", "/etc/kubernetes/manifests/guaranteed.yaml")
+    wait_for(lambda: vm.run("test", "-d", _pod_cgroup(pod), check=False).returncode != 0, POD_TIMEOUT,
+             "the pod's slice removed", interval=5)
+
+
+def test_a_reboot_brings_the_node_and_its_pods_back(vm):
+    before = running_pod(vm, "web")
+    assert before is not None
+    vm.reboot()
+    assert vm.run("systemctl", "is-enabled", "pykubelet.target").stdout.strip() == "enabled"
+    wait_for(lambda: not _units_active(vm), 900, "every unit active after the reboot", interval=5)
+    after = wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running after the reboot",
+                     interval=5)
+    # The containers went with the old boot: a new sandbox and container, the same pod.
+    assert after["uid"] == before["uid"]
+    assert after["containers"][0]["containerID"] != before["containers"][0]["containerID"]
+    assert "pykubelet" in vm.run("busybox", "wget", "-qO-", f"http://{after['podIP']}/").stdout
