@@ -39,6 +39,7 @@ class _RuntimeStub(Protocol):
 
     Version: grpc.aio.UnaryUnaryMultiCallable[cri.VersionRequest, cri.VersionResponse]
     Status: grpc.aio.UnaryUnaryMultiCallable[cri.StatusRequest, cri.StatusResponse]
+    RuntimeConfig: grpc.aio.UnaryUnaryMultiCallable[cri.RuntimeConfigRequest, cri.RuntimeConfigResponse]
     RunPodSandbox: grpc.aio.UnaryUnaryMultiCallable[cri.RunPodSandboxRequest, cri.RunPodSandboxResponse]
     StopPodSandbox: grpc.aio.UnaryUnaryMultiCallable[cri.StopPodSandboxRequest, cri.StopPodSandboxResponse]
     RemovePodSandbox: grpc.aio.UnaryUnaryMultiCallable[cri.RemovePodSandboxRequest, cri.RemovePodSandboxResponse]
