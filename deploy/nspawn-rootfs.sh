@@ -8,7 +8,7 @@ set -euo pipefail
 
 DIR=${1:?usage: $0 DIR}
 PACKAGES=systemd,systemd-sysv,dbus,python3,containerd,runc,containernetworking-plugins,nats-server,docker-registry,iproute2,iptables,busybox-static,procps,util-linux,mount,kmod
-KEY=$(sha256sum "$0" | cut -c1-16)
+KEY=$(cat "$0" "$(dirname "$0")/guest-registry.yml" | sha256sum | cut -c1-16)
 
 if [ -f "$DIR/rootfs.key" ] && [ "$(cat "$DIR/rootfs.key")" = "$KEY" ] && [ -d "$DIR/rootfs" ]; then
   exit 0
@@ -43,13 +43,8 @@ WantedBy=sysinit.target
 UNIT
 mkdir -p "$R/etc/systemd/system/sysinit.target.wants"
 ln -sf ../cgroup-v1-writable.service "$R/etc/systemd/system/sysinit.target.wants/cgroup-v1-writable.service"
-# The image registry the node pulls from: Debian's, on loopback, without Debian's default login.
-cat > "$R/etc/docker/registry/config.yml" <<'CONF'
-version: 0.1
-log: {level: warn, accesslog: {disabled: true}}
-storage: {filesystem: {rootdirectory: /var/lib/docker-registry}}
-http: {addr: "127.0.0.1:5000"}
-CONF
+# The image registry the node pulls from.
+install -m 0644 "$(dirname "$0")/guest-registry.yml" "$R/etc/docker/registry/config.yml"
 echo "pykubelet-node" > "$R/etc/hostname"
 mv "$R" "$DIR/rootfs"
 echo "$KEY" > "$DIR/rootfs.key"

@@ -15,7 +15,7 @@ set -euo pipefail
 
 DIR=${1:?usage: $0 DIR}
 PACKAGES=systemd,systemd-sysv,dbus,udev,kmod,linux-image-cloud-amd64,openssh-server,python3,containerd,runc,containernetworking-plugins,nats-server,docker-registry,iproute2,iptables,busybox-static,procps,util-linux,mount,e2fsprogs,ca-certificates
-KEY=$(sha256sum "$0" | cut -c1-16)
+KEY=$(cat "$0" "$(dirname "$0")/guest-registry.yml" | sha256sum | cut -c1-16)
 SIZE=${VM_DISK_SIZE:-6G}
 
 if [ -f "$DIR/image.key" ] && [ "$(cat "$DIR/image.key")" = "$KEY" ] && [ -f "$DIR/disk.raw" ]; then
@@ -60,13 +60,8 @@ echo "/dev/vda / ext4 rw,errors=remount-ro 0 1" > "$R/etc/fstab"
 for unit in nats-server containerd; do
   ln -sf /dev/null "$R/etc/systemd/system/$unit.service"
 done
-# The image registry the node pulls from: Debian's, on loopback, without Debian's default login.
-cat > "$R/etc/docker/registry/config.yml" <<'CONF'
-version: 0.1
-log: {level: warn, accesslog: {disabled: true}}
-storage: {filesystem: {rootdirectory: /var/lib/docker-registry}}
-http: {addr: "127.0.0.1:5000"}
-CONF
+# The image registry the node pulls from.
+install -m 0644 "$(dirname "$0")/guest-registry.yml" "$R/etc/docker/registry/config.yml"
 
 cp "$R"/boot/vmlinuz-* "$DIR/vmlinuz.tmp"
 cp "$R"/boot/initrd.img-* "$DIR/initrd.img.tmp"
