@@ -81,6 +81,11 @@ class PodSyncManager:
                 self.on_synced()
             except Exception as exc:  # runtime down: the next round tries again
                 log.warning("resync failed: %s", exc)
+            else:
+                try:
+                    await self.syncer.remove_orphaned_pod_cgroups(uids)
+                except Exception as exc:  # the next round tries again
+                    log.warning("removing pod cgroups of no pod failed: %s", exc)
             await asyncio.sleep(self.resync_every)
 
     async def _first_syncs(self, uids: set[str]) -> None:

@@ -13,15 +13,21 @@ limits. Containers in it get their own cgroups from the runtime below it.
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
 from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
-from shared.cgroup_names import CGROUPFS, SYSTEMD, on_host
+from shared.cgroup_names import CGROUPFS, SYSTEMD, on_host, slice_unit
 from shared.podspec import Container, Pod
 from shared.qos import pod_level, pod_requests, qos_class
 from shared.quantity import millicores, to_bytes
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -201,3 +207,84 @@ def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT, slices: SystemdSlic
             return [f"creating the QoS cgroup {tier}: {exc.strerror or exc}"]
         files.append((d / "cpu.weight", str(cpu_weight(value))) if v2 else (d / "cpu.shares", str(value)))
     return _write(files)
+
+
+# A pod cgroup younger than this is never an orphan: pod-sync makes it just before the sandbox.
+ORPHAN_MIN_AGE = 30.0
+_UID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_TIERS = ("/kubepods", "/kubepods/burstable", "/kubepods/besteffort")
+
+
+def _tier_dir(tier: str, root: Path, slices: SystemdSlices | None) -> Path:
+    rel = _rel(tier, slices)
+    return root / rel if (root / "cgroup.controllers").is_file() else root / "cpu" / rel
+
+
+def pod_cgroups(root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None) -> dict[str, str]:
+    """Every pod cgroup under the QoS tiers, by pod UID: {uid: "/kubepods/<tier>/pod<uid>"}."""
+    found: dict[str, str] = {}
+    for tier in _TIERS:
+        d = _tier_dir(tier, root, slices)
+        prefix = "pod" if slices is None else slice_unit(tier).removesuffix(".slice") + "-pod"
+        suffix = "" if slices is None else ".slice"
+        try:
+            children = [c for c in d.iterdir() if c.is_dir()]
+        except OSError:
+            continue
+        for child in children:
+            name = child.name
+            if not (name.startswith(prefix) and name.endswith(suffix)):
+                continue
+            uid = name[len(prefix):len(name) - len(suffix)]
+            if slices is not None:
+                uid = uid.replace("_", "-")  # the slice name's escape of "-"
+            if _UID.fullmatch(uid):
+                found[uid] = f"{tier}/pod{uid}"
+    return found
+
+
+def _has_processes(d: Path) -> bool:
+    for procs in d.rglob("cgroup.procs"):
+        try:
+            if procs.read_text().strip():
+                return True
+        except OSError:
+            return True  # unreadable: not ours to judge
+    return False
+
+
+def remove_orphans(orphans: dict[str, str], root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None,
+                   min_age: float = ORPHAN_MIN_AGE) -> list[str]:
+    """Remove the cgroups of pods pod-sync no longer knows (a crashed run's, a pod removed while
+    pod-sync was down), as the kubelet's cleanupOrphanedPodCgroups does; only empty ones older
+    than min_age. Returns the names removed."""
+    removed = []
+    v2 = (root / "cgroup.controllers").is_file()
+    for name in orphans.values():
+        rel = _rel(name, slices)
+        dirs = [root / rel] if v2 else [h / rel for h in root.iterdir() if (h / rel).is_dir()]
+        try:
+            if not dirs or time.time() - dirs[0].stat().st_ctime < min_age:
+                continue
+        except OSError:
+            continue
+        if any(_has_processes(d) for d in dirs):
+            log.warning("pod cgroup %s belongs to no pod but has processes: left alone", name)
+            continue
+        if slices is not None:
+            slices.remove(name)
+        else:
+            for d in dirs:
+                # Leftover container cgroups first (the runtime's, empty), then the pod's.
+                for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                    _rmdir(sub)
+                _rmdir(d)
+        removed.append(name)
+    return removed
+
+
+def _rmdir(d: Path) -> None:
+    try:
+        os.rmdir(d)
+    except OSError as exc:
+        log.debug("cgroup %s not removed: %s", d, exc)

@@ -109,6 +109,20 @@ class PodSyncer:
         with self.store.session() as s:
             return s.get(DesiredPod, uid), s.get(PodEviction, uid)
 
+    async def remove_orphaned_pod_cgroups(self, known: set[str]) -> None:
+        """Pod cgroups of no pod pod-sync knows (desired now, or in the runtime: `known`) are a
+        crashed run's or a pod's removed while pod-sync was down: remove the empty ones."""
+        found = await asyncio.to_thread(pod_cgroup.pod_cgroups, self.node.cgroup_root, self.node.cgroup_slices)
+        # Read after the listing: a pod admitted since has its cgroup made after it was desired.
+        known = known | set(self.desired_uids())
+        orphans = {uid: name for uid, name in found.items() if uid not in known}
+        if not orphans:
+            return
+        removed = await asyncio.to_thread(pod_cgroup.remove_orphans, orphans, self.node.cgroup_root,
+                                          self.node.cgroup_slices)
+        if removed:
+            log.info("removed %d pod cgroup(s) of no pod: %s", len(removed), ", ".join(removed))
+
     def desired_uids(self) -> list[str]:
         with self.store.session() as s:
             return list(s.scalars(select(DesiredPod.uid)))

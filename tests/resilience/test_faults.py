@@ -122,6 +122,30 @@ def test_sigkill_touches_no_pod(fleet, victim):
     print(f"\nSIGKILL {victim:<16} back in {back:5.1f}s, status current after {current:5.1f}s")
 
 
+def test_pod_cgroups_a_crashed_run_left_are_removed_at_the_next_start(fleet):
+    """A pod cgroup of no pod (a run killed between making it and its sandbox, or a pod removed
+    while pod-sync was down) goes at pod-sync's next start, once it is older than a pod cgroup
+    can be before its sandbox runs; the fleet's own cgroups stay."""
+    from services.pod_sync.pod_cgroup import ORPHAN_MIN_AGE
+
+    root = Path("/sys/fs/cgroup")
+    orphan = [root / c / "kubepods/besteffort/pod0badc0de-0000-4000-8000-00000000dead" for c in ("cpu", "memory")]
+    for d in orphan:
+        d.mkdir(parents=True)
+    try:
+        time.sleep(ORPHAN_MIN_AGE + 1)
+        before, started = snapshot(fleet), time.monotonic()
+        os.kill(pid_of(fleet, "pod-sync"), signal.SIGKILL)
+        wait_for(lambda: not any(d.exists() for d in orphan), 90, "the orphaned pod cgroup removed")
+        wait_recovered(fleet, before, "pod-sync's restart", started)
+        uids = [p["uid"] for p in fleet.status()["pods"] if p["name"].startswith("fleet-")]
+        assert all((root / "cpu/kubepods/besteffort" / f"pod{uid}").is_dir() for uid in uids)
+    finally:
+        for d in orphan:
+            if d.exists():
+                d.rmdir()
+
+
 def test_all_services_and_nats_stopped_for_a_minute(fleet):
     """SIGSTOP of every service and NATS for 60 s, while a pod is added and another removed:
     status says the node is not running meanwhile; after SIGCONT it converges."""

@@ -194,3 +194,30 @@ async def test_qos_tiers_weigh_their_pods_requests(syncer, rt, store, node):
         s.get(DesiredPod, "uid1").deleting = True
     await syncer.sync("uid1")
     assert (tiers / "burstable/cpu.shares").read_text() == "2", "its last pod gone, the tier weighs nothing"
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_pod_cgroups_of_no_pod_are_removed_when_empty(tmp_path, v2):
+    if v2:
+        (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+    hierarchies = [tmp_path] if v2 else [tmp_path / "cpu", tmp_path / "memory"]
+    for h in hierarchies:
+        # (A real cgroup's files do not keep rmdir from it; these would, so the empty one has none.)
+        (h / "kubepods/burstable/podgone/leftover-container").mkdir(parents=True)
+        (h / "kubepods/besteffort/podbusy").mkdir(parents=True)
+        (h / "kubepods/besteffort/podbusy/cgroup.procs").write_text("4242\n")
+        (h / "kubepods/podkept").mkdir(parents=True)
+        (h / "kubepods/not-a-pod").mkdir(parents=True)
+    found = pod_cgroup.pod_cgroups(tmp_path)
+    assert found == {"gone": "/kubepods/burstable/podgone", "busy": "/kubepods/besteffort/podbusy",
+                     "kept": "/kubepods/podkept"}
+    orphans = {uid: found[uid] for uid in ("gone", "busy")}
+    assert pod_cgroup.remove_orphans(orphans, tmp_path, min_age=0) == ["/kubepods/burstable/podgone"]
+    assert pod_cgroup.pod_cgroups(tmp_path) == {"busy": "/kubepods/besteffort/podbusy", "kept": "/kubepods/podkept"}
+    assert all(not (h / "kubepods/burstable/podgone").exists() for h in hierarchies)
+
+
+def test_a_hostile_directory_name_is_no_pod(tmp_path):
+    (tmp_path / "cpu/kubepods/pod..%2f").mkdir(parents=True)
+    (tmp_path / "cpu/kubepods/pod").mkdir(parents=True)
+    assert pod_cgroup.pod_cgroups(tmp_path) == {}

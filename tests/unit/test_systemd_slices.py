@@ -99,3 +99,17 @@ def test_a_slice_whose_cgroup_never_appears_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setattr("services.pod_sync.systemd_slices.START_TIMEOUT", 0.1)
     with pytest.raises(SlicesError, match="did not appear"):
         SystemdSlices(tmp_path, Silent(tmp_path)).apply(POD, [], "test")
+
+
+def test_a_slice_of_no_pod_is_stopped_once_empty_and_old(systemd, tmp_path):
+    bus, slices = systemd
+    uid = "0f1e2d3c-aaaa-bbbb-cccc-0123456789ab"
+    name = f"/kubepods/besteffort/pod{uid}"
+    pod_cgroup.ensure(name, PodCgroupConfig(2, None, None), tmp_path, slices)
+    pod_cgroup.ensure(POD, PodCgroupConfig(2, None, None), tmp_path, slices)
+    found = pod_cgroup.pod_cgroups(tmp_path, slices)
+    assert found == {uid: name, "uid1": POD}, "the UID's dashes come back from the slice name's escape"
+    assert pod_cgroup.remove_orphans({uid: name}, tmp_path, slices) == [], "too young to be an orphan"
+    assert pod_cgroup.remove_orphans({uid: name}, tmp_path, slices, min_age=0) == [name]
+    assert bus.calls[-1] == ("StopUnit", f"kubepods-besteffort-pod{uid.replace('-', '_')}.slice")
+    assert pod_cgroup.pod_cgroups(tmp_path, slices) == {"uid1": POD}
