@@ -96,10 +96,12 @@ class VirtualMachine:
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self.wait_up()
 
-    def wait_up(self) -> None:
+    def wait_up(self, starting: bool = False) -> None:
+        """Until systemd has booted the guest; starting=True: until it answers at all (after a
+        reboot with the node enabled, boot goes on while the node's units start)."""
         deadline = time.monotonic() + BOOT_TIMEOUT
         state = ""
-        while state not in ("running", "degraded"):
+        while state not in ("running", "degraded", *(("starting",) if starting else ())):
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"qemu exited ({self.proc.returncode}): {self.console_tail()}")
             if time.monotonic() > deadline:
@@ -144,7 +146,7 @@ class VirtualMachine:
     def reboot(self) -> None:
         self.run("systemctl", "reboot", check=False, timeout=30)
         time.sleep(5)  # sshd goes away before the guest is back
-        self.wait_up()
+        self.wait_up(starting=True)
 
     def poweroff(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
