@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from shared.cgroup_names import container_cgroup, on_host, slice_unit
-from tests.guest_node import PY, install_args, push_images, running_pod, web_spec, write_static_pod
+from tests.guest_node import PY, install_args, push_images, running_pod, status, web_spec, write_static_pod
 from tests.integration.conftest import wait_for
 
 UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", "pykubelet-eviction.service",
@@ -156,3 +156,40 @@ def test_a_reboot_brings_the_node_and_its_pods_back(vm):
     assert after["uid"] == before["uid"]
     assert after["containers"][0]["containerID"] != before["containers"][0]["containerID"]
     assert "pykubelet" in vm.run("busybox", "wget", "-qO-", f"http://{after['podIP']}/").stdout
+
+
+def _meminfo_kib(vm, field: str) -> int:
+    return next(int(line.split()[1]) for line in vm.run("cat", "/proc/meminfo").stdout.splitlines()
+                if line.startswith(f"{field}:"))
+
+
+def _pressure(vm) -> dict:
+    return status(vm)["pressure"]
+
+
+def test_memory_pressure_is_seen_on_cgroup_v2(vm):
+    """eviction reads the node's memory on cgroup v2 (the root from /proc/meminfo, the pods from
+    kubepods.slice): a hog that takes memory.available below its hard threshold puts the node
+    under MemoryPressure, which `pykubelet status` shows with the signal. The hog is a static
+    pod, which the kubelet never evicts, so it stays."""
+    threshold_mib = _meminfo_kib(vm, "MemAvailable") // 1024 - 400  # 400Mi below what is free now
+    vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml",
+           input=f"evictionHard:\n  memory.available: {threshold_mib}Mi\n")
+    vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
+    wait_for(lambda: not _units_active(vm), 900, "every unit active after the restart", interval=5)
+    signals = {s["signal"]: s for s in wait_for(lambda: _pressure(vm)["signals"], 300, "memory signals", interval=5)}
+    assert signals["memory.available"]["hard"]["thresholdValue"] == threshold_mib * 2**20
+    assert not signals["memory.available"]["hard"]["met"], signals["memory.available"]
+    assert "allocatableMemory.available" in signals, "the pods' working set, read from kubepods.slice"
+
+    # 8 x 100Mi held by dd processes that wait to write into a pipe nobody reads.
+    hog = " ".join(["dd if=/dev/zero bs=100M count=1 2>/dev/null | sleep 3600 &"] * 8) + " sleep 3600"
+    write_static_pod(vm, "hog", {"terminationGracePeriodSeconds": 0, "containers": [
+        {"name": "hog", "image": BUSYBOX, "command": ["sh", "-c", hog]}]})
+    wait_for(lambda: any(c["type"] == "MemoryPressure" and c["status"] for c in _pressure(vm)["conditions"]),
+             POD_TIMEOUT, "MemoryPressure", interval=5)
+    seen = {s["signal"]: s for s in _pressure(vm)["signals"]}["memory.available"]
+    print(f"memory.available {seen['available'] / 2**20:.0f}Mi against a threshold of {threshold_mib}Mi")
+    assert seen["hard"]["met"], seen
+    assert running_pod(vm, "hog") is not None, "a static pod is not evicted"
+    vm.run("rm", "/etc/kubernetes/manifests/hog.yaml")
