@@ -82,6 +82,7 @@ class AdminApp:
         self._authorization = f"Bearer {token}".encode()
         self._views: list[Views] = []
         self._app: FastAPI | None = None
+        self._build_lock = asyncio.Lock()
 
     def add_views(self, views: Views) -> None:
         if self._app is not None:
@@ -101,7 +102,7 @@ class AdminApp:
         else:
             if self.secrets is not None:  # a store read: in a thread, not on the event loop
                 _KNOWN.set(frozenset(await asyncio.to_thread(self.secrets)))
-            await self.views_app()(scope, receive, send)
+            await (await self._built_views_app())(scope, receive, send)
 
     def _authorized(self, scope: Scope) -> bool:
         """The request carries the token (compared in constant time); only one Authorization
@@ -132,6 +133,15 @@ class AdminApp:
         """The FastAPI app of the views (and FastAPI's 404 for any other path), built once."""
         if self._app is None:
             self._app = _build_views_app(self.service, self._views, self.freshness)
+        return self._app
+
+    async def _built_views_app(self) -> FastAPI:
+        """views_app() for a request: the first one builds it in a thread, since importing
+        FastAPI reads its modules from disk, which a busy disk can make take a second."""
+        if self._app is None:
+            async with self._build_lock:
+                if self._app is None:
+                    self._app = await asyncio.to_thread(_build_views_app, self.service, self._views, self.freshness)
         return self._app
 
 
