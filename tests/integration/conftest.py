@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -72,10 +73,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_range(n: int) -> int:
-    """A base port with n free consecutive ports after it."""
+    """A base port with n free consecutive ports after it, below the kernel's ephemeral range:
+    the services bind them only as they start, and a port in that range can be taken meanwhile by
+    any outgoing connection's local end (a probe service once found its admin port so taken)."""
+    low = _ephemeral_low()
     for _ in range(100):
-        base = free_port()
+        base = random.randrange(10_000, max(10_001, low - n))
         if base + n > 65000:
             continue
         ok = True
