@@ -159,6 +159,14 @@ class NodePressureChanged(Event):
     publishers: ClassVar[tuple[str, ...]] = ("eviction",)
 
 
+class NodeShutdownChanged(Event):
+    """eviction began or ended a graceful node shutdown (node_shutdown): the Node's Ready
+    condition is to be reported now."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.node.shutdown"
+    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
+
+
 class DiskReclaimRequested(Event):
     """eviction wrote a reclaim_requests row: pod-sync frees disk and answers in disk_reclaim."""
 

@@ -87,6 +87,14 @@ class MemoryReservation(BaseModel):
         return v
 
 
+class ShutdownGracePeriodByPodPriority(BaseModel):
+    """How long the pods of this priority and up (to the next entry) get when the node shuts down."""
+
+    model_config = ConfigDict(extra="forbid")
+    priority: int = Field(ge=-(2**31), le=2**31 - 1)
+    shutdown_grace_period_seconds: int = Field(default=0, alias="shutdownGracePeriodSeconds", ge=0)
+
+
 class Taint(BaseModel):
     """A taint the Node is registered with (registerWithTaints), checked as the API server
     checks a Node's taints."""
@@ -259,6 +267,11 @@ class KubeletConfiguration(ServerConfig):
     image_minimum_gc_age: float = Field(default=120.0, alias="imageMinimumGCAge")
     # Unused images older than this go whatever the disk usage; 0: no age limit.
     image_maximum_gc_age: float = Field(default=0.0, alias="imageMaximumGCAge", ge=0)
+    # Graceful node shutdown (services/eviction/node_shutdown.py): a delay lock taken from
+    # systemd-logind, and the node's pods stopped, lowest priority first, before it is let go.
+    shutdown_grace_period: float = 0.0
+    shutdown_grace_period_critical_pods: float = 0.0
+    shutdown_grace_period_by_pod_priority: list[ShutdownGracePeriodByPodPriority] = Field(default_factory=list)
     # Sysctls pods may set beyond the safe set: names, or prefixes ending in '*'.
     allowed_unsafe_sysctls: list[str] = Field(default_factory=list)
 
@@ -375,10 +388,26 @@ class KubeletConfiguration(ServerConfig):
                      "node_status_update_frequency", "node_status_report_frequency",
                      "volume_stats_agg_period", "eviction_pressure_transition_period", "image_minimum_gc_age", "image_maximum_gc_age",
                      "container_log_monitor_interval", "http_check_frequency", "cpu_manager_reconcile_period",
-                     mode="before")
+                     "shutdown_grace_period", "shutdown_grace_period_critical_pods", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return to_seconds(v)
+
+    @model_validator(mode="after")
+    def _shutdown(self) -> "KubeletConfiguration":
+        # The kubelet's checks, in its words.
+        total, critical = self.shutdown_grace_period, self.shutdown_grace_period_critical_pods
+        if total < 0 or critical < 0 or critical > total:
+            raise ValueError(f"shutdownGracePeriod {format_duration(total)} must be >= 0, "
+                             f"shutdownGracePeriodCriticalPods {format_duration(critical)} must be >= 0 and <= "
+                             "shutdownGracePeriod")
+        if self.shutdown_grace_period_by_pod_priority and (total or critical):
+            raise ValueError("Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the "
+                             "same time")
+        priorities = [p.priority for p in self.shutdown_grace_period_by_pod_priority]
+        if len(set(priorities)) != len(priorities):
+            raise ValueError("shutdownGracePeriodByPodPriority: each priority may be given once")
+        return self
 
     @model_validator(mode="after")
     def _memory_manager(self) -> "KubeletConfiguration":

@@ -104,6 +104,10 @@ def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
                         "(systemd.unified_cgroup_hierarchy=1) or set failCgroupV1 to false")
     if k.cgroup_driver == "systemd":
         problems += systemd_driver_problems(cgroup_root, run)
+    if (k.shutdown_grace_period or k.shutdown_grace_period_by_pod_priority) and not (run / "systemd" / "system").is_dir():
+        field = "shutdownGracePeriod" if k.shutdown_grace_period else "shutdownGracePeriodByPodPriority"
+        problems.append(f"{field}: a graceful node shutdown is announced by systemd-logind and this host does not "
+                        f"run systemd (no {run}/systemd/system): remove {field}")
     return problems
 
 

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING
 
 from services.eviction.loop import EvictionLoop
 from services.eviction.manager import EvictionManager
+from services.eviction.node_shutdown import NodeShutdownManager, shutdown_groups
 from services.eviction.pod_usage import UsageCollector
 from services.eviction.signals import SignalReader
 from shared.bus import DiskReclaimed
 from shared.cri import CRIClient
 from shared.cri.imagefs import imagefs_mountpoint
 from shared.events import BusRecorder
-from shared.host import cpu_capacity_millicores, memory_capacity_bytes
+from shared.host import boot_id, cpu_capacity_millicores, memory_capacity_bytes
 from shared.node_resources import Reservations, allocatable
 from shared.pressure_report import pressure_report
 from shared.service import ServiceContext, service_main
@@ -58,6 +59,12 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.app.add_views(views)
     ctx.spawn("eviction-cycles", loop.run_cycles(ctx.synced))
     ctx.spawn("memory-poll", loop.poll_memory())
+    groups = shutdown_groups(k)
+    if groups:
+        from services.eviction.logind import Logind
+
+        shutdowns = NodeShutdownManager(ctx.store, ctx.bus, Logind(), groups, boot_id())
+        ctx.spawn("node-shutdown", shutdowns.run())
 
 
 if __name__ == "__main__":

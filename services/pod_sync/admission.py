@@ -14,6 +14,7 @@ from prometheus_client import Counter
 
 from services.pod_sync.exec_strings import spec_exceeds
 from services.pod_sync.node_affinity import AffinityInvalid, matches_node
+from shared import node_shutdown as shutdown
 from shared.pod_limits import LIMIT_EXCEEDED
 from shared.podspec import Pod
 from shared.qos import pod_requests, qos_class
@@ -104,6 +105,18 @@ def admit_under_pressure(pod: Pod, pressure: list[str], critical: bool) -> Verdi
         return Verdict(True)
     ADMISSION_REJECTIONS.labels(EVICTED).inc()
     return Verdict(False, EVICTED, f"The node had condition: [{' '.join(pressure)}]. ")
+
+
+# A node shutdown's reasons: a pod stopped by it, a pod turned away during it.
+SHUTDOWN_REASONS = (shutdown.TERMINATED, shutdown.NOT_ADMITTED)
+
+
+def admit_unless_shutting_down(shutting_down: bool) -> Verdict:
+    """The node shutdown manager's admission: nothing new starts on a node going down."""
+    if not shutting_down:
+        return Verdict(True)
+    ADMISSION_REJECTIONS.labels(shutdown.NOT_ADMITTED).inc()
+    return Verdict(False, shutdown.NOT_ADMITTED, shutdown.NOT_ADMITTED_MESSAGE)
 
 
 SYSCTL_FORBIDDEN = "SysctlForbidden"

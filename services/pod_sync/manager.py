@@ -10,7 +10,7 @@ from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_view import list_managed_uids
 from services.pod_sync.syncer import PodSyncer, SyncResult
 from services.pod_sync.workers import PodWorkers
-from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, EvictionsDecided, NetworkChanged,
+from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, EvictionsDecided, NetworkChanged, NodeShutdownChanged,
                         PodLifecycleEvents, PodRuntimeChanged, ProbeResultsChanged, VolumesChanged)
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,10 @@ class PodSyncManager:
         if event.ready:
             self._wake(set(self.syncer.desired_uids()))
 
+    async def _on_node_shutdown(self, _event: NodeShutdownChanged) -> None:
+        """A node shutdown began or ended: admission and static pods change for every pod."""
+        self._wake(set(self.syncer.desired_uids()))
+
     async def _on_pods_named(self, event: ProbeResultsChanged | VolumesChanged | EvictionsDecided) -> None:
         """Probe results, volumes set up, evictions decided: sync the pods they name."""
         self._wake(set(event.uids))
@@ -101,6 +105,7 @@ class PodSyncManager:
 
     async def start(self, spawn) -> None:
         await self.bus.subscribe(NetworkChanged, self._on_network)
+        await self.bus.subscribe(NodeShutdownChanged, self._on_node_shutdown)
         for event in (ProbeResultsChanged, VolumesChanged, EvictionsDecided):
             await self.bus.subscribe(event, self._on_pods_named)
         for source in self.sources:

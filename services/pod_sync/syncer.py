@@ -15,8 +15,8 @@ from sqlalchemy import delete, select
 
 from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
-from services.pod_sync.admission import (EVICTED, admit, admit_exec_strings, admit_os, admit_sysctls,
-                                        Verdict, admit_to_node, admit_under_pressure)
+from services.pod_sync.admission import (EVICTED, SHUTDOWN_REASONS, admit, admit_exec_strings, admit_os, admit_sysctls,
+                                        admit_unless_shutting_down, Verdict, admit_to_node, admit_under_pressure)
 from shared.node_resources import Reservations, allocatable
 from shared.retry import Backoff
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
@@ -47,6 +47,7 @@ from shared.safe_paths import UnsafePath, beneath
 from shared.store import (DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult,
                           Store)
 from shared.store.models import is_static, utcnow
+from shared.node_shutdown import TERMINATED, shutting_down
 from shared.subpath import SubPathMounts
 from shared.thresholds import PRESSURE_CONDITIONS
 
@@ -175,6 +176,8 @@ class PodSyncer:
             # pressure), sysctls, then resources.
             verdict = admit_exec_strings(pod)
             if verdict.admitted:
+                verdict = admit_unless_shutting_down(shutting_down(s))
+            if verdict.admitted:
                 verdict = admit_under_pressure(pod, pressure, is_critical(pod, static=is_static(row.source)))
             if verdict.admitted:
                 verdict = admit_sysctls(pod, self.settings.kubelet.allowed_unsafe_sysctls)
@@ -267,15 +270,20 @@ class PodSyncer:
         if row is None or row.deleting:
             return await self._terminate(uid, row, rt)
         pod = self._pods.get(uid, row.manifest)
+        if is_static(row.source) and row.rejection_reason in SHUTDOWN_REASONS and eviction is None:
+            row = await self._run_again_after_shutdown(row, pod)
         if not await self._admit(row, pod):
             await self._record(pod, rt, {}, ("", ""))
             return SyncResult()
-        if row.rejection_reason == EVICTED or eviction is not None:
+        if row.rejection_reason in (EVICTED, TERMINATED) or eviction is not None:
+            reason = eviction.reason if eviction else row.rejection_reason
             grace = eviction.grace_period_seconds if eviction else 0
             # A hard eviction (grace 0) kills at once: the node is short of something now, and
-            # the kubelet's 2 s floor would only delay relief.
-            return await self._fail(pod, row, rt, EVICTED, eviction.message if eviction else row.rejection_message,
-                                    grace, floor=0 if grace == 0 else MIN_GRACE, announce=False)
+            # the kubelet's 2 s floor would only delay relief. A shutdown's grace is the
+            # kubelet's override: no floor either.
+            floor = 0 if grace == 0 or reason == TERMINATED else MIN_GRACE
+            return await self._fail(pod, row, rt, reason, eviction.message if eviction else row.rejection_message,
+                                    grace, floor=floor, announce=False)
         left = self._deadline_left(row, pod)
         if row.rejection_reason == DEADLINE_EXCEEDED or (left is not None and left <= 0):
             return await self._fail(pod, row, rt, DEADLINE_EXCEEDED, DEADLINE_MESSAGE,
@@ -400,6 +408,29 @@ class PodSyncer:
             await self.store.run(self._write_finished, row.uid)
         await self._record(pod, rt, {}, ("", ""))
         return SyncResult()
+
+    async def _run_again_after_shutdown(self, row: DesiredPod, pod: Pod) -> DesiredPod:
+        """A static pod a node shutdown stopped (or turned away) runs again once the shutdown is
+        over (cancelled, or this is the next boot), as the kubelet starts static pods afresh
+        when it starts. API pods stay Failed: their controllers have replaced them."""
+        again = await self.store.run(self._write_run_again, row.uid)
+        if again is None:
+            return row
+        log.info("static pod %s: the node shutdown that stopped it is over; it runs again", pod.full_name)
+        return again
+
+    def _write_run_again(self, uid: str) -> DesiredPod | None:
+        with self.store.session() as s:
+            if shutting_down(s):
+                return None
+            stored = s.get(DesiredPod, uid)
+            if stored is None or stored.rejection_reason not in SHUTDOWN_REASONS:
+                return None
+            stored.admitted, stored.finished = False, False
+            stored.rejection_reason, stored.rejection_message = "", ""
+            s.flush()
+            s.expunge(stored)
+            return stored
 
     def _write_failed(self, uid: str, reason: str, message: str) -> None:
         with self.store.session() as s:

@@ -7,8 +7,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from services.status_reporter.reporter import PodStatusReporter
-from shared.bus import (DesiredPodsChanged, KubeEvent, MirrorPodsChanged, NodePressureChanged, PodRuntimeChanged,
-                        PodStatusChanged, ProbeResultsChanged)
+from shared.bus import (DesiredPodsChanged, KubeEvent, MirrorPodsChanged, NodePressureChanged, NodeShutdownChanged,
+                        PodRuntimeChanged, PodStatusChanged, ProbeResultsChanged)
 from shared.coalesce import Coalescer
 from shared.service import ServiceContext, service_main
 
@@ -81,14 +81,15 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     ctx.checks["registered"] = lambda: (agent.registered.is_set(), "ok" if agent.registered.is_set()
                                         else "node not registered yet" + (f" ({certs.state})" if certs.state else ""))
 
-    async def on_pressure(_event: NodePressureChanged) -> None:
+    async def on_conditions(event: NodePressureChanged | NodeShutdownChanged) -> None:
         if agent.registered.is_set():
             try:
                 await agent.report_status()
             except Exception as exc:  # the periodic update retries
-                log.warning("node status update after a pressure change failed: %s", exc)
+                log.warning("node status update after a %s failed: %s", type(event).__name__, exc)
 
-    await ctx.bus.subscribe(NodePressureChanged, on_pressure)
+    await ctx.bus.subscribe(NodePressureChanged, on_conditions)
+    await ctx.bus.subscribe(NodeShutdownChanged, on_conditions)
     mirror_changes = Coalescer("mirror pod sync", mirrors.on_pods)
     for event in (MirrorPodsChanged, DesiredPodsChanged, PodStatusChanged):
         await ctx.bus.subscribe(event, mirror_changes.handle)

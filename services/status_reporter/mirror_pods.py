@@ -42,6 +42,13 @@ def mirror_body(manifest: dict[str, Any], node_name: str, node_uid: str) -> dict
             "spec": manifest["spec"]}
 
 
+def _left_terminal(mirror: dict, status: dict | None) -> bool:
+    """The static pod runs again after a node shutdown stopped it, and its mirror says Failed: the
+    API server lets no pod leave a terminal phase, so the mirror is made anew."""
+    return (mirror.get("status", {}).get("phase") in ("Succeeded", "Failed") and status is not None
+            and status["phase"] not in ("Succeeded", "Failed"))
+
+
 class MirrorPods:
     def __init__(self, api: KubeApi, store: Store, node_name: str, node_uid, host_ip: str) -> None:
         self.api = api
@@ -97,7 +104,8 @@ class MirrorPods:
                 d = wanted.get(key)
                 # Someone deleted it (graceful: the node finishes that) or it is out of date.
                 if d is None or mirror["metadata"]["annotations"][MIRROR] != d.uid \
-                        or mirror["metadata"].get("deletionTimestamp"):
+                        or mirror["metadata"].get("deletionTimestamp") \
+                        or _left_terminal(mirror, statuses.get(d.uid)):
                     await self._delete(mirror)
                     if d is not None:
                         await self._create(d)

@@ -17,6 +17,7 @@ from shared.host import node_labels
 from shared import periodic
 from shared.kube import ApiError, KubeApi, path
 from shared.node_resources import NO_RESERVATIONS, Reservations
+from shared.node_shutdown import NOT_READY, shutting_down
 from shared.retry import until_done
 from shared.runtime_status import STALE_AFTER, recorded_age
 from shared.store import NetworkStatus, NodeHealth, NodePressure, Store
@@ -74,6 +75,7 @@ class NodeAgent:
         with self.store.session() as s:
             h = s.get(NodeHealth, 1)
             net = s.get(NetworkStatus, 1)
+            going_down = shutting_down(s)
             if h is not None:
                 s.expunge(h)
         if h is None or recorded_age(h.updated_at) > STALE_AFTER:
@@ -87,6 +89,8 @@ class NodeAgent:
                             f"{net.message if net else 'network service not reporting'}")
         if not h.pleg_healthy:
             problems.append(h.pleg_message or "PLEG is not healthy")
+        if going_down:
+            problems.append(NOT_READY)
         return not problems, "; ".join(problems), h
 
     def pressure(self) -> dict[str, bool]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from shared import node_shutdown as shutdown
 from shared.podspec import Pod
 from shared.qos import qos_class
 
@@ -152,6 +153,16 @@ def rejected_status(pod: Pod, reason: str, message: str, previous: dict[str, Any
             "conditions": [], "containerStatuses": []}
 
 
+# A static pod a node shutdown stopped runs again after it (services/pod_sync/syncer.py): its
+# Failed phase is the one terminal phase that is not for good.
+DISRUPTION_TARGET = "DisruptionTarget"
+BY_KUBELET = ("Evicted", shutdown.TERMINATED)
+
+
+def _runs_again(previous: dict[str, Any], rejection: tuple[str, str]) -> bool:
+    return previous.get("reason") == shutdown.TERMINATED and not rejection[0]
+
+
 def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str, Any] | None,
                    deleting: bool = False, rejection: tuple[str, str] = ("", ""),
                    probes: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[dict[str, Any], str]:
@@ -194,7 +205,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
     if not init_done and pod.spec.restartPolicy == "Never":
         if any(st["state"].get("terminated", {}).get("exitCode", 0) != 0 for st in init_statuses):
             phase = "Failed"
-    if previous.get("phase") in ("Succeeded", "Failed"):
+    if previous.get("phase") in ("Succeeded", "Failed") and not _runs_again(previous, rejection):
         phase = previous["phase"]  # terminal phases are sticky
 
     prev_conds = {c["type"]: c for c in previous.get("conditions", [])}
@@ -239,6 +250,12 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         for cond in status["conditions"]:
             if cond["type"] in ("Ready", "ContainersReady") and cond["status"] == "True":
                 cond.update(_condition(cond["type"], False, {}, "PodFailed", ""))
+        if rejection[0] in BY_KUBELET:
+            # Evicted or stopped for a node shutdown: the kubelet says it disrupted the pod.
+            prev = prev_conds.get(DISRUPTION_TARGET)
+            status["conditions"].append({
+                "type": DISRUPTION_TARGET, "status": "True", "reason": "TerminationByKubelet", "message": rejection[1],
+                "lastTransitionTime": prev["lastTransitionTime"] if prev else now_rfc3339(), "lastProbeTime": None})
         return status, f"{rejection[0]}: {rejection[1]}"
     return status, summarize(status, runtime, deleting)
 

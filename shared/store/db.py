@@ -29,7 +29,7 @@ from shared.store.models import OWN_ROW_TABLES, TABLE_OWNERS, Base
 
 
 # Bump when a table changes: older stores are rebuilt at start (see Store.create_schema).
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 # Commits that wrote something (flush + SQLite commit, including waiting for the write lock):

@@ -221,17 +221,33 @@ class NodePressure(Base):
 
 
 class PodEviction(Base):
-    """eviction's decision to evict a pod. pod-sync stops it within grace_period_seconds and
-    reports it Failed with reason Evicted and this message. Gone with the pod."""
+    """eviction's decision to stop a pod for the node's sake: an eviction (reason Evicted) or a
+    node shutdown (reason Terminated). pod-sync stops it within grace_period_seconds and reports
+    it Failed with this reason and message. Gone with the pod."""
 
     __tablename__ = "pod_evictions"
     uid: Mapped[str] = mapped_column(String, primary_key=True)
     namespace: Mapped[str] = mapped_column(String)
     name: Mapped[str] = mapped_column(String)
-    signal: Mapped[str] = mapped_column(String)  # the signal, or "local-storage" for a limit
+    signal: Mapped[str] = mapped_column(String)  # the signal, "local-storage" for a limit, "node-shutdown"
+    reason: Mapped[str] = mapped_column(String, default="Evicted")
     message: Mapped[str] = mapped_column(Text)
     grace_period_seconds: Mapped[int] = mapped_column(Integer, default=0)
     decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class NodeShutdown(Base):
+    """The node's last graceful shutdown as eviction handled it (shutdownGracePeriod): begun
+    when systemd-logind announced it, ended once the pods stopped (or cancelled). Kept after the
+    reboot for the kubelet's graceful_shutdown_*_time_seconds metrics; boot_id says which boot
+    it belongs to, so a shutdown of an earlier boot never holds the node."""
+
+    __tablename__ = "node_shutdown"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, default=1)
+    boot_id: Mapped[str] = mapped_column(String)
+    in_progress: Mapped[bool] = mapped_column(Boolean, default=False)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class ReclaimRequest(Base):
@@ -296,6 +312,7 @@ TABLE_OWNERS: dict[str, str] = {
     SignalObservation.__tablename__: "eviction",
     NodePressure.__tablename__: "eviction",
     PodEviction.__tablename__: "eviction",
+    NodeShutdown.__tablename__: "eviction",
     ReclaimRequest.__tablename__: "eviction",
     DiskReclaim.__tablename__: "pod-sync",
 }

@@ -15,7 +15,7 @@ from shared.bus_auth import (CredentialsError, publish_subjects, read_credential
 
 def test_each_service_publishes_only_its_own_events():
     assert publish_subjects("network") == ["pykubelet.v1.network"]
-    assert publish_subjects("eviction") == sorted(["pykubelet.v1.evictions", "pykubelet.v1.node.pressure",
+    assert publish_subjects("eviction") == sorted(["pykubelet.v1.evictions", "pykubelet.v1.node.pressure", "pykubelet.v1.node.shutdown",
                                                    "pykubelet.v1.disk.reclaim.requested", "pykubelet.v1.events"])
     assert publish_subjects("node-api") == []
     assert "pykubelet.v1.events" not in publish_subjects("status-reporter")

@@ -38,7 +38,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 @pytest.mark.parametrize("name,value", [
     ("cgroupRoot", "/custom"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
     ("registryPullQPS", 0), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
-    ("shutdownGracePeriod", "30s"), ("imageServiceEndpoint", "unix:///run/x.sock"), ("oomScoreAdj", -900),
+    ("nodeStatusMaxImages", 10), ("imageServiceEndpoint", "unix:///run/x.sock"), ("oomScoreAdj", -900),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
     ("memoryThrottlingFactor", 0.8), ("makeIPTablesUtilChains", False), ("singleProcessOOMKill", True),
@@ -77,7 +77,7 @@ def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_b
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cpuManagerPolicyOptions", None), ("shutdownGracePeriod", 0),
+    ("cpuManagerPolicyOptions", None), ("cpuCFSQuotaPeriod", "0.1s"),
     ("memorySwap", {}), ("memoryThrottlingFactor", 0.9),
     ("podsPerCore", 0), ("tracing", None),
 ])

@@ -84,7 +84,7 @@ class VirtualMachine:
                         str(self.disk)], check=True)
         self.code_disk = code_disk
 
-    def boot(self) -> None:
+    def boot(self, starting: bool = False) -> None:
         argv = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "2", "-m", "3072",
                 "-nographic", "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
                 "-append", "root=/dev/vda rw console=ttyS0",
@@ -94,7 +94,7 @@ class VirtualMachine:
                 "-device", "virtio-net-pci,netdev=n0"]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(self.console, "a"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        self.wait_up()
+        self.wait_up(starting)
 
     def wait_up(self, starting: bool = False) -> None:
         """Until systemd has booted the guest; starting=True: until it answers at all (after a
@@ -147,6 +147,21 @@ class VirtualMachine:
         self.run("systemctl", "reboot", check=False, timeout=30)
         time.sleep(5)  # sshd goes away before the guest is back
         self.wait_up(starting=True)
+
+    def shut_down(self, timeout: float) -> float:
+        """`systemctl poweroff`, as an operator would; the seconds until the machine was off."""
+        began = time.monotonic()
+        try:
+            self.run("systemctl", "poweroff", check=False, timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the guest was not off {timeout:.0f}s after `systemctl poweroff`: "
+                                 f"{self.console_tail()}") from None
+        return time.monotonic() - began
 
     def poweroff(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -193,3 +193,66 @@ def test_memory_pressure_is_seen_on_cgroup_v2(vm):
     assert seen["hard"]["met"], seen
     assert running_pod(vm, "hog") is not None, "a static pod is not evicted"
     vm.run("rm", "/etc/kubernetes/manifests/hog.yaml")
+
+
+def _stopper(log: str, cleanup_seconds: int, **spec) -> dict:
+    """A pod that, on SIGTERM, notes when, takes cleanup_seconds to finish, and notes that it did,
+    in a file on the host that outlives the boot."""
+    on_term = (f"echo term $(date +%s) >> /out/{log}; sleep {cleanup_seconds}; "
+               f"echo done $(date +%s) >> /out/{log}; exit 0")
+    return {"terminationGracePeriodSeconds": 120, **spec, "containers": [
+        {"name": "app", "image": BUSYBOX, "command": ["sh", "-c", f"trap '{on_term}' TERM; while :; do sleep 1; done"],
+         "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+        "volumes": [{"name": "out", "hostPath": {"path": SHUTDOWN_LOGS, "type": "DirectoryOrCreate"}}]}
+
+
+def _noted(vm, log: str) -> dict[str, int]:
+    text = vm.run("cat", f"{SHUTDOWN_LOGS}/{log}", check=False).stdout
+    return {word: int(when) for word, when in (line.split() for line in text.splitlines() if line.strip())}
+
+
+SHUTDOWN_LOGS = "/var/lib/shutdown-test"
+CLEANUP = 10  # seconds the ordinary pod takes to finish after SIGTERM
+
+
+def test_poweroff_waits_for_the_pods_to_stop_the_critical_ones_last(vm):
+    """shutdownGracePeriod 90s with 30s for critical pods: pykubelet raises logind's
+    InhibitDelayMaxSec and holds a delay lock; `systemctl poweroff` then waits while the ordinary
+    pod gets SIGTERM and its 10 s to finish, and only then the critical one; the next boot runs
+    both static pods again."""
+    vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml",
+           input="shutdownGracePeriod: 90s\nshutdownGracePeriodCriticalPods: 30s\n")
+    vm.run("systemctl", "restart", "pykubelet-eviction.service", timeout=900)
+    write_static_pod(vm, "ordinary", _stopper("ordinary", CLEANUP))
+    write_static_pod(vm, "critical", _stopper("critical", 1, priority=2000001000))
+    for name in ("ordinary", "critical"):
+        wait_for(lambda n=name: running_pod(vm, n), POD_TIMEOUT, f"the {name} pod Running", interval=5)
+
+    delay = vm.run("busctl", "get-property", "org.freedesktop.login1", "/org/freedesktop/login1",
+                   "org.freedesktop.login1.Manager", "InhibitDelayMaxUSec").stdout.split()
+    assert delay == ["t", str(90 * 10**6)], delay
+    assert "InhibitDelayMaxSec=90" in vm.run("cat", "/etc/systemd/logind.conf.d/99-pykubelet.conf").stdout
+    locks = vm.run("systemd-inhibit", "--list", "--no-pager").stdout
+    assert any("pykubelet" in line and "shutdown" in line and "delay" in line for line in locks.splitlines()), locks
+    # The journal of this boot is read after the next one.
+    vm.run("sh", "-c", "mkdir -p /var/log/journal && systemd-tmpfiles --create --prefix /var/log/journal "
+                       "&& journalctl --flush")
+
+    took = vm.shut_down(timeout=600)
+    print(f"`systemctl poweroff` took {took:.0f}s")
+    vm.boot(starting=True)
+    ordinary, critical = _noted(vm, "ordinary"), _noted(vm, "critical")
+    assert set(ordinary) == {"term", "done"}, f"the ordinary pod was not given its time: {ordinary}"
+    assert ordinary["done"] - ordinary["term"] >= CLEANUP
+    assert set(critical) == {"term", "done"}, critical
+    assert critical["term"] >= ordinary["done"], (ordinary, critical)
+    journal = vm.run("journalctl", "-b", "-1", "-u", "pykubelet-eviction.service", "--no-pager", "-o", "cat").stdout
+    assert "the node is shutting down: stopping its pods within 90s" in journal, journal[-3000:]
+    assert "letting systemd-logind go on with the shutdown" in journal, journal[-3000:]
+
+    wait_for(lambda: not _units_active(vm), 900, "every unit active after the boot", interval=5)
+    for name in ("ordinary", "critical", "web"):
+        wait_for(lambda n=name: running_pod(vm, n), POD_TIMEOUT, f"the static pod {name} Running again",
+                 interval=5)
+    for name in ("ordinary", "critical"):
+        vm.run("rm", f"/etc/kubernetes/manifests/{name}.yaml")
