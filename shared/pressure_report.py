@@ -1,5 +1,5 @@
 """The node's pressure as people read it: each eviction signal with its thresholds and headroom,
-the pressure conditions, the last evictions and the last disk reclaim. One reader of the
+the pressure conditions, the last evictions, the last disk reclaim and the last node shutdown. One reader of the
 eviction service's tables for its admin view and for `pykubelet status`."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from shared.store import DiskReclaim, NodePressure, PodEviction, SignalObservation, Store
+from shared.host import boot_id
+from shared.store import DiskReclaim, NodePressure, NodeShutdown, PodEviction, SignalObservation, Store
 from shared.thresholds import SIGNAL_RESOURCES
 
 BYTE_SIGNALS = frozenset(s for s, r in SIGNAL_RESOURCES.items() if r in ("memory", "ephemeral-storage"))
@@ -36,16 +37,21 @@ def pressure_report(store: Store, evictions: int = 20) -> dict[str, Any]:
         conditions = list(s.scalars(select(NodePressure).order_by(NodePressure.condition)))
         recent = list(s.scalars(select(PodEviction).order_by(PodEviction.decided_at.desc()).limit(evictions)))
         reclaim = s.get(DiskReclaim, 1)
+        shutdown = s.get(NodeShutdown, 1)
     return {
         "signals": [_signal(o) for o in signals],
         "conditions": [{"type": c.condition, "status": c.pressure, "detail": c.detail,
                         "since": _iso(c.transition_at)} for c in conditions],
         "evictions": [{"pod": f"{e.namespace}/{e.name}", "uid": e.uid, "signal": e.signal,
-                       "message": e.message, "at": _iso(e.decided_at)} for e in recent],
+                       "reason": e.reason, "message": e.message, "at": _iso(e.decided_at)} for e in recent],
         "lastReclaim": None if reclaim is None else {
             "trigger": reclaim.trigger, "imagesRemoved": reclaim.images_removed,
             "containersRemoved": reclaim.containers_removed, "bytesFreed": reclaim.bytes_freed,
             "error": reclaim.error, "at": _iso(reclaim.finished_at)},
+        # The last graceful node shutdown (shutdownGracePeriod); one of an earlier boot is over.
+        "shutdown": None if shutdown is None else {
+            "inProgress": shutdown.in_progress and shutdown.boot_id == boot_id(),
+            "startedAt": _iso(shutdown.started_at), "podsStoppedAt": _iso(shutdown.ended_at)},
     }
 
 

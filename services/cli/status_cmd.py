@@ -117,8 +117,13 @@ def render_pressure(report: dict[str, Any]) -> list[str]:
                 state = "MET" if t["met"] else f"{human(t['headroom'], name)} to go"
                 parts.append(f"{kind} < {t['threshold']}: {state}")
         lines.append(f"    {name:<28} " + ", ".join(parts))
+    shutdown = report.get("shutdown")
+    if shutdown and shutdown["inProgress"]:
+        stopped = f", pods stopped at {shutdown['podsStoppedAt']}" if shutdown["podsStoppedAt"] else ""
+        lines.append(f"    the node is shutting down since {shutdown['startedAt']}{stopped}: no pod is admitted")
     for e in report["evictions"]:
-        lines.append(f"    evicted {e['pod']} at {e['at']} ({e['signal']}): {e['message'].strip()}")
+        verb = "stopped for the node shutdown" if e["reason"] == "Terminated" else "evicted"
+        lines.append(f"    {verb} {e['pod']} at {e['at']} ({e['signal']}): {e['message'].strip()}")
     return lines
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from cri_api.v1 import api_pb2 as cri
 
+from services.cli.status_cmd import render_pressure
 from services.eviction.fake_logind import FakeLogind
 from services.eviction.node_shutdown import END_TIME, START_TIME, Group, NodeShutdownManager, group_of, shutdown_groups
 from services.status_reporter.mirror_pods import _left_terminal
@@ -21,6 +22,7 @@ from shared.config import ConfigError, KubeletConfiguration, load_kubelet_config
 from shared.host import boot_id
 from shared.host_checks import startup_problems
 from shared.node_shutdown import NOT_READY, TERMINATED, TERMINATED_MESSAGE, shutting_down
+from shared.pressure_report import pressure_report
 from shared.qos import SYSTEM_CRITICAL_PRIORITY
 from shared.store import DesiredPod, NodeHealth, NodeShutdown, PodEviction, PodRuntime, Store
 from tests.unit.test_syncer import manifest, observed, want
@@ -369,3 +371,15 @@ def test_the_node_is_not_ready_while_it_shuts_down(store):
     assert agent.health()[:2] == (True, "")
     begin_shutdown(store, {})
     assert agent.health()[:2] == (False, NOT_READY)
+
+
+async def test_pykubelet_status_says_the_node_is_shutting_down_and_which_pods_it_stopped(syncer, rt, store):
+    want(store, manifest(grace=30))
+    await syncer.sync("uid1")
+    begin_shutdown(store, {"uid1": 5})
+    report = pressure_report(store)
+    assert report["shutdown"]["inProgress"] is True
+    report["signals"] = [{"signal": "memory.available", "available": 2**30, "capacity": 2**31}]
+    lines = render_pressure(report)
+    assert any("the node is shutting down since" in line and "no pod is admitted" in line for line in lines), lines
+    assert any(line.strip().startswith("stopped for the node shutdown default/p at") for line in lines), lines
