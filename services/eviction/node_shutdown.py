@@ -24,13 +24,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
-from jeepney.fds import FileDescriptor
 from prometheus_client import Gauge
 from sqlalchemy import delete, select
 
-from services.eviction.logind import Inhibitor
 from shared import node_shutdown as shutdown
 from shared.bus import Event, EvictionsDecided, NodeShutdownChanged
 from shared.config import KubeletConfiguration
@@ -39,6 +37,11 @@ from shared.qos import SYSTEM_CRITICAL_PRIORITY
 from shared.retry import until_done
 from shared.store import DesiredPod, NodeShutdown, PodEviction, PodRuntime, Store
 from shared.store.models import utcnow
+
+if TYPE_CHECKING:  # D-Bus is loaded only on a node that asks for graceful shutdown
+    from jeepney.fds import FileDescriptor
+
+    from services.eviction.logind import Inhibitor
 
 log = logging.getLogger(__name__)
 
