@@ -261,6 +261,10 @@ class Installer:
         # The config first: what it cannot use (a kubeconfig, a CA) stops the install before
         # any unit is written.
         self.configure()
+        if systemd_running():
+            # Where eviction raises logind's InhibitDelayMaxSec for shutdownGracePeriod: its unit
+            # may write there, and a sandbox can only open up a directory that exists.
+            Path("/etc/systemd/logind.conf.d").mkdir(parents=True, exist_ok=True)
         for name in unit_names():
             self._write(self.units / name, render_unit(name, values))
         self._write(self.conf / "flags.env", "# Node flags for every pykubelet service; written by pykubelet "

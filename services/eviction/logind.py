@@ -1,7 +1,7 @@
 """systemd-logind on the system bus, as the kubelet's node shutdown manager uses it: the longest
 delay an inhibitor may hold a shutdown (InhibitDelayMaxUSec), a "delay" inhibitor lock on
-shutdown, the PrepareForShutdown signal, and a reload of logind's configuration (SIGHUP through
-systemd's KillUnit) after the delay was raised in a drop-in.
+shutdown, the PrepareForShutdown signal, and a reload of logind's configuration (SIGHUP) after
+the delay was raised in a drop-in.
 
 A delay lock is a file descriptor: logind holds the shutdown (at most InhibitDelayMaxSec) until
 every holder closed its descriptor. `systemd-inhibit --list` shows it. The unit tests' fake is
@@ -10,6 +10,8 @@ services/eviction/fake_logind.py.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from typing import Iterator, Protocol
 
@@ -23,12 +25,9 @@ LOGIN_MANAGER = "org.freedesktop.login1.Manager"
 LOGIN = DBusAddress("/org/freedesktop/login1", bus_name="org.freedesktop.login1", interface=LOGIN_MANAGER)
 LOGIN_PROPERTIES = DBusAddress("/org/freedesktop/login1", bus_name="org.freedesktop.login1",
                                interface="org.freedesktop.DBus.Properties")
-SYSTEMD = DBusAddress("/org/freedesktop/systemd1", bus_name="org.freedesktop.systemd1",
-                      interface="org.freedesktop.systemd1.Manager")
 SHUTDOWN_SIGNAL = MatchRule(type="signal", interface=LOGIN_MANAGER, member="PrepareForShutdown",
                             path="/org/freedesktop/login1")
 CALL_TIMEOUT = 10.0
-SIGHUP = 1
 USEC_PER_SEC = 1_000_000
 
 
@@ -84,8 +83,14 @@ class Logind:
         return fd
 
     def reload(self) -> None:
-        """logind reads its configuration again on SIGHUP."""
-        self._call(SYSTEMD, "KillUnit", "ssi", ("systemd-logind.service", "all", SIGHUP))
+        """logind reads its configuration again on SIGHUP. Sent to the process that owns logind's
+        bus name (the bus daemon says which), not through systemd's KillUnit: that asks for
+        CAP_SYS_ADMIN, which eviction's unit does not have."""
+        (pid,) = self._call(message_bus, "GetConnectionUnixProcessID", "s", (LOGIN.bus_name,))
+        try:
+            os.kill(int(pid), signal.SIGHUP)
+        except OSError as exc:
+            raise LogindError(f"cannot signal systemd-logind (pid {pid}) to reload: {exc}") from exc
 
     def shutdown_signals(self, stop: threading.Event, poll: float = 1.0) -> Iterator[bool]:
         """Each PrepareForShutdown's argument (True: a shutdown begins; False: it was cancelled),
