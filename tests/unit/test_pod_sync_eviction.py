@@ -45,6 +45,8 @@ async def test_evicted_pod_is_killed_at_once_and_fails_with_the_message(syncer, 
     status, _ = compute_status(manifest(), {"sandbox_ready": False, "containers": observed(store).containers},
                                None, rejection=(row.rejection_reason, row.rejection_message))
     assert (status["phase"], status["reason"], status["message"]) == ("Failed", "Evicted", MESSAGE)
+    [target] = [c for c in status["conditions"] if c["type"] == "DisruptionTarget"]
+    assert (target["status"], target["reason"], target["message"]) == ("True", "TerminationByKubelet", MESSAGE)
     # Later syncs leave it down: an evicted pod is not restarted.
     await syncer.sync("uid1")
     assert not rt.running()
