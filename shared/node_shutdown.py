@@ -5,6 +5,8 @@ what a user reads on a pykubelet node is what the kubelet would have written."""
 
 from __future__ import annotations
 
+from functools import cache
+
 from sqlalchemy.orm import Session
 
 from shared.host import boot_id
@@ -26,4 +28,10 @@ def shutting_down(session: Session, this_boot: str | None = None) -> bool:
     """Is the node shutting down now? A shutdown recorded in an earlier boot is over: the store
     outlives the reboot, the shutdown does not."""
     row = session.get(NodeShutdown, 1)
-    return row is not None and row.in_progress and row.boot_id == (this_boot or boot_id())
+    return row is not None and row.in_progress and row.boot_id == (this_boot or _this_boot())
+
+
+@cache
+def _this_boot() -> str:
+    """Read once: a process does not outlive its boot."""
+    return boot_id()

@@ -1,6 +1,6 @@
 """The node's pressure as people read it: each eviction signal with its thresholds and headroom,
-the pressure conditions, the last evictions, the last disk reclaim and the last node shutdown. One reader of the
-eviction service's tables for its admin view and for `pykubelet status`."""
+the pressure conditions, the last evictions, the last disk reclaim and the last node shutdown.
+One reader of the eviction service's tables for its admin view and for `pykubelet status`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from shared.host import boot_id
+from shared.node_shutdown import shutting_down
 from shared.store import DiskReclaim, NodePressure, NodeShutdown, PodEviction, SignalObservation, Store
 from shared.thresholds import SIGNAL_RESOURCES
 
@@ -38,6 +38,7 @@ def pressure_report(store: Store, evictions: int = 20) -> dict[str, Any]:
         recent = list(s.scalars(select(PodEviction).order_by(PodEviction.decided_at.desc()).limit(evictions)))
         reclaim = s.get(DiskReclaim, 1)
         shutdown = s.get(NodeShutdown, 1)
+        going_down = shutting_down(s)
     return {
         "signals": [_signal(o) for o in signals],
         "conditions": [{"type": c.condition, "status": c.pressure, "detail": c.detail,
@@ -50,7 +51,7 @@ def pressure_report(store: Store, evictions: int = 20) -> dict[str, Any]:
             "error": reclaim.error, "at": _iso(reclaim.finished_at)},
         # The last graceful node shutdown (shutdownGracePeriod); one of an earlier boot is over.
         "shutdown": None if shutdown is None else {
-            "inProgress": shutdown.in_progress and shutdown.boot_id == boot_id(),
+            "inProgress": going_down,
             "startedAt": _iso(shutdown.started_at), "podsStoppedAt": _iso(shutdown.ended_at)},
     }
 

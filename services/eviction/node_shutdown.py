@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from prometheus_client import Gauge
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
 from shared import node_shutdown as shutdown
 from shared.bus import Event, EvictionsDecided, NodeShutdownChanged
@@ -253,31 +254,24 @@ class NodeShutdownManager:
                 row.ended_at = utcnow()
 
     def _end_shutdown(self) -> bool:
-        """Ends a shutdown in progress; its decisions go (pod-sync then runs static pods again).
-        True when there was one."""
+        """Ends a shutdown in progress. True when there was one."""
         with self.store.session() as s:
             row = s.get(NodeShutdown, 1)
-            s.execute(delete(PodEviction).where(PodEviction.signal == shutdown.SIGNAL))
             if row is None or not row.in_progress:
                 return False
-            row.in_progress, row.ended_at = False, row.ended_at or utcnow()
-            END_TIME.set(row.ended_at.timestamp())
+            _end(s, row)
             return True
 
     def _end_other_boots(self) -> bool:
-        """A shutdown recorded in an earlier boot is over, whether or not its pods all stopped:
-        its decisions go (static pods run again). Sets the metrics from the record. True when
-        there was one to end."""
+        """A shutdown recorded in an earlier boot is over, whether or not its pods all stopped.
+        Sets the metrics from the record. True when there was one to end."""
         with self.store.session() as s:
             row = s.get(NodeShutdown, 1)
             if row is None:
                 return False
-            if row.boot_id != self.this_boot and row.in_progress:
-                s.execute(delete(PodEviction).where(PodEviction.signal == shutdown.SIGNAL))
-                row.in_progress, row.ended_at = False, row.ended_at or utcnow()
-                ended = True
-            else:
-                ended = False
+            ended = row.boot_id != self.this_boot and row.in_progress
+            if ended:
+                _end(s, row)
             START_TIME.set(row.started_at.timestamp())
             if row.ended_at is not None:
                 END_TIME.set(row.ended_at.timestamp())
@@ -286,12 +280,10 @@ class NodeShutdownManager:
     def _running_pods(self) -> list[Stoppable]:
         """Admitted pods not stopped yet (a pod already failed or finished has nothing to stop)."""
         with self.store.session() as s:
-            rows = list(s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True),
-                                                           DesiredPod.finished.is_(False))))
+            rows = list(s.scalars(select(DesiredPod).where(DesiredPod.admitted.is_(True), DesiredPod.finished.is_(False),
+                                                           DesiredPod.rejection_reason == "")))
         out = []
         for row in rows:
-            if row.rejection_reason:
-                continue
             pod = self._pods.get(row.uid, row.manifest)
             out.append(Stoppable(row.uid, row.namespace, row.name, pod.spec.priority or 0,
                                  pod.spec.terminationGracePeriodSeconds))
@@ -309,3 +301,10 @@ class NodeShutdownManager:
         with self.store.session() as s:
             rows = list(s.scalars(select(PodRuntime).where(PodRuntime.uid.in_(uids))))
         return {r.uid for r in rows if r.sandbox_ready or any(c.get("state") == "running" for c in r.containers or [])}
+
+
+def _end(s: Session, row: NodeShutdown) -> None:
+    """The shutdown is over: its decisions go, so pod-sync runs static pods again."""
+    s.execute(delete(PodEviction).where(PodEviction.signal == shutdown.SIGNAL))
+    row.in_progress, row.ended_at = False, row.ended_at or utcnow()
+    END_TIME.set(row.ended_at.timestamp())
