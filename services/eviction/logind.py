@@ -35,6 +35,14 @@ class LogindError(RuntimeError):
     """logind (or the bus) refused or did not answer; the message says what was asked."""
 
 
+def logind_pid(answer: object) -> int:
+    """The bus daemon's answer as a process to signal: a pid above 1. Anything else (0 is this
+    process group, -1 every process, 1 init) is refused rather than signalled."""
+    if isinstance(answer, bool) or not isinstance(answer, int) or answer <= 1:
+        raise LogindError(f"the system bus named {answer!r} as systemd-logind's process: not a pid to signal")
+    return answer
+
+
 class Inhibitor(Protocol):
     """What the node shutdown manager needs of logind; Logind here, FakeLogind in the unit tests."""
 
@@ -86,9 +94,10 @@ class Logind:
         """logind reads its configuration again on SIGHUP. Sent to the process that owns logind's
         bus name (the bus daemon says which), not through systemd's KillUnit: that asks for
         CAP_SYS_ADMIN, which eviction's unit does not have."""
-        (pid,) = self._call(message_bus, "GetConnectionUnixProcessID", "s", (LOGIN.bus_name,))
+        (answer,) = self._call(message_bus, "GetConnectionUnixProcessID", "s", (LOGIN.bus_name,))
+        pid = logind_pid(answer)
         try:
-            os.kill(int(pid), signal.SIGHUP)
+            os.kill(pid, signal.SIGHUP)
         except OSError as exc:
             raise LogindError(f"cannot signal systemd-logind (pid {pid}) to reload: {exc}") from exc
 

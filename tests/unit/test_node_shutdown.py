@@ -13,6 +13,7 @@ from cri_api.v1 import api_pb2 as cri
 
 from services.cli.status_cmd import render_pressure
 from services.eviction.fake_logind import FakeLogind
+from services.eviction.logind import LogindError, logind_pid
 from services.eviction.node_shutdown import END_TIME, START_TIME, Group, NodeShutdownManager, group_of, shutdown_groups
 from services.status_reporter.mirror_pods import _left_terminal
 from services.status_reporter.node_agent import NodeAgent
@@ -383,3 +384,10 @@ async def test_pykubelet_status_says_the_node_is_shutting_down_and_which_pods_it
     lines = render_pressure(report)
     assert any("the node is shutting down since" in line and "no pod is admitted" in line for line in lines), lines
     assert any(line.strip().startswith("stopped for the node shutdown default/p at") for line in lines), lines
+
+
+@pytest.mark.parametrize("answer", [0, -1, 1, True, "1234", None, 2.5])
+def test_a_pid_for_logind_that_would_signal_another_process_is_refused(answer):
+    with pytest.raises(LogindError, match="not a pid to signal"):
+        logind_pid(answer)
+    assert logind_pid(4242) == 4242
