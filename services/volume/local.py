@@ -16,14 +16,16 @@ from shared.quantity import to_bytes
 
 
 def memory_size(pod: Pod, source: dict[str, Any], node_memory: int) -> int:
-    """tmpfs size: sizeLimit, else the pod's memory limit when every container has one, else the
-    node's allocatable memory (so a memory-backed emptyDir cannot outgrow what the pod may use)."""
-    if source.get("sizeLimit"):
-        return to_bytes(source["sizeLimit"])
+    """tmpfs size, as the kubelet works it out: the least of the node's allocatable memory, the
+    pod's memory limit when every container has one, and sizeLimit (so a memory-backed emptyDir
+    never outgrows what the pod may use, whatever its sizeLimit says)."""
+    size = node_memory
     limits = [c.resources.limits.get("memory") for c in pod.spec.containers]
     if limits and all(limits):
-        return sum(to_bytes(x) for x in limits)
-    return node_memory
+        size = min(size, sum(to_bytes(x) for x in limits))
+    if source.get("sizeLimit"):
+        size = min(size, to_bytes(source["sizeLimit"]))
+    return size
 
 
 async def setup_empty_dir(path: Path, pod: Pod, source: dict[str, Any], node_memory: int) -> bool:

@@ -199,6 +199,9 @@ def test_memory_backed_empty_dir_size():
     assert memory_size(pod(), {"sizeLimit": "16Mi"}, NODE.memory_bytes) == 16 * 2**20
     assert memory_size(pod(limits={"memory": "64Mi"}), {}, NODE.memory_bytes) == 64 * 2**20
     assert memory_size(pod(), {}, NODE.memory_bytes) == NODE.memory_bytes, "no limit: node allocatable"
+    assert memory_size(pod(limits={"memory": "64Mi"}), {"sizeLimit": "1Gi"}, NODE.memory_bytes) == 64 * 2**20, \
+        "a sizeLimit beyond the pod's limit: the pod's limit"
+    assert memory_size(pod(), {"sizeLimit": "1Ti"}, NODE.memory_bytes) == NODE.memory_bytes
 
 
 # -- CSI and tokens ---------------------------------------------------------------------------
