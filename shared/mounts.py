@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 MOUNT_TIMEOUT = 30.0
@@ -97,8 +99,51 @@ def bind_mount_fd(fd: int, target: Path) -> None:
         raise MountError(f"bind mount onto {target} failed: {os.strerror(err)}")
 
 
+TMPFS_NOSWAP_KERNEL = (6, 4)  # the first kernel whose tmpfs takes `noswap`
+
+
+def kernel_release_at_least(release: str, want: tuple[int, int]) -> bool:
+    """"6.18.44-fc-v1272" -> (6, 18) >= want; an unreadable release is taken as older."""
+    found = re.match(r"(\d+)\.(\d+)", release)
+    return found is not None and (int(found.group(1)), int(found.group(2))) >= want
+
+
+def _in_user_namespace(uid_map: Path = Path("/proc/self/uid_map")) -> bool:
+    try:
+        return uid_map.read_text().split() != ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+@functools.cache
+def tmpfs_noswap_supported() -> bool:
+    """Does tmpfs take `noswap` here? As the kubelet decides: never in a user namespace (the
+    kernel refuses it there), always from 6.4, otherwise by trying it once (a backport)."""
+    if _in_user_namespace():
+        return False
+    if kernel_release_at_least(os.uname().release, TMPFS_NOSWAP_KERNEL):
+        return True
+    probe = tempfile.mkdtemp(prefix="tmpfs-noswap-test-")
+    try:
+        tried = subprocess.run(["mount", "-t", "tmpfs", "-o", "noswap", "tmpfs", probe], capture_output=True,
+                               timeout=MOUNT_TIMEOUT)
+        if tried.returncode == 0:
+            subprocess.run(["umount", probe], capture_output=True, timeout=MOUNT_TIMEOUT)
+        return tried.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        try:
+            os.rmdir(probe)
+        except OSError:
+            pass
+
+
 async def mount_tmpfs(path: Path, size_bytes: int | None, mode: str = "0777") -> None:
-    options = [f"mode={mode}"] + ([f"size={size_bytes}"] if size_bytes else [])
+    """A memory-backed volume. With `noswap` where the kernel has it, as the kubelet mounts them:
+    a secret or token written there never reaches a swap device."""
+    options = [f"mode={mode}"] + ([f"size={size_bytes}"] if size_bytes else []) + \
+        (["noswap"] if tmpfs_noswap_supported() else [])
     await _run("mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(path))
 
 

@@ -16,9 +16,11 @@ from shared.bus import DesiredPodsChanged, PodRuntimeChanged
 from shared.cri import CRIClient
 from shared.events import BusRecorder
 from shared.host import cpu_capacity_millicores, memory_capacity_bytes
+from shared.mounts import tmpfs_noswap_supported
 from shared.periodic import every
 from shared.service import ServiceContext, service_main
 from shared.store import DesiredPod
+from shared.swap import swap_capacity_bytes
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -47,6 +49,9 @@ async def setup(ctx: ServiceContext) -> None:
         ctx.on_shutdown(api_objects.close)
         ctx.on_shutdown(api.close)
     node = NodeAllocatable(cpu_capacity_millicores(), memory_capacity_bytes())
+    if swap_capacity_bytes() and not tmpfs_noswap_supported():
+        log.warning("swap is on and this kernel's tmpfs has no noswap option (Linux 6.4 and later have it): "
+                    "memory-backed volumes (secrets, tokens, emptyDir medium Memory) may be swapped to disk")
     manager = VolumeManager(ctx.store, ctx.bus, layout, CSIVolumes(layout, registry, objects, ctx.settings.node_name),
                             objects, node, cri, BusRecorder(ctx.bus), RESYNC_PERIOD)
     # A newly registered driver may unblock volumes; a changed configMap/secret updates its pods.

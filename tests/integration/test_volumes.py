@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.mounts import tmpfs_noswap_supported
 from tests.integration.conftest import REPO, Node, wait_for
 
 DRIVER = "dir.csi.pykubelet.test"
@@ -108,6 +109,8 @@ def test_local_volumes_as_containers_see_them(pods, tmp_path):
     assert run("cat /shared/greeting") == "from-init\n", "the init container's emptyDir file reaches the app"
     cache_mount = run("grep ' /cache ' /proc/mounts")
     assert cache_mount.startswith("tmpfs /cache tmpfs") and "size=16384k" in cache_mount
+    # Where the kernel's tmpfs takes it (6.4+), its pages never reach a swap device, as with the kubelet.
+    assert ("noswap" in cache_mount.split()[3].split(",")) == tmpfs_noswap_supported(), cache_mount
     assert "tmpfs" not in run("grep ' /shared ' /proc/mounts").split()[2], "a disk emptyDir is not tmpfs"
     # subPath: created inside the volume, visible at both mount points.
     run("echo deep > /nested/f")
