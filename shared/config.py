@@ -95,6 +95,21 @@ class ShutdownGracePeriodByPodPriority(BaseModel):
     shutdown_grace_period_seconds: int = Field(default=0, alias="shutdownGracePeriodSeconds", ge=0)
 
 
+class MemorySwapConfiguration(BaseModel):
+    """memorySwap: what swap containers may use (services/pod_sync/swap.py)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    swap_behavior: str = ""
+
+    @field_validator("swap_behavior")
+    @classmethod
+    def _behavior(cls, v: str) -> str:
+        if v not in ("", "NoSwap", "LimitedSwap"):  # the kubelet's check, in its words
+            raise ValueError(f'invalid configuration: memorySwap.swapBehavior "{v}" must be one of: "", '
+                             '"LimitedSwap" or "NoSwap"')
+        return v
+
+
 class Taint(BaseModel):
     """A taint the Node is registered with (registerWithTaints), checked as the API server
     checks a Node's taints."""
@@ -221,6 +236,8 @@ class KubeletConfiguration(ServerConfig):
     resolv_conf: str = "/etc/resolv.conf"
     # What the node checks of its host before it starts (shared/host_checks.py).
     fail_swap_on: bool = True
+    # NoSwap (the default) or LimitedSwap for containers (services/pod_sync/swap.py).
+    memory_swap: MemorySwapConfiguration = Field(default_factory=MemorySwapConfiguration)
     protect_kernel_defaults: bool = False
     # How pod and QoS cgroups are made (shared/cgroup_names.py): directories under /kubepods, or
     # slice units through systemd's D-Bus API (kubepods.slice and below) with the runtime told to

@@ -86,7 +86,6 @@ REFUSED: dict[str, Refused] = {
                                             "make what pods need)"),
     "iptablesMasqueradeBit": Refused(14, "no iptables chains are made"),
     "iptablesDropBit": Refused(15, "no iptables chains are made"),
-    "memorySwap": Refused({}, "containers get no swap limits"),
     "configMapAndSecretChangeDetectionStrategy": Refused("Watch", "configMaps and secrets are watched (the first "
                                                                   "100; the rest re-read after 60s)"),
     "showHiddenMetricsForVersion": Refused("", "no metric is hidden"),

@@ -11,6 +11,7 @@ from shared.cpusets import numa_nodes, online_cpus, static_policy_problem
 from shared.host import memory_capacity_bytes
 from shared.node_resources import Reservations
 from shared.quantity import to_bytes
+from shared.swap import limited_swap_problem, node_swap
 from shared.thresholds import hard_eviction_reservation
 
 # The kernel tunables the kubelet expects (its setupKernelTunables), by /proc/sys path.
@@ -90,6 +91,9 @@ def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
     if k.fail_swap_on and swap_on(proc):
         problems.append("running with swap on is not supported, please disable swap or set failSwapOn "
                         "(--fail-swap-on) to false")
+    swap_problem = limited_swap_problem(node_swap(k.memory_swap.swap_behavior, cgroup_root, proc))
+    if swap_problem:
+        problems.append(swap_problem)
     if k.protect_kernel_defaults:
         problems += [f"protectKernelDefaults: {p}" for p in kernel_tunable_problems(proc)]
     if k.cpu_manager_policy == "static":

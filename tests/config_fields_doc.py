@@ -65,6 +65,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "containerLogMaxWorkers": ("effect", "tests/unit/test_log_rotation.py::test_container_log_max_workers_rotates_that_many_at_once"),
     "imageMaximumGCAge": ("effect", "tests/unit/test_pod_sync_eviction.py::test_image_maximum_gc_age_removes_images_unused_that_long_whatever_the_disk"),
     "resolvConf": ("effect", "tests/integration/test_static_pods.py::test_pods_get_the_resolv_conf_the_config_names"),
+    "memorySwap": ("effect", "tests/vm/test_production_host.py::test_containers_swap_as_memory_swap_says"),
     "failSwapOn": ("effect", "tests/unit/test_host_checks.py::test_swap_on_stops_the_start_unless_fail_swap_on_is_false"),
     "protectKernelDefaults": ("effect", "tests/unit/test_host_checks.py::test_protect_kernel_defaults_names_each_tunable_that_differs"),
     "failCgroupV1": ("effect", "tests/unit/test_host_checks.py::test_fail_cgroup_v1_stops_the_start_on_a_cgroup_v1_host"),

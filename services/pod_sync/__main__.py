@@ -32,6 +32,7 @@ from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_sc
 from shared.node_resources import Reservations, pods_cgroup_limits
 from shared.quantity import to_bytes
 from shared.service import ServiceContext, service_main
+from shared.swap import node_swap
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -53,7 +54,8 @@ async def setup(ctx: ServiceContext) -> None:
                      pods_dir=ctx.settings.root_dir / "pods", seccomp_default=k.seccomp_default,
                      labels=ctx.settings.node_labels,
                      cgroup_slices=SystemdSlices(CGROUP_ROOT) if k.cgroup_driver == SYSTEMD else None,
-                     guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "")
+                     guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "",
+                     swap=node_swap(k.memory_swap.swap_behavior))
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)

@@ -24,8 +24,7 @@ from cri_api.v1 import api_pb2 as cri
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.pod_sync.resources import container_resources
-from services.pod_sync.runtime_config import NodeFacts
+from services.pod_sync.runtime_config import NodeFacts, linux_resources
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.cpusets import format_cpuset, online_cpus, parse_cpuset, reserved_cpus, topology_order
@@ -190,8 +189,7 @@ class CPUSetReconciler:
                 continue
             try:
                 await self.runtime.update_container_resources(
-                    c.id, container_resources(spec, qos_class(pod), self.node.memory_bytes, self.node.oom_floor, pod,
-                                              want, self.node.guaranteed_mems))
+                    c.id, linux_resources(pod, spec, qos_class(pod), self.node, want))
             except CRIError as exc:
                 log.warning("CPU manager: pod %s container %s: cannot move it to CPUs %s: %s", pod.full_name, name,
                             want, exc)

@@ -48,13 +48,16 @@ class Decision:
 
 def decide(resized: Pod, static: bool, others: list[Pod], capacity: dict[str, int],
            guaranteed_cpu_under_static_policy: bool = False,
-           guaranteed_memory_under_static_policy: bool = False) -> Decision:
+           guaranteed_memory_under_static_policy: bool = False, swap_memory_change: bool = False) -> Decision:
     """Does a resize fit the node? `resized` has the new requests, `others` are every other
     admitted pod at its allocation (the kubelet's canResizePod). The last flag: the resize
     changes the CPU of a Guaranteed pod on a node with the static CPU manager (or its memory with
-    the Static memory manager), which the kubelet 1.37 does not do."""
+    the Static memory manager), which the kubelet 1.37 does not do. swap_memory_change: the memory
+    request of a container that may swap changes without a restart (services/pod_sync/swap.py)."""
     if static:
         return Decision(False, INFEASIBLE, "In-place resize of static-pods is not supported")
+    if swap_memory_change:
+        return Decision(False, INFEASIBLE, "In-place resize of containers with swap is not supported.")
     if guaranteed_cpu_under_static_policy:
         return Decision(False, INFEASIBLE, 'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"')
     if guaranteed_memory_under_static_policy:

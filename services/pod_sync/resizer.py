@@ -20,10 +20,11 @@ from services.pod_sync.killing import Killer
 from services.pod_sync.resize import (DEFERRED, ERROR, IN_PROGRESS_CONDITION, PENDING_CONDITION, condition,
                                       created_with, decide, event_message, needs_restart)
 from services.pod_sync import pod_cgroup
-from services.pod_sync.resources import container_resources, pod_cgroup_parent
-from services.pod_sync.runtime_config import NodeFacts
+from services.pod_sync.resources import pod_cgroup_parent
+from services.pod_sync.runtime_config import NodeFacts, linux_resources
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
-from shared.allocation import Allocation, Resources, changed, quantity_of, same, spec_allocation
+from services.pod_sync.swap import swap_blocks_resize
+from shared.allocation import Allocation, Resources, changed, quantity_of, same, spec_allocation, with_allocation
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.podspec import Container, Pod
@@ -123,7 +124,9 @@ class Resizer:
         guaranteed = qos_class(pod) == "Guaranteed"
         decision = decide(pod, static, others(), capacity,
                           guaranteed and self.cpus.static and changes("cpu"),
-                          guaranteed and bool(self.node.guaranteed_mems) and changes("memory"))
+                          guaranteed and bool(self.node.guaranteed_mems) and changes("memory"),
+                          self.node.swap is not None
+                          and swap_blocks_resize(pod, with_allocation(pod, state.allocated), self.node.swap))
         if decision.allocate:
             state.allocated = desired
             state.pending = None
@@ -190,8 +193,7 @@ class Resizer:
         for _, c, spec, want in sorted(todo, key=lambda t: t[0]):
             try:
                 await self.runtime.update_container_resources(
-                    c.id, container_resources(spec, qos, self.node.memory_bytes, self.node.oom_floor, pod,
-                                              self.cpus.cpuset_for(pod.uid, spec.name), self.node.guaranteed_mems))
+                    c.id, linux_resources(pod, spec, qos, self.node, self.cpus.cpuset_for(pod.uid, spec.name)))
             except CRIError as exc:
                 log.warning("pod %s: resizing container %s: %s", pod.full_name, c.name, exc)
                 return f"updating the resources of container {c.name}: {exc.details}"

@@ -13,10 +13,12 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as cri
 
+from services.pod_sync.swap import apply_swap
 from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
 from shared.podspec import Container, Pod
 from shared.qos import pod_level
 from shared.quantity import millicores, to_bytes
+from shared.swap import NodeSwap
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +97,13 @@ def own_oom_score_adj() -> int:
 
 def container_resources(c: Container, qos: str, memory_capacity: int,
                         oom_floor: int | None, pod: Pod | None = None, cpuset: str = "",
-                        guaranteed_mems: str = "") -> cri.LinuxContainerResources:
+                        guaranteed_mems: str = "", swap: NodeSwap | None = None) -> cri.LinuxContainerResources:
     """oom_floor: the lowest oom_score_adj the kernel lets us set here (None: no limit). A
     container without a limit of its own in a pod with pod-level limits gets the pod's.
     cpuset: the CPUs it may run on (services/pod_sync/cpu_manager.py; "": the runtime's default).
     guaranteed_mems: the NUMA nodes a Guaranteed container's memory comes from (the memory
-    manager's Static policy; "": the runtime's default)."""
+    manager's Static policy; "": the runtime's default). swap: the node's swap (services/pod_sync/swap.py;
+    None: no swap setting)."""
     r = c.resources
     own = pod_level(pod) if pod is not None else None
     cpu_limit = r.limits.get("cpu", own.limits.get("cpu") if own else None)
@@ -115,6 +118,8 @@ def container_resources(c: Container, qos: str, memory_capacity: int,
         res.memory_limit_in_bytes = to_bytes(memory_limit)
     adj = oom_score_adj(c, qos, memory_capacity, pod)
     res.oom_score_adj = max(adj, oom_floor) if oom_floor is not None else adj
+    if swap is not None and pod is not None:
+        apply_swap(res, pod, c, qos, swap, memory_capacity)
     return res
 
 

@@ -24,6 +24,7 @@ from shared.node_dirs import private_dir
 from shared.podspec import ENV_NAME, Container, EphemeralContainer, Pod
 from shared.safe_paths import beneath
 from shared.qos import qos_class
+from shared.swap import NodeSwap
 
 class SubPathMounter(Protocol):
     def mount(self, pod_uid: str, volume: str, volume_path: Path, container: str, index: int,
@@ -51,6 +52,13 @@ class NodeFacts:
     # memoryManagerPolicy Static: the NUMA nodes (a single-NUMA host's "0") Guaranteed containers'
     # memory is pinned to; "": not pinned.
     guaranteed_mems: str = ""
+    # The node's swap and memorySwap.swapBehavior (services/pod_sync/swap.py); None: no swap settings.
+    swap: NodeSwap | None = None
+
+
+def linux_resources(pod: Pod, c: Container, qos: str, node: NodeFacts, cpuset: str = "") -> cri.LinuxContainerResources:
+    """A container's CPU, memory, swap and OOM settings on this node, at creation and on each update."""
+    return container_resources(c, qos, node.memory_bytes, node.oom_floor, pod, cpuset, node.guaranteed_mems, node.swap)
 
 
 def pod_hostname(pod: Pod) -> str:
@@ -259,7 +267,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         stdin_once=c.stdinOnce,
         tty=c.tty,
         linux=cri.LinuxContainerConfig(
-            resources=container_resources(c, qos, node.memory_bytes, node.oom_floor, pod, cpuset, node.guaranteed_mems),
+            resources=linux_resources(pod, c, qos, node, cpuset),
             security_context=container_security_context(pod, c, seccomp_dir(node.pods_dir.parent),
                                                         node.seccomp_default)),
     )

@@ -11,6 +11,7 @@ from typing import Any
 from shared.host import arch
 from shared.node_resources import NO_RESERVATIONS, Reservations, node_capacity
 from shared.store import NodeHealth
+from shared.swap import swap_capacity_bytes
 from shared.version import KUBELET_VERSION
 
 
@@ -37,6 +38,7 @@ def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: 
                       reservations: Reservations = NO_RESERVATIONS) -> dict[str, Any]:
     """Everything in NodeStatus except conditions."""
     capacity, allocatable = node_capacity(root_dir, max_pods, reservations)
+    swap = swap_capacity_bytes()
     return {
         "capacity": capacity,
         "allocatable": allocatable,
@@ -52,6 +54,8 @@ def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: 
             "kubeletVersion": KUBELET_VERSION,
             "operatingSystem": "linux",
             "architecture": arch(),
+            # The node's swap, as the kubelet reports it: only when there is some.
+            **({"swap": {"capacity": swap}} if swap else {}),
         },
     }
 

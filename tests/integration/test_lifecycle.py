@@ -153,6 +153,8 @@ def test_qos_class_cgroup_parent_and_limits(pods):
     gid = g["containers"][0]["containerID"].removeprefix("containerd://")
     parent = f"/kubepods/pod{g['uid']}"
     assert _cgroup("memory", parent, gid, "memory.limit_in_bytes") == str(64 * 2**20)
+    # memorySwap NoSwap (the default) on cgroup v1: memory and swap together capped at the limit.
+    assert _cgroup("memory", parent, gid, "memory.memsw.limit_in_bytes") == str(64 * 2**20)
     assert _cgroup("cpu", parent, gid, "cpu.cfs_quota_us") == "20000"
     assert _cgroup("cpu", parent, gid, "cpu.cfs_period_us") == "100000"
     assert _cgroup("cpu", parent, gid, "cpu.shares") == str(200 * 1024 // 1000)
@@ -161,6 +163,7 @@ def test_qos_class_cgroup_parent_and_limits(pods):
     parent = f"/kubepods/burstable/pod{b['uid']}"
     assert _cgroup("cpu", parent, bid, "cpu.shares") == str(100 * 1024 // 1000)
     assert _cgroup("memory", parent, bid, "memory.limit_in_bytes") == str(128 * 2**20)
+    assert _cgroup("memory", parent, bid, "memory.memsw.limit_in_bytes") == str(128 * 2**20)
     assert _cgroup("cpu", parent, bid, "cpu.cfs_quota_us") == "-1"
 
     eid = e["containers"][0]["containerID"].removeprefix("containerd://")

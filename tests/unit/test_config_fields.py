@@ -78,7 +78,7 @@ def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_b
 
 @pytest.mark.parametrize("name,value", [
     ("cpuManagerPolicyOptions", None), ("cpuCFSQuotaPeriod", "0.1s"),
-    ("memorySwap", {}), ("memoryThrottlingFactor", 0.9),
+    ("memoryThrottlingFactor", 0.9),
     ("podsPerCore", 0), ("tracing", None),
 ])
 def test_the_default_in_another_spelling_is_the_default(name, value):
@@ -86,7 +86,7 @@ def test_the_default_in_another_spelling_is_the_default(name, value):
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cgroupsPerQOS", 1), ("podsPerCore", False), ("memorySwap", {"swapBehavior": "LimitedSwap"}),
+    ("cgroupsPerQOS", 1), ("podsPerCore", False),
     ("cpuManagerReconcilePeriod", "soon"), ("shutdownGracePeriodByPodPriority", {}),
 ])
 def test_a_value_that_only_looks_like_the_default_is_refused(name, value):
