@@ -31,7 +31,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from shared import node_shutdown as shutdown
-from shared.bus import Event, EvictionsDecided, NodeShutdownChanged
+from shared.bus import Event, EvictionsDecided, KubeEvent, NodeShutdownChanged
 from shared.config import KubeletConfiguration
 from shared.podspec import PodCache
 from shared.qos import SYSTEM_CRITICAL_PRIORITY
@@ -201,6 +201,7 @@ class NodeShutdownManager:
         START_TIME.set(started)
         await self.store.run(self._write_started)
         await self.bus.publish(NodeShutdownChanged())
+        await self.bus.publish(shutdown_event("Shutdown manager detected shutdown event"))
         pods = await self.store.run(self._running_pods)
         for group in self.groups:
             members = [p for p in pods if group_of(p.priority, self.groups) == group]
@@ -233,6 +234,7 @@ class NodeShutdownManager:
             await asyncio.sleep(min(self.poll, max(0.0, deadline - self.clock())))
 
     async def cancelled(self) -> None:
+        await self.bus.publish(shutdown_event("Shutdown manager detected shutdown cancellation"))
         ended = await self.store.run(self._end_shutdown)
         if ended:
             log.info("the node's shutdown was cancelled: static pods run again, the node admits pods again")
@@ -301,6 +303,11 @@ class NodeShutdownManager:
         with self.store.session() as s:
             rows = list(s.scalars(select(PodRuntime).where(PodRuntime.uid.in_(uids))))
         return {r.uid for r in rows if r.sandbox_ready or any(c.get("state") == "running" for c in r.containers or [])}
+
+
+def shutdown_event(message: str) -> KubeEvent:
+    """The Node's event for a shutdown signal from logind, as the kubelet words it."""
+    return KubeEvent(kind="Node", type="Normal", reason="Shutdown", message=message)
 
 
 def _end(s: Session, row: NodeShutdown) -> None:

@@ -34,6 +34,13 @@ class EventPoster:
         self.dropped = 0
 
     async def submit(self, event: KubeEvent) -> None:
+        """An event from the bus. A service speaks of its pods or of this node only: a Node
+        event is about this node whatever it names, any other kind is dropped."""
+        if event.kind == "Node":
+            event = event.model_copy(update={"namespace": "default", "name": self.node_name, "uid": self.node_name})
+        elif event.kind != "Pod":
+            log.warning("event %s about a %r dropped: only pods and this node have events", event.reason, event.kind)
+            return
         try:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:

@@ -37,3 +37,14 @@ async def test_events_beyond_the_burst_wait_for_the_rate(api_server, tmp_path):
 async def test_event_record_qps_zero_is_no_limit(api_server, tmp_path):
     times = await post_times(api_server, tmp_path, {"eventRecordQPS": 0, "eventBurst": 1}, 6)
     assert times[-1] < 2, "nothing waits for a rate (limited, six events with a burst of one would take longer)"
+
+
+async def test_a_node_event_from_the_bus_is_about_this_node_whatever_it_names(api_server, tmp_path):
+    api = await api_client(api_server.kubeconfig(tmp_path), qps=1000, burst=1000, root_dir=tmp_path)
+    poster = EventPoster(api, "n1", 5, 10)
+    await poster.submit(KubeEvent(kind="Node", name="another-node", reason="Shutdown",
+                                  message="Shutdown manager detected shutdown event"))
+    await poster.submit(KubeEvent(kind="Secret", namespace="kube-system", name="x", reason="Hostile"))
+    queued = [poster.queue.get_nowait() for _ in range(poster.queue.qsize())]
+    assert [(e.kind, e.namespace, e.name, e.uid, e.reason) for e in queued] == \
+        [("Node", "default", "n1", "n1", "Shutdown")], "another node's name is not taken; other kinds are dropped"

@@ -18,7 +18,7 @@ from services.eviction.node_shutdown import END_TIME, START_TIME, Group, NodeShu
 from services.status_reporter.mirror_pods import _left_terminal
 from services.status_reporter.node_agent import NodeAgent
 from services.status_reporter.pod_status import compute_status
-from shared.bus import EvictionsDecided, NodeShutdownChanged
+from shared.bus import EvictionsDecided, KubeEvent, NodeShutdownChanged
 from shared.config import ConfigError, KubeletConfiguration, load_kubelet_config
 from shared.host import boot_id
 from shared.host_checks import startup_problems
@@ -199,10 +199,15 @@ async def test_a_shutdown_stops_the_pods_lowest_priority_first_then_lets_logind_
     decisions = [e.uids for e in bus.published if isinstance(e, EvictionsDecided)]
     assert [sorted(u) for u in decisions] == [sorted([web, quick]), [dns]]
     assert isinstance(bus.published[0], NodeShutdownChanged)
+    assert node_events(bus) == [("Normal", "Shutdown", "Shutdown manager detected shutdown event")]
     row = services.shutdown_row()
     assert row.in_progress and row.boot_id == "boot-1" and row.ended_at is not None
     assert logind.held_locks() == 0, "the lock is let go once the pods are stopped"
     assert START_TIME._value.get() <= END_TIME._value.get()
+
+
+def node_events(bus) -> list[tuple[str, str, str]]:
+    return [(e.type, e.reason, e.message) for e in bus.published if isinstance(e, KubeEvent) and e.kind == "Node"]
 
 
 async def test_a_pod_that_does_not_stop_holds_its_group_no_longer_than_its_period(services, tmp_path):
@@ -230,6 +235,7 @@ async def test_a_cancelled_shutdown_ends_and_the_lock_is_taken_again(services, t
     assert not services.shutdown_row().in_progress
     assert logind.held_locks() == 1
     assert isinstance(bus.published[-1], NodeShutdownChanged)
+    assert node_events(bus)[-1] == ("Normal", "Shutdown", "Shutdown manager detected shutdown cancellation")
 
 
 async def test_the_next_boot_ends_a_shutdown_the_last_one_left_in_progress(services, tmp_path):
