@@ -14,7 +14,8 @@ from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
 from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD, PodLogsGC
 from services.pod_sync.node_health import NodeHealthWriter
-from services.pod_sync.resources import CGROUP_ROOT, enforce_pods_allocatable, own_oom_score_adj
+from services.pod_sync.pod_cgroup import enforce_pods_allocatable
+from services.pod_sync.resources import CGROUP_ROOT, own_oom_score_adj
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer

@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
+from services.pod_sync.resources import (CGROUP_ROOT, CPU_PERIOD, KUBEPODS, MIN_SHARES, cpu_quota, cpu_shares,
+                                         cpu_weight)
 from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
 from shared.cgroup_names import CGROUPFS, SYSTEMD, on_host, slice_unit
 from shared.podspec import Container, Pod
@@ -288,3 +289,27 @@ def _rmdir(d: Path) -> None:
         os.rmdir(d)
     except OSError as exc:
         log.debug("cgroup %s not removed: %s", d, exc)
+
+
+def enforce_pods_allocatable(memory_bytes: int, cpu_millicores: int, root: Path = CGROUP_ROOT,
+                             slices: SystemdSlices | None = None) -> list[str]:
+    """enforceNodeAllocatable=pods: cap /kubepods at capacity minus kubeReserved and
+    systemReserved, so pods together cannot take what the system and pykubelet were promised.
+    Returns what could not be set, in words (the caller logs it; pods still run)."""
+    if slices is not None:
+        return _apply(slices, KUBEPODS, PodCgroupConfig(cpu_shares(cpu_millicores), None, memory_bytes),
+                      "pods (node allocatable)", pids=False)
+    problems = []
+    v2 = (root / "cgroup.controllers").is_file()
+    shares = cpu_shares(cpu_millicores)
+    writes = ([(root / "kubepods" / "memory.max", str(memory_bytes)),
+               (root / "kubepods" / "cpu.weight", str(cpu_weight(shares)))] if v2 else
+              [(root / "memory" / "kubepods" / "memory.limit_in_bytes", str(memory_bytes)),
+               (root / "cpu" / "kubepods" / "cpu.shares", str(shares))])
+    for path, value in writes:
+        try:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(value)
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+    return problems

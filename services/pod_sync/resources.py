@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.swap import apply_swap
-from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
+from services.pod_sync.systemd_slices import SystemdSlices
 from shared.podspec import Container, Pod
 from shared.qos import pod_level
 from shared.quantity import millicores, to_bytes
@@ -45,16 +44,6 @@ def cpu_weight(shares: int) -> int:
     return 10_000 if shares >= MAX_SHARES else 1 + ((shares - 2) * 9999) // 262_142
 GUARANTEED_OOM_SCORE_ADJ = -997
 BESTEFFORT_OOM_SCORE_ADJ = 1000
-
-
-@dataclass(frozen=True)
-class AllocatableLimits:
-    """What /kubepods is held to under enforceNodeAllocatable=pods: a weight and a memory limit."""
-
-    cpu_shares: int
-    memory_limit: int | None
-    cpu_quota: int | None = None
-    pids_limit: int | None = None
 
 
 def pod_cgroup_parent(pod: Pod, qos: str) -> str:
@@ -138,32 +127,3 @@ def remove_pod_cgroups(parent: str, slices: SystemdSlices | None = None) -> None
                 os.rmdir(path)
             except OSError as exc:
                 log.debug("pod cgroup %s not removed: %s", path, exc)
-
-
-def enforce_pods_allocatable(memory_bytes: int, cpu_millicores: int, root: Path = CGROUP_ROOT,
-                             slices: SystemdSlices | None = None) -> list[str]:
-    """enforceNodeAllocatable=pods: cap /kubepods at capacity minus kubeReserved and
-    systemReserved, so pods together cannot take what the system and pykubelet were promised.
-    Returns what could not be set, in words (the caller logs it; pods still run)."""
-    if slices is not None:
-        limits = AllocatableLimits(cpu_shares(cpu_millicores), memory_bytes)
-        try:
-            slices.apply(KUBEPODS, properties(limits, CPU_PERIOD, cpu_weight(limits.cpu_shares), pids=False),
-                         "pykubelet pods (node allocatable)")
-        except SlicesError as exc:
-            return [str(exc)]
-        return []
-    problems = []
-    v2 = (root / "cgroup.controllers").is_file()
-    shares = cpu_shares(cpu_millicores)
-    writes = ([(root / "kubepods" / "memory.max", str(memory_bytes)),
-               (root / "kubepods" / "cpu.weight", str(cpu_weight(shares)))] if v2 else
-              [(root / "memory" / "kubepods" / "memory.limit_in_bytes", str(memory_bytes)),
-               (root / "cpu" / "kubepods" / "cpu.shares", str(shares))])
-    for path, value in writes:
-        try:
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(value)
-        except OSError as exc:
-            problems.append(f"{path}: {exc.strerror or exc}")
-    return problems

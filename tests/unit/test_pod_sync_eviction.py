@@ -161,7 +161,7 @@ async def test_reclaim_removes_old_dead_instances_but_keeps_the_newest(syncer, r
 
 
 def test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds(tmp_path):
-    from services.pod_sync.resources import enforce_pods_allocatable
+    from services.pod_sync.pod_cgroup import enforce_pods_allocatable
     from shared.config import KubeletConfiguration
     from shared.node_resources import Reservations, pods_cgroup_limits
 
