@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from services.network.readiness import NetworkManager
 from shared.bus import RuntimeStatusChanged
@@ -32,7 +32,7 @@ async def setup(ctx: ServiceContext) -> None:
         r = APIRouter()
 
         @r.get("/network")
-        def network() -> dict:
+        def network() -> dict[str, Any]:
             with ctx.store.session() as s:
                 row = s.get(NetworkStatus, 1)
                 if row is None:

@@ -6,6 +6,8 @@ the node), portmap implements hostPort. containerd's CRI plugin reads the file f
 
 from __future__ import annotations
 
+from typing import Any
+
 import functools
 import ipaddress
 import json
@@ -18,7 +20,7 @@ from shared.node_dirs import private_dir
 CONFLIST_NAME = "10-pykubelet.conflist"
 
 
-def conflist(pod_cidr: str, ipam_dir: Path) -> dict:
+def conflist(pod_cidr: str, ipam_dir: Path) -> dict[str, Any]:
     net = ipaddress.ip_network(pod_cidr, strict=False)
     default_route = "0.0.0.0/0" if net.version == 4 else "::/0"
     return {

@@ -3,6 +3,8 @@ the pod network; the configured podCIDR is the fallback until the Node has one."
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import asyncio
 import logging
 
@@ -16,13 +18,13 @@ WATCH_TIMEOUT = 300  # seconds; then list and watch again
 class NodePodCIDRWatcher:
     """The Node's podCIDR, from a list + watch of this one Node (no polling)."""
 
-    def __init__(self, api: KubeApi, node_name: str, apply, retry_every: float = 5.0) -> None:
+    def __init__(self, api: KubeApi, node_name: str, apply: Callable[[str], None], retry_every: float = 5.0) -> None:
         self.api = api
         self.node_name = node_name
         self.apply = apply  # called with the Node's podCIDR ("" while it has none)
         self.retry_every = retry_every
 
-    def _seen(self, node: dict) -> None:
+    def _seen(self, node: dict[str, Any]) -> None:
         self.apply((node.get("spec") or {}).get("podCIDR") or "")
 
     async def run(self) -> None:

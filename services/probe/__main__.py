@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from services.probe.manager import ProbeManager
 from shared.bus import PodLifecycleEvents, PodRuntimeChanged
@@ -39,7 +39,7 @@ async def setup(ctx: ServiceContext) -> None:
         r = APIRouter()
 
         @r.get("/probes")
-        def probes() -> list[dict]:
+        def probes() -> list[dict[str, Any]]:
             return manager.view()
         return r
 

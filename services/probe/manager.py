@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Any, Callable
 from datetime import datetime, timezone
 
 from sqlalchemy import delete, select
@@ -18,7 +18,7 @@ from services.probe.worker import SUCCESS, ProbeKey, ProbeWorker, Target
 from shared.bus import Bus, ProbeResultsChanged
 from shared.cri import RuntimeService
 from shared.events import Recorder
-from shared.podspec import PodCache
+from shared.podspec import Container, PodCache, Probe
 from shared.store import DesiredPod, PodRuntime, ProbeResult, Store
 from shared.store.models import utcnow
 
@@ -45,7 +45,7 @@ class ProbeManager:
         self.runtime = runtime
         self.resync_every = resync_every
         self.workers: dict[ProbeKey, ProbeWorker] = {}
-        self._tasks: dict[ProbeKey, asyncio.Task] = {}
+        self._tasks: dict[ProbeKey, asyncio.Task[None]] = {}
         self._stored: dict[tuple[str, str, str], tuple[str, str]] = {}
         self._lock = asyncio.Lock()
         self._pods = PodCache()
@@ -56,9 +56,9 @@ class ProbeManager:
             self._stored = {(r.pod_uid, r.container_name, r.kind): (r.container_id, r.result)
                             for r in s.scalars(select(ProbeResult))}
 
-    def _desired(self, uids: set[str] | None = None) -> dict[ProbeKey, tuple]:
+    def _desired(self, uids: set[str] | None = None) -> dict[ProbeKey, tuple[Container, Probe, Target | None]]:
         """The probes that should run: of every pod, or of just these pods."""
-        out: dict[ProbeKey, tuple] = {}
+        out: dict[ProbeKey, tuple[Container, Probe, Target | None]] = {}
         with self.store.session() as s:
             rq, dq = select(PodRuntime), select(DesiredPod).where(DesiredPod.deleting.is_(False))
             if uids is not None:
@@ -105,7 +105,7 @@ class ProbeManager:
             if uids is None:
                 await self.store.run(self._drop_orphan_results, set(desired))
 
-    def _startup_done(self, key: ProbeKey):
+    def _startup_done(self, key: ProbeKey) -> Callable[[], bool]:
         startup_key = ProbeKey(key.pod_uid, key.namespace, key.pod_name, key.container, "startup")
 
         def done() -> bool:
@@ -144,7 +144,7 @@ class ProbeManager:
                                                         ProbeResult.container_name == r.container_name,
                                                         ProbeResult.kind == r.kind))
 
-    def view(self) -> list[dict]:
+    def view(self) -> list[dict[str, Any]]:
         return [{"pod": f"{k.namespace}/{k.pod_name}", "container": k.container, "kind": k.kind,
                  "containerID": w.container_id, "result": w.result, "onHold": w.on_hold,
                  "lastFailure": w.last_failure}

@@ -15,7 +15,7 @@ import socket
 import ssl
 import struct
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
 import grpc
@@ -72,7 +72,8 @@ async def _connect(host: str, port: int) -> socket.socket:
     loop = asyncio.get_running_loop()
     try:
         ip = ipaddress.ip_address(host)
-        addrs = [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, (host, port))]
+        addrs: list[tuple[socket.AddressFamily, Any]] = [
+            (socket.AF_INET6 if ip.version == 6 else socket.AF_INET, (host, port))]
     except ValueError:  # a name: resolved like any client would
         addrs = [(fam, addr) for fam, _, _, _, addr in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
     error: OSError = OSError(f"no address for {host}")
@@ -142,7 +143,8 @@ def _request(host: str, port: int, target: str, headers: dict[str, str]) -> tupl
 def _parse(conn: h11.Connection, data: bytes) -> tuple[int, dict[str, str], bytes, bool]:
     """Feed what arrived to h11, which parses the response (status, headers, a chunked or sized
     body alike): (status, headers, body so far, complete). An empty read is the end of the stream."""
-    status, headers, body = 0, {}, b""
+    status, body = 0, b""
+    headers: dict[str, str] = {}
     conn.receive_data(data)
     while len(body) < MAX_BODY:
         try:

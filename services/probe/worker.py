@@ -193,6 +193,7 @@ class ProbeWorker:
                                             {h.name: h.value for h in g.httpHeaders}, timeout)
         if p.tcpSocket is not None:
             return await probers.tcp_probe(p.tcpSocket.host or t.pod_ip, self._port(p.tcpSocket.port), timeout)
+        assert p.grpc is not None  # a probe has exactly one handler (shared/podspec.py)
         return await probers.grpc_probe(t.pod_ip, p.grpc.port, p.grpc.service, timeout)
 
     def _port(self, port: int | str) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +72,7 @@ state = "{layout.state}"
 {mirror}"""
 
 
-def write_config(layout: ContainerdLayout, **kwargs) -> Path:
+def write_config(layout: ContainerdLayout, **kwargs: Any) -> Path:
     layout.base.mkdir(parents=True, exist_ok=True)
     layout.config.write_text(render_config(layout, **kwargs))
     return layout.config

@@ -218,7 +218,7 @@ class Forker:
             return False
 
 
-def _run_child(child: Callable[[], int], signal_mask: set[signal.Signals]) -> NoReturn:
+def _run_child(child: Callable[[], int], signal_mask: set[int | signal.Signals]) -> NoReturn:
     """In a forked child: drop what belongs to the supervisor, run child(), exit with its code."""
     code = CODE_FAILED
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from types import FrameType
 from typing import Iterator
 
 from prometheus_client import REGISTRY
@@ -28,7 +29,7 @@ def recording() -> Iterator[None]:
     register = REGISTRY.register
 
     def register_and_note(collector: Collector) -> None:
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code.co_name != "<module>":  # the defining module's body
             frame = frame.f_back
         parts = str(frame.f_globals.get("__name__", "")).split(".") if frame is not None else []

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Awaitable, Callable
+from typing import Any, Awaitable, Callable, IO
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.forking import Forker
@@ -153,7 +153,8 @@ class LocalNode:
             for name in (SUPERVISOR_PID, "ready", "node.json"):
                 (self.run_dir / name).unlink(missing_ok=True)
 
-    def _proc(self, name: str, argv: list[str], ready=None, stop_timeout: float = 20.0,
+    def _proc(self, name: str, argv: list[str], ready: Callable[[], Awaitable[bool]] | None = None,
+              stop_timeout: float = 20.0,
               umask: int | None = None) -> ManagedProcess:
         p = ManagedProcess(name=name, argv=argv, log_file=self.log_dir / f"{name}.log",
                            pid_file=self.run_dir / f"{name}.pid", ready=ready, stop_timeout=stop_timeout,
@@ -184,7 +185,8 @@ class LocalNode:
         await p.start(ready_timeout=20)
 
     @staticmethod
-    def _own_listener(p: ManagedProcess, port: int, answers: Callable[[], Awaitable[bool]]):
+    def _own_listener(p: ManagedProcess, port: int,
+                      answers: Callable[[], Awaitable[bool]]) -> Callable[[], Awaitable[bool]]:
         """Ready once the port answers and its listener is p's own: a local user who bound the
         port first is refused, not served to the services and pods."""
         async def ready() -> bool:
@@ -356,7 +358,7 @@ class LocalNode:
         log.info("node stopped")
 
 
-def print_where(node: LocalNode, pods: list[dict]) -> None:
+def print_where(node: LocalNode, pods: list[dict[str, Any]]) -> None:
     lines = ["", "pykubelet local node is up.", ""]
     if pods:
         lines.append("  pods:")
@@ -390,7 +392,7 @@ async def run_cli(args: list[str], timeout: float, output: IO[bytes] | None = No
     return proc.returncode or 0, out or b"", err or b""
 
 
-async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
+async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict[str, Any]]:
     """Wait until no pod is Pending any more (or the timeout); return the pods as `pykubelet
     status -o json` shows them. Rows a previous run left behind do not count: pod status must be
     current first. Asked of `pykubelet status --wait` in a child process: reading the store here
@@ -410,7 +412,7 @@ async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict]:
         return []
     for error in data["manifestErrors"]:
         log.warning("manifest %s skipped: %s", error["file"], error["error"])
-    pods: list[dict] = data["pods"]
+    pods: list[dict[str, Any]] = data["pods"]
     return pods
 
 

@@ -48,7 +48,7 @@ class ManagedProcess:
     restarts: int = 0
     _stopping: bool = False
     _started_at: float = 0.0
-    _watch: asyncio.Task | None = field(default=None, repr=False)
+    _watch: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int | None:
@@ -66,6 +66,7 @@ class ManagedProcess:
             await self._exec()
         self._started_at = time.monotonic()
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        assert self.proc is not None  # _exec started it
         self.pid_file.write_text(f"{self.proc.pid}\n")
 
     async def _exec(self) -> None:

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from cri_api.v1 import api_pb2 as cri
+
 from shared.cni import BRIDGE
 from shared.cri import CRIClient, CRIError
 from shared.cri.labels import MANAGED_BY, pod_log_dir
@@ -43,7 +45,7 @@ async def remove_all_pods(endpoint: str, grace: int = 10, labels: dict[str, str]
         await cri.close()
 
 
-def _remove_logs(pod_logs_dir: str, md) -> None:
+def _remove_logs(pod_logs_dir: str, md: cri.PodSandboxMetadata) -> None:
     try:
         shutil.rmtree(beneath(Path(pod_logs_dir), Path(pod_log_dir("", md.namespace, md.name, md.uid)).name),
                       ignore_errors=True)
