@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from services.eviction.loop import EvictionLoop
 from services.eviction.manager import EvictionManager
@@ -48,12 +48,13 @@ async def setup(ctx: ServiceContext) -> None:
         r = APIRouter()
 
         @r.get("/eviction")
-        def eviction() -> dict:
+        def eviction() -> dict[str, Any]:
             return pressure_report(ctx.store)
 
         @r.get("/signals")
-        def signal_views() -> list[dict]:
-            return pressure_report(ctx.store)["signals"]
+        def signal_views() -> list[dict[str, Any]]:
+            signals: list[dict[str, Any]] = pressure_report(ctx.store)["signals"]
+            return signals
         return r
 
     ctx.app.add_views(views)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 from jeepney import DBusAddress, DBusErrorResponse, MatchRule, new_method_call
 from jeepney.bus_messages import message_bus
@@ -64,7 +64,7 @@ class Logind:
         self._conn: DBusConnection | None = None
         self._lock = threading.Lock()
 
-    def _call(self, address: DBusAddress, method: str, signature: str, body: tuple) -> tuple:
+    def _call(self, address: DBusAddress, method: str, signature: str, body: tuple[Any, ...]) -> tuple[Any, ...]:
         with self._lock:
             try:
                 if self._conn is None:

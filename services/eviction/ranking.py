@@ -10,6 +10,8 @@ Static pods, mirror pods and pods at system-critical priority are never evicted.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from shared.podspec import Pod
 from shared.qos import is_critical as is_critical_pod
 from shared.quantity import to_bytes
@@ -45,8 +47,8 @@ def _request(pod: Pod, resource: str) -> int:
     return total
 
 
-def _rank(pods: list[ActivePod], usage_of, resource: str) -> list[ActivePod]:
-    def key(p: ActivePod):
+def _rank(pods: list[ActivePod], usage_of: Callable[[ActivePod], int | None], resource: str) -> list[ActivePod]:
+    def key(p: ActivePod) -> tuple[int, int, int]:
         used = usage_of(p)
         if used is None:  # no figures: nothing to say it is the culprit
             return (1, 1, 0)
@@ -90,18 +92,18 @@ def storage_limit_violation(p: ActivePod, usage: PodUsage) -> str:
         used, limit = p.empty_dirs.get(v.name, (0, 0))
         if v.kind == "emptyDir" and limit and used > limit:
             return EMPTY_DIR_MESSAGE.format(volume=v.name, limit=v.source.get("sizeLimit", binary_quantity(limit)))
-    limits = {c.name: c.resources.limits.get("ephemeral-storage") for c in p.pod.spec.containers}
-    limits = {k: v for k, v in limits.items() if v is not None}
+    limits = {c.name: q for c in p.pod.spec.containers
+              if (q := c.resources.limits.get("ephemeral-storage")) is not None}
     if not limits:
         return ""
     pod_limit = sum(to_bytes(v) for v in limits.values())
     container_total = sum(usage.container_storage(n) or 0 for n in (c.name for c in p.pod.spec.containers))
     if container_total + usage.volumes > pod_limit:
         return POD_STORAGE_MESSAGE.format(limit=binary_quantity(pod_limit))
-    for name, limit in limits.items():
-        used = usage.container_storage(name)
-        if used is not None and used > to_bytes(limit):
-            return CONTAINER_STORAGE_MESSAGE.format(name=name, limit=limit)
+    for name, written in limits.items():
+        stored = usage.container_storage(name)
+        if stored is not None and stored > to_bytes(written):
+            return CONTAINER_STORAGE_MESSAGE.format(name=name, limit=written)
     return ""
 
 
