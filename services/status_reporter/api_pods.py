@@ -35,7 +35,7 @@ class ApiPodStatusWriter:
         self._sent: dict[str, dict[str, Any]] = {}  # uid -> last status the API accepted
         self._lock = asyncio.Lock()  # one pass at a time: an older status never overtakes a newer
 
-    def _work(self, uids: list[str] | None) -> tuple[list, list]:
+    def _work(self, uids: list[str] | None) -> tuple[list[Any], list[Any]]:
         with self.store.session() as s:
             q = select(DesiredPod).where(DesiredPod.source == "api")
             rq = select(RefusedPod)
@@ -47,7 +47,8 @@ class ApiPodStatusWriter:
             statuses = {r.uid: r.status for r in s.scalars(
                 select(PodStatusRecord).where(PodStatusRecord.uid.in_([p.uid for p in pods])))}
         finished = [p for p in pods if p.terminated and not p.api_deleted] + [r for r in refused if r.deleting]
-        updates = [(p, statuses[p.uid]) for p in pods if not p.terminated and p.uid in statuses]
+        updates: list[tuple[DesiredPod | RefusedPod, dict[str, Any]]] = [
+            (p, statuses[p.uid]) for p in pods if not p.terminated and p.uid in statuses]
         updates += [(r, refused_status(r)) for r in refused if not r.deleting]
         return finished, updates
 

@@ -117,9 +117,9 @@ class ClientCertificate:
     async def _request_bootstrap_certificate(self, api: KubeApi) -> None:
         # The pending key outlives a restart, and with it the CSR's name: the same request is
         # found again and waited for, instead of a second one an approver would see.
-        key_pem = client_cert.pending_key(self.cert_dir)
+        pending = client_cert.pending_key(self.cert_dir)
         try:
-            key_pem, csr_pem = await asyncio.to_thread(key_and_request, self.node, key_pem=key_pem)
+            key_pem, csr_pem = await asyncio.to_thread(key_and_request, self.node, key_pem=pending)
         except ValueError as exc:
             log.warning("TLS bootstrap: the pending key cannot be used (%s): making a new one", exc)
             key_pem, csr_pem = await asyncio.to_thread(key_and_request, self.node)

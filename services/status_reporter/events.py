@@ -4,6 +4,8 @@ and dropped rather than queued without bound when the API cannot keep up."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import logging
 import time
@@ -30,7 +32,7 @@ class EventPoster:
         self.node_name = node_name
         self.bucket = TokenBucket(qps, burst) if qps > 0 else None
         self.queue: asyncio.Queue[KubeEvent] = asyncio.Queue(QUEUE_LIMIT)
-        self._seen: dict[tuple, tuple[str, str, int, float]] = {}  # key -> (ns, name, count, first)
+        self._seen: dict[tuple[Any, ...], tuple[str, str, int, float]] = {}  # key -> (ns, name, count, first)
         self.dropped = 0
 
     async def submit(self, event: KubeEvent) -> None:

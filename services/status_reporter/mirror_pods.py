@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import select
 
@@ -42,7 +42,7 @@ def mirror_body(manifest: dict[str, Any], node_name: str, node_uid: str) -> dict
             "spec": manifest["spec"]}
 
 
-def _left_terminal(mirror: dict, status: dict | None) -> bool:
+def _left_terminal(mirror: dict[str, Any], status: dict[str, Any] | None) -> bool:
     """The static pod runs again after a node shutdown stopped it, and its mirror says Failed: the
     API server lets no pod leave a terminal phase, so the mirror is made anew."""
     return (mirror.get("status", {}).get("phase") in ("Succeeded", "Failed") and status is not None
@@ -50,7 +50,7 @@ def _left_terminal(mirror: dict, status: dict | None) -> bool:
 
 
 class MirrorPods:
-    def __init__(self, api: KubeApi, store: Store, node_name: str, node_uid, host_ip: str) -> None:
+    def __init__(self, api: KubeApi, store: Store, node_name: str, node_uid: Callable[[], str], host_ip: str) -> None:
         self.api = api
         self.store = store
         self.node_name = node_name
@@ -60,7 +60,7 @@ class MirrorPods:
         self._static: set[str] = set()  # static pod uids at the last sync
         self._failing = False
 
-    async def _existing(self) -> dict[tuple[str, str], dict]:
+    async def _existing(self) -> dict[tuple[str, str], dict[str, Any]]:
         items, _ = await self.api.list(path("v1", "pods"), fieldSelector=f"spec.nodeName={self.node_name}")
         return {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in items
                 if MIRROR in (p["metadata"].get("annotations") or {})}
@@ -117,7 +117,7 @@ class MirrorPods:
                     if created is not None:
                         await self._status(created, statuses.get(d.uid))
 
-    async def _create(self, d: DesiredPod) -> dict | None:
+    async def _create(self, d: DesiredPod) -> dict[str, Any] | None:
         try:
             pod = await self.api.create(path("v1", "pods", namespace=d.namespace),
                                         mirror_body(d.manifest, self.node_name, self.node_uid()))
@@ -129,7 +129,7 @@ class MirrorPods:
             log.warning("mirror pod %s/%s not created: %s %s", d.namespace, d.name, exc.status, exc.reason)
             return None
 
-    async def _delete(self, mirror: dict) -> None:
+    async def _delete(self, mirror: dict[str, Any]) -> None:
         m = mirror["metadata"]
         try:
             await self.api.delete(path("v1", "pods", m["name"], m["namespace"]), grace_period=0, uid=m["uid"])
@@ -138,7 +138,7 @@ class MirrorPods:
             if exc.status not in (404, 409):
                 raise
 
-    async def _status(self, mirror: dict, status: dict | None) -> None:
+    async def _status(self, mirror: dict[str, Any], status: dict[str, Any] | None) -> None:
         if not status:
             return
         m = mirror["metadata"]

@@ -64,7 +64,7 @@ class NodeAgent:
         self.node_uid = ""
         self._last_reported: dict[str, Any] | None = None
         self._last_report_at = 0.0
-        self._conditions: list[dict] | None = None
+        self._conditions: list[dict[str, Any]] | None = None
         self.registered = asyncio.Event()
 
     # -- readiness ------------------------------------------------------------------------------

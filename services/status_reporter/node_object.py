@@ -103,7 +103,7 @@ def pressure_event(ctype: str, pressure: bool) -> str:
     return PRESSURE[ctype][2][1 if pressure else 0]
 
 
-def conditions(ready: bool, not_ready_message: str, previous: list[dict] | None,
+def conditions(ready: bool, not_ready_message: str, previous: list[dict[str, Any]] | None,
                pressure: dict[str, bool] | None = None) -> list[dict[str, Any]]:
     """Ready from the node's health; the pressure conditions as the eviction service decided."""
     prev = {c["type"]: c for c in previous or []}

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from shared import node_shutdown as shutdown
-from shared.podspec import Pod
+from shared.podspec import Container, Pod
 from shared.qos import qos_class
 
 # Waiting reasons that only mean "on its way": not worth explaining to the user.
@@ -133,7 +133,7 @@ def pod_phase(pod: Pod, statuses: list[dict[str, Any]], init_done: bool) -> str:
     return "Pending"
 
 
-def _condition(ctype: str, ok: bool, previous: dict[str, dict], reason: str = "", message: str = "") -> dict:
+def _condition(ctype: str, ok: bool, previous: dict[str, dict[str, Any]], reason: str = "", message: str = "") -> dict[str, Any]:
     status = "True" if ok else "False"
     prev = previous.get(ctype)
     cond = {"type": ctype, "status": status,
@@ -171,7 +171,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         return rejected_status(pod, *rejection, previous), f"rejected ({rejection[0]}): {rejection[1]}"
     previous = previous or {}
     runtime = runtime or {}
-    observed = {c["name"]: c for c in runtime.get("containers", [])}
+    observed: dict[str, dict[str, Any]] = {c["name"]: c for c in runtime.get("containers", [])}
 
     def obs(name: str, image: str) -> dict[str, Any]:
         # Not created yet: the kubelet still names the spec's image.
@@ -179,7 +179,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
 
     probes = probes or {}
 
-    def status_of(c, default_waiting: str) -> dict[str, Any]:
+    def status_of(c: Container, default_waiting: str) -> dict[str, Any]:
         mine = {kind: v for (name, kind), v in probes.items() if name == c.name}
         return container_status(obs(c.name, c.image), default_waiting, mine,
                                 (c.readinessProbe is not None, c.startupProbe is not None))

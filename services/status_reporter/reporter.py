@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Any, Callable, cast
 
 from sqlalchemy import delete, select
+from sqlalchemy.engine import CursorResult
 
 from services.status_reporter.pod_status import compute_status
 from shared.bus import Bus, PodStatusChanged
@@ -39,7 +40,7 @@ class PodStatusReporter:
             desired = {d.uid: d for d in s.scalars(q)}
             runtime = {r.uid: r for r in s.scalars(select(PodRuntime).where(PodRuntime.uid.in_(desired)))}
             records = {r.uid: r for r in s.scalars(select(PodStatusRecord).where(PodStatusRecord.uid.in_(desired)))}
-            probes: dict[str, dict] = {}
+            probes: dict[str, dict[tuple[str, str], tuple[str, str]]] = {}
             for r in s.scalars(select(ProbeResult).where(ProbeResult.pod_uid.in_(desired))):
                 probes.setdefault(r.pod_uid, {})[(r.container_name, r.kind)] = (r.container_id, r.result)
             for uid, d in desired.items():
@@ -68,8 +69,7 @@ class PodStatusReporter:
             gone_q = delete(PodStatusRecord).where(PodStatusRecord.uid.not_in(select(DesiredPod.uid)))
             if uids is not None:
                 gone_q = gone_q.where(PodStatusRecord.uid.in_(uids))
-            res = s.execute(gone_q)
-            if res.rowcount:
+            if cast("CursorResult[Any]", s.execute(gone_q)).rowcount:  # a DELETE's result counts rows
                 changed.extend(u for u in (uids or []) if u not in desired)
         return changed
 

@@ -1,5 +1,7 @@
 """status-reporter's read-only admin views."""
 
+from typing import Any
+
 from fastapi import APIRouter, HTTPException
 from sqlalchemy import select
 
@@ -10,14 +12,14 @@ def router(store: Store) -> APIRouter:
     r = APIRouter()
 
     @r.get("/pods")
-    def pods() -> list[dict]:
+    def pods() -> list[dict[str, Any]]:
         with store.session() as s:
             return [{"uid": p.uid, "namespace": p.namespace, "name": p.name, "phase": p.phase,
                      "podIP": p.pod_ip, "summary": p.summary, "status": p.status}
                     for p in s.scalars(select(PodStatusRecord))]
 
     @r.get("/pods/{namespace}/{name}")
-    def pod(namespace: str, name: str) -> dict:
+    def pod(namespace: str, name: str) -> dict[str, Any]:
         with store.session() as s:
             p = s.scalars(select(PodStatusRecord).where(PodStatusRecord.namespace == namespace,
                                                         PodStatusRecord.name == name)).first()
