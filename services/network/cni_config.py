@@ -6,13 +6,12 @@ the node), portmap implements hostPort. containerd's CRI plugin reads the file f
 
 from __future__ import annotations
 
-from typing import Any
-
 import functools
 import ipaddress
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from shared.cni import BRIDGE, NETWORK_NAME
 from shared.node_dirs import private_dir

@@ -3,10 +3,9 @@ the pod network; the configured podCIDR is the fallback until the Node has one."
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import asyncio
 import logging
+from typing import Any, Callable
 
 from shared.kube import KubeApi, path
 

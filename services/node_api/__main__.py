@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.healthz import serve_healthz
@@ -45,7 +45,7 @@ async def setup(ctx: ServiceContext) -> None:
         r = APIRouter()
 
         @r.get("/pods")
-        def pods() -> dict:
+        def pods() -> dict[str, Any]:
             return pod_list(ctx.store)
         return r
 

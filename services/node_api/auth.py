@@ -200,7 +200,7 @@ class Authorizer:
         self.cfg = cfg
         self.reviews = reviews
         self.node = node
-        self._decisions: TTLCache[tuple, tuple[bool, str]] = TTLCache()
+        self._decisions: TTLCache[tuple[Any, ...], tuple[bool, str]] = TTLCache()
 
     async def authorize(self, user: User, method: str, path: str) -> Attributes:
         attrs = request_attributes(method, path, self.node)

@@ -4,13 +4,12 @@ and dropped rather than queued without bound when the API cannot keep up."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
 import logging
 import time
 import uuid
 from datetime import datetime, timezone
+from typing import Any
 
 
 from shared.bus import KubeEvent

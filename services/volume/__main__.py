@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from services.volume.csi_volumes import CSIVolumes
 from services.volume.manager import VolumeManager, done_with
-from services.volume.objects import STANDALONE_OBJECTS
+from services.volume.objects import STANDALONE_OBJECTS, ObjectSource
 from services.volume.paths import Layout
 from services.volume.projection import NodeAllocatable
 from services.volume.registry import PluginRegistry
@@ -37,7 +37,7 @@ async def setup(ctx: ServiceContext) -> None:
     layout = Layout(ctx.settings.root_dir)
     cri = CRIClient(k.container_runtime_endpoint, timeout=30.0)
     registry = PluginRegistry(layout.registry)
-    objects = STANDALONE_OBJECTS
+    objects: ObjectSource = STANDALONE_OBJECTS
     api_objects = None
     if ctx.settings.cluster_mode:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.

@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable
 
 from services.volume.objects import ObjectUnavailable
 from shared.kube import ApiError, KubeApi, path
@@ -55,15 +55,15 @@ class ApiObjects:
         self.on_change = on_change  # (kind, namespace, name) of a watched object that changed
         self.max_watches = max_watches
         self._clock = clock
-        self._cache: dict[tuple[str, str, str], dict | None] = {}
-        self._watches: dict[tuple[str, str, str], asyncio.Task] = {}
+        self._cache: dict[tuple[str, str, str], dict[str, Any] | None] = {}
+        self._watches: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._read_at: dict[tuple[str, str, str], float] = {}  # objects read, not watched: when
-        self._tokens: dict[tuple, _Token] = {}
+        self._tokens: dict[tuple[Any, ...], _Token] = {}
 
-    async def _get(self, kind: str, namespace: str, name: str) -> dict | None:
+    async def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._read(kind, path("v1", PLURAL[kind], name, namespace), name)
 
-    async def _watched(self, kind: str, namespace: str, name: str) -> dict | None:
+    async def _watched(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         key = (kind, namespace, name)
         if key in self._cache and key in self._watches and not self._watches[key].done():
             return self._cache[key]
@@ -76,7 +76,7 @@ class ApiObjects:
             self._watches[key] = asyncio.create_task(self._watch(key), name=f"volume:watch-{kind}-{namespace}-{name}")
         return value
 
-    async def _polled(self, key: tuple[str, str, str]) -> dict | None:
+    async def _polled(self, key: tuple[str, str, str]) -> dict[str, Any] | None:
         read_at = self._read_at.get(key)
         if read_at is not None and self._clock() - read_at < POLL_TTL:
             return self._cache[key]
@@ -116,10 +116,10 @@ class ApiObjects:
         if self.on_change is not None:
             self.on_change(kind, namespace, name)
 
-    async def config_map(self, namespace: str, name: str) -> dict | None:
+    async def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._watched("configmap", namespace, name)
 
-    async def secret(self, namespace: str, name: str) -> dict | None:
+    async def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._watched("secret", namespace, name)
 
     async def service_account_token(self, pod: Pod, audience: str, expiration_seconds: int) -> str:
@@ -146,26 +146,27 @@ class ApiObjects:
             expires_at = datetime.fromisoformat(status["expirationTimestamp"]).timestamp()
         except (KeyError, TypeError, ValueError):
             expires_at = time.time() + expiration_seconds
-        self._tokens[key] = _Token(status["token"], time.time(), expires_at)
-        return status["token"]
+        token: str = status["token"]
+        self._tokens[key] = _Token(token, time.time(), expires_at)
+        return token
 
-    async def _read(self, what: str, url: str, name: str) -> dict | None:
+    async def _read(self, what: str, url: str, name: str) -> dict[str, Any] | None:
         try:
             return await self.api.get_or_none(url)
         except ApiError as exc:
             raise ObjectUnavailable(f'{what} "{name}": {exc.status} {exc.reason}') from None
 
-    async def persistent_volume_claim(self, namespace: str, name: str) -> dict | None:
+    async def persistent_volume_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._read("PersistentVolumeClaim",
                                 path("v1", "persistentvolumeclaims", name, namespace), name)
 
-    async def persistent_volume(self, name: str) -> dict | None:
+    async def persistent_volume(self, name: str) -> dict[str, Any] | None:
         return await self._read("PersistentVolume", path("v1", "persistentvolumes", name), name)
 
-    async def csi_driver(self, name: str) -> dict | None:
+    async def csi_driver(self, name: str) -> dict[str, Any] | None:
         return await self._read("CSIDriver", path(STORAGE, "csidrivers", name), name)
 
-    async def volume_attachment(self, name: str) -> dict | None:
+    async def volume_attachment(self, name: str) -> dict[str, Any] | None:
         return await self._read("VolumeAttachment", path(STORAGE, "volumeattachments", name), name)
 
     def forget_pod(self, uid: str) -> None:

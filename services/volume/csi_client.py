@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from shared.csi import csi, csi_grpc
@@ -27,7 +29,7 @@ class CSINodeClient:
         self.capabilities: set[int] = set()
         self.node_id = ""
 
-    async def _call(self, method: str, stub, request, timeout: float = CALL_TIMEOUT):
+    async def _call(self, method: str, stub: Any, request: Any, timeout: float = CALL_TIMEOUT) -> Any:
         try:
             return await getattr(stub, method)(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
@@ -47,9 +49,6 @@ class CSINodeClient:
     @property
     def has_volume_stats(self) -> bool:
         return csi.NodeServiceCapability.RPC.GET_VOLUME_STATS in self.capabilities
-
-    async def plugin_name(self, timeout: float = 10.0) -> str:
-        return (await self._call("GetPluginInfo", self._identity, csi.GetPluginInfoRequest(), timeout)).name
 
     async def stage(self, volume_id: str, staging_path: str, capability: csi.VolumeCapability,
                     volume_context: dict[str, str], publish_context: dict[str, str],

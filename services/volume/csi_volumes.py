@@ -16,6 +16,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from services.volume import metrics as M
 from services.volume.csi_client import ACCESS_MODES, CSINodeClient, mount_capability
@@ -138,7 +139,8 @@ class CSIVolumes:
         drv = await self._driver_object(pv_csi["driver"])
         if drv is not None and drv.get("spec", {}).get("podInfoOnMount"):
             ctx.update(self._pod_info(pod, ephemeral=False))
-        secret = lambda ref: (ref.get("namespace", ns), ref["name"]) if ref else None  # noqa: E731
+        def secret(ref: dict[str, str] | None) -> tuple[str, str] | None:
+            return (ref.get("namespace", ns), ref["name"]) if ref else None
         return CSIVolume(driver=pv_csi["driver"], volume_handle=pv_csi["volumeHandle"], spec_name=pv_name,
                          ephemeral=False, readonly=bool(src.get("readOnly") or pv_csi.get("readOnly")),
                          fs_type=pv_csi.get("fsType", ""),
@@ -147,7 +149,7 @@ class CSIVolumes:
                          volume_context=ctx, publish_secret=secret(pv_csi.get("nodePublishSecretRef")),
                          stage_secret=secret(pv_csi.get("nodeStageSecretRef")), claim=(ns, claim_name))
 
-    async def _driver_object(self, driver: str) -> dict | None:
+    async def _driver_object(self, driver: str) -> dict[str, Any] | None:
         try:
             return await self.objects.csi_driver(driver)
         except ObjectUnavailable as exc:
@@ -227,7 +229,8 @@ class CSIVolumes:
                                 "does not)")
         return dict(status.get("attachmentMetadata") or {})
 
-    async def _stage(self, client: CSINodeClient, vol: CSIVolume, capability, publish_context: dict[str, str],
+    async def _stage(self, client: CSINodeClient, vol: CSIVolume, capability: csi.VolumeCapability,
+                     publish_context: dict[str, str],
                      plugin: str) -> Path:
         base = self.layout.csi_staging_dir(vol.driver, vol.volume_handle)
         staging = base / "globalmount"

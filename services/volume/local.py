@@ -21,8 +21,8 @@ def memory_size(pod: Pod, source: dict[str, Any], node_memory: int) -> int:
     never outgrows what the pod may use, whatever its sizeLimit says)."""
     size = node_memory
     limits = [c.resources.limits.get("memory") for c in pod.spec.containers]
-    if limits and all(limits):
-        size = min(size, sum(to_bytes(x) for x in limits))
+    if limits and all(x is not None for x in limits):
+        size = min(size, sum(to_bytes(x) for x in limits if x is not None))
     if source.get("sizeLimit"):
         size = min(size, to_bytes(source["sizeLimit"]))
     return size

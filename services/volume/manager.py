@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Any, Callable, cast
 import os
 import time
 from pathlib import Path
 
 from cri_api.v1 import api_pb2 as cri
 from sqlalchemy import delete, select
+from sqlalchemy.engine import CursorResult
 
 from services.volume import metrics as M
 from services.volume.atomic_writer import write_atomically
 from services.volume.csi_client import CSIError
-from services.volume.csi_volumes import PLUGIN as CSI_PLUGIN, AttachPending, CSIVolumes, read_vol_data
+from services.volume.csi_volumes import PLUGIN as CSI_PLUGIN, AttachPending, CSIVolumes, VolData, read_vol_data
 from services.volume.local import setup_empty_dir, setup_host_path, teardown_mounted_dir
 from shared.mounts import MountError, is_mount_point, mount_tmpfs, remove_tree
 from shared.node_dirs import container_dir, private_dir
@@ -37,6 +38,7 @@ from services.volume.paths import PLUGINS, Layout, plugin_dir_name
 from services.volume.projection import (NodeAllocatable, VolumeSourceError, build_payload, keeps_secrets)
 from shared.bus import Bus, VolumesChanged
 from shared.disk_usage import tree_usage
+from shared.cri import RuntimeService
 from shared.cri import labels as L
 from shared.events import Recorder
 from shared.podspec import VOLUME_SOURCES, Pod, PodCache, Volume
@@ -78,7 +80,7 @@ def done_with(row: DesiredPod | None) -> bool:
 
 class VolumeManager:
     def __init__(self, store: Store, bus: Bus, layout: Layout, csi: CSIVolumes, objects: ObjectSource,
-                 node: NodeAllocatable, runtime, events: Recorder, resync_every: float) -> None:
+                 node: NodeAllocatable, runtime: RuntimeService, events: Recorder, resync_every: float) -> None:
         self.store = store
         self.bus = bus
         self.layout = layout
@@ -336,7 +338,8 @@ class VolumeManager:
     def _withdraw(self, uid: str) -> int:
         """Delete the pod's volume rows; how many there were."""
         with self.store.session() as s:
-            return s.execute(delete(PodVolume).where(PodVolume.pod_uid == uid)).rowcount
+            # A DELETE's result counts the rows it removed.
+            return cast("CursorResult[Any]", s.execute(delete(PodVolume).where(PodVolume.pod_uid == uid))).rowcount
 
     def _volume_dirs(self, uid: str) -> list[Path]:
         base = self.layout.volumes_dir(uid)
@@ -392,7 +395,7 @@ def disk_usage(path: Path) -> int:
     return usage.bytes if usage is not None else 0
 
 
-def _statvfs_stats(vol_dir: Path):
+def _statvfs_stats(vol_dir: Path) -> tuple[VolData, dict[str, int]] | None:
     data = read_vol_data(vol_dir)
     target = vol_dir / "mount"
     if data is None or not data.claimName or not is_mount_point(target):

@@ -47,7 +47,7 @@ def _key_values(obj: dict[str, Any], secret: bool) -> dict[str, bytes]:
     return out
 
 
-def _items(values: dict[str, bytes], items: list[dict] | None, mode: int, what: str,
+def _items(values: dict[str, bytes], items: list[dict[str, Any]] | None, mode: int, what: str,
            optional: bool) -> dict[str, FileProjection]:
     """All keys as file names, or only `items` (key -> path, optional mode)."""
     if not items:
@@ -79,7 +79,7 @@ async def _object_files(objects: ObjectSource, kind: str, namespace: str, source
     return _items(_key_values(obj, secret), source.get("items"), mode, what, optional)
 
 
-def _downward_files(pod: Pod, items: list[dict], mode: int, node: NodeAllocatable) -> dict[str, FileProjection]:
+def _downward_files(pod: Pod, items: list[dict[str, Any]], mode: int, node: NodeAllocatable) -> dict[str, FileProjection]:
     payload: dict[str, FileProjection] = {}
     for item in items:
         path = item.get("path", "")

@@ -14,6 +14,7 @@ import logging
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import grpc
 
@@ -37,7 +38,7 @@ class _Socket:
 
 
 class PluginRegistry:
-    def __init__(self, directory: Path, on_change=None) -> None:
+    def __init__(self, directory: Path, on_change: Callable[[str], None] | None = None) -> None:
         self.directory = directory
         self.drivers: dict[str, CSINodeClient] = {}
         self._sockets: dict[Path, _Socket] = {}
@@ -47,7 +48,7 @@ class PluginRegistry:
     def get(self, driver: str) -> CSINodeClient | None:
         return self.drivers.get(driver)
 
-    def describe(self) -> list[dict]:
+    def describe(self) -> list[dict[str, Any]]:
         out = []
         for path, s in sorted(self._sockets.items()):
             client = self.drivers.get(s.driver)
@@ -118,7 +119,7 @@ class PluginRegistry:
                     plugin_registered=not error, error=error), timeout=REGISTRATION_TIMEOUT)
             except grpc.aio.AioRpcError as exc:
                 log.warning("plugin at %s: NotifyRegistrationStatus failed: %s", path, exc.details())
-            if error:
+            if error or client is None:
                 entry.error = error
                 log.warning("plugin at %s not registered: %s", path, error)
                 return
@@ -138,7 +139,7 @@ class PluginRegistry:
             await channel.close()
 
     @staticmethod
-    def _check(info) -> str:
+    def _check(info: Any) -> str:
         if info.type != "CSIPlugin":
             return f"plugin type {info.type!r} is not handled by pykubelet (only CSIPlugin)"
         if not info.name:

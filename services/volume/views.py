@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from sqlalchemy import select
 
@@ -14,7 +16,7 @@ def router(store: Store, manager: VolumeManager, registry: PluginRegistry) -> AP
     views = APIRouter()
 
     @views.get("/volumes")
-    def volumes() -> list[dict]:
+    def volumes() -> list[dict[str, Any]]:
         """One entry per pod volume: where it is on the node and whether containers may use it."""
         with store.session() as s:
             rows = list(s.scalars(select(PodVolume).order_by(PodVolume.pod_uid, PodVolume.name)))
@@ -30,7 +32,7 @@ def router(store: Store, manager: VolumeManager, registry: PluginRegistry) -> AP
         return dict(manager.cleanup_errors)
 
     @views.get("/plugins")
-    def plugins() -> list[dict]:
+    def plugins() -> list[dict[str, Any]]:
         """Sockets found in the plugins registry directory and the CSI drivers they registered."""
         return registry.describe()
 
