@@ -87,7 +87,7 @@ V = TypeVar("V")
 @dataclass
 class TTLCache(Generic[K, V]):
     size: int = CACHE_SIZE
-    _items: OrderedDict = field(default_factory=OrderedDict)
+    _items: OrderedDict[K, tuple[V, float]] = field(default_factory=OrderedDict)
 
     def get(self, key: K) -> V | None:
         hit = self._items.get(key)

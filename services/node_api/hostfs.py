@@ -59,7 +59,7 @@ class InterfaceCounters:
 
 
 def read_net_dev(path: str | Path = "/proc/net/dev") -> list[InterfaceCounters]:
-    out = []
+    out: list[InterfaceCounters] = []
     try:
         lines = Path(path).read_text().splitlines()[2:]
     except OSError:
@@ -126,7 +126,7 @@ class Mount:
 
 
 def read_mounts(path: str | Path = "/proc/self/mountinfo") -> list[Mount]:
-    out = []
+    out: list[Mount] = []
     try:
         lines = Path(path).read_text().splitlines()
     except OSError:

@@ -19,7 +19,7 @@ import socket
 import ssl
 from asyncio import sslproto
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, cast
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -27,6 +27,8 @@ import h11
 from services.node_api.conn_limits import ConnectionLimits, Slot
 
 log = logging.getLogger(__name__)
+# h11 has it at the top level without exporting it (not in its __all__).
+MIGHT_SWITCH_PROTOCOL = h11.MIGHT_SWITCH_PROTOCOL  # type: ignore[attr-defined]
 
 # Deadlines are totals, not per read: a client trickling a byte at a time gets no longer.
 HANDSHAKE_TIMEOUT = 10.0      # the whole TLS handshake
@@ -182,7 +184,7 @@ class HTTPServer:
                         max_connections)
         self.limits = ConnectionLimits(total, min(max_per_client or total // 2, total - 1))
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> None:
         # TLS is started on each connection by its own task, not by the listener, so that a
@@ -202,7 +204,8 @@ class HTTPServer:
     @property
     def port(self) -> int:
         assert self._server is not None
-        return self._server.sockets[0].getsockname()[1]
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -229,9 +232,11 @@ class HTTPServer:
         self._connections.add(task)
         try:
             if self.ssl is not None:
-                await writer.start_tls(self.ssl, ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
+                # ssl_shutdown_timeout is Python 3.12's (the stubs of the 3.11 target lack it).
+                await writer.start_tls(self.ssl, ssl_handshake_timeout=HANDSHAKE_TIMEOUT,  # type: ignore[call-arg]
                                        ssl_shutdown_timeout=SHUTDOWN_TIMEOUT)
-                writer.transport.set_read_buffer_limits(high=TLS_READ_BUFFER)
+                # The TLS transport's own method (not in asyncio's Transport interface).
+                writer.transport.set_read_buffer_limits(high=TLS_READ_BUFFER)  # type: ignore[attr-defined]
             await _Connection(self, reader, writer, slot).serve()
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
@@ -339,7 +344,7 @@ class _Connection:
                 return
 
     async def _linger(self) -> None:
-        self.writer.transport.pause_reading()
+        cast(asyncio.Transport, self.writer.transport).pause_reading()
         await asyncio.sleep(REFUSAL_LINGER)
 
     async def _read_body(self, req: Request, limit: int) -> bytes:
@@ -384,7 +389,7 @@ class _Connection:
                 leftover, _ = self.h11.trailing_data
                 await route.upgrade(req, Connection(self.reader, self.writer, leftover))
                 return False
-            if self.h11.their_state is h11.MIGHT_SWITCH_PROTOCOL:
+            if self.h11.their_state is MIGHT_SWITCH_PROTOCOL:
                 # An Upgrade this route does not take: answer plainly, then close.
                 resp = await route.handler(req)
                 await self._respond(req, resp)
@@ -403,21 +408,22 @@ class _Connection:
 
     async def _respond(self, req: Request, resp: Response) -> bool:
         headers = [("content-type", resp.content_type), *resp.headers]
-        streaming = not isinstance(resp.body, (bytes, bytearray))
-        if not streaming:
-            headers.append(("content-length", str(len(resp.body))))  # type: ignore[arg-type]
-        if self.h11.their_state in (h11.MIGHT_SWITCH_PROTOCOL, h11.SEND_BODY):
+        body = resp.body
+        if isinstance(body, (bytes, bytearray)):
+            headers.append(("content-length", str(len(body))))
+        if self.h11.their_state in (MIGHT_SWITCH_PROTOCOL, h11.SEND_BODY):
             headers.append(("connection", "close"))
         await self._send(h11.Response(status_code=resp.status, headers=headers))
         if req.method == "HEAD":
-            if streaming:
-                await resp.body.aclose()  # type: ignore[union-attr]
+            close = getattr(body, "aclose", None)  # a stream not read is ended, its file closed
+            if close is not None:
+                await close()
             await self._send(h11.EndOfMessage())
             return True
-        if not streaming:
-            await self._send(h11.Data(data=resp.body), h11.EndOfMessage())
+        if isinstance(body, (bytes, bytearray)):
+            await self._send(h11.Data(data=body), h11.EndOfMessage())
             return True
-        return await self._stream(resp.body)  # type: ignore[arg-type]
+        return await self._stream(body)
 
     async def _stream(self, body: AsyncIterator[bytes]) -> bool:
         """Send a streamed body; stop at once if the client goes away (logs -f may be idle)."""
@@ -456,7 +462,7 @@ class _Connection:
                     ("connection", "close")]), h11.Data(data=body), h11.EndOfMessage())
 
 
-async def _until(body: AsyncIterator[bytes], stop: asyncio.Task) -> AsyncIterator[bytes]:
+async def _until(body: AsyncIterator[bytes], stop: asyncio.Task[None]) -> AsyncIterator[bytes]:
     """Items of body until stop finishes (checked while waiting for each item)."""
     it = body.__aiter__()
     while not stop.done():

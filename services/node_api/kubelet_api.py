@@ -211,7 +211,7 @@ class KubeletAPI:
 def log_instance(pod: PodRef, name: str, previous: bool) -> dict[str, Any]:
     """Which instance's log file to read, with the kubelet's answers when there is none."""
     entry = pod.container(name) or {}
-    last = entry.get("last_terminated")
+    last: dict[str, Any] | None = entry.get("last_terminated")
     if previous:
         if not last or not last.get("container_id") or not last.get("log_path"):
             raise HTTPError(400, f'previous terminated container "{name}" in pod "{pod.name}" not found')

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client import generate_latest
@@ -18,6 +19,9 @@ from shared.admin import SERVICES, admin_port
 from shared.config import ConfigError
 from shared.listener_owner import root_listens
 from shared.service import ServiceContext
+
+if TYPE_CHECKING:
+    from shared.kube import KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +64,7 @@ def auth_gate(authn: Authenticator, authz: Authorizer) -> Gate:
     return gate
 
 
-async def _api_client(ctx: ServiceContext):
+async def _api_client(ctx: ServiceContext) -> KubeApi | None:
     if not ctx.settings.cluster_mode:
         return None
     from shared.kube import node_api_client
@@ -97,7 +101,7 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
 
     gate = auth_gate(authn, authz)
     cert_dir = ctx.settings.cert_dir
-    if k.server_tls_bootstrap:
+    if k.server_tls_bootstrap and api is not None:  # cluster mode: checked above
         from shared.csr import KubeCSRs
         from services.node_api.serving_csr import ServingCertificate
 

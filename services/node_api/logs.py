@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -70,7 +70,7 @@ class LogOptions:
 def _bool(query: Mapping[str, Sequence[str]], name: str) -> bool:
     # The apiserver's query conversion: only absence, "0" and "false" (any case) are false.
     values = query.get(name)
-    return bool(values) and values[0] != "0" and values[0].lower() != "false"
+    return values is not None and len(values) > 0 and values[0] != "0" and values[0].lower() != "false"
 
 
 def _int(query: Mapping[str, Sequence[str]], name: str) -> int | None:
@@ -267,7 +267,7 @@ class LogStream(AsyncIterator[bytes]):
         own = os.fstat(self._file.fileno())
         return (st.st_ino, st.st_dev) != (own.st_ino, own.st_dev)
 
-    async def _run(self) -> AsyncIterator[bytes]:
+    async def _run(self) -> AsyncGenerator[bytes, None]:
         opts = self._opts
         pattern = _CONTENT if self._plain else _RECORD
         try:

@@ -10,7 +10,7 @@ import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from shared.cgroups import read_meminfo
 from services.node_api.hostfs import IGNORED_INTERFACE_PREFIXES, read_mounts
@@ -99,7 +99,7 @@ class MachineFacts:
         return [node], threads, len(cores) or threads, sockets
 
     def _caches(self, cpu_dir: Path) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         try:
             indexes = sorted(p for p in (cpu_dir / "cache").iterdir() if p.name.startswith("index"))
         except OSError:
@@ -117,7 +117,7 @@ class MachineFacts:
         return out
 
     def hugepages(self) -> list[dict[str, int]]:
-        out = []
+        out: list[dict[str, int]] = []
         try:
             dirs = sorted((self.sys / "kernel/mm/hugepages").iterdir())
         except OSError:
@@ -129,7 +129,7 @@ class MachineFacts:
         return out
 
     def network_devices(self) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         try:
             names = sorted(p.name for p in (self.sys / "class/net").iterdir())
         except OSError:
@@ -211,7 +211,7 @@ class MachineFacts:
 class MachineSpec:
     """MachineInfo, gathered once and refreshed every REFRESH_SECONDS."""
 
-    def __init__(self, facts: MachineFacts | None = None, clock=time.monotonic) -> None:
+    def __init__(self, facts: MachineFacts | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.facts = facts or MachineFacts()
         self._clock = clock
         self._info: dict[str, Any] | None = None

@@ -203,7 +203,9 @@ def _parse(text: str) -> dict[str, _Family]:
                     raise ValueError(f"invalid label name {label!r} in {s.name}")
             if typ == "histogram" and s.name == m.name + "_bucket":
                 float(s.labels.get("le", "missing le"))  # ValueError names the bad bound
-            fam.samples.append(_Sample(s.name, tuple(sorted(s.labels.items())), s.value, s.timestamp))
+            # The text format's timestamps are plain numbers (a Timestamp only comes from OpenMetrics).
+            stamp = float(s.timestamp) if s.timestamp is not None else None
+            fam.samples.append(_Sample(s.name, tuple(sorted(s.labels.items())), s.value, stamp))
     bases = {n for n, f in families.items() if f.type in _SUMMED}
     for n, f in families.items():
         f.created_of_summed = (f.type == "gauge" and n.endswith("_created")
@@ -327,7 +329,8 @@ def _sample_line(s: _Sample) -> str:
     if s.labels:
         labels = "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in s.labels) + "}"
     ts = "" if s.timestamp is None else f" {round(s.timestamp * 1000)}"
-    return f"{s.name}{labels} {floatToGoString(s.value)}{ts}\n"
+    value: str = floatToGoString(s.value)  # type: ignore[no-untyped-call]  # prometheus_client's, unannotated
+    return f"{s.name}{labels} {value}{ts}\n"
 
 
 def _escape_label(v: str) -> str:

@@ -26,11 +26,13 @@ class _Families:
     """A one-shot collector: families are filled, then rendered once."""
 
     def __init__(self) -> None:
-        self._families: dict[str, tuple[Metric, list[str]]] = {}
+        self._families: dict[str, tuple[CounterMetricFamily | GaugeMetricFamily, list[str]]] = {}
 
     def family(self, kind: str, name: str, help_: str, labels: list[str]) -> None:
-        cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-        self._families[name] = (cls(name, help_, labels=sorted(labels)), sorted(labels))
+        family: CounterMetricFamily | GaugeMetricFamily = (
+            CounterMetricFamily(name, help_, labels=sorted(labels)) if kind == "counter"
+            else GaugeMetricFamily(name, help_, labels=sorted(labels)))
+        self._families[name] = (family, sorted(labels))
 
     def add(self, name: str, labels: dict[str, str], value: float, timestamp: float | None = None) -> None:
         fam, names = self._families[name]

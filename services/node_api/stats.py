@@ -125,7 +125,7 @@ class _MountProbe:
 
     def __init__(self, timeout: float = MOUNT_STATFS_TIMEOUT) -> None:
         self.timeout = timeout
-        self._pending: asyncio.Future | None = None
+        self._pending: asyncio.Future[dict[str, FsInfo | None]] | None = None
         self._last: dict[str, FsInfo | None] = {}
 
     async def statfs(self, paths: list[str], root: Path) -> dict[str, FsInfo | None]:
@@ -221,7 +221,8 @@ class StatsProvider:
 
     async def summary(self) -> dict[str, Any]:
         """GET /stats/summary: the Summary (stats/v1alpha1) as JSON-ready data."""
-        return summary_json((await self.snapshot(full=True)).summary)
+        body: dict[str, Any] = summary_json((await self.snapshot(full=True)).summary)
+        return body
 
     async def resource_metrics(self) -> bytes:
         """GET /metrics/resource: what metrics-server scrapes, text format 0.0.4."""
@@ -320,7 +321,7 @@ class StatsProvider:
             mounts = read_mounts(self.proc / "self/mountinfo")
             for path, stats in ((str(self.settings.root_dir), node["fs"]), (image_mountpoint, image_fs)):
                 device = device_of(path, mounts) if path and stats else ""
-                if device and device not in {d for d, _ in g.snap.node_fs}:
+                if device and stats and device not in {d for d, _ in g.snap.node_fs}:
                     g.snap.node_fs.append((device, stats))
             g.snap.image_device = device_of(image_mountpoint, mounts) if image_mountpoint else ""
         return _compact(node)
@@ -504,12 +505,13 @@ class StatsProvider:
         for row in sorted(view.volumes, key=lambda r: r.name):
             if row.plugin == HOST_PATH or not row.host_path:
                 continue
+            path: str | None
             if _is_mount(row):
                 path, fs = row.host_path, mount_fs.get(row.host_path)
             else:
                 path = _inside(self.settings.root_dir, row.host_path)
                 fs = statfs(path) if path else None
-            if fs is None:
+            if fs is None or path is None:
                 continue
             if row.plugin == EMPTY_DIR:
                 # used_bytes is the volume service's full du every volumeStatsAggPeriod
