@@ -72,10 +72,10 @@ test: deps lint ## Run all tests: lint, unit, integration (containerd + NATS + S
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: deps ## Static checks: ruff on all code, mypy --strict on shared/ and the typed services (pyproject.toml)
+lint: deps ## Static checks: ruff on all code, mypy --strict on shared/ and services/
 	@echo "lint: ruff"
 	@$(PY) -m ruff check --quiet services shared tests bench
-	@echo "lint: mypy (strict, shared/ and the typed services)"
+	@echo "lint: mypy (strict, shared/ and services/)"
 	@$(PY) -m mypy
 
 .PHONY: test-unit

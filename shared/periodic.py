@@ -8,7 +8,7 @@ import logging
 from typing import Awaitable, Callable
 
 
-async def every(period: float, what: str, step: Callable[[], Awaitable[None]], log: logging.Logger) -> None:
+async def every(period: float, what: str, step: Callable[[], Awaitable[object]], log: logging.Logger) -> None:
     failing = False
     while True:
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from shared.retry import Backoff
 from services.pod_sync.cpu_manager import CPUManager, CPUSetReconciler, load_assignments
@@ -61,7 +61,7 @@ async def setup(ctx: ServiceContext) -> None:
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
     recorder = BusRecorder(ctx.bus)
-    sources: list = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
+    sources: list[Any] = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
     if k.static_pod_url:
         from services.pod_sync.url_source import URLPodSource
 

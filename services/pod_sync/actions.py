@@ -131,9 +131,9 @@ def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodAction
 
     # Ephemeral containers start once, whatever the init containers are doing, and are never
     # restarted: one the runtime has (in any state) is left as it is (the kubelet's rule).
-    for spec in pod.spec.ephemeralContainers:
-        if rt.latest(spec.name) is None:
-            actions.start.append(StartContainer(spec, 0, ephemeral=True))
+    for eph in pod.spec.ephemeralContainers:
+        if rt.latest(eph.name) is None:
+            actions.start.append(StartContainer(eph, 0, ephemeral=True))
 
     for spec in pod.spec.initContainers:
         c = in_sandbox.latest(spec.name)

@@ -11,6 +11,7 @@ import logging
 from typing import Any, Awaitable, Callable
 
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
 from shared.podspec import ManifestInvalid, validate_pod
 from shared.events import Recorder
@@ -52,7 +53,7 @@ class ApiPodSource:
 
     # -- applying what the API says -----------------------------------------------------------
 
-    def _upsert(self, s, pod: dict[str, Any], existing: DesiredPod | None) -> bool:
+    def _upsert(self, s: Session, pod: dict[str, Any], existing: DesiredPod | None) -> bool:
         meta = pod["metadata"]
         uid = meta["uid"]
         refused = s.get(RefusedPod, uid)
@@ -90,7 +91,7 @@ class ApiPodSource:
         log.info("API pod %s/%s bound to this node (uid %s)", meta["namespace"], meta["name"], uid)
         return True
 
-    def _update(self, s, pod: dict[str, Any], existing: DesiredPod) -> bool:
+    def _update(self, s: Session, pod: dict[str, Any], existing: DesiredPod) -> bool:
         """An update of a running pod: labels and annotations (downward API volumes), container
         images, activeDeadlineSeconds. Writes of the pod's status by this node change only its
         resourceVersion: those are not updates."""
@@ -107,7 +108,7 @@ class ApiPodSource:
         log.info("API pod %s/%s updated", pod["metadata"]["namespace"], pod["metadata"]["name"])
         return True
 
-    def _refuse(self, s, pod: dict[str, Any], why: str, reason: str = REFUSED_REASON) -> None:
+    def _refuse(self, s: Session, pod: dict[str, Any], why: str, reason: str = REFUSED_REASON) -> None:
         """A pod this node cannot run as written: Failed with the reason, as the kubelet rejects a
         pod it cannot admit, instead of Pending forever."""
         meta = pod["metadata"]
@@ -160,7 +161,7 @@ class ApiPodSource:
                 return {uid}
             return {uid} if self._upsert(s, pod, row) else set()
 
-    def _drop(self, s, row: DesiredPod) -> None:
+    def _drop(self, s: Session, row: DesiredPod) -> None:
         if row.terminated:
             s.execute(delete(DesiredPod).where(DesiredPod.uid == row.uid))
             s.execute(delete(ManifestError).where(ManifestError.source_path == row.source_path))

@@ -19,13 +19,14 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Counter
 from sqlalchemy import select
 
 from shared.bus import Bus, DiskReclaimed, DiskReclaimRequested
-from shared.cri import CRIError, RuntimeService
+from shared.cri import CRIError, Runtime
 from shared.cri import labels as L
 from shared.cri.imagefs import imagefs_mountpoint
 from shared.podspec import Pod
@@ -64,8 +65,8 @@ class GCResult:
 
 
 class DiskReclaimer:
-    def __init__(self, runtime: RuntimeService, store: Store, bus: Bus, high_percent: int, low_percent: int,
-                 min_age: float, clock=time.monotonic, max_age: float = 0.0) -> None:
+    def __init__(self, runtime: Runtime, store: Store, bus: Bus, high_percent: int, low_percent: int,
+                 min_age: float, clock: Callable[[], float] = time.monotonic, max_age: float = 0.0) -> None:
         """max_age (imageMaximumGCAge): an image unused for longer is removed whatever the disk
         usage; 0 keeps images as long as there is room. Ages count from this process's first
         look at an image, as the kubelet's do."""
@@ -87,7 +88,7 @@ class DiskReclaimer:
         """An image pod-sync pulled: its age for imageMinimumGCAge counts from now."""
         self._first_seen.setdefault(image_id, self.clock())
 
-    async def _in_use(self, images) -> set[str]:
+    async def _in_use(self, images: list[cri.Image]) -> set[str]:
         """IDs of images a container, a wanted pod or the sandbox uses."""
         by_name: dict[str, str] = {}
         for img in images:

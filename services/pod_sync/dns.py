@@ -16,11 +16,12 @@ sandbox's resolv.conf.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 from cri_api.v1 import api_pb2 as cri
 
 from shared.config import NodeSettings
-from shared.podspec import MAX_DNS_SEARCHES, Pod
+from shared.podspec import MAX_DNS_SEARCHES, Pod, PodDNSConfigOption
 
 HOST_RESOLV_CONF = Path("/etc/resolv.conf")
 MAX_SERVERS, MAX_SEARCHES = 3, MAX_DNS_SEARCHES
@@ -46,11 +47,11 @@ def host_resolv_conf(path: Path = HOST_RESOLV_CONF) -> cri.DNSConfig:
     return out
 
 
-def _unique(items) -> list[str]:
+def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _merge_options(base: list[str], extra) -> list[str]:
+def _merge_options(base: list[str], extra: Iterable[PodDNSConfigOption]) -> list[str]:
     merged: dict[str, str] = {}
     for opt in base:
         name, _, value = opt.partition(":")

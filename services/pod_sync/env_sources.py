@@ -76,11 +76,11 @@ def referenced(c: Container) -> tuple[set[str], set[str]]:
             cms.add(e.configMapRef.name)
         if e.secretRef is not None:
             secrets.add(e.secretRef.name)
-    for e in c.env:
-        if e.valueFrom and "configMapKeyRef" in e.valueFrom:
-            cms.add(e.valueFrom["configMapKeyRef"]["name"])
-        if e.valueFrom and "secretKeyRef" in e.valueFrom:
-            secrets.add(e.valueFrom["secretKeyRef"]["name"])
+    for v in c.env:
+        if v.valueFrom and "configMapKeyRef" in v.valueFrom:
+            cms.add(v.valueFrom["configMapKeyRef"]["name"])
+        if v.valueFrom and "secretKeyRef" in v.valueFrom:
+            secrets.add(v.valueFrom["secretKeyRef"]["name"])
     return cms, secrets
 
 

@@ -21,7 +21,7 @@ class FakeSystemdBus:
         self.calls: list[tuple[str, str]] = []      # (method, unit)
         self.refuse: dict[str, str] = {}            # unit -> error name to answer with
 
-    def call(self, method: str, signature: str, body: tuple) -> tuple:
+    def call(self, method: str, signature: str, body: tuple[Any, ...]) -> tuple[Any, ...]:
         unit = body[0]
         self.calls.append((method, unit))
         if unit in self.refuse:

@@ -34,14 +34,16 @@ async def run_hook(runtime: RuntimeService, handler: LifecycleHandler, container
         return
     if handler.exec is not None:
         try:
-            resp = await runtime.exec_sync(container_id, handler.exec.command, timeout)
+            done = await runtime.exec_sync(container_id, handler.exec.command, timeout)
         except CRIError as exc:
             raise HookFailed(f"exec {handler.exec.command} failed: {exc.details}") from None
-        if resp.exit_code != 0:
-            out = (resp.stdout + resp.stderr)[:MAX_OUTPUT].decode(errors="replace").strip()
-            raise HookFailed(f"command {handler.exec.command!r} exited with {resp.exit_code}: {out}")
+        if done.exit_code != 0:
+            out = (done.stdout + done.stderr)[:MAX_OUTPUT].decode(errors="replace").strip()
+            raise HookFailed(f"command {handler.exec.command!r} exited with {done.exit_code}: {out}")
         return
     get = handler.httpGet
+    if get is None:  # shared/podspec.py admits a handler with exactly one action
+        raise HookFailed("the handler names no action")
     host = get.host or pod_ip or "127.0.0.1"
     url = f"{get.scheme.lower()}://{host}:{_port(container, get.port)}{get.path}"
     headers = {h.name: h.value for h in get.httpHeaders}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Any, Callable, Coroutine
 
 from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_view import list_managed_uids
@@ -19,7 +19,7 @@ FIRST_SYNC_WAIT = 30.0
 
 
 class PodSyncManager:
-    def __init__(self, syncer: PodSyncer, sources: list, bus: Bus, resync_every: float,
+    def __init__(self, syncer: PodSyncer, sources: list[Any], bus: Bus, resync_every: float,
                  pleg_period: float = 1.0, on_synced: Callable[[], None] = lambda: None) -> None:
         """sources: objects with run(), a `synced` event and an `on_change` callback slot."""
         self.syncer = syncer
@@ -103,11 +103,12 @@ class PodSyncManager:
         except TimeoutError:
             log.info("reconciled: %d pod(s) synced, some still syncing after %.0fs", len(uids), FIRST_SYNC_WAIT)
 
-    async def start(self, spawn) -> None:
+    async def start(self, spawn: Callable[[str, Coroutine[Any, Any, object]], object]) -> None:
         await self.bus.subscribe(NetworkChanged, self._on_network)
         await self.bus.subscribe(NodeShutdownChanged, self._on_node_shutdown)
-        for event in (ProbeResultsChanged, VolumesChanged, EvictionsDecided):
-            await self.bus.subscribe(event, self._on_pods_named)
+        await self.bus.subscribe(ProbeResultsChanged, self._on_pods_named)
+        await self.bus.subscribe(VolumesChanged, self._on_pods_named)
+        await self.bus.subscribe(EvictionsDecided, self._on_pods_named)
         for source in self.sources:
             spawn(f"{type(source).__name__}", source.run())
         spawn("pleg", self.pleg.run())

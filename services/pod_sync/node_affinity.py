@@ -27,6 +27,8 @@ def _requirement(req: Any, fields: dict[str, str]) -> bool:
     if not isinstance(req, dict):
         raise AffinityInvalid("a requirement must be an object")
     key, op, values = req.get("key"), req.get("operator"), req.get("values") or []
+    if not isinstance(key, str):
+        raise AffinityInvalid(f"a requirement's key must be a string, not {key!r}")
     if not isinstance(values, list):
         raise AffinityInvalid(f"values of {key!r} must be a list")
     present = key in fields

@@ -74,7 +74,7 @@ class PLEG:
         self.last_relist = time.monotonic()
         LAST_SEEN.set(time.time())
 
-        sb_now = {s.id: (s.labels.get(L.POD_UID, ""), s.state) for s in sandboxes}
+        sb_now = {s.id: (s.labels.get(L.POD_UID, ""), int(s.state)) for s in sandboxes}
         c_now = {c.id: _Seen(c.labels.get(L.POD_UID, ""), c.metadata.name, c.state) for c in containers}
         first = self._sandboxes is None
         sb_before = self._sandboxes or {}
@@ -85,6 +85,7 @@ class PLEG:
             if now == before:
                 continue
             seen = now or before
+            assert seen is not None  # they differ, so one of them is there
             changed.add(seen.uid)
             if not first:
                 kind = _event_type(before.state if before else None, now.state if now else None)

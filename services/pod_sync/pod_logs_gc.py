@@ -8,6 +8,7 @@ a test that checks what a preStop hook printed).
 
 from __future__ import annotations
 
+
 import asyncio
 import logging
 import os
@@ -64,7 +65,7 @@ def _newest_mtime(path: str) -> float:
     return newest
 
 
-def _remove_old(entries: list[os.DirEntry], keep: set[str], now: float) -> list[str]:
+def _remove_old(entries: list[os.DirEntry[str]], keep: set[str], now: float) -> list[str]:
     """Remove the log directories of pods not in keep whose newest file is over MIN_AGE old."""
     removed = []
     for entry in entries:

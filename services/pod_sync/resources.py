@@ -55,11 +55,12 @@ def _pod_level_share(pod: Pod | None) -> int:
     """With a pod-level memory request, what it holds beyond its containers' requests, shared
     evenly among them (the kubelet's oom_score_adj for pod-level resources)."""
     own = pod_level(pod) if pod is not None else None
-    if pod is None or own is None or own.request("memory") is None:
+    asked = own.request("memory") if own is not None else None
+    if pod is None or asked is None:
         return 0
     everyone = pod.spec.initContainers + pod.spec.containers
     spoken = sum(to_bytes(q) for c in pod.spec.containers if (q := c.resources.request("memory")) is not None)
-    return max(0, to_bytes(own.request("memory")) - spoken) // len(everyone)
+    return max(0, to_bytes(asked) - spoken) // len(everyone)
 
 
 def oom_score_adj(c: Container, qos: str, memory_capacity: int, pod: Pod | None = None) -> int:

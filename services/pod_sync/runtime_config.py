@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from cri_api.v1 import api_pb2 as cri
 
@@ -138,6 +138,8 @@ def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts, objects:
     for index, src in enumerate(c.envFrom):
         kind, ref, data = (("configMap", src.configMapRef, objects.config_maps) if src.configMapRef is not None
                            else ("secret", src.secretRef, objects.secrets))
+        if ref is None:
+            raise ValueError(f"envFrom[{index}] names neither a configMap nor a secret")
         values = data.get(ref.name)
         if values is None:
             if ref.optional:
@@ -170,7 +172,7 @@ def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts, objects:
     return env
 
 
-def _value_from(pod: Pod, c: Container, src: dict, pod_ip: str, node: NodeFacts, objects: EnvObjects) -> str | None:
+def _value_from(pod: Pod, c: Container, src: dict[str, Any], pod_ip: str, node: NodeFacts, objects: EnvObjects) -> str | None:
     if "fieldRef" in src:
         return _field_ref(pod, src["fieldRef"].get("fieldPath", ""), pod_ip, node)
     if "resourceFieldRef" in src:
@@ -199,7 +201,7 @@ def termination_log_path(node: NodeFacts, pod: Pod, c: Container, attempt: int) 
 _ALWAYS_READ_ONLY = ("configMap", "secret", "downwardAPI", "projected")
 
 
-def volume_mounts(pod: Pod, c: Container, volumes: dict, subpaths: SubPathMounter | None) -> list[cri.Mount]:
+def volume_mounts(pod: Pod, c: Container, volumes: dict[str, Any], subpaths: SubPathMounter | None) -> list[cri.Mount]:
     """CRI bind mounts for the container's volumeMounts; `volumes` are the pod's pod_volumes rows
     (all ready: pod-sync starts nothing before). Propagation is private (mountPropagation None).
     A subPath is mounted from its own bind mount, made safely (shared/subpath.py)."""
@@ -221,7 +223,7 @@ def volume_mounts(pod: Pod, c: Container, volumes: dict, subpaths: SubPathMounte
 
 
 def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init: bool,
-                     pod_ip: str, node: NodeFacts, volumes: dict | None = None,
+                     pod_ip: str, node: NodeFacts, volumes: dict[str, Any] | None = None,
                      objects: EnvObjects | None = None,
                      warn: Callable[[str, str], None] | None = None,
                      etc_hosts: Path | None = None,

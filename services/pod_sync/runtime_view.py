@@ -185,6 +185,6 @@ async def list_managed_uids(runtime: RuntimeService) -> set[str]:
     managed = {L.MANAGED_BY: "true"}
     sandboxes, containers = await asyncio.gather(runtime.list_pod_sandbox(managed),
                                                  runtime.list_containers(managed))
-    uids = {o.labels.get(L.POD_UID, "") for o in [*sandboxes, *containers]}
+    uids = {s.labels.get(L.POD_UID, "") for s in sandboxes} | {c.labels.get(L.POD_UID, "") for c in containers}
     uids.discard("")
     return uids

@@ -5,6 +5,7 @@ seccomp. (Which sysctls a pod may set: shared/sysctls.py.)"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from cri_api.v1 import api_pb2 as cri
 
@@ -62,7 +63,7 @@ def _selinux(o: SELinuxOptions) -> cri.SELinuxOption:
     return cri.SELinuxOption(user=o.user, role=o.role, type=o.type, level=o.level)
 
 
-def effective(pod: Pod, c: Container, field: str):
+def effective(pod: Pod, c: Container, field: str) -> Any:
     """A securityContext field as the container gets it: its own, else the pod's."""
     mine = getattr(c.securityContext, field, None) if c.securityContext is not None else None
     return mine if mine is not None else getattr(pod.spec.securityContext, field, None)

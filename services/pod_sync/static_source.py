@@ -14,7 +14,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from sqlalchemy import delete, select
 
@@ -39,7 +39,7 @@ class ScanResult:
     errors: dict[str, str]        # file path -> problem
 
 
-def static_pod_uid(node_name: str, path: str, manifest: dict, kind: str = "file") -> str:
+def static_pod_uid(node_name: str, path: str, manifest: dict[str, Any], kind: str = "file") -> str:
     """Like the kubelet: a hash of node, file (or URL) and content, so any edit makes a new pod."""
     h = hashlib.md5()
     h.update(f"host:{node_name}".encode())
@@ -178,25 +178,27 @@ class StaticPodSource:
         """Scan now, then on every change in the directory and every rescan period."""
         await self._scan_and_notify()
         self.synced.set()
-        if self.directory is None:
+        directory = self.directory
+        if directory is None:
             log.info("no staticPodPath configured: static pods disabled")
             await asyncio.Event().wait()
+            return
         while True:
-            if not self.directory.is_dir():
+            if not directory.is_dir():
                 log.warning("staticPodPath %s does not exist; checking again in %.0fs",
-                            self.directory, self.rescan_every)
+                            directory, self.rescan_every)
                 await asyncio.sleep(self.rescan_every)
                 await self._scan_and_notify()
                 continue
-            await self._watch(asyncio.get_running_loop().time() + self.rescan_every)
+            await self._watch(directory, asyncio.get_running_loop().time() + self.rescan_every)
             await self._scan_and_notify()  # the periodic rescan
 
-    async def _watch(self, until: float) -> None:
+    async def _watch(self, directory: Path, until: float) -> None:
         """Scan on every change in the directory until `until` (loop time), or until the
         directory itself goes away (shared/dir_watch.py: no thread, no wake-ups while nothing
         changes, a burst of changes is one scan)."""
         loop = asyncio.get_running_loop()
-        async with DirectoryWatch(self.directory, settle=SETTLE, debounce=DEBOUNCE) as watch:
+        async with DirectoryWatch(directory, settle=SETTLE, debounce=DEBOUNCE) as watch:
             while (left := until - loop.time()) > 0:
                 change = await watch.next_change(left)
                 if change is Change.TIMEOUT:

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from cri_api.v1 import api_pb2 as cri
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
 from services.pod_sync import metrics as M
 from services.pod_sync.actions import compute_pod_actions
@@ -41,7 +43,7 @@ from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.events import Recorder
 from shared.host import node_labels
-from shared.podspec import Pod, PodCache
+from shared.podspec import Container, Pod, PodCache
 from shared.qos import is_critical, qos_class
 from shared.safe_paths import UnsafePath, beneath
 from shared.store import (DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult,
@@ -191,6 +193,7 @@ class PodSyncer:
             if verdict.admitted and self.cpus.policy is not None:
                 verdict, cpus = self._take_cpus(s, self.cpus.policy, row.uid, pod)
             stored = s.get(DesiredPod, row.uid)
+            assert stored is not None  # read in this same session
             stored.admitted = verdict.admitted
             if verdict.admitted:
                 stored.allocated = spec_allocation(pod)
@@ -202,7 +205,7 @@ class PodSyncer:
         return verdict
 
     @staticmethod
-    def _take_cpus(s, policy: StaticPolicy, uid: str, pod: Pod) -> tuple[Verdict, dict[str, frozenset[int]]]:
+    def _take_cpus(s: Session, policy: StaticPolicy, uid: str, pod: Pod) -> tuple[Verdict, dict[str, frozenset[int]]]:
         """CPUs of their own for the pod's whole-CPU Guaranteed containers, from those no other
         pod holds (the static CPU manager's Allocate, part of admission as in the kubelet)."""
         others = assignments_in(s)
@@ -221,7 +224,7 @@ class PodSyncer:
             pod = self._pods.get(d.uid, d.manifest)
             return with_allocation(pod, d.allocated) if d.allocated is not None else pod
 
-    def _admitted_others(self, s, uid: str) -> list[Pod]:
+    def _admitted_others(self, s: Session, uid: str) -> list[Pod]:
         """Every other admitted pod, at the resources it was allocated (a resize not granted
         yet takes nothing)."""
         return [with_allocation(pod, d.allocated) if d.allocated is not None else pod
@@ -352,9 +355,9 @@ class PodSyncer:
             if reason == "CrashLoopBackOff":
                 self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
                                                        f"{pod.metadata.name}_{pod.metadata.namespace}({pod.uid})")
-        backoff_waits = [self.backoff.remaining(f"{uid}/{name}", c.finished_at)
+        backoff_waits = [self.backoff.remaining(f"{uid}/{name}", last.finished_at)
                          for name, (reason, _) in waiting.items()
-                         if reason == "CrashLoopBackOff" and (c := rt.latest(name))]
+                         if reason == "CrashLoopBackOff" and (last := rt.latest(name))]
         if any(w > 0 for w in backoff_waits):
             wait = min(w for w in backoff_waits if w > 0)
             requeue = min(requeue or wait, wait)
@@ -364,9 +367,9 @@ class PodSyncer:
         fresh = await get_runtime_pod(self.runtime, uid) if not actions.noop else rt
         resize_error = resize_error or await self.resizer.update_in_place(pod, fresh, resize)
         self.resizer.settle(pod, fresh, resize, resize_error)
-        for wait in (resize_retry, ERROR_RETRY if resize_error else None):
-            if wait is not None:
-                requeue = min(requeue or wait, wait)
+        for retry in (resize_retry, ERROR_RETRY if resize_error else None):
+            if retry is not None:
+                requeue = min(requeue or retry, retry)
         if resize.snapshot() != resize_before:
             await self.store.run(self._save_resize, uid, resize)
             if resize.allocated is not allocated_before:
@@ -470,7 +473,7 @@ class PodSyncer:
             killed = True
         return killed
 
-    async def _create_sandbox(self, pod: Pod, config) -> tuple[str, str, tuple[str, str]]:
+    async def _create_sandbox(self, pod: Pod, config: cri.PodSandboxConfig) -> tuple[str, str, tuple[str, str]]:
         if not pod.spec.hostNetwork:
             ready, message = self._network_ready()
             if not ready:
@@ -502,8 +505,8 @@ class PodSyncer:
         status = await self.runtime.pod_sandbox_status(sandbox_id)
         return sandbox_id, status.network.ip, ("", "")
 
-    async def _start_container(self, pod: Pod, rt: RuntimePod, spec, attempt: int, init: bool,
-                               sandbox_id: str, sb_config, pod_ip: str, progress: _Progress,
+    async def _start_container(self, pod: Pod, rt: RuntimePod, spec: Container, attempt: int, init: bool,
+                               sandbox_id: str, sb_config: cri.PodSandboxConfig, pod_ip: str, progress: _Progress,
                                volumes: dict[str, PodVolume], ephemeral: bool = False) -> tuple[str, str] | None:
         """Pull, create, start and run postStart for one container; (reason, message) on failure."""
         kind = "ephemeral_container" if ephemeral else "init_container" if init else "container"
@@ -573,7 +576,7 @@ class PodSyncer:
                 return failure
         return None
 
-    def _etc_hosts(self, pod: Pod, spec, pod_ip: str) -> Path | None:
+    def _etc_hosts(self, pod: Pod, spec: Container, pod_ip: str) -> Path | None:
         """Write the pod's managed /etc/hosts for this container, or None when it gets none."""
         ip = pod_ip or (self.node.ip if pod.spec.hostNetwork else "")
         if not wants_managed_hosts(spec, ip):
@@ -585,10 +588,13 @@ class PodSyncer:
         except OSError as exc:
             raise ValueError(f"cannot write the pod's /etc/hosts: {exc}") from None
 
-    async def _post_start(self, pod: Pod, spec, cid: str, pod_ip: str) -> tuple[str, str] | None:
+    async def _post_start(self, pod: Pod, spec: Container, cid: str, pod_ip: str) -> tuple[str, str] | None:
         """A failed postStart hook kills the container, which then restarts per restartPolicy."""
+        hook = spec.lifecycle.postStart if spec.lifecycle is not None else None
+        if hook is None:
+            return None
         try:
-            await asyncio.wait_for(run_hook(self.runtime, spec.lifecycle.postStart, spec, cid, pod_ip,
+            await asyncio.wait_for(run_hook(self.runtime, hook, spec, cid, pod_ip,
                                             POST_START_HOOK_TIMEOUT), POST_START_HOOK_TIMEOUT)
             return None
         except (HookFailed, asyncio.TimeoutError) as exc:
@@ -722,7 +728,7 @@ def _log_write_failure(write: Future[None]) -> None:
         log.warning("could not store a pod's pull progress: %s", exc)
 
 
-def _target_id(spec, rt: RuntimePod, sandbox_id: str) -> str | None:
+def _target_id(spec: Container, rt: RuntimePod, sandbox_id: str) -> str | None:
     """The container whose process namespace an ephemeral container joins (targetContainerName):
     its latest instance in the pod's sandbox, as the kubelet resolves it."""
     target = getattr(spec, "targetContainerName", None)

@@ -59,7 +59,7 @@ class SystemBus:
         self._conn: DBusConnection | None = None
         self._lock = threading.Lock()
 
-    def call(self, method: str, signature: str, body: tuple) -> tuple:
+    def call(self, method: str, signature: str, body: tuple[Any, ...]) -> tuple[Any, ...]:
         with self._lock:
             for attempt in (1, 2):
                 try:

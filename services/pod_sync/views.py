@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from sqlalchemy import select
 
@@ -12,7 +14,7 @@ def router(store: Store) -> APIRouter:
     r = APIRouter()
 
     @r.get("/pods")
-    def pods() -> list[dict]:
+    def pods() -> list[dict[str, Any]]:
         with store.session() as s:
             runtime = {p.uid: p for p in s.scalars(select(PodRuntime))}
             out = []

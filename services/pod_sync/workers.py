@@ -20,7 +20,7 @@ class PodWorkers:
     def __init__(self, sync: SyncFn, max_concurrent: int = 16) -> None:
         self._sync = sync
         self._pending: dict[str, asyncio.Event] = {}
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._limit = asyncio.Semaphore(max_concurrent)
         self._closed = False
@@ -102,9 +102,9 @@ class PodWorkers:
 
     async def close(self) -> None:
         self._closed = True
-        for t in self._timers.values():
-            t.cancel()
+        for timer in self._timers.values():
+            timer.cancel()
         tasks = list(self._tasks.values())
-        for t in tasks:
-            t.cancel()
+        for task in tasks:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
