@@ -19,7 +19,6 @@ from pathlib import Path
 from shared.bus import SUBJECT_PREFIX, Event
 from shared.config import ConfigError
 
-
 BUS_DIR = "bus"  # under the root dir: the credentials files and the server's config
 
 

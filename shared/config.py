@@ -17,30 +17,40 @@ import re
 import socket
 from pathlib import Path
 from typing import Any, Literal
-
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from shared import safe_yaml
-from shared.durations import format_duration, parse_duration, to_seconds
-from shared.host import node_ip as detect_node_ip
-from shared.ip import ip_address
-from shared.podspec import DNS1123_SUBDOMAIN
-from shared.quantity import to_bytes
 from shared.config_defaults import drop_zero_values
 from shared.config_refused import refused_settings
 from shared.cpusets import CPUSetError, parse_cpuset
+from shared.durations import format_duration, parse_duration, to_seconds
 from shared.feature_gates import GATES
-from shared.kubelet_flags import (FlagError, add_kubelet_flags, apply_config_flags, parsed_values, refused_flags,
-                                  warn_deprecated)
+from shared.host import node_ip as detect_node_ip
+from shared.ip import ip_address
+from shared.kubelet_flags import (
+    FlagError,
+    add_kubelet_flags,
+    apply_config_flags,
+    parsed_values,
+    refused_flags,
+    warn_deprecated,
+)
+from shared.podspec import DNS1123_SUBDOMAIN
+from shared.quantity import to_bytes
 from shared.server_config import ServerConfig
 from shared.sysctls import check_allowed_unsafe
-from shared.thresholds import (DEFAULT_EVICTION_HARD, Threshold, check_grace_periods, check_reserved,
-                               check_signal_map, parse_thresholds)
+from shared.thresholds import (
+    DEFAULT_EVICTION_HARD,
+    Threshold,
+    check_grace_periods,
+    check_reserved,
+    check_signal_map,
+    parse_thresholds,
+)
 
 log = logging.getLogger(__name__)
 
@@ -675,7 +685,7 @@ def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
             section[leaf] = str(base / value)
 
 
-def settings_from_args(args: argparse.Namespace) -> NodeSettings:
+def settings_from_args(args: argparse.Namespace) -> NodeSettings:  # noqa: C901 (a hub to split)
     """Build NodeSettings from parsed flags: file first, then flags on top."""
     try:
         values = parsed_values(args)

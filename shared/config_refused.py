@@ -19,7 +19,6 @@ from typing import Any
 
 from shared.durations import to_seconds
 
-
 # The json names of KubeletConfiguration's fields in k8s.io/kubelet v0.37.2
 # (config/v1beta1/types.go), apiVersion and kind aside.
 FIELDS = """enableServer staticPodPath podLogsDir syncFrequency fileCheckFrequency httpCheckFrequency

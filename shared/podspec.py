@@ -8,9 +8,9 @@ does ("spec.containers[0].image: field required").
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 import re
 import threading
+from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 import yaml

@@ -18,8 +18,14 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
 
-from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_delay, stop_never,
-                      wait_exponential_jitter)
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_delay,
+    stop_never,
+    wait_exponential_jitter,
+)
 
 T = TypeVar("T")
 

@@ -19,15 +19,15 @@ from shared.admin_token import ensure_token
 from shared.bus import Bus
 from shared.bus_auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
-from shared.version import version_line
 from shared.log_format import setup_logging
-from shared.node_dirs import private_umask, root_dir
 from shared.loop_watchdog import watching
+from shared.node_dirs import private_umask, root_dir
+from shared.redact import secret_values
 from shared.sd_notify import notify
 from shared.service_state import HEARTBEAT_PERIOD, ServiceStateWriter, view_freshness
-from shared.redact import secret_values
 from shared.store import DesiredPod, Store
 from shared.store.db import is_corruption
+from shared.version import version_line
 
 log = logging.getLogger(__name__)
 

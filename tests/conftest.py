@@ -12,7 +12,6 @@ from shared.cni import BRIDGE
 from tests import kube_build
 from tests.host_leftovers import clear_bridge
 
-
 UNIT_TESTS = Path(__file__).parent / "unit"
 VM_TESTS = Path(__file__).parent / "vm"  # a guest of their own: no node of this host, no control plane
 

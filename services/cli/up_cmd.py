@@ -14,14 +14,13 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from services.supervisor.forking import Forker, ForkRefused
-from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, orphaned_shims, pid_alive,
-                                          stop_abandoned_node)
+from services.supervisor.leftovers import SUPERVISOR_PID, find_leftovers, orphaned_shims, pid_alive, stop_abandoned_node
 from services.supervisor.node import UpOptions, run_up
 from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
-from shared.version import version_line
-from shared.host_checks import startup_problems
 from shared.host import NodeIPError
+from shared.host_checks import startup_problems
 from shared.node_dirs import private_umask, root_dir
+from shared.version import version_line
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 KUBELET_ROOT = "/var/lib/kubelet"  # the kubelet's --root-dir default

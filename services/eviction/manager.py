@@ -18,15 +18,23 @@ from prometheus_client import Counter, Gauge
 from sqlalchemy import delete, select
 
 from services.eviction.pod_usage import CONTAINER_ID_PREFIX, ActivePod, UsageCollector
-from services.eviction.ranking import (eviction_message, has_storage_limits, is_critical, rank,
-                                      storage_limit_violation)
+from services.eviction.ranking import eviction_message, has_storage_limits, is_critical, rank, storage_limit_violation
 from services.eviction.signals import Observations, SignalReader
-from shared.bus import DiskReclaimRequested, EvictionsDecided, Event, NodePressureChanged
-from shared.events import Recorder
 from shared.allocation import with_allocation
+from shared.bus import DiskReclaimRequested, Event, EvictionsDecided, NodePressureChanged
+from shared.events import Recorder
 from shared.podspec import PodCache
-from shared.store import (DesiredPod, DiskReclaim, NodePressure, PodEviction, PodRuntime, PodVolume,
-                          ReclaimRequest, SignalObservation, Store)
+from shared.store import (
+    DesiredPod,
+    DiskReclaim,
+    NodePressure,
+    PodEviction,
+    PodRuntime,
+    PodVolume,
+    ReclaimRequest,
+    SignalObservation,
+    Store,
+)
 from shared.store.models import utcnow
 from shared.thresholds import PRESSURE_CONDITIONS, Threshold
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+from services.eviction.pod_usage import ActivePod, PodUsage
 from shared.podspec import Pod
 from shared.qos import is_critical as is_critical_pod
 from shared.quantity import to_bytes
 from shared.store import is_static
-from services.eviction.pod_usage import ActivePod, PodUsage
 
 NODE_LOW_MESSAGE = "The node was low on resource: {resource}. "
 CONTAINER_MESSAGE = "Container {name} was using {usage}, which exceeds its request of {request}. "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from services.network.readiness import NetworkManager
 from shared.bus import RuntimeStatusChanged

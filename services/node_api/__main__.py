@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.healthz import serve_healthz
+from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.listeners import node_metrics_source, start_listeners
 from services.node_api.pods import pod_list
 from services.node_api.stats import StatsProvider

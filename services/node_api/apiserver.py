@@ -8,7 +8,6 @@ from services.node_api.auth import Attributes, User
 from shared.kube import KubeApi, path
 
 
-
 class KubeReviews:
     def __init__(self, api: KubeApi) -> None:
         self.api = api

@@ -13,11 +13,11 @@ from typing import Any, Awaitable, Callable, Protocol
 from cri_api.v1 import api_pb2 as cri
 
 from services.node_api import logs, streaming
+from services.node_api.http import Connection, HTTPError, Request, Response, Router, json_response, text_response
 from services.node_api.metrics_merge import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from services.node_api.metrics_merge import PROBES_FAMILIES, filter_families
-from services.node_api.http import Connection, HTTPError, Request, Response, Router, json_response, text_response
-from services.node_api.stats import StatsError
 from services.node_api.pods import PodRef, find_pod, pod_list, runtime_id
+from services.node_api.stats import StatsError
 from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService, StreamingService
 from shared.durations import format_duration

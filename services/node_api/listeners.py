@@ -102,8 +102,8 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
     gate = auth_gate(authn, authz)
     cert_dir = ctx.settings.cert_dir
     if k.server_tls_bootstrap and api is not None:  # cluster mode: checked above
-        from shared.csr import KubeCSRs
         from services.node_api.serving_csr import ServingCertificate
+        from shared.csr import KubeCSRs
 
         tls = server_context(k, None, None)
         serving = ServingCertificate(KubeCSRs(api), tls, cert_dir, ctx.settings.node_name,

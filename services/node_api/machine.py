@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from shared.cgroups import read_meminfo
 from services.node_api.hostfs import IGNORED_INTERFACE_PREFIXES, read_mounts
+from shared.cgroups import read_meminfo
 from shared.host import boot_id, machine_id, system_uuid
 
 REFRESH_SECONDS = 300.0

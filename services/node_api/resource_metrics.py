@@ -139,7 +139,7 @@ def _cadvisor_families() -> _Families:
     return f
 
 
-def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float) -> bytes:
+def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float) -> bytes:  # noqa: C901 (a hub to split)
     """snap None: the containers could not be listed (container_scrape_error 1); spec None:
     the machine facts could not be read (machine_scrape_error 1)."""
     f = _cadvisor_families()

@@ -17,8 +17,16 @@ import os
 import ssl
 from pathlib import Path
 
-from shared.csr import (CSRAPI, CSRDenied, await_certificate, key_and_request, request_body, rotation_deadline,
-                        validity, wait_until)
+from shared.csr import (
+    CSRAPI,
+    CSRDenied,
+    await_certificate,
+    key_and_request,
+    request_body,
+    rotation_deadline,
+    validity,
+    wait_until,
+)
 from shared.retry import describe, until_done
 
 __all__ = ["CSRAPI", "CSRDenied", "ServingCertificate", "SIGNER"]

@@ -23,13 +23,21 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.node_api import resource_metrics
+from services.node_api.hostfs import (
+    FsInfo,
+    default_route_interface,
+    device_of,
+    node_interfaces,
+    read_mounts,
+    rlimit,
+    statfs,
+    statfs_nearest,
+)
+from services.node_api.machine import MachineFacts, MachineSpec
+from services.node_api.sandbox_stats import SandboxStatsCache
+from services.node_api.snapshot import ContainerIds, PodIds, Snapshot, summary_json
 from shared.cgroup_names import container_cgroup
 from shared.cgroups import KUBEPODS, CgroupReader, CgroupSample
-from services.node_api.hostfs import (FsInfo, default_route_interface, device_of, node_interfaces, read_mounts,
-                                      rlimit, statfs, statfs_nearest)
-from services.node_api.sandbox_stats import SandboxStatsCache
-from services.node_api.machine import MachineFacts, MachineSpec
-from services.node_api.snapshot import ContainerIds, PodIds, Snapshot, summary_json
 from shared.config import NodeSettings
 from shared.cri import labels as L
 from shared.cri.client import CRIError

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from shared.retry import Backoff
 from services.pod_sync.cpu_manager import CPUManager, CPUSetReconciler, load_assignments
 from services.pod_sync.disk_gc import IMAGE_GC_PERIOD, DiskReclaimer
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
-from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD, PodLogsGC
 from services.pod_sync.node_health import NodeHealthWriter
 from services.pod_sync.pod_cgroup import enforce_pods_allocatable
+from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD
+from services.pod_sync.pod_logs_gc import PodLogsGC
 from services.pod_sync.resources import CGROUP_ROOT, own_oom_score_adj
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
@@ -23,15 +23,15 @@ from services.pod_sync.systemd_slices import SystemdSlices
 from shared import periodic
 from shared.bus import DiskReclaimRequested, MirrorPodsChanged
 from shared.cgroup_names import SYSTEMD
-from shared.cri import CRIClient
 from shared.config import ConfigError
 from shared.cpusets import format_cpuset, numa_nodes
+from shared.cri import CRIClient
 from shared.events import BusRecorder
+from shared.host import cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj, memory_capacity_bytes
 from shared.host_checks import startup_problems
-from shared.host import (cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj,
-                         memory_capacity_bytes)
 from shared.node_resources import Reservations, pods_cgroup_limits
 from shared.quantity import to_bytes
+from shared.retry import Backoff
 from shared.service import ServiceContext, service_main
 from shared.swap import node_swap
 

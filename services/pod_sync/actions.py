@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.retry import Backoff
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
 from shared.cri import labels as L
 from shared.podspec import Container, Pod
+from shared.retry import Backoff
 
 
 @dataclass
@@ -104,7 +104,7 @@ def _restart_or_wait(pod: Pod, spec: Container, c: ContainerInfo, init: bool, ba
     actions.start.append(StartContainer(spec, c.attempt + 1, init))
 
 
-def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodActions:
+def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodActions:  # noqa: C901 (a hub to split)
     actions = PodActions()
     sandbox = rt.current_sandbox
     if sandbox is None or not sandbox.ready:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter
 
-
 from services.pod_sync.exec_strings import spec_exceeds
 from services.pod_sync.node_affinity import AffinityInvalid, matches_node
 from shared import node_shutdown as shutdown

@@ -13,9 +13,9 @@ from typing import Any, Awaitable, Callable
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from shared.podspec import ManifestInvalid, validate_pod
 from shared.events import Recorder
 from shared.kube import ApiError, KubeApi, path
+from shared.podspec import ManifestInvalid, validate_pod
 from shared.retry import keep_running
 from shared.store import DesiredPod, ManifestError, RefusedPod, Store
 

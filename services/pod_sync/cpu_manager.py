@@ -25,9 +25,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.pod_sync.runtime_config import NodeFacts, linux_resources
+from shared.cpusets import format_cpuset, online_cpus, parse_cpuset, reserved_cpus, topology_order
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
-from shared.cpusets import format_cpuset, online_cpus, parse_cpuset, reserved_cpus, topology_order
 from shared.podspec import Container, Pod
 from shared.qos import qos_class
 from shared.quantity import millicores

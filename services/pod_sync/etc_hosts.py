@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 from shared.node_dirs import private_dir
-
 from shared.podspec import Container, Pod
 
 ETC_HOSTS = "/etc/hosts"

@@ -17,10 +17,10 @@ from typing import Callable
 from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Histogram
 
-from shared.retry import Backoff
 from services.pod_sync.pull_secrets import Credential, lookup
 from shared.cri import CRIError, ImageService
 from shared.podspec import Container
+from shared.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,18 @@ from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_view import list_managed_uids
 from services.pod_sync.syncer import PodSyncer, SyncResult
 from services.pod_sync.workers import PodWorkers
-from shared.bus import (Bus, ContainerEvent, DesiredPodsChanged, EvictionsDecided, NetworkChanged, NodeShutdownChanged,
-                        PodLifecycleEvents, PodRuntimeChanged, ProbeResultsChanged, VolumesChanged)
+from shared.bus import (
+    Bus,
+    ContainerEvent,
+    DesiredPodsChanged,
+    EvictionsDecided,
+    NetworkChanged,
+    NodeShutdownChanged,
+    PodLifecycleEvents,
+    PodRuntimeChanged,
+    ProbeResultsChanged,
+    VolumesChanged,
+)
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.pod_sync.resources import (CGROUP_ROOT, CPU_PERIOD, KUBEPODS, MIN_SHARES, cpu_quota, cpu_shares,
-                                         cpu_weight)
+from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, KUBEPODS, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
 from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
 from shared.cgroup_names import CGROUPFS, SYSTEMD, on_host, slice_unit
 from shared.podspec import Container, Pod

@@ -8,7 +8,6 @@ a test that checks what a preStop hook printed).
 
 from __future__ import annotations
 
-
 import asyncio
 import logging
 import os

@@ -14,12 +14,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from services.pod_sync import pod_cgroup
 from services.pod_sync.actions import backoff_key
 from services.pod_sync.cpu_manager import CPUManager
 from services.pod_sync.killing import Killer
-from services.pod_sync.resize import (DEFERRED, ERROR, IN_PROGRESS_CONDITION, PENDING_CONDITION, condition,
-                                      created_with, decide, event_message, needs_restart)
-from services.pod_sync import pod_cgroup
+from services.pod_sync.resize import (
+    DEFERRED,
+    ERROR,
+    IN_PROGRESS_CONDITION,
+    PENDING_CONDITION,
+    condition,
+    created_with,
+    decide,
+    event_message,
+    needs_restart,
+)
 from services.pod_sync.resources import pod_cgroup_parent
 from services.pod_sync.runtime_config import NodeFacts, linux_resources
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod

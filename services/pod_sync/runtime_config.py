@@ -14,17 +14,18 @@ from services.pod_sync.etc_hosts import ETC_HOSTS
 from services.pod_sync.exec_strings import ExecStrings
 from services.pod_sync.resize import annotation as resize_annotation
 from services.pod_sync.resources import CGROUP_ROOT, container_resources, pod_cgroup_parent
+from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
 from services.pod_sync.systemd_slices import SystemdSlices
 from shared.cgroup_names import on_host
-from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
 from shared.config import NodeSettings
 from shared.cri import labels as L
 from shared.downward_api import metadata_field, resource_field
 from shared.node_dirs import private_dir
 from shared.podspec import ENV_NAME, Container, EphemeralContainer, Pod
-from shared.safe_paths import beneath
 from shared.qos import qos_class
+from shared.safe_paths import beneath
 from shared.swap import NodeSwap
+
 
 class SubPathMounter(Protocol):
     def mount(self, pod_uid: str, volume: str, volume_path: Path, container: str, index: int,

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared.cri import labels as L
 from shared.cri import CRIError, RuntimeService
+from shared.cri import labels as L
 from shared.safe_paths import NotRegularFile, read_tail
 
 # The kubelet keeps at most this much of a termination message, and of a log fallback.

@@ -11,6 +11,7 @@ from cri_api.v1 import api_pb2 as cri
 
 from shared.podspec import Container, Pod, SeccompProfile, SELinuxOptions
 
+
 def seccomp_dir(root_dir: Path) -> Path:
     """Where Localhost seccomp profiles live, as the kubelet's <root-dir>/seccomp."""
     return root_dir / "seccomp"

@@ -19,8 +19,7 @@ from typing import Any, Awaitable, Callable
 from sqlalchemy import delete, select
 
 from shared.dir_watch import Change, DirectoryWatch
-from shared.podspec import (MAX_MANIFEST_BYTES, ManifestInvalid, Pod, canonical_json, parse_manifest_text,
-                            validate_pod)
+from shared.podspec import MAX_MANIFEST_BYTES, ManifestInvalid, Pod, canonical_json, parse_manifest_text, validate_pod
 from shared.store import DesiredPod, ManifestError, Store
 
 log = logging.getLogger(__name__)

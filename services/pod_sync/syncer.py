@@ -16,40 +16,55 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from services.pod_sync import metrics as M
+from services.pod_sync import pod_cgroup
 from services.pod_sync.actions import compute_pod_actions
-from services.pod_sync.admission import (EVICTED, SHUTDOWN_REASONS, admit, admit_exec_strings, admit_os, admit_sysctls,
-                                        admit_unless_shutting_down, Verdict, admit_to_node, admit_under_pressure)
-from shared.node_resources import Reservations, allocatable
-from shared.retry import Backoff
+from services.pod_sync.admission import (
+    EVICTED,
+    SHUTDOWN_REASONS,
+    Verdict,
+    admit,
+    admit_exec_strings,
+    admit_os,
+    admit_sysctls,
+    admit_to_node,
+    admit_under_pressure,
+    admit_unless_shutting_down,
+)
+from services.pod_sync.cpu_manager import (
+    UNEXPECTED,
+    CPUManager,
+    NotEnoughCPUs,
+    StaticPolicy,
+    assignments_in,
+    taken_cpus,
+)
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
 from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_managed_hosts, write_hosts_file
 from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
-from services.pod_sync.pull_secrets import Credential
 from services.pod_sync.killing import MIN_GRACE, Killer
-from services.pod_sync import pod_cgroup
 from services.pod_sync.observed import observed_containers
-from services.pod_sync.resizer import ResizeState, Resizer, generation
-from services.pod_sync.runtime_driver import RuntimeDriverCheck
+from services.pod_sync.pull_secrets import Credential
+from services.pod_sync.resizer import Resizer, ResizeState, generation
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
 from services.pod_sync.runtime_config import NodeFacts, SubPathMounter, container_config, pod_hostname, sandbox_config
-from services.pod_sync.security import check_run_as_non_root, needs_image_user
+from services.pod_sync.runtime_driver import RuntimeDriverCheck
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
-from services.pod_sync.cpu_manager import (UNEXPECTED, CPUManager, NotEnoughCPUs, StaticPolicy, assignments_in,
-                                           taken_cpus)
+from services.pod_sync.security import check_run_as_non_root, needs_image_user
 from shared.allocation import spec_allocation, with_allocation
 from shared.config import NodeSettings
 from shared.cri import CRIError, RuntimeService
 from shared.cri import labels as L
 from shared.events import Recorder
 from shared.host import node_labels
+from shared.node_resources import Reservations, allocatable
+from shared.node_shutdown import TERMINATED, shutting_down
 from shared.podspec import Container, Pod, PodCache
 from shared.qos import is_critical, qos_class
+from shared.retry import Backoff
 from shared.safe_paths import UnsafePath, beneath
-from shared.store import (DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult,
-                          Store)
+from shared.store import DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult, Store
 from shared.store.models import is_static, utcnow
-from shared.node_shutdown import TERMINATED, shutting_down
 from shared.subpath import SubPathMounts
 from shared.thresholds import PRESSURE_CONDITIONS
 
@@ -267,7 +282,7 @@ class PodSyncer:
 
     # -- sync --------------------------------------------------------------------------------
 
-    async def sync(self, uid: str) -> SyncResult:
+    async def sync(self, uid: str) -> SyncResult:  # noqa: C901 (a hub to split)
         row, eviction = self._desired(uid)
         rt = await get_runtime_pod(self.runtime, uid)
         if row is None or row.deleting:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from services.probe.manager import ProbeManager
 from shared.bus import PodLifecycleEvents, PodRuntimeChanged

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
 from datetime import datetime, timezone
+from typing import Any, Callable
 
 from sqlalchemy import delete, select
 

@@ -7,8 +7,16 @@ import sys
 from typing import TYPE_CHECKING
 
 from services.status_reporter.reporter import PodStatusReporter
-from shared.bus import (DesiredPodsChanged, KubeEvent, MirrorPodsChanged, NodePressureChanged, NodeShutdownChanged,
-                        PodRuntimeChanged, PodStatusChanged, ProbeResultsChanged)
+from shared.bus import (
+    DesiredPodsChanged,
+    KubeEvent,
+    MirrorPodsChanged,
+    NodePressureChanged,
+    NodeShutdownChanged,
+    PodRuntimeChanged,
+    PodStatusChanged,
+    ProbeResultsChanged,
+)
 from shared.coalesce import Coalescer
 from shared.service import ServiceContext, service_main
 
@@ -42,10 +50,10 @@ async def setup(ctx: ServiceContext) -> None:
 async def start_cluster_mode(ctx: ServiceContext) -> None:
     # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
     from services.status_reporter.api_pods import ApiPodStatusWriter
+    from services.status_reporter.client_cert import ClientCertificate
     from services.status_reporter.events import EventPoster
     from services.status_reporter.mirror_pods import MirrorPods
     from services.status_reporter.node_agent import NodeAgent, Registration
-    from services.status_reporter.client_cert import ClientCertificate
     from shared.kube import node_api_client
     from shared.node_resources import Reservations
 

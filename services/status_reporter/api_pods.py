@@ -10,10 +10,10 @@ from typing import Any
 
 from sqlalchemy import select
 
+from services.status_reporter.pod_status import with_host_ips
 from shared import periodic
 from shared.kube import ApiError, KubeApi, patch_pod_status, path
 from shared.store import DesiredPod, PodStatusRecord, RefusedPod, Store
-from services.status_reporter.pod_status import with_host_ips
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,18 @@ import httpx
 
 from shared import client_cert
 from shared.config import ConfigError, NodeSettings
-from shared.csr import (CSRDenied, KubeCSRs, await_certificate, check_issued, currently_valid, digested_name,
-                        key_and_request, request_body, rotation_deadline, wait_until)
+from shared.csr import (
+    CSRDenied,
+    KubeCSRs,
+    await_certificate,
+    check_issued,
+    currently_valid,
+    digested_name,
+    key_and_request,
+    request_body,
+    rotation_deadline,
+    wait_until,
+)
 from shared.kube import ApiError, KubeApi, api_client
 from shared.kubeconfig import client_certificate
 from shared.retry import describe, until_done

@@ -11,7 +11,6 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-
 from shared.bus import KubeEvent
 from shared.kube import ApiError, KubeApi, TokenBucket, path
 

@@ -11,10 +11,9 @@ from typing import Any, Callable
 
 from sqlalchemy import select
 
-from services.status_reporter.node_object import (PRESSURE, conditions, node_status_facts, pressure_event,
-                                                  runtime_facts)
-from shared.host import node_labels
+from services.status_reporter.node_object import PRESSURE, conditions, node_status_facts, pressure_event, runtime_facts
 from shared import periodic
+from shared.host import node_labels
 from shared.kube import ApiError, KubeApi, path
 from shared.node_resources import NO_RESERVATIONS, Reservations
 from shared.node_shutdown import NOT_READY, shutting_down

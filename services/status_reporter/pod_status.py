@@ -163,7 +163,7 @@ def _runs_again(previous: dict[str, Any], rejection: tuple[str, str]) -> bool:
     return previous.get("reason") == shutdown.TERMINATED and not rejection[0]
 
 
-def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str, Any] | None,
+def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str, Any] | None,  # noqa: C901 (a hub to split)
                    deleting: bool = False, rejection: tuple[str, str] = ("", ""),
                    probes: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[dict[str, Any], str]:
     """Return (v1 PodStatus, summary in words)."""

@@ -18,14 +18,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, IO
+from typing import IO, Any, Awaitable, Callable
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.forking import Forker
 from services.supervisor.http_check import http_ok
-from services.supervisor.leftovers import (SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers,
-                                           write_node_file)
-from shared.listener_owner import owns_listener
+from services.supervisor.leftovers import SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers, write_node_file
 from services.supervisor.process import ManagedProcess, ProcessExited
 from services.supervisor.teardown import teardown_node
 from shared.admin import SERVICES, admin_port
@@ -33,11 +31,12 @@ from shared.admin_token import token_path, write_token
 from shared.bus_auth import BUS_DIR, credentials_file, write_credentials, write_server_config
 from shared.cni import CNI_BIN_DIR, cni_conf_dir, cni_ipam_dir
 from shared.config import NodeSettings
-from shared.kubelet_flags import forwarded_argv
-from shared.host import kernel_refuses_negative_oom_score_adj
-from shared.node_dirs import private_dir, private_tree
 from shared.cri import CRIClient, CRIError
+from shared.host import kernel_refuses_negative_oom_score_adj
 from shared.images.build import IMAGES
+from shared.kubelet_flags import forwarded_argv
+from shared.listener_owner import owns_listener
+from shared.node_dirs import private_dir, private_tree
 
 log = logging.getLogger("pykubelet.up")
 

@@ -20,12 +20,12 @@ from typing import Any
 
 from services.volume import metrics as M
 from services.volume.csi_client import ACCESS_MODES, CSINodeClient, mount_capability
-from shared.mounts import is_mount_point, remove_tree
 from services.volume.objects import ObjectSource, ObjectUnavailable
 from services.volume.paths import Layout
 from services.volume.projection import VolumeSourceError
 from services.volume.registry import PluginRegistry
 from shared.csi import csi
+from shared.mounts import is_mount_point, remove_tree
 from shared.podspec import Pod, Volume
 
 log = logging.getLogger(__name__)

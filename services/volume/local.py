@@ -8,9 +8,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from services.volume.projection import VolumeSourceError
 from shared.mounts import is_mount_point, mount_tmpfs, remove_tree, unmount
 from shared.node_dirs import container_dir
-from services.volume.projection import VolumeSourceError
 from shared.podspec import Pod
 from shared.quantity import to_bytes
 

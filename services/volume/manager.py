@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, cast
 import os
 import time
 from pathlib import Path
+from typing import Any, Callable, cast
 
 from cri_api.v1 import api_pb2 as cri
 from sqlalchemy import delete, select
@@ -28,25 +28,26 @@ from sqlalchemy.engine import CursorResult
 from services.volume import metrics as M
 from services.volume.atomic_writer import write_atomically
 from services.volume.csi_client import CSIError
-from services.volume.csi_volumes import PLUGIN as CSI_PLUGIN, AttachPending, CSIVolumes, VolData, read_vol_data
+from services.volume.csi_volumes import PLUGIN as CSI_PLUGIN
+from services.volume.csi_volumes import AttachPending, CSIVolumes, VolData, read_vol_data
 from services.volume.local import setup_empty_dir, setup_host_path, teardown_mounted_dir
-from shared.mounts import MountError, is_mount_point, mount_tmpfs, remove_tree
-from shared.node_dirs import container_dir, private_dir
 from services.volume.objects import STATIC_POD_OBJECTS, NoApiObjects, ObjectSource
 from services.volume.ownership import set_volume_ownership
 from services.volume.paths import PLUGINS, Layout, plugin_dir_name
-from services.volume.projection import (NodeAllocatable, VolumeSourceError, build_payload, keeps_secrets)
+from services.volume.projection import NodeAllocatable, VolumeSourceError, build_payload, keeps_secrets
+from shared import subpath
 from shared.bus import Bus, VolumesChanged
-from shared.disk_usage import tree_usage
 from shared.cri import RuntimeService
 from shared.cri import labels as L
+from shared.disk_usage import tree_usage
 from shared.events import Recorder
+from shared.mounts import MountError, is_mount_point, mount_tmpfs, remove_tree
+from shared.node_dirs import container_dir, private_dir
 from shared.podspec import VOLUME_SOURCES, Pod, PodCache, Volume
 from shared.quantity import to_bytes
 from shared.retry import Backoff
 from shared.store import DesiredPod, PodVolume, Store
 from shared.store.models import utcnow
-from shared import subpath
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from shared.images.build import BuiltImage, Blob
+from shared.images.build import Blob, BuiltImage
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 

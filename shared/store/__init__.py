@@ -1,25 +1,25 @@
 """The node's local state store (SQLite, WAL mode), one writing service per table."""
 
-from shared.store.db import Store, OwnershipError
+from shared.store.db import OwnershipError, Store
 from shared.store.models import (
+    STATIC_SOURCES,
+    TABLE_OWNERS,
     DesiredPod,
     DiskReclaim,
-    NodePressure,
-    NodeShutdown,
-    PodEviction,
-    ReclaimRequest,
-    SignalObservation,
     ManifestError,
     NetworkStatus,
     NodeHealth,
+    NodePressure,
+    NodeShutdown,
+    PodEviction,
     PodRuntime,
     PodStatusRecord,
     PodVolume,
     ProbeResult,
+    ReclaimRequest,
     RefusedPod,
     ServiceState,
-    STATIC_SOURCES,
-    TABLE_OWNERS,
+    SignalObservation,
     is_static,
 )
 

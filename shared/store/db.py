@@ -15,18 +15,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from prometheus_client import Histogram
-
 from sqlalchemy import Delete, Insert, Join, RowMapping, Update, create_engine, event, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.node_dirs import PRIVATE_FILE_MODE, private_dir, private_files
 from shared.store.models import OWN_ROW_TABLES, TABLE_OWNERS, Base
-
 
 # Bump when a table changes: older stores are rebuilt at start (see Store.create_schema).
 SCHEMA_VERSION = 12

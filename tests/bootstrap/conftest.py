@@ -31,9 +31,20 @@ from shared.host import node_ip
 from tests.bootstrap.host_runtime import HostRuntime, HostRuntimeError
 from tests.bootstrap.private_host import PrivateHost, PrivateHostError
 from tests.cluster.harness import KUBE_BIN, KUBE_VERSION, ControlPlane, HarnessError, ensure_kube_binaries
-from tests.integration.conftest import (NODE_NAME, PYKUBELET, REPO, Node, _tail, _wait_up, free_port,
-                                        free_port_range, require_node_prerequisites, stop_node, stop_process,
-                                        wait_for)
+from tests.integration.conftest import (
+    NODE_NAME,
+    PYKUBELET,
+    REPO,
+    Node,
+    _tail,
+    _wait_up,
+    free_port,
+    free_port_range,
+    require_node_prerequisites,
+    stop_node,
+    stop_process,
+    wait_for,
+)
 from tests.integration.event_loops import watched_env
 
 TOKEN_ID, TOKEN_SECRET = "pk7bt1", "0123456789abcdef"

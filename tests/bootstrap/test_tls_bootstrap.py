@@ -23,7 +23,6 @@ from tests.bootstrap.conftest import BOOTSTRAP_GROUP, TOKEN_ID, Joined
 from tests.integration.conftest import NODE_NAME, wait_for
 
 
-
 def _pair(j: Joined) -> Path:
     """The pair the current link names (the link's target is a path on the node)."""
     return j.file(os.readlink(j.file(f"{j.cert_dir}/{CURRENT}")))

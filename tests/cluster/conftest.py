@@ -10,8 +10,14 @@ import pytest
 
 from tests.cluster.csr_signer import KubeletServingSigner
 from tests.cluster.harness import ControlPlane, HarnessError
-from tests.integration.conftest import (NODE_NAME, launch_node, require_node_prerequisites, stop_node, wait_for,
-                                       wait_for_object)
+from tests.integration.conftest import (
+    NODE_NAME,
+    launch_node,
+    require_node_prerequisites,
+    stop_node,
+    wait_for,
+    wait_for_object,
+)
 
 CLUSTER_LOG_MAX_SIZE = 64 * 1024
 

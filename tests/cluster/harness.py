@@ -14,7 +14,6 @@ from pathlib import Path
 
 from tests.cluster.pki import PKI, kubeconfig
 from tests.integration.conftest import free_port
-
 from tests.kube_build import CACHE, KUBE_BIN, KUBE_VERSION, KubeBuildError, wait_until_built
 
 __all__ = ["CACHE", "KUBE_BIN", "KUBE_VERSION"]

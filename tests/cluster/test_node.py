@@ -8,8 +8,14 @@ from datetime import datetime
 from services.node_api import serving_csr
 from services.pod_sync import api_source as pod_sync_api
 from services.volume import manager as volume_manager
-from tests.cluster.conftest import (LEASE_SECONDS, NODE_LABELS, PROVIDER_ID, STATUS_REPORT_EVERY,
-                                    SYSTEM_RESERVED_CPU_M, TAINT)
+from tests.cluster.conftest import (
+    LEASE_SECONDS,
+    NODE_LABELS,
+    PROVIDER_ID,
+    STATUS_REPORT_EVERY,
+    SYSTEM_RESERVED_CPU_M,
+    TAINT,
+)
 from tests.cluster.harness import KUBE_VERSION
 from tests.integration.conftest import NODE_NAME, wait_for
 

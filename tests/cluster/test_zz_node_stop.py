@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-
 from tests.cluster.test_node import _renew_time
 from tests.integration.conftest import NODE_NAME, stop_node, wait_for
 

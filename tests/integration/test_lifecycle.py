@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.integration.conftest import (CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, LOG_MAX_FILES,
-                                        LOG_MAX_SIZE, wait_for)
+from tests.integration.conftest import CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, LOG_MAX_FILES, LOG_MAX_SIZE, wait_for
 
 RUNNING, EXITED = 1, 2
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from tests.integration.conftest import KUBELET_CERT_DIR, POD_CIDR, SERVICES, wait_for
 
 

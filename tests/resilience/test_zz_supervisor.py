@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from services.supervisor.leftovers import pid_alive
-from tests.integration.conftest import REPO, PYKUBELET, relaunch_node, wait_for
+from tests.integration.conftest import PYKUBELET, REPO, relaunch_node, wait_for
 
 
 def steady_pod(node, name: str) -> str:

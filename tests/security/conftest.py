@@ -8,19 +8,18 @@ import hashlib
 import os
 import secrets
 import shutil
-from dataclasses import dataclass
-from pathlib import Path
-
 import ssl
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from tests.cluster.pki import PKI, CertPair
-from tests.integration.event_loops import assert_loops_never_blocked
 from tests.integration.conftest import Node, launch_node, pods, stop_node, wait_for  # noqa: F401
+from tests.integration.event_loops import assert_loops_never_blocked
 
 
 def _snapshot(root: Path) -> dict[str, tuple]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import re
 
-from pydantic import ValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from shared.podspec import ManifestInvalid, Pod, parse_manifest_text, validate_pod
 

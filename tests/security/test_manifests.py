@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 
 
-
 def _bomb() -> str:
     lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     for i in range(1, 10):

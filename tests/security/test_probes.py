@@ -3,7 +3,6 @@ receives a smuggled header."""
 
 from __future__ import annotations
 
-
 from tests.integration.conftest import wait_for
 
 

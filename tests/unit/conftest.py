@@ -2,16 +2,15 @@ import asyncio
 
 import pytest
 
-from shared.subpath import FakeSubPathMounts
-
-from shared.retry import Backoff
 from services.pod_sync.images import ImageManager
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.syncer import PodSyncer
 from shared.config import KubeletConfiguration, NodeSettings
 from shared.cri.fake import FakeRuntime
 from shared.events import RecordingRecorder
+from shared.retry import Backoff
 from shared.store import NetworkStatus, Store
+from shared.subpath import FakeSubPathMounts
 
 # The image the pod-sync tests' fake runtime already has.
 IMG = "reg/app:1"

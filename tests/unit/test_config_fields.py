@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from shared.config import ConfigError, KubeletConfiguration, load_kubelet_config
-from shared.config_refused import FIELDS as FIELDS_1_37, REFUSED
+from shared.config_refused import FIELDS as FIELDS_1_37
+from shared.config_refused import REFUSED
 from shared.feature_gates import GATES
 from shared.kubelet_flags import FLAGS
 from tests import config_fields_doc

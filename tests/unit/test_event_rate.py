@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 
-
 from services.status_reporter.events import EventPoster
 from shared.bus import KubeEvent
 from shared.config import load_kubelet_config

@@ -1,8 +1,9 @@
 import gzip
 
+from cri_api.v1 import api_pb2 as cri
+
 from services.pod_sync.log_rotation import ContainerLogRotator
 from shared.cri.fake import FakeRuntime
-from cri_api.v1 import api_pb2 as cri
 
 
 async def _container(rt):

@@ -7,8 +7,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.node_api.metrics_merge import (PROBES_FAMILIES, ScrapeError, filter_families,
-                                             merge_expositions, scrape_all)
+from services.node_api.metrics_merge import PROBES_FAMILIES, ScrapeError, filter_families, merge_expositions, scrape_all
 
 # As prometheus_client writes them: counters with _total, _created gauges after each family.
 POD_SYNC = r'''# HELP kubelet_runtime_operations_total Cumulative number of runtime operations by operation type.

@@ -11,8 +11,8 @@ import pytest
 
 from services.node_api import streaming
 from services.node_api.auth import Attributes, Authenticator, AuthError, Authorizer, User, request_attributes
-from services.node_api.listeners import auth_gate
 from services.node_api.http import HTTPError, HTTPServer, Request, Response, Router, text_response
+from services.node_api.listeners import auth_gate
 from services.node_api.tls import server_context, serving_cert_paths
 from shared.config import KubeletConfiguration
 from tests.cluster.pki import PKI

@@ -12,10 +12,10 @@ import pytest
 from cri_api.v1 import api_pb2 as cri
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.cgroups import CgroupReader
 from services.node_api.machine import MachineFacts, MachineSpec
 from services.node_api.snapshot import rfc3339
 from services.node_api.stats import CpuRates, StatsProvider
+from shared.cgroups import CgroupReader
 from shared.cri import labels as L
 from shared.cri.client import CRIError
 from shared.cri.fake import FakeRuntime

@@ -1,8 +1,9 @@
+from cri_api.v1 import api_pb2 as cri
+
 from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_config import sandbox_config
-from shared.podspec import validate_pod
-from cri_api.v1 import api_pb2 as cri
 from shared.cri.fake import FakeRuntime
+from shared.podspec import validate_pod
 
 
 async def test_relist_reports_changed_pods_and_container_events(settings):

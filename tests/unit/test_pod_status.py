@@ -128,8 +128,8 @@ def test_rejected_pod_is_failed_with_reason():
 
 
 def test_one_broken_pod_does_not_stop_the_others(tmp_path):
-    from shared.store import DesiredPod, PodStatusRecord, Store
     from services.status_reporter.reporter import PodStatusReporter
+    from shared.store import DesiredPod, PodStatusRecord, Store
 
     ps = Store(tmp_path / "s.db", writer="pod-sync")
     ps.create_schema()

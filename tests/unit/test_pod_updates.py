@@ -97,9 +97,9 @@ async def test_active_deadline_fails_the_pod_and_stops_it(syncer, rt, store, eve
 
 
 def test_a_pod_the_node_cannot_run_is_refused_visibly_and_forgotten_with_its_object(store):
+    from services.status_reporter.api_pods import refused_status
     from shared.events import RecordingRecorder
     from shared.store import RefusedPod
-    from services.status_reporter.api_pods import refused_status
 
     events = RecordingRecorder()
     source = ApiPodSource(object(), "node1", store, events=events)

@@ -9,8 +9,13 @@ import json
 import pytest
 
 from services.pod_sync.env_sources import StaticEnvSource
-from services.pod_sync.pull_secrets import (Credential, PullSecretInvalid, credentials_from_secret, image_location,
-                                            lookup)
+from services.pod_sync.pull_secrets import (
+    Credential,
+    PullSecretInvalid,
+    credentials_from_secret,
+    image_location,
+    lookup,
+)
 from tests.unit.test_syncer import manifest, observed, want
 
 REG = "registry.example.com:5000"

@@ -242,9 +242,8 @@ def test_a_reconcile_that_cannot_be_written_is_written_later(db, monkeypatch):
 
 
 def test_admin_views_say_whether_they_are_current(db):
-    from fastapi.testclient import TestClient
-
     from fastapi import APIRouter
+    from fastapi.testclient import TestClient
 
     from shared.admin import AdminApp
     from shared.service_state import view_freshness

@@ -17,7 +17,8 @@ from shared.podspec import validate_pod
 from shared.qos import qos_class
 from shared.swap import LIMITED_SWAP, NO_SWAP, NodeSwap, node_swap, swap_controller
 from tests.unit.conftest import IMG
-from tests.unit.test_resize import conditions, pod as resize_pod, want
+from tests.unit.test_resize import conditions, want
+from tests.unit.test_resize import pod as resize_pod
 
 GiB = 2**30
 V2_LIMITED = NodeSwap(behavior=LIMITED_SWAP, cgroup_v2=True, controller=True, capacity=2 * GiB)

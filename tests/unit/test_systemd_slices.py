@@ -6,8 +6,7 @@ import pytest
 
 from services.pod_sync import pod_cgroup
 from services.pod_sync.fake_systemd import FakeSystemdBus
-from services.pod_sync.pod_cgroup import PodCgroupConfig
-from services.pod_sync.pod_cgroup import enforce_pods_allocatable
+from services.pod_sync.pod_cgroup import PodCgroupConfig, enforce_pods_allocatable
 from services.pod_sync.resources import remove_pod_cgroups
 from services.pod_sync.systemd_slices import INFINITY, SlicesError, SystemdSlices, properties
 from tests.unit.test_pod_cgroup import limits, pod

@@ -284,9 +284,9 @@ class _RecordingBus:
 
 
 async def test_an_unexpected_failure_in_one_pod_does_not_hold_back_the_others(tmp_path, settings):
+    from services.volume.manager import VolumeManager
     from shared.events import RecordingRecorder
     from shared.store import DesiredPod, PodVolume, Store
-    from services.volume.manager import VolumeManager
 
     class Broken(FakeObjectSource):
         async def config_map(self, namespace, name):
