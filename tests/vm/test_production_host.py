@@ -7,9 +7,14 @@ brings the node and its pods back."""
 
 from __future__ import annotations
 
+import base64
+import json
+import subprocess
 import time
+from pathlib import Path
 
 from shared.cgroup_names import container_cgroup, on_host, slice_unit
+from tests.cluster.harness import ControlPlane
 from tests.guest_node import PY, install_args, push_images, running_pod, status, web_spec, write_static_pod
 from tests.integration.conftest import wait_for
 
@@ -256,3 +261,101 @@ def test_poweroff_waits_for_the_pods_to_stop_the_critical_ones_last(vm):
                  interval=5)
     for name in ("ordinary", "critical"):
         vm.run("rm", f"/etc/kubernetes/manifests/{name}.yaml")
+
+
+def _guest_kubeconfig(cp) -> str:
+    """The node's kubeconfig with its files inlined, for the guest: the API server is at the
+    same address there (an ssh tunnel), so the server's certificate still names it."""
+    def data(path) -> str:
+        return base64.b64encode(Path(path).read_bytes()).decode()
+    return (f"apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {cp.server}\n"
+            f"    certificate-authority-data: {data(cp.ca)}\nusers:\n- name: node\n  user:\n"
+            f"    client-certificate-data: {data(cp.node_cert.cert)}\n    client-key-data: {data(cp.node_cert.key)}\n"
+            "contexts:\n- name: test\n  context: {cluster: test, user: node}\ncurrent-context: test\n")
+
+
+def _api_pod(cp, name: str) -> dict | None:
+    res = cp.kubectl("get", "pod", name, "-o", "json", check=False)
+    return json.loads(res.stdout) if res.returncode == 0 else None
+
+
+def _running(pod: dict | None) -> bool:
+    return pod is not None and pod.get("status", {}).get("phase") == "Running" and all(
+        "running" in c.get("state", {}) for c in pod["status"].get("containerStatuses", []))
+
+
+SWAP_MIB = 768
+PAGE = 4096
+# Its share of the swap: 512Mi of the guest's ~2.9Gi of memory, so about 130Mi; it holds 60Mi
+# more than its limit.
+SWAPPER_REQUEST_MIB, SWAPPER_LIMIT_MIB, SWAPPER_HOLDS_MIB = 512, 560, 620
+
+
+def test_containers_swap_as_memory_swap_says(vm, tmp_path):
+    """With swap on (failSwapOn: false): NoSwap, the default, holds every container at
+    memory.swap.max 0. LimitedSwap gives a Burstable pod from the API server its share of the
+    node's swap (request / MemTotal x SwapTotal), enough that it outgrows its memory limit into
+    swap instead of being OOM-killed; a static pod (critical) still gets none, and the Node
+    reports the swap it has. Runs last: it turns the guest into a node of a cluster."""
+    vm.run("sh", "-c", f"fallocate -l {SWAP_MIB}M /swapfile && chmod 600 /swapfile && mkswap -q /swapfile "
+                       "&& swapon /swapfile")
+    vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml", input="failSwapOn: false\n")
+    vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
+    wait_for(lambda: not _units_active(vm), 900, "every unit active with swap on", interval=5)
+    web = wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running", interval=5)
+    assert _read(vm, f"{_container_cgroup(web)}/memory.swap.max") == "0", "NoSwap: no container swaps"
+
+    cp = ControlPlane(tmp_path / "control-plane", "pykubelet-vm")
+    tunnel = None
+    try:
+        cp.start()
+        tunnel = subprocess.Popen([*vm.ssh_argv()[:-1], "-N", "-o", "ExitOnForwardFailure=yes", "-R",
+                                   f"{cp.api_port}:127.0.0.1:{cp.api_port}", vm.ssh_argv()[-1]],
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        vm.run("sh", "-c", "umask 077 && cat > /etc/pykubelet/node.kubeconfig", input=_guest_kubeconfig(cp))
+        vm.run(*install_args("pykubelet-vm", "10.0.2.15", "--kubeconfig", "/etc/pykubelet/node.kubeconfig"),
+               timeout=300)
+        vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml", input="memorySwap:\n  swapBehavior: LimitedSwap\n")
+        vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
+        wait_for(lambda: not _units_active(vm), 900, "every unit active with LimitedSwap", interval=5)
+        node = wait_for(lambda: (n := cp.kubectl("get", "node", "pykubelet-vm", "-o", "json", check=False))
+                        .returncode == 0 and json.loads(n.stdout), 300, "the guest registered as a Node", interval=5)
+        swap_total = _meminfo_kib(vm, "SwapTotal") * 1024
+        assert node["status"]["nodeInfo"]["swap"] == {"capacity": swap_total}
+
+        # The pod holds more memory than its limit (a dd buffer it cannot write out), as the hog does.
+        hold = f"dd if=/dev/zero bs={SWAPPER_HOLDS_MIB}M count=1 2>/dev/null | sleep 3600"
+        manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "swapper", "namespace": "default"},
+                    "spec": {"nodeName": "pykubelet-vm", "terminationGracePeriodSeconds": 0, "containers": [{
+                        "name": "app", "image": BUSYBOX, "command": ["sh", "-c", hold],
+                        "resources": {"requests": {"memory": f"{SWAPPER_REQUEST_MIB}Mi"},
+                                      "limits": {"memory": f"{SWAPPER_LIMIT_MIB}Mi"}}}]}}
+        cp.kubectl("apply", "-f", "-", input_text=json.dumps(manifest))
+        wait_for(lambda: _running(_api_pod(cp, "swapper")), POD_TIMEOUT, "the swapper pod Running", interval=5)
+        pod = next(p for p in status(vm)["pods"] if p["name"] == "swapper")
+        cgroup = _container_cgroup(pod)
+        share = int(SWAPPER_REQUEST_MIB * 2**20 / (_meminfo_kib(vm, "MemTotal") * 1024) * swap_total)
+        assert _read(vm, f"{cgroup}/memory.swap.max") == str(share // PAGE * PAGE), "the kernel keeps whole pages"
+        # What it holds beyond its limit is in swap, and nothing in it was OOM-killed.
+        beyond = (SWAPPER_HOLDS_MIB - SWAPPER_LIMIT_MIB) * 2**20
+        swapped = wait_for(lambda: (n := int(_read(vm, f"{cgroup}/memory.swap.current"))) >= beyond and n, 300,
+                           f"{beyond / 2**20:.0f}Mi of the swapper's memory in swap", interval=5)
+        print(f"swapper: memory.swap.max {share / 2**20:.0f}Mi, {swapped / 2**20:.0f}Mi in swap, "
+              f"{int(_read(vm, f'{cgroup}/memory.current')) / 2**20:.0f}Mi in memory")
+        events = dict(line.split() for line in _read(vm, f"{cgroup}/memory.events").splitlines())
+        assert events["oom_kill"] == "0", events
+        after = _api_pod(cp, "swapper")
+        assert _running(after) and after["status"]["containerStatuses"][0]["restartCount"] == 0, after["status"]
+        # A static pod is critical: no swap, Burstable or not.
+        write_static_pod(vm, "static-burstable", {"terminationGracePeriodSeconds": 0, "containers": [{
+            "name": "app", "image": BUSYBOX, "command": ["sleep", "3600"],
+            "resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "128Mi"}}}]})
+        static = wait_for(lambda: running_pod(vm, "static-burstable"), POD_TIMEOUT, "the static pod Running",
+                          interval=5)
+        assert static["status"]["qosClass"] == "Burstable"
+        assert _read(vm, f"{_container_cgroup(static)}/memory.swap.max") == "0"
+    finally:
+        if tunnel is not None:
+            tunnel.terminate()
+            tunnel.wait(timeout=30)
+        cp.stop()
