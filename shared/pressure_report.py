@@ -4,7 +4,7 @@ One reader of the eviction service's tables for its admin view and for `pykubele
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -12,14 +12,13 @@ from sqlalchemy import select
 from shared.node_shutdown import shutting_down
 from shared.store import DiskReclaim, NodePressure, NodeShutdown, PodEviction, SignalObservation, Store
 from shared.thresholds import SIGNAL_RESOURCES
+from shared.timestamps import rfc3339
 
 BYTE_SIGNALS = frozenset(s for s, r in SIGNAL_RESOURCES.items() if r in ("memory", "ephemeral-storage"))
 
 
 def _iso(ts: datetime | None) -> str | None:
-    if ts is None:
-        return None
-    return (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(ts) if ts is not None else None
 
 
 def _signal(o: SignalObservation) -> dict[str, Any]:

@@ -17,11 +17,12 @@ from typing import Awaitable, Callable, Protocol
 from prometheus_client import Counter, Gauge
 from sqlalchemy import delete, select
 
-from services.eviction.pod_usage import CONTAINER_ID_PREFIX, ActivePod, UsageCollector
+from services.eviction.pod_usage import ActivePod, UsageCollector
 from services.eviction.ranking import eviction_message, has_storage_limits, is_critical, rank, storage_limit_violation
 from services.eviction.signals import Observations, SignalReader
 from shared.allocation import with_allocation
 from shared.bus import DiskReclaimRequested, Event, EvictionsDecided, NodePressureChanged
+from shared.container_id import runtime_container_id
 from shared.events import Recorder
 from shared.podspec import PodCache
 from shared.store import (
@@ -37,6 +38,7 @@ from shared.store import (
 )
 from shared.store.models import utcnow
 from shared.thresholds import PRESSURE_CONDITIONS, Threshold
+from shared.volume_plugins import EMPTY_DIR
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +349,7 @@ class EvictionManager:
             rt = runtime.get(row.uid)
             if not row.admitted or row.deleting or rt is None:
                 continue
-            ids = {c["name"]: c["container_id"].removeprefix(CONTAINER_ID_PREFIX) for c in rt.containers
+            ids = {c["name"]: runtime_container_id(c["container_id"]) for c in rt.containers
                    if c.get("state") == "running" and c.get("container_id")}
             if not ids:
                 continue
@@ -378,6 +380,6 @@ class EvictionManager:
                 s.execute(delete(PodEviction).where(PodEviction.uid.not_in(uids)))
             runtime = {r.uid: r for r in s.scalars(select(PodRuntime))}
             volumes: dict[str, dict[str, tuple[int, int]]] = {}
-            for v in s.scalars(select(PodVolume).where(PodVolume.plugin == "kubernetes.io/empty-dir")):
+            for v in s.scalars(select(PodVolume).where(PodVolume.plugin == EMPTY_DIR)):
                 volumes.setdefault(v.pod_uid, {})[v.name] = (v.used_bytes, v.size_limit_bytes)
         return desired, evicted, runtime, volumes

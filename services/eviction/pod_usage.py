@@ -18,7 +18,6 @@ from shared.podspec import Pod
 
 log = logging.getLogger(__name__)
 
-CONTAINER_ID_PREFIX = "containerd://"
 # A container's log dir holds its rotated files: a few entries, bounded all the same.
 LOG_WALK_LIMIT = 1_000
 

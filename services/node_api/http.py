@@ -116,10 +116,6 @@ def text_response(text: str, status: int = 200) -> Response:
     return Response(status, text.encode(), "text/plain; charset=utf-8")
 
 
-class Upgraded:
-    """What an upgrade handler returns after it has taken the connection over."""
-
-
 @dataclass
 class Connection:
     """The raw connection an upgrade handler takes over, with bytes already read past the head."""

@@ -16,9 +16,10 @@ from services.node_api import logs, streaming
 from services.node_api.http import Connection, HTTPError, Request, Response, Router, json_response, text_response
 from services.node_api.metrics_merge import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from services.node_api.metrics_merge import PROBES_FAMILIES, filter_families
-from services.node_api.pods import PodRef, find_pod, pod_list, runtime_id
+from services.node_api.pods import PodRef, find_pod, pod_list
 from services.node_api.stats import StatsError
 from shared.config import NodeSettings
+from shared.container_id import runtime_container_id
 from shared.cri import CRIError, RuntimeService, StreamingService
 from shared.durations import format_duration
 from shared.store import Store
@@ -137,7 +138,7 @@ class KubeletAPI:
         if name not in pod.spec_container_names():
             raise HTTPError(404, f'container "{name}" not found in pod "{pod.name}"')
         instance = log_instance(pod, name, opts.previous)
-        cid = runtime_id(instance["container_id"])
+        cid = runtime_container_id(instance["container_id"])
 
         async def still_running() -> bool:
             try:

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from services.node_api.http import HTTPError
+from shared.container_id import runtime_container_id
 from shared.store import DesiredPod, PodRuntime, PodStatusRecord, Store
 
 
@@ -47,12 +48,7 @@ class PodRef:
         entry = self.container(name)
         if entry is None or entry.get("state") != "running" or not entry.get("container_id"):
             raise HTTPError(404, f'container not found ("{name}")')
-        return runtime_id(entry["container_id"])
-
-
-def runtime_id(container_id: str) -> str:
-    """`containerd://<id>` -> `<id>`."""
-    return container_id.partition("://")[2] or container_id
+        return runtime_container_id(entry["container_id"])
 
 
 def find_pod(store: Store, namespace: str, name: str, uid: str | None = None) -> PodRef:

@@ -9,8 +9,9 @@ them into the API's RFC 3339 strings. The other fields carry what only cAdvisor'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
+
+from shared.timestamps import api_time
 
 TIME_KEYS = frozenset({"time", "startTime"})
 
@@ -40,9 +41,7 @@ class Snapshot:
 
 def rfc3339(ts: float | None) -> str | None:
     """metav1.Time as JSON: whole seconds, UTC; the zero time is null."""
-    if not ts:
-        return None
-    return datetime.fromtimestamp(int(ts), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return api_time(ts)
 
 
 def summary_json(value: Any) -> Any:

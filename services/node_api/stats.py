@@ -39,22 +39,19 @@ from services.node_api.snapshot import ContainerIds, PodIds, Snapshot, summary_j
 from shared.cgroup_names import container_cgroup
 from shared.cgroups import KUBEPODS, CgroupReader, CgroupSample
 from shared.config import NodeSettings
+from shared.container_id import runtime_container_id
 from shared.cri import labels as L
 from shared.cri.client import CRIError
 from shared.disk_usage import TreeUsage, tree_usage
 from shared.host import boot_time, memory_capacity_bytes
 from shared.store import DesiredPod, PodRuntime, PodVolume, Store
+from shared.volume_plugins import CONFIG_MAP, DOWNWARD_API, EMPTY_DIR, HOST_PATH, PROJECTED, SECRET
 
 log = logging.getLogger(__name__)
 
 MANAGED = {L.MANAGED_BY: "true"}
-# Volume plugin names as the volume service records them (services/volume/paths.py).
-EMPTY_DIR = "kubernetes.io/empty-dir"
-HOST_PATH = "kubernetes.io/host-path"
-CONFIG_MAP = "kubernetes.io/configmap"
 # Small trees of projected files: the kubelet measures them with du, so do we (bounded, cached).
-WALKED_PLUGINS = frozenset({CONFIG_MAP, "kubernetes.io/secret", "kubernetes.io/downward-api",
-                            "kubernetes.io/projected"})
+WALKED_PLUGINS = frozenset({CONFIG_MAP, SECRET, DOWNWARD_API, PROJECTED})
 # No du of big trees per request: walks stop after this many entries.
 VOLUME_WALK_LIMIT = 10_000
 LOG_WALK_LIMIT = 1_000
@@ -386,7 +383,7 @@ class StatsProvider:
                 v = views[rt.uid]
                 v.log_dir = rt.log_dir or ""
                 for c in rt.containers or []:
-                    cid = str(c.get("container_id") or "").partition("://")[2]
+                    cid = runtime_container_id(str(c.get("container_id") or ""))
                     if cid and c.get("image"):
                         v.images[cid] = str(c["image"])
             for d in s.scalars(select(DesiredPod).where(DesiredPod.uid.in_(uids))):

@@ -12,30 +12,25 @@ Times are RFC 3339 strings, as the API shows them.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
+from shared.container_id import api_container_id
 from shared.podspec import Pod
+from shared.timestamps import api_time
 
 if TYPE_CHECKING:
     from services.pod_sync.resizer import ResizeState
 
 
-def rfc3339(ts: float) -> str | None:
-    if not ts:
-        return None
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _instance(c: ContainerInfo, log_dir: str, kill_reasons: dict[str, str]) -> dict[str, Any]:
     message = c.message or kill_reasons.get(c.id, "")
     return {
-        "container_id": f"containerd://{c.id}",
+        "container_id": api_container_id(c.id),
         "state": c.state,
         "restart_count": c.attempt,
-        "started_at": rfc3339(c.started_at),
-        "finished_at": rfc3339(c.finished_at),
+        "started_at": api_time(c.started_at),
+        "finished_at": api_time(c.finished_at),
         "exit_code": c.exit_code,
         "reason": c.reason,
         "message": message,

@@ -40,7 +40,7 @@ from shared.podspec import Container, Pod
 from shared.qos import qos_class
 from shared.retry import Backoff
 from shared.store import DesiredPod
-from shared.store.models import utcnow
+from shared.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,6 @@ log = logging.getLogger(__name__)
 DEFERRED_RETRY = 10.0
 
 Event = Callable[[Pod, str, str, str], None]
-
-
-def _now() -> str:
-    return utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -139,7 +135,7 @@ class Resizer:
         if decision.allocate:
             state.allocated = desired
             state.pending = None
-            state.in_progress = {"reason": "", "message": "", "generation": gen, "since": _now()}
+            state.in_progress = {"reason": "", "message": "", "generation": gen, "since": rfc3339()}
             log.info("pod %s: resize to generation %s allocated", pod.full_name, gen)
             self.event(pod, "Normal", "ResizeStarted", event_message("Pod resize started", pod, desired, gen))
             return None
@@ -150,7 +146,7 @@ class Resizer:
                        event_message(f"Pod resize {decision.reason.lower()}", pod, desired, gen, decision.message))
         since = previous.get("since") if previous.get("reason") == decision.reason else None
         state.pending = {"reason": decision.reason, "message": decision.message, "generation": gen,
-                         "since": since or _now()}
+                         "since": since or rfc3339()}
         return DEFERRED_RETRY if decision.reason == DEFERRED else None
 
     def _pod_cgroup(self, pod: Pod, state: ResizeState, containers_done: bool) -> str:
@@ -226,11 +222,11 @@ class Resizer:
                            event_message("Pod resize error", pod, state.allocated, gen, error))
             state.in_progress = {"reason": ERROR, "message": error,
                                  "generation": previous.get("generation", gen),
-                                 "since": previous.get("since") or _now()}
+                                 "since": previous.get("since") or rfc3339()}
         elif behind:
             if state.in_progress is None or state.in_progress.get("reason"):
                 state.in_progress = {"reason": "", "message": "", "generation": gen,
-                                     "since": (state.in_progress or {}).get("since") or _now()}
+                                     "since": (state.in_progress or {}).get("since") or rfc3339()}
         elif state.in_progress is not None:
             log.info("pod %s: resize completed", pod.full_name)
             self.event(pod, "Normal", "ResizeCompleted",

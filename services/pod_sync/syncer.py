@@ -60,6 +60,7 @@ from shared.host import node_labels
 from shared.node_resources import Reservations, allocatable
 from shared.node_shutdown import TERMINATED, shutting_down
 from shared.podspec import Container, Pod, PodCache
+from shared.probe_state import ProbeState
 from shared.qos import is_critical, qos_class
 from shared.retry import Backoff
 from shared.safe_paths import UnsafePath, beneath
@@ -465,7 +466,7 @@ class PodSyncer:
         decides; pod-sync acts). They are then restarted per restartPolicy."""
         with self.store.session() as s:
             failed = {(r.container_name, r.container_id): r for r in s.scalars(
-                select(ProbeResult).where(ProbeResult.pod_uid == pod.uid, ProbeResult.result == "Failure",
+                select(ProbeResult).where(ProbeResult.pod_uid == pod.uid, ProbeResult.result == ProbeState.FAILURE,
                                           ProbeResult.kind.in_(("liveness", "startup"))))}
         if not failed:
             return False

@@ -16,6 +16,7 @@ from sqlalchemy import delete, select
 
 from services.probe.worker import SUCCESS, ProbeKey, ProbeWorker, Target
 from shared.bus import Bus, ProbeResultsChanged
+from shared.container_id import runtime_container_id
 from shared.cri import RuntimeService
 from shared.events import Recorder
 from shared.podspec import Container, PodCache, Probe
@@ -74,7 +75,7 @@ class ProbeManager:
                     obs = observed.get(c.name, {})
                     target = None
                     if obs.get("container_id"):
-                        target = Target(container_id=obs["container_id"].removeprefix("containerd://"),
+                        target = Target(container_id=runtime_container_id(obs["container_id"]),
                                         running=obs.get("state") == "running",
                                         started_at=_epoch(obs.get("started_at")),
                                         pod_ip=rt.pod_ip if rt else "")

@@ -21,10 +21,11 @@ from prometheus_client import Counter, Histogram
 from services.probe import probers
 from shared.cri import RuntimeService
 from shared.podspec import Container, Probe
+from shared.probe_state import ProbeState
 
 log = logging.getLogger(__name__)
 
-SUCCESS, FAILURE, UNKNOWN = "Success", "Failure", "Unknown"
+SUCCESS, FAILURE, UNKNOWN = ProbeState.SUCCESS, ProbeState.FAILURE, ProbeState.UNKNOWN
 INITIAL = {"readiness": FAILURE, "liveness": SUCCESS, "startup": UNKNOWN}
 _LABELS = ["probe_type", "container", "pod", "namespace"]
 PROBE_TOTAL = Counter("prober_probe_total", "Cumulative number of a liveness, readiness or startup probe "
@@ -112,16 +113,17 @@ class ProbeWorker:
         if target is not None and target.container_id != self.container_id:
             self.container_id = target.container_id
             self._last_raw, self._run_count, self.on_hold = "", 0, False
-            if self._resumed and self._resumed[0] == target.container_id:
+            if self._resumed and self._resumed[0] == target.container_id and \
+                    self._resumed[1] in ProbeState.__members__.values():
                 # A probe-service restart: keep what was known, so readiness does not flap.
-                self.result = self._resumed[1]
+                self.result = ProbeState(self._resumed[1])
                 self.on_hold = self.key.kind != "readiness" and self.result == FAILURE
             else:
                 self.result = INITIAL[self.key.kind]
             self._resumed = None
         self.target = target
 
-    async def _set(self, result: str, message: str = "") -> None:
+    async def _set(self, result: ProbeState, message: str = "") -> None:
         if result != self.result:
             self.result = result
             await self.sink(self.key, self.container_id, result, message)

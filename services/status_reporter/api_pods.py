@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timezone
 from typing import Any
 
 from sqlalchemy import select
@@ -14,6 +13,7 @@ from services.status_reporter.pod_status import with_host_ips
 from shared import periodic
 from shared.kube import ApiError, KubeApi, patch_pod_status, path
 from shared.store import DesiredPod, PodStatusRecord, RefusedPod, Store
+from shared.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +21,8 @@ log = logging.getLogger(__name__)
 def refused_status(r: RefusedPod) -> dict[str, Any]:
     """A pod the node refused: Failed with why, nothing ever started (the kubelet's status for a
     pod it rejects at admission)."""
-    started = r.seen_at if r.seen_at.tzinfo else r.seen_at.replace(tzinfo=timezone.utc)
     return {"phase": "Failed", "reason": r.reason, "message": r.message, "podIP": None, "podIPs": [],
-            "startTime": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "conditions": [], "containerStatuses": []}
+            "startTime": rfc3339(r.seen_at), "conditions": [], "containerStatuses": []}
 
 
 class ApiPodStatusWriter:

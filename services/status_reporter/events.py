@@ -8,20 +8,16 @@ import asyncio
 import logging
 import time
 import uuid
-from datetime import datetime, timezone
 from typing import Any
 
 from shared.bus import KubeEvent
 from shared.kube import ApiError, KubeApi, TokenBucket, path
+from shared.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 1000
 AGGREGATE_WINDOW = 600.0
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class EventPoster:
@@ -59,7 +55,7 @@ class EventPoster:
         namespace = e.namespace or "default"
         key = (e.kind, namespace, e.name, e.uid, e.type, e.reason, e.message)
         seen = self._seen.get(key)
-        stamp = _now()
+        stamp = rfc3339()
         if seen and time.monotonic() - seen[3] < AGGREGATE_WINDOW:
             ns, name, count, first = seen
             try:

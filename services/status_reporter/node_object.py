@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import json
 import platform
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-from shared.host import arch
+from shared.host import arch, read_fact
 from shared.node_resources import NO_RESERVATIONS, Reservations, node_capacity
 from shared.store import NodeHealth
 from shared.swap import swap_capacity_bytes
+from shared.timestamps import rfc3339
 from shared.version import KUBELET_VERSION
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return ""
-
-
 def _os_image() -> str:
-    for line in _read("/etc/os-release").splitlines():
+    for line in read_fact("/etc/os-release").splitlines():
         if line.startswith("PRETTY_NAME="):
             return line.split("=", 1)[1].strip('"')
     return "Linux"
@@ -45,9 +33,9 @@ def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: 
         "addresses": [{"type": "InternalIP", "address": node_ip}, {"type": "Hostname", "address": name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
-            "machineID": _read("/etc/machine-id"),
-            "systemUUID": _read("/sys/class/dmi/id/product_uuid").lower(),
-            "bootID": _read("/proc/sys/kernel/random/boot_id"),
+            "machineID": read_fact("/etc/machine-id"),
+            "systemUUID": read_fact("/sys/class/dmi/id/product_uuid").lower(),
+            "bootID": read_fact("/proc/sys/kernel/random/boot_id"),
             "kernelVersion": platform.release(),
             "osImage": _os_image(),
             "containerRuntimeVersion": runtime_version,
@@ -107,7 +95,7 @@ def conditions(ready: bool, not_ready_message: str, previous: list[dict[str, Any
                pressure: dict[str, bool] | None = None) -> list[dict[str, Any]]:
     """Ready from the node's health; the pressure conditions as the eviction service decided."""
     prev = {c["type"]: c for c in previous or []}
-    stamp = now()
+    stamp = rfc3339()
     pressure = pressure or {}
 
     def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, Any]:

@@ -6,12 +6,14 @@ phases and unchanged transition times) in, PodStatus dict and a one-line "why" o
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 from shared import node_shutdown as shutdown
+from shared.container_id import runtime_container_id
 from shared.podspec import Container, Pod
+from shared.probe_state import ProbeState
 from shared.qos import qos_class
+from shared.timestamps import rfc3339
 
 # Waiting reasons that only mean "on its way": not worth explaining to the user.
 PROGRESS_REASONS = {"ContainerCreating", "PodInitializing", ""}
@@ -30,10 +32,6 @@ REASON_WORDS = {
     "FailedAttachVolume": "volume not attached",
     "ContainerCreating": "waiting for volumes",
 }
-
-
-def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _terminated(inst: dict[str, Any]) -> dict[str, Any]:
@@ -83,10 +81,10 @@ def container_status(obs: dict[str, Any], default_waiting: str,
     elif state == "running":
         status["state"] = {"running": {"startedAt": obs.get("started_at")}}
         probes = probes or {}
-        cid = obs.get("container_id", "").removeprefix("containerd://")
+        cid = runtime_container_id(obs.get("container_id", ""))
 
         def passed(kind: str) -> bool:
-            return probes.get(kind) == (cid, "Success")
+            return probes.get(kind) == (cid, ProbeState.SUCCESS)
 
         has_readiness, has_startup = probed
         status["started"] = passed("startup") if has_startup else True
@@ -138,7 +136,7 @@ def _condition(ctype: str, ok: bool, previous: dict[str, dict[str, Any]], reason
     prev = previous.get(ctype)
     cond = {"type": ctype, "status": status,
             "lastTransitionTime": prev["lastTransitionTime"] if prev and prev.get("status") == status
-            else now_rfc3339(), "lastProbeTime": None}
+            else rfc3339(), "lastProbeTime": None}
     if not ok and reason:
         cond["reason"] = reason
         if message:
@@ -149,7 +147,7 @@ def _condition(ctype: str, ok: bool, previous: dict[str, dict[str, Any]], reason
 def rejected_status(pod: Pod, reason: str, message: str, previous: dict[str, Any] | None) -> dict[str, Any]:
     """A pod admission turned away: Failed, with the reason, and nothing ever started."""
     return {"phase": "Failed", "reason": reason, "message": message, "podIP": None, "podIPs": [],
-            "startTime": (previous or {}).get("startTime") or now_rfc3339(), "qosClass": qos_class(pod),
+            "startTime": (previous or {}).get("startTime") or rfc3339(), "qosClass": qos_class(pod),
             "conditions": [], "containerStatuses": []}
 
 
@@ -229,7 +227,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         "conditions": conditions,
         "podIP": pod_ip or None,
         "podIPs": [{"ip": pod_ip}] if pod_ip else [],
-        "startTime": previous.get("startTime") or now_rfc3339(),
+        "startTime": previous.get("startTime") or rfc3339(),
         "qosClass": qos_class(pod),
         "containerStatuses": app_statuses,
     }
@@ -255,7 +253,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
             prev = prev_conds.get(DISRUPTION_TARGET)
             status["conditions"].append({
                 "type": DISRUPTION_TARGET, "status": "True", "reason": "TerminationByKubelet", "message": rejection[1],
-                "lastTransitionTime": prev["lastTransitionTime"] if prev else now_rfc3339(), "lastProbeTime": None})
+                "lastTransitionTime": prev["lastTransitionTime"] if prev else rfc3339(), "lastProbeTime": None})
         return status, f"{rejection[0]}: {rejection[1]}"
     return status, summarize(status, runtime, deleting)
 

@@ -27,11 +27,12 @@ from services.volume.registry import PluginRegistry
 from shared.csi import csi
 from shared.mounts import is_mount_point, remove_tree
 from shared.podspec import Pod, Volume
+from shared.volume_plugins import CSI
 
 log = logging.getLogger(__name__)
 
 VOL_DATA = "vol_data.json"
-PLUGIN = "kubernetes.io/csi"
+PLUGIN = CSI
 
 
 class AttachPending(VolumeSourceError):

@@ -33,7 +33,7 @@ from services.volume.csi_volumes import AttachPending, CSIVolumes, VolData, read
 from services.volume.local import setup_empty_dir, setup_host_path, teardown_mounted_dir
 from services.volume.objects import STATIC_POD_OBJECTS, NoApiObjects, ObjectSource
 from services.volume.ownership import set_volume_ownership
-from services.volume.paths import PLUGINS, Layout, plugin_dir_name
+from services.volume.paths import Layout, plugin_dir_name
 from services.volume.projection import NodeAllocatable, VolumeSourceError, build_payload, keeps_secrets
 from shared import subpath
 from shared.bus import Bus, VolumesChanged
@@ -48,6 +48,7 @@ from shared.quantity import to_bytes
 from shared.retry import Backoff
 from shared.store import DesiredPod, PodVolume, Store
 from shared.store.models import utcnow
+from shared.volume_plugins import PLUGINS
 
 log = logging.getLogger(__name__)
 

@@ -17,19 +17,8 @@ from pathlib import Path
 
 from shared.safe_paths import beneath
 
-# Volume source -> the kubelet plugin name; the directory name swaps "/" for "~".
-PLUGINS = {
-    "emptyDir": "kubernetes.io/empty-dir",
-    "hostPath": "kubernetes.io/host-path",
-    "configMap": "kubernetes.io/configmap",
-    "secret": "kubernetes.io/secret",
-    "downwardAPI": "kubernetes.io/downward-api",
-    "projected": "kubernetes.io/projected",
-    "csi": "kubernetes.io/csi",
-    "persistentVolumeClaim": "kubernetes.io/csi",
-}
 
-
+# A plugin's directory name swaps "/" for "~" (the kubelet's layout).
 def plugin_dir_name(plugin: str) -> str:
     return plugin.split(":", 1)[0].replace("/", "~")
 

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from services.volume.manager import VolumeManager
 from services.volume.registry import PluginRegistry
 from shared.store import PodVolume, Store
+from shared.volume_plugins import EMPTY_DIR
 
 
 def router(store: Store, manager: VolumeManager, registry: PluginRegistry) -> APIRouter:
@@ -23,7 +24,7 @@ def router(store: Store, manager: VolumeManager, registry: PluginRegistry) -> AP
         return [{"podUID": r.pod_uid, "name": r.name, "plugin": r.plugin, "hostPath": r.host_path,
                  "ready": r.ready, "reason": r.reason, "message": r.message,
                  **({"sizeLimitBytes": r.size_limit_bytes, "usedBytes": r.used_bytes}
-                    if r.plugin == "kubernetes.io/empty-dir" else {})}
+                    if r.plugin == EMPTY_DIR else {})}
                 for r in rows]
 
     @views.get("/volumes/cleanup")

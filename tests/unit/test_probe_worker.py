@@ -84,6 +84,12 @@ async def test_resume_after_restart_keeps_the_stored_result():
     assert s.worker.result == SUCCESS  # no flap to Failure after a probe-service restart
 
 
+async def test_a_stored_result_that_is_no_result_is_not_resumed():
+    s = Scripted("readiness", [True], resumed=("c1", "Success; DROP TABLE"))
+    s.worker.set_target(Target("c1", True, time.time() - 100, "10.0.0.1"))
+    assert s.worker.result == FAILURE, "readiness starts from Failure, as with no stored result"
+
+
 async def test_probes_due_in_the_same_slot_start_together_on_the_grid(monkeypatch):
     """Workers whose first runs fall due at different moments within one START_GRID slot wait
     for the same deadline, on the grid, so the loop runs them in one pass: few wake-ups under
