@@ -23,6 +23,7 @@ from shared.container_id import runtime_container_id
 from shared.cri import CRIError, RuntimeService, StreamingService
 from shared.durations import format_duration
 from shared.store import Store
+from shared.store.observed import ContainerInstance, ObservedContainer
 
 
 class Stats(Protocol):
@@ -209,10 +210,10 @@ class KubeletAPI:
         return Response(200, result.stdout + result.stderr, "text/plain; charset=utf-8")
 
 
-def log_instance(pod: PodRef, name: str, previous: bool) -> dict[str, Any]:
+def log_instance(pod: PodRef, name: str, previous: bool) -> ContainerInstance:
     """Which instance's log file to read, with the kubelet's answers when there is none."""
-    entry = pod.container(name) or {}
-    last: dict[str, Any] | None = entry.get("last_terminated")
+    entry: ObservedContainer = pod.container(name) or {}
+    last = entry.get("last_terminated")
     if previous:
         if not last or not last.get("container_id") or not last.get("log_path"):
             raise HTTPError(400, f'previous terminated container "{name}" in pod "{pod.name}" not found')

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from services.node_api.http import HTTPError
 from shared.container_id import runtime_container_id
 from shared.store import DesiredPod, PodRuntime, PodStatusRecord, Store
+from shared.store.observed import ObservedContainer
 
 
 def pod_list(store: Store) -> dict[str, Any]:
@@ -33,14 +34,14 @@ class PodRef:
     sandbox_id: str
     sandbox_ready: bool
     log_dir: str
-    containers: list[dict[str, Any]]  # pod-sync's per-container entries (services.pod_sync.observed)
+    containers: list[ObservedContainer]  # pod-sync's per-container entries
 
     def spec_container_names(self) -> list[str]:
         spec = self.manifest.get("spec", {})
         return [c.get("name", "") for key in ("initContainers", "containers", "ephemeralContainers")
                 for c in spec.get(key) or []]
 
-    def container(self, name: str) -> dict[str, Any] | None:
+    def container(self, name: str) -> ObservedContainer | None:
         return next((c for c in self.containers if c.get("name") == name), None)
 
     def running_container_id(self, name: str) -> str:

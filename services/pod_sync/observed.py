@@ -1,29 +1,22 @@
-"""What pod-sync records about a pod for others to read (the pod_runtime table).
-
-One entry per spec container, init containers first:
-  name, init, container_id, state ("running"/"exited"/"created"/"unknown"/"" for none yet),
-  restart_count, started_at, finished_at, exit_code, reason, message, image, image_id,
-  log_path, waiting_reason, waiting_message, last_terminated (same fields, or None),
-  sidecar, image_pull (what happened with the image: pulling, pulled in N s, already present),
-  allocated (the requests the node granted) and resources (the requests and limits the running
-  container has, else its allocation), both absent when empty (resize.py).
-Times are RFC 3339 strings, as the API shows them.
-"""
+"""What pod-sync records about a pod for others to read: pod_runtime.containers, one entry per
+spec container in the shape shared/store/observed.py gives (probe, status-reporter, eviction and
+node-api read it by the same type)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
 from shared.container_id import api_container_id
 from shared.podspec import Pod
+from shared.store.observed import ContainerInstance, ObservedContainer
 from shared.timestamps import api_time
 
 if TYPE_CHECKING:
     from services.pod_sync.resizer import ResizeState
 
 
-def _instance(c: ContainerInfo, log_dir: str, kill_reasons: dict[str, str]) -> dict[str, Any]:
+def _instance(c: ContainerInfo, log_dir: str, kill_reasons: dict[str, str]) -> ContainerInstance:
     message = c.message or kill_reasons.get(c.id, "")
     return {
         "container_id": api_container_id(c.id),
@@ -40,7 +33,7 @@ def _instance(c: ContainerInfo, log_dir: str, kill_reasons: dict[str, str]) -> d
     }
 
 
-def _resources(entry: dict[str, Any], resize: ResizeState, name: str, latest: ContainerInfo | None) -> None:
+def _resources(entry: ObservedContainer, resize: ResizeState, name: str, latest: ContainerInfo | None) -> None:
     allocated = resize.allocated[name]
     has = (resize.applied(latest) if latest is not None and latest.state == "running" else None) or allocated
     if allocated.get("requests"):
@@ -52,18 +45,19 @@ def _resources(entry: dict[str, Any], resize: ResizeState, name: str, latest: Co
 
 def observed_containers(pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]], log_dir: str,
                         kill_reasons: dict[str, str], pull_notes: dict[str, str],
-                        resize: ResizeState | None = None) -> list[dict[str, Any]]:
-    out = []
+                        resize: ResizeState | None = None) -> list[ObservedContainer]:
+    out: list[ObservedContainer] = []
     specs = ([(c, True) for c in pod.spec.initContainers] + [(c, False) for c in pod.spec.containers]
              + [(c, False) for c in pod.spec.ephemeralContainers])
     for spec, init in specs:
         history = rt.history(spec.name)
-        entry: dict[str, Any] = {"name": spec.name, "init": init, "image": spec.image, "state": "",
+        entry: ObservedContainer = {"name": spec.name, "init": init, "image": spec.image, "state": "",
                                  "restart_count": 0, "last_terminated": None,
                                  "sidecar": init and spec.restartPolicy == "Always",
                                  "image_pull": pull_notes.get(spec.name, "")}
         if history:
-            entry.update(_instance(history[0], log_dir, kill_reasons))
+            # An instance's fields are a part of the entry's (ContainerInstance is its base).
+            entry.update(cast(ObservedContainer, _instance(history[0], log_dir, kill_reasons)))
             entry["image"] = spec.image
             previous = next((h for h in history[1:] if h.state == "exited"), None)
             if previous is not None:

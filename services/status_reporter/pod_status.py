@@ -13,6 +13,7 @@ from shared.container_id import runtime_container_id
 from shared.podspec import Container, Pod
 from shared.probe_state import ProbeState
 from shared.qos import qos_class
+from shared.store.observed import ContainerInstance, ObservedContainer
 from shared.timestamps import rfc3339
 
 # Waiting reasons that only mean "on its way": not worth explaining to the user.
@@ -34,7 +35,7 @@ REASON_WORDS = {
 }
 
 
-def _terminated(inst: dict[str, Any]) -> dict[str, Any]:
+def _terminated(inst: ContainerInstance) -> dict[str, Any]:
     reason = inst.get("reason") or ("Completed" if inst.get("exit_code") == 0 else "Error")
     out = {"exitCode": inst.get("exit_code", 0), "reason": reason,
            "startedAt": inst.get("started_at"), "finishedAt": inst.get("finished_at"),
@@ -44,7 +45,7 @@ def _terminated(inst: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def container_status(obs: dict[str, Any], default_waiting: str,
+def container_status(obs: ObservedContainer, default_waiting: str,
                      probes: dict[str, tuple[str, str]] | None = None,
                      probed: tuple[bool, bool] = (False, False)) -> dict[str, Any]:
     """probes: kind -> (container id, result) from the probe service; probed: whether the spec
@@ -169,9 +170,9 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         return rejected_status(pod, *rejection, previous), f"rejected ({rejection[0]}): {rejection[1]}"
     previous = previous or {}
     runtime = runtime or {}
-    observed: dict[str, dict[str, Any]] = {c["name"]: c for c in runtime.get("containers", [])}
+    observed: dict[str, ObservedContainer] = {c["name"]: c for c in runtime.get("containers", [])}
 
-    def obs(name: str, image: str) -> dict[str, Any]:
+    def obs(name: str, image: str) -> ObservedContainer:
         # Not created yet: the kubelet still names the spec's image.
         return observed.get(name, {"name": name, "state": "", "image": image})
 

@@ -8,6 +8,8 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from shared.store.observed import ObservedContainer
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -96,8 +98,8 @@ class PodRuntime(Base):
     sandbox_ready: Mapped[bool] = mapped_column(Boolean, default=False)
     pod_ip: Mapped[str] = mapped_column(String, default="")
     log_dir: Mapped[str] = mapped_column(String, default="")
-    # One entry per spec container: see services.pod_sync.observed for the shape.
-    containers: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # One entry per spec container (shared/store/observed.py).
+    containers: Mapped[list[ObservedContainer]] = mapped_column(JSON, default=list)
     sync_error_reason: Mapped[str] = mapped_column(String, default="")
     sync_error_message: Mapped[str] = mapped_column(Text, default="")
     # The pod's metadata.generation this record is of, and its PodResizePending /
