@@ -685,12 +685,23 @@ def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
             section[leaf] = str(base / value)
 
 
-def settings_from_args(args: argparse.Namespace) -> NodeSettings:  # noqa: C901 (a hub to split)
+def settings_from_args(args: argparse.Namespace) -> NodeSettings:
     """Build NodeSettings from parsed flags: file first, then flags on top."""
     try:
         values = parsed_values(args)
     except FlagError as exc:
         raise ConfigError(str(exc)) from None
+    kubelet, at_default = _kubelet_config(args, values)
+    extra = {**_node_flags(args, values), **_kubeconfig_flags(args)}
+    settings = NodeSettings(kubelet=kubelet, at_default_fields=at_default, **extra)
+    for name in at_default:
+        log.info("config field %s is at the kubelet's default; pykubelet does not implement other values of it", name)
+    return settings
+
+
+def _kubelet_config(args: argparse.Namespace, values: dict[str, Any]) -> tuple[KubeletConfiguration, list[str]]:
+    """The KubeletConfiguration: --config's file, then the flags that set its fields; a refused
+    field or a bad value names the flag that set it."""
     problems = refused_flags(values)
     data: dict[str, Any] = {}
     source = ""
@@ -712,23 +723,22 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:  # noqa: C901 
         raise ConfigError("invalid kubelet flags: " + "; ".join(problems))
     warn_deprecated(values)
     try:
-        kubelet, at_default = load_kubelet_config(data, source or "(flags)")
+        return load_kubelet_config(data, source or "(flags)")
     except ConfigError as exc:
         named = [f"--{flag} sets {field}" for field, flag in by_flag.items() if field in str(exc)]
         raise ConfigError(f"{exc} ({'; '.join(named)})" if named else str(exc)) from None
+
+
+def _node_flags(args: argparse.Namespace, values: dict[str, Any]) -> dict[str, Any]:
+    """The node's own flags (not configuration fields), checked."""
     extra: dict[str, Any] = {}
-    if getattr(args, "root_dir", None):
-        extra["root_dir"] = Path(args.root_dir)
-    if getattr(args, "nats_url", None):
-        extra["nats_url"] = args.nats_url
-    if getattr(args, "bus_credentials", None):
-        extra["bus_credentials"] = Path(args.bus_credentials)
+    for flag, key, convert in (("root_dir", "root_dir", Path), ("nats_url", "nats_url", str),
+                               ("bus_credentials", "bus_credentials", Path), ("admin_port", "admin_port", int),
+                               ("admin_port_base", "admin_port_base", int)):
+        if getattr(args, flag, None):
+            extra[key] = convert(getattr(args, flag))
     if getattr(args, "hostname_override", None):
         extra["node_name"] = args.hostname_override.lower()
-    if getattr(args, "admin_port", None):
-        extra["admin_port"] = args.admin_port
-    if getattr(args, "admin_port_base", None):
-        extra["admin_port_base"] = args.admin_port_base
     if getattr(args, "node_ip", None):
         try:
             extra["node_ip"] = ip_address(args.node_ip.strip())
@@ -743,6 +753,17 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:  # noqa: C901 
             except (ValueError, ValidationError) as exc:
                 raise ConfigError(f"--node-labels: {key}={value}: {_first_error(exc)}") from None
         extra["node_labels"] = values["node-labels"]
+    if getattr(args, "pleg_relist_period", None):
+        try:
+            extra["pleg_relist_period"] = parse_duration(args.pleg_relist_period)
+        except ValueError as exc:
+            raise ConfigError(f"--pleg-relist-period: {exc}") from None
+    return extra
+
+
+def _kubeconfig_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """--kubeconfig and --bootstrap-kubeconfig: one of them must be there to reach the API server."""
+    extra: dict[str, Any] = {}
     bootstrap = getattr(args, "bootstrap_kubeconfig", None)
     if bootstrap:
         if not getattr(args, "kubeconfig", None):
@@ -759,12 +780,4 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:  # noqa: C901 
                 raise ConfigError(f"--kubeconfig {path} does not exist and --bootstrap-kubeconfig {bootstrap}: "
                                   "no such file; one of them is needed to reach the API server")
         extra["kubeconfig"] = path
-    if getattr(args, "pleg_relist_period", None):
-        try:
-            extra["pleg_relist_period"] = parse_duration(args.pleg_relist_period)
-        except ValueError as exc:
-            raise ConfigError(f"--pleg-relist-period: {exc}") from None
-    settings = NodeSettings(kubelet=kubelet, at_default_fields=at_default, **extra)
-    for name in at_default:
-        log.info("config field %s is at the kubelet's default; pykubelet does not implement other values of it", name)
-    return settings
+    return extra
