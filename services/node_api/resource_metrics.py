@@ -139,11 +139,10 @@ def _cadvisor_families() -> _Families:
     return f
 
 
-def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float) -> bytes:  # noqa: C901 (a hub to split)
+def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float) -> bytes:
     """snap None: the containers could not be listed (container_scrape_error 1); spec None:
     the machine facts could not be read (machine_scrape_error 1)."""
     f = _cadvisor_families()
-    now = time.time()
     f.add("machine_scrape_error", {}, 0 if spec else 1)
     if spec:
         machine = {"boot_id": spec["boot_id"], "machine_id": spec["machine_id"], "system_uuid": spec["system_uuid"]}
@@ -151,35 +150,79 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
                           ("machine_cpu_sockets", "num_sockets"), ("machine_memory_bytes", "memory_capacity")):
             f.add(name, machine, spec[key], spec_time or None)
     f.add("container_scrape_error", {}, 0 if snap else 1)
-    if snap is None:
-        return f.render()
+    if snap is not None:
+        out = _CadvisorSeries(f, time.time())
+        out.node(snap)
+        out.pods(snap)
+    return f.render()
 
-    def series(labels: dict[str, str], stats: dict[str, Any]) -> None:
+
+class _CadvisorSeries:
+    """cAdvisor's series of the node's cgroups, as the kubelet's /metrics/cadvisor has them."""
+
+    def __init__(self, f: _Families, now: float) -> None:
+        self.f, self.now = f, now
+
+    def node(self, snap: Snapshot) -> None:
+        node = snap.summary["node"]
+        root = {"id": "/"}
+        self.series(root, node)
+        for device, stats in snap.node_fs:
+            self.fs(root, device, stats)
+        if node.get("network"):
+            self.network(root, node["network"])
+        for sc in node.get("systemContainers", []):
+            if sc["name"] == "pods":
+                self.series({"id": "/kubepods"}, sc)
+
+    def pods(self, snap: Snapshot) -> None:
+        for pod in snap.summary["pods"]:
+            uid = pod["podRef"]["uid"]
+            ref = {"pod": pod["podRef"]["name"], "namespace": pod["podRef"]["namespace"]}
+            ids = snap.pods.get(uid)
+            if ids is None:
+                continue
+            self.series(ref | {"id": ids.cgroup}, pod)
+            if pod.get("network"):
+                # cAdvisor finds a pod's network in its sandbox (pause) container's cgroup
+                sandbox = ref | {"id": container_cgroup(ids.cgroup, ids.sandbox_id), "name": ids.sandbox_id}
+                self.network(sandbox, pod["network"])
+                self.started(sandbox, pod)
+            for c in pod["containers"]:
+                cids = snap.containers.get((uid, c["name"]))
+                if cids is None:
+                    continue
+                labels = ref | {"container": c["name"], "id": cids.cgroup, "image": cids.image, "name": cids.id}
+                self.series(labels, c)
+                if c.get("rootfs"):
+                    self.fs(labels, snap.image_device, c["rootfs"])
+
+    def series(self, labels: dict[str, str], stats: dict[str, Any]) -> None:
         """cpu, memory, start time and last seen of one cgroup."""
         c = stats.get("cpu") or {}
         if c.get("usageCoreNanoSeconds"):
-            f.add("container_cpu_usage_seconds_total", labels | {"cpu": "total"},
-                  c["usageCoreNanoSeconds"] / NS_PER_S, c["time"])
+            self.f.add("container_cpu_usage_seconds_total", labels | {"cpu": "total"},
+                       c["usageCoreNanoSeconds"] / NS_PER_S, c["time"])
         m = stats.get("memory") or {}
         for name, key in (("container_memory_usage_bytes", "usageBytes"),
                           ("container_memory_working_set_bytes", "workingSetBytes"),
                           ("container_memory_rss", "rssBytes")):
             if m.get(key) is not None:
-                f.add(name, labels, m[key], m["time"])
-        started(labels, stats)
+                self.f.add(name, labels, m[key], m["time"])
+        self.started(labels, stats)
 
-    def started(labels: dict[str, str], stats: dict[str, Any]) -> None:
+    def started(self, labels: dict[str, str], stats: dict[str, Any]) -> None:
         if stats.get("startTime"):
-            f.add("container_start_time_seconds", labels, int(stats["startTime"]))
-        f.add("container_last_seen", labels, int(now), now)
+            self.f.add("container_start_time_seconds", labels, int(stats["startTime"]))
+        self.f.add("container_last_seen", labels, int(self.now), self.now)
 
-    def fs(labels: dict[str, str], device: str, stats: dict[str, Any]) -> None:
+    def fs(self, labels: dict[str, str], device: str, stats: dict[str, Any]) -> None:
         if stats.get("usedBytes") is not None:
-            f.add("container_fs_usage_bytes", labels | {"device": device}, stats["usedBytes"], stats["time"])
+            self.f.add("container_fs_usage_bytes", labels | {"device": device}, stats["usedBytes"], stats["time"])
         if stats.get("capacityBytes") is not None:
-            f.add("container_fs_limit_bytes", labels | {"device": device}, stats["capacityBytes"], stats["time"])
+            self.f.add("container_fs_limit_bytes", labels | {"device": device}, stats["capacityBytes"], stats["time"])
 
-    def network(labels: dict[str, str], net: dict[str, Any]) -> None:
+    def network(self, labels: dict[str, str], net: dict[str, Any]) -> None:
         interfaces = net.get("interfaces") or ([net] if net.get("name") else [])
         for i in interfaces:
             il = labels | {"interface": i["name"]}
@@ -188,37 +231,4 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
                               ("container_network_transmit_bytes_total", "txBytes"),
                               ("container_network_transmit_errors_total", "txErrors")):
                 if i.get(key) is not None:
-                    f.add(name, il, i[key], net["time"])
-
-    node = snap.summary["node"]
-    root = {"id": "/"}
-    series(root, node)
-    for device, stats in snap.node_fs:
-        fs(root, device, stats)
-    if node.get("network"):
-        network(root, node["network"])
-    for sc in node.get("systemContainers", []):
-        if sc["name"] == "pods":
-            series({"id": "/kubepods"}, sc)
-
-    for pod in snap.summary["pods"]:
-        uid = pod["podRef"]["uid"]
-        ref = {"pod": pod["podRef"]["name"], "namespace": pod["podRef"]["namespace"]}
-        ids = snap.pods.get(uid)
-        if ids is None:
-            continue
-        series(ref | {"id": ids.cgroup}, pod)
-        if pod.get("network"):
-            # cAdvisor finds a pod's network in its sandbox (pause) container's cgroup
-            sandbox = ref | {"id": container_cgroup(ids.cgroup, ids.sandbox_id), "name": ids.sandbox_id}
-            network(sandbox, pod["network"])
-            started(sandbox, pod)
-        for c in pod["containers"]:
-            cids = snap.containers.get((uid, c["name"]))
-            if cids is None:
-                continue
-            labels = ref | {"container": c["name"], "id": cids.cgroup, "image": cids.image, "name": cids.id}
-            series(labels, c)
-            if c.get("rootfs"):
-                fs(labels, snap.image_device, c["rootfs"])
-    return f.render()
+                    self.f.add(name, il, i[key], net["time"])
