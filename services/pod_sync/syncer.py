@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from services.pod_sync import metrics as M
 from services.pod_sync import pod_cgroup
-from services.pod_sync.actions import compute_pod_actions
+from services.pod_sync.actions import PodActions, compute_pod_actions
 from services.pod_sync.admission import (
     EVICTED,
     SHUTDOWN_REASONS,
@@ -95,6 +95,26 @@ class _Progress:
     pull_notes: dict[str, str] = field(default_factory=dict)
     pull_seconds: float = 0.0
     started_any: bool = False
+
+
+@dataclass
+class _Step:
+    """What one sync of a running pod found: containers waiting and why, the error that stopped
+    it (reason, message), and when to look again (None: only when something changes)."""
+
+    waiting: dict[str, tuple[str, str]]
+    error: tuple[str, str] = ("", "")
+    requeue: float | None = None
+
+    def sooner(self, seconds: float | None) -> None:
+        """Look again within `seconds` at the latest."""
+        if seconds is not None:
+            self.requeue = min(self.requeue or seconds, seconds)
+
+    def fail(self, error: tuple[str, str]) -> None:
+        """Nothing new starts this time: say why and try again after ERROR_RETRY."""
+        self.error = error
+        self.requeue = ERROR_RETRY
 
 
 class PodSyncer:
@@ -283,7 +303,7 @@ class PodSyncer:
 
     # -- sync --------------------------------------------------------------------------------
 
-    async def sync(self, uid: str) -> SyncResult:  # noqa: C901 (a hub to split)
+    async def sync(self, uid: str) -> SyncResult:
         row, eviction = self._desired(uid)
         rt = await get_runtime_pod(self.runtime, uid)
         if row is None or row.deleting:
@@ -295,18 +315,28 @@ class PodSyncer:
             await self._record(pod, rt, {}, ("", ""))
             return SyncResult()
         if row.rejection_reason in (EVICTED, TERMINATED) or eviction is not None:
-            reason = eviction.reason if eviction else row.rejection_reason
-            grace = eviction.grace_period_seconds if eviction else 0
-            # A hard eviction (grace 0) kills at once: the node is short of something now, and
-            # the kubelet's 2 s floor would only delay relief. A shutdown's grace is the
-            # kubelet's override: no floor either.
-            floor = 0 if grace == 0 or reason == TERMINATED else MIN_GRACE
-            return await self._fail(pod, row, rt, reason, eviction.message if eviction else row.rejection_message,
-                                    grace, floor=floor, announce=False)
+            return await self._stop_evicted(pod, row, rt, eviction)
         left = self._deadline_left(row, pod)
         if row.rejection_reason == DEADLINE_EXCEEDED or (left is not None and left <= 0):
             return await self._fail(pod, row, rt, DEADLINE_EXCEEDED, DEADLINE_MESSAGE,
                                     pod.spec.terminationGracePeriodSeconds)
+        return await self._run(uid, row, pod, rt, left)
+
+    async def _stop_evicted(self, pod: Pod, row: DesiredPod, rt: RuntimePod,
+                            eviction: PodEviction | None) -> SyncResult:
+        """A pod eviction decided to stop (evicted, or the node shutting down): Failed with its reason."""
+        reason = eviction.reason if eviction else row.rejection_reason
+        grace = eviction.grace_period_seconds if eviction else 0
+        # A hard eviction (grace 0) kills at once: the node is short of something now, and
+        # the kubelet's 2 s floor would only delay relief. A shutdown's grace is the
+        # kubelet's override: no floor either.
+        floor = 0 if grace == 0 or reason == TERMINATED else MIN_GRACE
+        return await self._fail(pod, row, rt, reason, eviction.message if eviction else row.rejection_message,
+                                grace, floor=floor, announce=False)
+
+    async def _run(self, uid: str, row: DesiredPod, pod: Pod, rt: RuntimePod, left: float | None) -> SyncResult:
+        """An admitted pod that should run: resize, kill what must go, start what is missing,
+        record what the runtime then has."""
         progress = self._progress.setdefault(uid, _Progress(seen_at=row.seen_at.timestamp()))
         resize = ResizeState.of(row, pod)
         resize_before, allocated_before = resize.snapshot(), resize.allocated
@@ -319,20 +349,41 @@ class PodSyncer:
         if (not resize_error and await self.resizer.restarts(pod, rt, resize)) or killed:
             rt = await get_runtime_pod(self.runtime, uid)
         actions = compute_pod_actions(pod, rt, self.backoff)
-        waiting = dict(actions.waiting)
-        error = ("", "")
-        requeue: float | None = None
-        volumes, volume_error = self._volumes(pod)
-        if volume_error[0] and (actions.create_sandbox or actions.start):
-            # Nothing new starts without its volumes; what runs keeps running (as the kubelet).
-            # The volume service's VolumesChanged wakes this pod; the requeue is the safety net.
-            actions.create_sandbox = False
-            actions.start = []
-            error = volume_error
-            requeue = ERROR_RETRY
-
+        step = _Step(waiting=dict(actions.waiting))
+        volumes = self._volumes_or_hold(pod, actions, step)
         sandbox = rt.current_sandbox
         pod_ip = sandbox.ip if sandbox and sandbox.ready else ""
+        await self._kill_and_remove(pod, rt, actions, pod_ip)
+        await self._start_missing(pod, rt, actions, volumes, progress, pod_ip, step)
+        self._crash_loop_backoffs(pod, rt, step)
+        step.sooner(left)
+
+        fresh = await get_runtime_pod(self.runtime, uid) if not actions.noop else rt
+        resize_error = resize_error or await self.resizer.update_in_place(pod, fresh, resize)
+        self.resizer.settle(pod, fresh, resize, resize_error)
+        step.sooner(resize_retry)
+        step.sooner(ERROR_RETRY if resize_error else None)
+        if resize.snapshot() != resize_before:
+            await self.store.run(self._save_resize, uid, resize)
+            if resize.allocated is not allocated_before:
+                await self._set_qos_tiers()  # a granted resize changes its tier's requests
+        await self._collect_garbage(pod, fresh)
+        await self._record(pod, fresh, step.waiting, step.error, resize)
+        self._observe_start(pod, fresh, progress)
+        return SyncResult(requeue_after=step.requeue)
+
+    def _volumes_or_hold(self, pod: Pod, actions: PodActions, step: _Step) -> dict[str, PodVolume]:
+        """The pod's volumes; while one is not ready, nothing new starts and what runs keeps
+        running (as the kubelet). The volume service's VolumesChanged wakes the pod; the requeue
+        is the safety net."""
+        volumes, volume_error = self._volumes(pod)
+        if volume_error[0] and (actions.create_sandbox or actions.start):
+            actions.create_sandbox = False
+            actions.start = []
+            step.fail(volume_error)
+        return volumes
+
+    async def _kill_and_remove(self, pod: Pod, rt: RuntimePod, actions: PodActions, pod_ip: str) -> None:
         if actions.kill_sandboxes:
             await self.killer.kill_sandboxes(pod, rt, actions.kill_sandboxes,
                                              pod.spec.terminationGracePeriodSeconds, pod_ip)
@@ -343,6 +394,10 @@ class PodSyncer:
         for cid in actions.remove_containers:
             await self._remove_container(cid)
 
+    async def _start_missing(self, pod: Pod, rt: RuntimePod, actions: PodActions, volumes: dict[str, PodVolume],
+                             progress: _Progress, pod_ip: str, step: _Step) -> None:
+        """The sandbox if it is to be made, then the containers to start (all at once)."""
+        sandbox = rt.current_sandbox
         sandbox_id = sandbox.id if sandbox and sandbox.ready and not actions.create_sandbox else ""
         attempt = actions.sandbox_attempt if actions.create_sandbox else (sandbox.attempt if sandbox else 0)
         try:
@@ -351,49 +406,35 @@ class PodSyncer:
             message = f"Failed to generate sandbox config for pod {pod.full_name}: {exc}"
             self._event(pod, "Warning", "FailedCreatePodSandBox", message)
             actions.create_sandbox, actions.start = False, []
-            error, requeue = ("FailedCreatePodSandBox", message), ERROR_RETRY
-
+            step.fail(("FailedCreatePodSandBox", message))
+            return
         if actions.create_sandbox:
             sandbox_id, pod_ip, error = await self._create_sandbox(pod, sb_config)
             if error[0]:
-                requeue = ERROR_RETRY
+                step.fail(error)
+        if not sandbox_id or not actions.start:
+            return
+        results = await asyncio.gather(*(
+            self._start_container(pod, rt, s.spec, s.attempt, s.init, sandbox_id, sb_config, pod_ip, progress,
+                                  volumes, ephemeral=s.ephemeral)
+            for s in actions.start))
+        for start, failure in zip(actions.start, results, strict=True):
+            if failure:
+                step.waiting[start.spec.name] = failure
+                step.sooner(ERROR_RETRY)
 
-        if sandbox_id and actions.start:
-            results = await asyncio.gather(*(
-                self._start_container(pod, rt, s.spec, s.attempt, s.init, sandbox_id, sb_config, pod_ip, progress,
-                                      volumes, ephemeral=s.ephemeral)
-                for s in actions.start))
-            for start, failure in zip(actions.start, results, strict=True):
-                if failure:
-                    waiting[start.spec.name] = failure
-                    requeue = min(requeue or ERROR_RETRY, ERROR_RETRY)
-        for name, (reason, _) in waiting.items():
+    def _crash_loop_backoffs(self, pod: Pod, rt: RuntimePod, step: _Step) -> None:
+        """A BackOff event for each container in CrashLoopBackOff; look again when the first
+        back-off ends."""
+        for name, (reason, _) in step.waiting.items():
             if reason == "CrashLoopBackOff":
                 self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
                                                        f"{pod.metadata.name}_{pod.metadata.namespace}({pod.uid})")
-        backoff_waits = [self.backoff.remaining(f"{uid}/{name}", last.finished_at)
-                         for name, (reason, _) in waiting.items()
-                         if reason == "CrashLoopBackOff" and (last := rt.latest(name))]
-        if any(w > 0 for w in backoff_waits):
-            wait = min(w for w in backoff_waits if w > 0)
-            requeue = min(requeue or wait, wait)
-
-        if left is not None:
-            requeue = min(requeue or left, left)
-        fresh = await get_runtime_pod(self.runtime, uid) if not actions.noop else rt
-        resize_error = resize_error or await self.resizer.update_in_place(pod, fresh, resize)
-        self.resizer.settle(pod, fresh, resize, resize_error)
-        for retry in (resize_retry, ERROR_RETRY if resize_error else None):
-            if retry is not None:
-                requeue = min(requeue or retry, retry)
-        if resize.snapshot() != resize_before:
-            await self.store.run(self._save_resize, uid, resize)
-            if resize.allocated is not allocated_before:
-                await self._set_qos_tiers()  # a granted resize changes its tier's requests
-        await self._collect_garbage(pod, fresh)
-        await self._record(pod, fresh, waiting, error, resize)
-        self._observe_start(pod, fresh, progress)
-        return SyncResult(requeue_after=requeue)
+        waits = [self.backoff.remaining(f"{pod.uid}/{name}", last.finished_at)
+                 for name, (reason, _) in step.waiting.items()
+                 if reason == "CrashLoopBackOff" and (last := rt.latest(name))]
+        if any(w > 0 for w in waits):
+            step.sooner(min(w for w in waits if w > 0))
 
     def _save_resize(self, uid: str, resize: ResizeState) -> None:
         with self.store.session() as s:
