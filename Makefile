@@ -68,7 +68,7 @@ status: ## Show the local node's pods
 	@$(PYKUBELET) status --root-dir $(ROOT_DIR)
 
 .PHONY: test
-test: deps lint ## Run all tests: lint, unit, integration (containerd + NATS + SQLite), cluster (etcd + kube-apiserver, built in the background on a fresh machine)
+test: deps lint ## Run all tests: lint, then every suite in pyproject.toml's testpaths (unit, integration, resilience, security, security_modes, cpu_manager, cluster, bootstrap, multinode, eviction, deploy); the 1.37 control plane is built in the background on a fresh machine
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: lint
@@ -79,7 +79,7 @@ lint: deps ## Static checks: ruff on all code, mypy --strict on shared/ and serv
 	@$(PY) -m mypy
 
 .PHONY: test-unit
-test-unit: deps ## Run only the unit tests (fakes, no root needed)
+test-unit: deps ## Run only the unit tests (fakes; the tests need no root, installing what is missing does)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: bench
