@@ -15,6 +15,7 @@ from typing import Any, Callable
 from sqlalchemy import delete, select
 
 from services.probe.worker import SUCCESS, ProbeKey, ProbeWorker, Target
+from shared import periodic
 from shared.bus import Bus, ProbeResultsChanged
 from shared.container_id import runtime_container_id
 from shared.cri import RuntimeService
@@ -152,13 +153,10 @@ class ProbeManager:
                 for k, w in sorted(self.workers.items(), key=lambda kv: (kv[0].pod_name, kv[0].container, kv[0].kind))]
 
     async def run(self, on_synced: Callable[[], None] = lambda: None) -> None:
-        while True:
-            try:
-                await self.reconcile()
-                on_synced()
-            except Exception:
-                log.exception("probe reconcile failed")
-            await asyncio.sleep(self.resync_every)
+        async def step() -> None:
+            await self.reconcile()
+            on_synced()
+        await periodic.every(self.resync_every, "probe reconcile", step, log)
 
     async def close(self) -> None:
         for key in list(self.workers):
