@@ -162,7 +162,31 @@ def _runs_again(previous: dict[str, Any], rejection: tuple[str, str]) -> bool:
     return previous.get("reason") == shutdown.TERMINATED and not rejection[0]
 
 
-def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str, Any] | None,  # noqa: C901 (a hub to split)
+def _incomplete_init(pod: Pod, init_statuses: list[dict[str, Any]]) -> list[str]:
+    """The init containers the pod still waits for: regular ones must have succeeded, sidecars
+    only need to have started. Marks regular ones ready once they exited 0 (as the kubelet's
+    prober manager)."""
+    for c, st in zip(pod.spec.initContainers, init_statuses, strict=True):
+        if c.restartPolicy != "Always":
+            st["ready"] = st["state"].get("terminated", {}).get("exitCode") == 0
+    return [c.name for c, st in zip(pod.spec.initContainers, init_statuses, strict=True)
+            if (c.restartPolicy == "Always" and "waiting" in st["state"]
+                and "terminated" not in st.get("lastState", {}))
+            or (c.restartPolicy != "Always" and st["state"].get("terminated", {}).get("exitCode") != 0)]
+
+
+def _phase(pod: Pod, app_statuses: list[dict[str, Any]], init_statuses: list[dict[str, Any]], init_done: bool,
+           previous: dict[str, Any], rejection: tuple[str, str]) -> str:
+    phase = pod_phase(pod, app_statuses, init_done)
+    if not init_done and pod.spec.restartPolicy == "Never":
+        if any(st["state"].get("terminated", {}).get("exitCode", 0) != 0 for st in init_statuses):
+            phase = "Failed"
+    if previous.get("phase") in ("Succeeded", "Failed") and not _runs_again(previous, rejection):
+        phase = str(previous["phase"])  # terminal phases are sticky
+    return phase
+
+
+def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str, Any] | None,
                    deleting: bool = False, rejection: tuple[str, str] = ("", ""),
                    probes: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[dict[str, Any], str]:
     """Return (v1 PodStatus, summary in words)."""
@@ -187,25 +211,10 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
     # init containers (init ones included), ContainerCreating otherwise.
     not_created = "PodInitializing" if pod.spec.initContainers else "ContainerCreating"
     init_statuses = [status_of(c, not_created) for c in pod.spec.initContainers]
-    for c, st in zip(pod.spec.initContainers, init_statuses, strict=True):
-        if c.restartPolicy != "Always":
-            # As the kubelet's prober manager: an init container is ready once it exited 0.
-            st["ready"] = st["state"].get("terminated", {}).get("exitCode") == 0
-    # Regular init containers must have succeeded; sidecars only need to have started.
-    incomplete_init = [c.name for c, st in zip(pod.spec.initContainers, init_statuses, strict=True)
-                       if (c.restartPolicy == "Always" and "waiting" in st["state"]
-                           and "terminated" not in st.get("lastState", {}))
-                       or (c.restartPolicy != "Always"
-                           and st["state"].get("terminated", {}).get("exitCode") != 0)]
+    incomplete_init = _incomplete_init(pod, init_statuses)
     init_done = not incomplete_init
     app_statuses = [status_of(c, not_created) for c in pod.spec.containers]
-
-    phase = pod_phase(pod, app_statuses, init_done)
-    if not init_done and pod.spec.restartPolicy == "Never":
-        if any(st["state"].get("terminated", {}).get("exitCode", 0) != 0 for st in init_statuses):
-            phase = "Failed"
-    if previous.get("phase") in ("Succeeded", "Failed") and not _runs_again(previous, rejection):
-        phase = previous["phase"]  # terminal phases are sticky
+    phase = _phase(pod, app_statuses, init_statuses, init_done, previous, rejection)
 
     prev_conds = {c["type"]: c for c in previous.get("conditions", [])}
     sidecar_statuses = [st for c, st in zip(pod.spec.initContainers, init_statuses, strict=True) if c.restartPolicy == "Always"]
