@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
+from services.pod_sync.runtime_view import ContainerInfo, RuntimePod, SandboxInfo
 from shared.cri import labels as L
 from shared.podspec import Container, Pod
 from shared.retry import Backoff
@@ -104,26 +104,11 @@ def _restart_or_wait(pod: Pod, spec: Container, c: ContainerInfo, init: bool, ba
     actions.start.append(StartContainer(spec, c.attempt + 1, init))
 
 
-def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodActions:  # noqa: C901 (a hub to split)
-    actions = PodActions()
+def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodActions:
     sandbox = rt.current_sandbox
     if sandbox is None or not sandbox.ready:
-        attempt = sandbox.attempt + 1 if sandbox else 0
-        ran_before = bool(rt.containers)
-        # A finished pod does not come back: restartPolicy Never, or OnFailure with all done.
-        if ran_before and (pod.spec.restartPolicy == "Never"
-                           or (pod.spec.restartPolicy == "OnFailure" and _all_succeeded(pod, rt))):
-            actions.pod_done = True
-            actions.kill_sandboxes = [s.id for s in rt.sandboxes if s.ready]
-            return actions
-        actions.kill_sandboxes = [s.id for s in rt.sandboxes if s.ready]
-        actions.create_sandbox = True
-        actions.sandbox_attempt = attempt
-        first = pod.spec.initContainers[:1] or pod.spec.containers
-        init = bool(pod.spec.initContainers)
-        actions.start = [StartContainer(c, _next_attempt(rt, c.name), init) for c in first]
-        return actions
-
+        return _new_sandbox(pod, rt, sandbox)
+    actions = PodActions()
     # Older ready sandboxes of the same pod are leftovers: stop them.
     actions.kill_sandboxes = [s.id for s in rt.sandboxes[1:] if s.ready]
     in_sandbox = RuntimePod(uid=rt.uid, sandboxes=[sandbox],
@@ -134,17 +119,41 @@ def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodAction
     for eph in pod.spec.ephemeralContainers:
         if rt.latest(eph.name) is None:
             actions.start.append(StartContainer(eph, 0, ephemeral=True))
+    if _init_containers_done(pod, rt, in_sandbox, sandbox.id, backoff, actions):
+        _app_containers(pod, rt, in_sandbox, sandbox.id, backoff, actions)
+    return actions
 
+
+def _new_sandbox(pod: Pod, rt: RuntimePod, sandbox: SandboxInfo | None) -> PodActions:
+    """No ready sandbox: a new one with the first container(s), unless the pod is done."""
+    actions = PodActions()
+    actions.kill_sandboxes = [s.id for s in rt.sandboxes if s.ready]
+    # A finished pod does not come back: restartPolicy Never, or OnFailure with all done.
+    if rt.containers and (pod.spec.restartPolicy == "Never"
+                          or (pod.spec.restartPolicy == "OnFailure" and _all_succeeded(pod, rt))):
+        actions.pod_done = True
+        return actions
+    actions.create_sandbox = True
+    actions.sandbox_attempt = sandbox.attempt + 1 if sandbox else 0
+    first = pod.spec.initContainers[:1] or pod.spec.containers
+    init = bool(pod.spec.initContainers)
+    actions.start = [StartContainer(c, _next_attempt(rt, c.name), init) for c in first]
+    return actions
+
+
+def _init_containers_done(pod: Pod, rt: RuntimePod, in_sandbox: RuntimePod, sandbox_id: str, backoff: Backoff,
+                          actions: PodActions) -> bool:
+    """Start, restart or wait for the init containers in order; True once the app containers may go."""
     for spec in pod.spec.initContainers:
         c = in_sandbox.latest(spec.name)
         sidecar = spec.restartPolicy == "Always"
         if c is None:
             actions.start.append(StartContainer(spec, _next_attempt(rt, spec.name), True))
-            return actions
+            return False
         if c.state == "running":
             if sidecar:
                 continue  # started: the next init container may go
-            return actions
+            return False
         if sidecar:
             # A sidecar that stopped is restarted whatever the pod's restartPolicy; once it has
             # run it does not hold up the containers after it.
@@ -154,11 +163,17 @@ def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodAction
             continue
         if pod.spec.restartPolicy == "Never" and c.state == "exited":
             actions.pod_done = True  # a failed init container fails the pod
-            actions.kill_sandboxes.append(sandbox.id)
-            return actions
+            actions.kill_sandboxes.append(sandbox_id)
+            return False
         _restart_or_wait(pod, spec, c, True, backoff, actions)
-        return actions
+        return False
+    return True
 
+
+def _app_containers(pod: Pod, rt: RuntimePod, in_sandbox: RuntimePod, sandbox_id: str, backoff: Backoff,
+                    actions: PodActions) -> None:
+    """Start what is missing, replace what changed, restart per restartPolicy; a pod whose
+    containers are all done is done."""
     done = 0
     for spec in pod.spec.containers:
         c = in_sandbox.latest(spec.name)
@@ -176,5 +191,4 @@ def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodAction
         _restart_or_wait(pod, spec, c, False, backoff, actions)
     if done == len(pod.spec.containers):
         actions.pod_done = True
-        actions.kill_sandboxes.append(sandbox.id)
-    return actions
+        actions.kill_sandboxes.append(sandbox_id)
