@@ -267,7 +267,7 @@ class LogStream(AsyncIterator[bytes]):
         own = os.fstat(self._file.fileno())
         return (st.st_ino, st.st_dev) != (own.st_ino, own.st_dev)
 
-    async def _run(self) -> AsyncGenerator[bytes, None]:  # noqa: C901 (a hub to split)
+    async def _run(self) -> AsyncGenerator[bytes, None]:  # noqa: C901 (one state machine: read, rotate, follow)
         opts = self._opts
         pattern = _CONTENT if self._plain else _RECORD
         try:
