@@ -601,29 +601,21 @@ class PodSyncer:
                                       etc_hosts=self._etc_hosts(pod, spec, pod_ip), subpaths=self.subpaths,
                                       target_id=target_id, cpuset=self.cpus.cpuset_for(pod.uid, spec.name))
         except (ValueError, EnvSourceError) as exc:
-            M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
-            self._event(pod, "Warning", "Failed", f"Error: {exc}")
-            return "CreateContainerConfigError", str(exc)
+            return self._start_failed(pod, kind, "CreateContainerConfigError", "CreateContainerConfigError", str(exc))
         except Exception as exc:  # a defect; the pod still says which container and why
             log.exception("pod %s: building the config of container %s", pod.full_name, spec.name)
-            message = f"internal error building the container config: {type(exc).__name__}: {exc}"
-            M.STARTED_CONTAINER_ERRORS.labels("CreateContainerConfigError", kind).inc()
-            self._event(pod, "Warning", "Failed", f"Error: {message}")
-            return "CreateContainerConfigError", message
+            return self._start_failed(pod, kind, "CreateContainerConfigError", "CreateContainerConfigError",
+                                      f"internal error building the container config: {type(exc).__name__}: {exc}")
         M.STARTED_CONTAINERS.labels(kind).inc()
         try:
             cid = await self.runtime.create_container(sandbox_id, config, sb_config)
         except CRIError as exc:
-            M.STARTED_CONTAINER_ERRORS.labels(exc.code.name if exc.code else "Unknown", kind).inc()
-            self._event(pod, "Warning", "Failed", f"Error: {exc.details}")
-            return "CreateContainerError", exc.details
+            return self._start_failed(pod, kind, _grpc_code(exc), "CreateContainerError", exc.details)
         self._event(pod, "Normal", "Created", f"Created container {spec.name}")
         try:
             await self.runtime.start_container(cid)
         except CRIError as exc:
-            M.STARTED_CONTAINER_ERRORS.labels(exc.code.name if exc.code else "Unknown", kind).inc()
-            self._event(pod, "Warning", "Failed", f"Error: {exc.details}")
-            return "RunContainerError", exc.details
+            return self._start_failed(pod, kind, _grpc_code(exc), "RunContainerError", exc.details)
         self._event(pod, "Normal", "Started", f"Started container {spec.name}")
         progress.started_any = True
         log.info("pod %s: container %s started (restart %d)", pod.full_name, spec.name, attempt)
@@ -632,6 +624,13 @@ class PodSyncer:
             if failure:
                 return failure
         return None
+
+    def _start_failed(self, pod: Pod, kind: str, metric_code: str, reason: str, message: str) -> tuple[str, str]:
+        """A container that could not be started: counted, said in an event, and its waiting
+        (reason, message)."""
+        M.STARTED_CONTAINER_ERRORS.labels(metric_code, kind).inc()
+        self._event(pod, "Warning", "Failed", f"Error: {message}")
+        return reason, message
 
     def _etc_hosts(self, pod: Pod, spec: Container, pod_ip: str) -> Path | None:
         """Write the pod's managed /etc/hosts for this container, or None when it gets none."""
@@ -783,6 +782,11 @@ class PodSyncer:
 def _log_write_failure(write: Future[None]) -> None:
     if (exc := write.exception()) is not None:
         log.warning("could not store a pod's pull progress: %s", exc)
+
+
+def _grpc_code(exc: CRIError) -> str:
+    """The gRPC status code's name, as the kubelet's started_containers_errors_total labels it."""
+    return exc.code.name if exc.code else "Unknown"
 
 
 def _target_id(spec: Container, rt: RuntimePod, sandbox_id: str) -> str | None:
