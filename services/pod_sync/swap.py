@@ -16,17 +16,14 @@ import logging
 from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.resize import restart_policy
+from services.pod_sync.static_source import CONFIG_SOURCE
 from shared.podspec import Container, Pod
 from shared.qos import is_critical, qos_class
 from shared.quantity import to_bytes
+from shared.store import is_static
 from shared.swap import LIMITED_SWAP, NO_SWAP, SWAP_MAX, NodeSwap
 
 log = logging.getLogger(__name__)
-
-# The annotation static pods carry (services/pod_sync/static_source.py): the kubelet's
-# IsCriticalPod counts them as critical whatever their priority.
-_STATIC_SOURCES = ("file", "http")
-
 
 def _memory(value: str | int | float | None) -> int:
     return to_bytes(value) if value is not None else 0
@@ -36,7 +33,8 @@ def swap_behavior(pod: Pod, c: Container, qos: str, swap: NodeSwap) -> str:
     """NoSwap or LimitedSwap for this container (the kubelet's GetContainerSwapBehavior)."""
     if swap.behavior != LIMITED_SWAP or not swap.controller or not swap.cgroup_v2:
         return NO_SWAP
-    static = pod.metadata.annotations.get("kubernetes.io/config.source") in _STATIC_SOURCES
+    # A static pod (the source its annotation names) is critical whatever its priority.
+    static = is_static(pod.metadata.annotations.get(CONFIG_SOURCE, ""))
     if is_critical(pod, static):
         return NO_SWAP
     request, limit = _memory(c.resources.request("memory")), _memory(c.resources.limits.get("memory"))
