@@ -10,7 +10,7 @@ import pytest
 
 from shared.cni import BRIDGE
 from tests import kube_build
-from tests.host_leftovers import clear_bridge
+from tests.host_leftovers import TEARDOWN_TIMEOUT, clear_bridge
 
 UNIT_TESTS = Path(__file__).parent / "unit"
 VM_TESTS = Path(__file__).parent / "vm"  # a guest of their own: no node of this host, no control plane
@@ -31,6 +31,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if found.removed and reporter is not None:
         reporter.write_line(f"removed {len(found.removed)} pod network namespace(s) that a killed run left "
                             f"on bridge {BRIDGE}: {', '.join(found.removed)}")
+    if found.stuck:
+        pytest.exit(f"the kernel has not taken {', '.join(found.stuck)} off bridge {BRIDGE} "
+                    f"{TEARDOWN_TIMEOUT} s after their namespaces were deleted; remove them with "
+                    "`ip link delete NAME` and run the tests again.", returncode=3)
     if found.live:
         held = "; ".join(f"{name} (pids {', '.join(map(str, pids)) or 'unknown'})" for name, pids in found.live.items())
         pytest.exit(f"bridge {BRIDGE} carries pods of a node that is running on this host: {held}. Their "

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from dataclasses import dataclass, field
 
 IP_TIMEOUT = 10
+# The kernel tears a deleted namespace down on a work queue, after `ip netns delete` returns; its
+# end of each veth pair (and so the port on the bridge) goes a moment later, longer on a busy host.
+TEARDOWN_TIMEOUT = 30
 
 
 @dataclass
 class Leftovers:
     removed: list[str] = field(default_factory=list)  # namespaces no process was in
+    stuck: list[str] = field(default_factory=list)  # ports of removed namespaces still on the bridge
     live: dict[str, list[int]] = field(default_factory=dict)  # namespace (or port) -> pids in it
 
 
@@ -44,6 +49,7 @@ def clear_bridge(bridge: str) -> Leftovers:
     if not ports:
         return found
     by_id = {ns.get("id"): ns["name"] for ns in _ip_json("netns", "list") if "name" in ns}
+    leaving: list[str] = []
     for port in ports:
         netns = by_id.get(port.get("link_netnsid"))
         if netns is None:  # a peer in an unnamed namespace: nothing to judge it by
@@ -52,7 +58,20 @@ def clear_bridge(bridge: str) -> Leftovers:
         pids = _pids_in(netns)
         if pids:
             found.live[netns] = pids
-        elif netns not in found.removed:
-            subprocess.run(["ip", "netns", "delete", netns], capture_output=True, timeout=IP_TIMEOUT)
-            found.removed.append(netns)
+        else:
+            leaving.append(port["ifname"])
+            if netns not in found.removed:
+                subprocess.run(["ip", "netns", "delete", netns], capture_output=True, timeout=IP_TIMEOUT)
+                found.removed.append(netns)
+    found.stuck = _wait_gone(bridge, leaving)
     return found
+
+
+def _wait_gone(bridge: str, ifnames: list[str]) -> list[str]:
+    """Wait for the kernel to take `ifnames` off `bridge`; those still there at the timeout."""
+    deadline = time.monotonic() + TEARDOWN_TIMEOUT
+    while True:
+        still = sorted(set(ifnames) & {p["ifname"] for p in _ip_json("link", "show", "master", bridge)})
+        if not still or time.monotonic() > deadline:
+            return still
+        time.sleep(0.1)

@@ -54,6 +54,7 @@ def test_a_killed_runs_namespaces_go_and_a_live_nodes_stay(bridge):
     found = clear_bridge(BRIDGE)
     assert found.removed == [ORPHAN]
     assert not Path(f"/run/netns/{ORPHAN}").exists()
+    assert found.stuck == []
     assert ports() == ["pkltest-veth2"], "the orphan's veth pair went with its namespace"
     assert found.live == {LIVE: [bridge.pid]}
     assert clear_bridge(BRIDGE).removed == [], "nothing more to remove the second time"
