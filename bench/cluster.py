@@ -24,7 +24,7 @@ from bench.agents import Kubelet, Pykubelet
 from bench.probe_load import CONTAINERS, PODS, Targets, probe_pod
 from bench.stats import summary, time_wait_to_ports
 from bench.steady_state import CpuWindow, measure
-from shared.cri import CRIClient
+from shared.runtime.cri import CRIClient
 from tests.cluster.harness import ControlPlane
 from tests.integration.conftest import NODE_NAME
 

@@ -28,7 +28,7 @@ from bench.cluster import delete_all, k8s, wait_node_ready
 from bench.stats import summary
 from bench.steady_state import measure
 from services.eviction.signals import SignalReader
-from shared.cri import CRIClient
+from shared.runtime.cri import CRIClient
 from tests.cluster.harness import KUBELET_LABEL, ControlPlane
 from tests.integration.conftest import NODE_NAME
 

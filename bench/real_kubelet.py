@@ -15,9 +15,9 @@ from bench.node_api import CONTAINER_LOG_MAX_SIZE
 from services.network.cni_config import write_conflist
 from services.supervisor.node import LocalNode, UpOptions
 from services.supervisor.teardown import remove_all_pods, remove_bridge
-from shared.cni import BRIDGE, cni_conf_dir, cni_ipam_dir
-from shared.config import NodeSettings
-from shared.mounts import MountError, remove_tree
+from shared.config.settings import NodeSettings
+from shared.host.cni import BRIDGE, cni_conf_dir, cni_ipam_dir
+from shared.host.mounts import MountError, remove_tree
 from tests.cluster.harness import KUBE_BIN, ControlPlane
 from tests.integration.conftest import POD_CIDR, free_port
 

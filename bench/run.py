@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench import cluster, eviction, standalone
 from bench.containerd2 import put_first_on_path
-from shared.mounts import MountError, remove_tree
+from shared.host.mounts import MountError, remove_tree
 from tests.cluster.harness import KUBELET_LABEL
 
 RESULTS = Path(__file__).resolve().parent / "results"

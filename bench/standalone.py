@@ -15,7 +15,7 @@ from cri_api.v1 import api_pb2 as cri
 from bench.agents import Kubelet, Pykubelet
 from bench.cluster import WORKLOADS, pod_manifest
 from bench.stats import summary
-from shared.cri import CRIClient
+from shared.runtime.cri import CRIClient
 
 POLL = 0.05
 

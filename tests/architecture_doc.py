@@ -13,7 +13,7 @@ import inspect
 import re
 from pathlib import Path
 
-from shared import bus
+from shared.bus import client as bus
 from shared.store import models
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def render() -> str:
              "## Tables (SQLite, `<root-dir>/state.db`)", "",
              "Each table has one writer, which the store enforces (`Store(..., writer=...)`); readers "
              "are the services whose code names its model, and the shared/ modules that read it for them "
-             "(`pykubelet status` and node-api's views go through shared/pressure_report.py, for one).", "",
+             "(`pykubelet status` and node-api's views go through shared/store/pressure_report.py, for one).", "",
              "| table | model | writer | readers | read in shared/ | what it holds |", "|---|---|---|---|---|---|"]
     mapped = {m.class_.__tablename__: m.class_ for m in models.Base.registry.mappers}
     for table in sorted(mapped):
@@ -63,7 +63,7 @@ def render() -> str:
                      f"{', '.join(shared_readers) or '-'} | {_first_line(model)} |")
     lines += ["", f"## Events (NATS, subjects under `{bus.SUBJECT_PREFIX}`)", "",
               "Events only wake a service; the state they speak of is in the store. Each subject may be "
-              "published only by the services named (NATS permissions, shared/bus_auth.py).", "",
+              "published only by the services named (NATS permissions, shared/bus/auth.py).", "",
               "| event | subject | publishers | subscribers | meaning |", "|---|---|---|---|---|"]
     events = sorted((c for c in vars(bus).values()
                      if inspect.isclass(c) and issubclass(c, bus.Event) and c is not bus.Event),

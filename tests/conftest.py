@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.cni import BRIDGE
+from shared.host.cni import BRIDGE
 from tests import kube_build
 from tests.host_leftovers import TEARDOWN_TIMEOUT, clear_bridge
 

@@ -18,8 +18,8 @@ ROOT_DIR = "/var/lib/pykubelet"
 MANIFESTS = "/etc/kubernetes/manifests"
 
 PUSH = f"""
-from shared.images.build import IMAGES, build_image, busybox_applets
-from shared.images.registry import push_image, wait_for_registry
+from shared.runtime.images.build import IMAGES, build_image, busybox_applets
+from shared.runtime.images.registry import push_image, wait_for_registry
 wait_for_registry("{REGISTRY}")
 applets = busybox_applets()
 for key in ("pause", "web", "busybox"):

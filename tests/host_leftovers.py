@@ -1,7 +1,7 @@
 """Pod networks a killed test run left on this host, found (and the dead ones removed) before a
 session starts its nodes.
 
-Every test node puts its pods on the same host bridge (shared.cni.BRIDGE) with addresses from
+Every test node puts its pods on the same host bridge (shared.host.cni.BRIDGE) with addresses from
 10.88.0.0/24, but keeps its IP leases in its own root dir. A run that was killed (its processes
 ended, the kernel's objects not) leaves pod network namespaces attached to that bridge: their
 addresses are leased again by the next node, two namespaces answer for one pod IP, and probes

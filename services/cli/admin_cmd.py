@@ -1,6 +1,6 @@
 """`pykubelet admin SERVICE PATH`: GET one URL of a service's loopback admin app, as root.
 
-The admin apps answer only requests carrying the node's admin token (shared/admin_token.py).
+The admin apps answer only requests carrying the node's admin token (shared/process/admin_token.py).
 This reads it from the root dir and sends it in a header, never on a command line, where any
 local user would see it in `ps`. The answer's body goes to stdout; the exit code is 0 for a 2xx
 answer, 1 otherwise (the status on stderr), so scripts and health checks can use it.
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from services.supervisor.leftovers import read_node_file
-from shared.admin import SERVICES, admin_port
-from shared.admin_token import AdminTokenError, read_token, token_path
+from shared.process.admin import SERVICES, admin_port
+from shared.process.admin_token import AdminTokenError, read_token, token_path
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 TIMEOUT = 10.0

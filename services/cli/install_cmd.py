@@ -32,12 +32,12 @@ from pathlib import Path
 import yaml
 
 from services.supervisor.containerd_config import ContainerdLayout, render_config
-from shared import kubeconfig
-from shared.admin import SERVICES
-from shared.bus_auth import CredentialsError, credentials_file, read_credentials, server_config, write_credentials
-from shared.cni import CNI_BIN_DIR, cni_conf_dir
-from shared.host import kernel_refuses_negative_oom_score_adj
-from shared.self_signed import write_self_signed
+from shared.api import kubeconfig
+from shared.api.self_signed import write_self_signed
+from shared.bus.auth import CredentialsError, credentials_file, read_credentials, server_config, write_credentials
+from shared.host.cni import CNI_BIN_DIR, cni_conf_dir
+from shared.host.facts import kernel_refuses_negative_oom_score_adj
+from shared.process.admin import SERVICES
 
 SRC = Path(__file__).resolve().parents[2]
 TEMPLATES = SRC / "deploy" / "systemd"

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from shared import safe_yaml
-from shared.process_title import COMMAND_NAME
+from shared.model import safe_yaml
+from shared.process.title import COMMAND_NAME
 
 
 def pykubelet_paths(config_dir: Path, unit_dir: Path, kubeconfig: str) -> dict[str, list[str]]:

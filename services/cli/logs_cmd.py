@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from shared.safe_paths import open_regular
+from shared.host.safe_paths import open_regular
 from shared.store import DesiredPod, PodRuntime, Store
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import runpy
 import sys
 
-from shared import process_title, process_tuning
+from shared.process import title as process_title
+from shared.process import tuning as process_tuning
 
 SERVICES = {
     "pod-sync": "services.pod_sync",

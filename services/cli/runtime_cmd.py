@@ -19,8 +19,8 @@ from pathlib import Path
 
 from services.supervisor.containerd_config import ContainerdLayout
 from services.supervisor.teardown import teardown_node
-from shared.cri import CRIClient, CRIError
-from shared.retry import until_done
+from shared.runtime.cri import CRIClient, CRIError
+from shared.tasks.retry import until_done
 
 log = logging.getLogger("pykubelet.containerd")
 
@@ -92,8 +92,8 @@ def containerd(argv: list[str]) -> int:
 
 
 def push_images(argv: list[str]) -> int:
-    from shared.images.build import IMAGES, build_image, busybox_applets
-    from shared.images.registry import PushError, push_image, wait_for_registry
+    from shared.runtime.images.build import IMAGES, build_image, busybox_applets
+    from shared.runtime.images.registry import PushError, push_image, wait_for_registry
 
     p = argparse.ArgumentParser(prog="pykubelet push-images",
                                 description="Build the demo and pause images from busybox-static and push them.")

@@ -21,9 +21,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import DatabaseError
 
-from shared.pressure_report import human, pressure_report
-from shared.service_state import ServiceView, at, node_view, not_current, owners_of, read_states
 from shared.store import DesiredPod, ManifestError, NetworkStatus, PodStatusRecord, Store
+from shared.store.pressure_report import human, pressure_report
+from shared.store.service_state import ServiceView, at, node_view, not_current, owners_of, read_states
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 

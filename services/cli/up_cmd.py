@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 from services.supervisor.forking import Forker, ForkRefused
 from services.supervisor.leftovers import SUPERVISOR_PID, find_leftovers, orphaned_shims, pid_alive, stop_abandoned_node
 from services.supervisor.node import UpOptions, run_up
-from shared.config import ConfigError, NodeSettings, add_node_flags, settings_from_args
-from shared.host import NodeIPError
-from shared.host_checks import startup_problems
-from shared.node_dirs import private_umask, root_dir
-from shared.version import version_line
+from shared.config.settings import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared.host.checks import startup_problems
+from shared.host.facts import NodeIPError, node_address
+from shared.host.node_dirs import private_umask, root_dir
+from shared.model.version import version_line
 
 DEFAULT_ROOT = os.environ.get("PYKUBELET_ROOT_DIR", "/var/lib/pykubelet")
 KUBELET_ROOT = "/var/lib/kubelet"  # the kubelet's --root-dir default
@@ -97,7 +97,7 @@ def _start(args: argparse.Namespace, prog: str, options: Callable[[NodeSettings]
         return 2
     try:
         # Found once, here, and handed to every service: no service guesses on its own.
-        args.node_ip = settings.node_address
+        args.node_ip = node_address(settings.node_ip)
     except NodeIPError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2

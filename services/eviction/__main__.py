@@ -10,14 +10,14 @@ from services.eviction.manager import EvictionManager
 from services.eviction.node_shutdown import NodeShutdownManager, shutdown_groups
 from services.eviction.pod_usage import UsageCollector
 from services.eviction.signals import SignalReader
-from shared.bus import DiskReclaimed
-from shared.cri import CRIClient
-from shared.cri.imagefs import imagefs_mountpoint
-from shared.events import BusRecorder
-from shared.host import boot_id, cpu_capacity_millicores, memory_capacity_bytes
-from shared.node_resources import Reservations, allocatable
-from shared.pressure_report import pressure_report
-from shared.service import ServiceContext, service_main
+from shared.bus.client import DiskReclaimed
+from shared.bus.events import BusRecorder
+from shared.host.facts import boot_id, cpu_capacity_millicores, memory_capacity_bytes
+from shared.host.node_resources import Reservations, allocatable
+from shared.process.service import ServiceContext, service_main
+from shared.runtime.cri import CRIClient
+from shared.runtime.cri.imagefs import imagefs_mountpoint
+from shared.store.pressure_report import pressure_report
 
 if TYPE_CHECKING:
     from fastapi import APIRouter

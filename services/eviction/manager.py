@@ -20,11 +20,13 @@ from sqlalchemy import delete, select
 from services.eviction.pod_usage import ActivePod, UsageCollector
 from services.eviction.ranking import eviction_message, has_storage_limits, is_critical, rank, storage_limit_violation
 from services.eviction.signals import Observations, SignalReader
-from shared.allocation import with_allocation
-from shared.bus import DiskReclaimRequested, Event, EvictionsDecided, NodePressureChanged
-from shared.container_id import runtime_container_id
-from shared.events import Recorder
-from shared.podspec import PodCache
+from shared.bus.client import DiskReclaimRequested, Event, EvictionsDecided, NodePressureChanged
+from shared.bus.events import Recorder
+from shared.config.thresholds import PRESSURE_CONDITIONS, Threshold
+from shared.model.allocation import with_allocation
+from shared.model.container_id import runtime_container_id
+from shared.model.podspec import PodCache
+from shared.model.volume_plugins import EMPTY_DIR
 from shared.store import (
     DesiredPod,
     DiskReclaim,
@@ -37,8 +39,6 @@ from shared.store import (
     Store,
 )
 from shared.store.models import utcnow
-from shared.thresholds import PRESSURE_CONDITIONS, Threshold
-from shared.volume_plugins import EMPTY_DIR
 
 log = logging.getLogger(__name__)
 

@@ -30,14 +30,14 @@ from prometheus_client import Gauge
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from shared import node_shutdown as shutdown
-from shared.bus import Event, EvictionsDecided, KubeEvent, NodeShutdownChanged
-from shared.config import KubeletConfiguration
-from shared.podspec import PodCache
-from shared.qos import SYSTEM_CRITICAL_PRIORITY
-from shared.retry import until_done
+from shared.bus.client import Event, EvictionsDecided, KubeEvent, NodeShutdownChanged
+from shared.config.settings import KubeletConfiguration
+from shared.model.podspec import PodCache
+from shared.model.qos import SYSTEM_CRITICAL_PRIORITY
 from shared.store import DesiredPod, NodeShutdown, PodEviction, PodRuntime, Store
+from shared.store import node_shutdown as shutdown
 from shared.store.models import utcnow
+from shared.tasks.retry import until_done
 
 if TYPE_CHECKING:  # D-Bus is loaded only on a node that asks for graceful shutdown
     from jeepney.fds import FileDescriptor

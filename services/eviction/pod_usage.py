@@ -10,11 +10,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.cgroup_names import container_cgroup
-from shared.cgroups import CgroupReader
-from shared.cri import CRIError, RuntimeService
-from shared.disk_usage import tree_usage
-from shared.podspec import Pod
+from shared.host.cgroup_names import container_cgroup
+from shared.host.cgroups import CgroupReader
+from shared.host.disk_usage import tree_usage
+from shared.model.podspec import Pod
+from shared.runtime.cri import CRIError, RuntimeService
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Callable
 
 from services.eviction.pod_usage import ActivePod, PodUsage
-from shared.podspec import Pod
-from shared.qos import is_critical as is_critical_pod
-from shared.quantity import to_bytes
+from shared.model.podspec import Pod
+from shared.model.qos import is_critical as is_critical_pod
+from shared.model.quantity import to_bytes
 from shared.store import is_static
 
 NODE_LOW_MESSAGE = "The node was low on resource: {resource}. "

@@ -18,9 +18,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.cgroups import CgroupReader
-from shared.host import memory_capacity_bytes
-from shared.thresholds import MEMORY_SIGNALS
+from shared.config.thresholds import MEMORY_SIGNALS
+from shared.host.cgroups import CgroupReader
+from shared.host.facts import memory_capacity_bytes
 
 log = logging.getLogger(__name__)
 

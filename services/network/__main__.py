@@ -6,10 +6,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from services.network.readiness import NetworkManager
-from shared.bus import RuntimeStatusChanged
-from shared.runtime_status import runtime_network
-from shared.service import ServiceContext, service_main
+from shared.bus.client import RuntimeStatusChanged
+from shared.process.service import ServiceContext, service_main
 from shared.store import NetworkStatus
+from shared.store.runtime_status import runtime_network
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -47,7 +47,7 @@ async def setup(ctx: ServiceContext) -> None:
     if ctx.settings.cluster_mode:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.network.node_cidr import NodePodCIDRWatcher
-        from shared.kube import node_api_client
+        from shared.api.client import node_api_client
 
         api = node_api_client(ctx.settings)
         ctx.spawn("node-pod-cidr", NodePodCIDRWatcher(api, ctx.settings.node_name, manager.use_node_pod_cidr).run())

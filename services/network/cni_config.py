@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from shared.cni import BRIDGE, NETWORK_NAME
-from shared.node_dirs import private_dir
+from shared.host.cni import BRIDGE, NETWORK_NAME
+from shared.host.node_dirs import private_dir
 
 CONFLIST_NAME = "10-pykubelet.conflist"
 

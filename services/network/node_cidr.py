@@ -7,7 +7,7 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from shared.kube import KubeApi, path
+from shared.api.client import KubeApi, path
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Network readiness: our CNI config is written and the runtime says its network is ready (its
-NetworkReady condition, as pod-sync records the runtime's status: shared/runtime_status.py)."""
+NetworkReady condition, as pod-sync records the runtime's status: shared/store/runtime_status.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Callable
 from sqlalchemy.exc import DatabaseError
 
 from services.network.cni_config import write_conflist
-from shared.bus import Bus, NetworkChanged
-from shared.cni import cni_conf_dir, cni_ipam_dir
+from shared.bus.client import Bus, NetworkChanged
+from shared.host.cni import cni_conf_dir, cni_ipam_dir
 from shared.store import NetworkStatus, Store
 from shared.store.models import utcnow
 

@@ -12,9 +12,9 @@ from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.listeners import node_metrics_source, start_listeners
 from services.node_api.pods import pod_list
 from services.node_api.stats import StatsProvider
-from shared.cri import CRIClient
-from shared.process_tuning import raise_open_files_limit
-from shared.service import ServiceContext, service_main
+from shared.process.service import ServiceContext, service_main
+from shared.process.tuning import raise_open_files_limit
+from shared.runtime.cri import CRIClient
 
 if TYPE_CHECKING:
     from fastapi import APIRouter

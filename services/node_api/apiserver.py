@@ -5,7 +5,7 @@ delegates its API auth)."""
 from __future__ import annotations
 
 from services.node_api.auth import Attributes, User
-from shared.kube import KubeApi, path
+from shared.api.client import KubeApi, path
 
 
 class KubeReviews:

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Generic, Hashable, Protocol, TypeVar
 
-from shared.server_config import Authentication, Authorization
+from shared.config.server import Authentication, Authorization
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import logging
 from datetime import datetime, timezone
 
 from services.node_api.http import HTTPServer, Request, Response, Router, text_response
-from shared.admin import SERVICES
-from shared.service import ServiceContext
-from shared.service_state import read_states
+from shared.process.admin import SERVICES
+from shared.process.service import ServiceContext
 from shared.store import Store
+from shared.store.service_state import read_states
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from services.node_api.metrics_merge import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from services.node_api.metrics_merge import PROBES_FAMILIES, filter_families
 from services.node_api.pods import PodRef, find_pod, pod_list
 from services.node_api.stats import StatsError
-from shared.config import NodeSettings
-from shared.container_id import runtime_container_id
-from shared.cri import CRIError, RuntimeService, StreamingService
-from shared.durations import format_duration
+from shared.config.settings import NodeSettings
+from shared.model.container_id import runtime_container_id
+from shared.model.durations import format_duration
+from shared.runtime.cri import CRIError, RuntimeService, StreamingService
 from shared.store import Store
 from shared.store.observed import ContainerInstance, ObservedContainer
 

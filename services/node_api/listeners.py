@@ -15,13 +15,14 @@ from services.node_api.http import Gate, HTTPError, HTTPServer, Request
 from services.node_api.kubelet_api import KubeletAPI, NodeMetrics
 from services.node_api.metrics_merge import ScrapeError, merge_expositions, scrape_all
 from services.node_api.tls import server_context, serving_cert_paths
-from shared.admin import SERVICES, admin_port
-from shared.config import ConfigError
-from shared.listener_owner import root_listens
-from shared.service import ServiceContext
+from shared.config.settings import ConfigError
+from shared.host.facts import node_address
+from shared.process.admin import SERVICES, admin_port
+from shared.process.listener_owner import root_listens
+from shared.process.service import ServiceContext
 
 if TYPE_CHECKING:
-    from shared.kube import KubeApi
+    from shared.api.client import KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def auth_gate(authn: Authenticator, authz: Authorizer) -> Gate:
 async def _api_client(ctx: ServiceContext) -> KubeApi | None:
     if not ctx.settings.cluster_mode:
         return None
-    from shared.kube import node_api_client
+    from shared.api.client import node_api_client
 
     api = node_api_client(ctx.settings)
     ctx.on_shutdown(api.close)
@@ -103,17 +104,17 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
     cert_dir = ctx.settings.cert_dir
     if k.server_tls_bootstrap and api is not None:  # cluster mode: checked above
         from services.node_api.serving_csr import ServingCertificate
-        from shared.csr import KubeCSRs
+        from shared.api.csr import KubeCSRs
 
         tls = server_context(k, None, None)
         serving = ServingCertificate(KubeCSRs(api), tls, cert_dir, ctx.settings.node_name,
-                                     [ctx.settings.node_address])
+                                     [node_address(ctx.settings.node_ip)])
         ctx.spawn("serving-certificate", serving.run())
     else:
         # In a thread: a first start makes a key and certificate, importing cryptography and
         # writing files, which held node-api's loop past 100 ms under a busy disk.
         cert, key = await asyncio.to_thread(serving_cert_paths, k, cert_dir, ctx.settings.node_name,
-                                            [ctx.settings.node_address])
+                                            [node_address(ctx.settings.node_ip)])
         tls = server_context(k, cert, key)
         serving = None
     server = HTTPServer(kubelet.routes(), gate, tls, "kubelet-api")

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO
 
-from shared.safe_paths import open_regular
+from shared.host.safe_paths import open_regular
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def _tail_start(fd: int, lines: int) -> int:
 
 def _open(path: Path) -> BinaryIO:
     # The runtime's file, with what a container printed: opened as any file a pod fills, never
-    # following a link or waiting on a FIFO (shared/safe_paths.py).
+    # following a link or waiting on a FIFO (shared/host/safe_paths.py).
     return os.fdopen(open_regular(path), "rb", buffering=0)
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from services.node_api.hostfs import IGNORED_INTERFACE_PREFIXES, read_mounts
-from shared.cgroups import read_meminfo
-from shared.host import boot_id, machine_id, system_uuid
+from shared.host.cgroups import read_meminfo
+from shared.host.facts import boot_id, machine_id, system_uuid
 
 REFRESH_SECONDS = 300.0
 _CPU_MHZ = re.compile(r"^(?:cpu MHz|CPU MHz|clock)\s*:\s*([0-9]+\.[0-9]+)", re.MULTILINE)

@@ -28,7 +28,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from shared.http_body import read_at_most
+from shared.process.http_body import read_at_most
 
 log = logging.getLogger(__name__)
 

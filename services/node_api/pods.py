@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from services.node_api.http import HTTPError
-from shared.container_id import runtime_container_id
+from shared.model.container_id import runtime_container_id
 from shared.store import DesiredPod, PodRuntime, PodStatusRecord, Store
 from shared.store.observed import ObservedContainer
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from services.node_api.snapshot import Snapshot
-from shared.cgroup_names import container_cgroup
+from shared.host.cgroup_names import container_cgroup
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 NS_PER_S = 1e9

@@ -19,7 +19,7 @@ from typing import Callable, Protocol
 import grpc
 from cri_api.v1 import api_pb2 as cri
 
-from shared.cri.client import CRIError
+from shared.runtime.cri.client import CRIError
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import os
 import ssl
 from pathlib import Path
 
-from shared.csr import (
+from shared.api.csr import (
     CSRAPI,
     CSRDenied,
     await_certificate,
@@ -27,7 +27,7 @@ from shared.csr import (
     validity,
     wait_until,
 )
-from shared.retry import describe, until_done
+from shared.tasks.retry import describe, until_done
 
 __all__ = ["CSRAPI", "CSRDenied", "ServingCertificate", "SIGNER"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.timestamps import api_time
+from shared.model.timestamps import api_time
 
 TIME_KEYS = frozenset({"time", "startTime"})
 

@@ -36,16 +36,16 @@ from services.node_api.hostfs import (
 from services.node_api.machine import MachineFacts, MachineSpec
 from services.node_api.sandbox_stats import SandboxStatsCache
 from services.node_api.snapshot import ContainerIds, PodIds, Snapshot, summary_json
-from shared.cgroup_names import container_cgroup
-from shared.cgroups import KUBEPODS, CgroupReader, CgroupSample
-from shared.config import NodeSettings
-from shared.container_id import runtime_container_id
-from shared.cri import labels as L
-from shared.cri.client import CRIError
-from shared.disk_usage import TreeUsage, tree_usage
-from shared.host import boot_time, memory_capacity_bytes
+from shared.config.settings import NodeSettings
+from shared.host.cgroup_names import container_cgroup
+from shared.host.cgroups import KUBEPODS, CgroupReader, CgroupSample
+from shared.host.disk_usage import TreeUsage, tree_usage
+from shared.host.facts import boot_time, memory_capacity_bytes
+from shared.model.container_id import runtime_container_id
+from shared.model.volume_plugins import CONFIG_MAP, DOWNWARD_API, EMPTY_DIR, HOST_PATH, PROJECTED, SECRET
+from shared.runtime.cri import labels as L
+from shared.runtime.cri.client import CRIError
 from shared.store import DesiredPod, PodRuntime, PodVolume, Store
-from shared.volume_plugins import CONFIG_MAP, DOWNWARD_API, EMPTY_DIR, HOST_PATH, PROJECTED, SECRET
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from shared.config import ConfigError, KubeletConfiguration
-from shared.self_signed import write_self_signed
-from shared.server_config import GO_CIPHER_SUITES
+from shared.api.self_signed import write_self_signed
+from shared.config.server import GO_CIPHER_SUITES
+from shared.config.settings import ConfigError, KubeletConfiguration
 
 _TLS_VERSIONS = {"VersionTLS10": ssl.TLSVersion.TLSv1, "VersionTLS11": ssl.TLSVersion.TLSv1_1,
                  "VersionTLS12": ssl.TLSVersion.TLSv1_2, "VersionTLS13": ssl.TLSVersion.TLSv1_3}

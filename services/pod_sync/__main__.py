@@ -20,20 +20,26 @@ from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer
 from services.pod_sync.systemd_slices import SystemdSlices
-from shared import periodic
-from shared.bus import DiskReclaimRequested, MirrorPodsChanged
-from shared.cgroup_names import SYSTEMD
-from shared.config import ConfigError
-from shared.cpusets import format_cpuset, numa_nodes
-from shared.cri import CRIClient
-from shared.events import BusRecorder
-from shared.host import cpu_capacity_millicores, kernel_refuses_negative_oom_score_adj, memory_capacity_bytes
-from shared.host_checks import startup_problems
-from shared.node_resources import Reservations, pods_cgroup_limits
-from shared.quantity import to_bytes
-from shared.retry import Backoff
-from shared.service import ServiceContext, service_main
-from shared.swap import node_swap
+from shared.bus.client import DiskReclaimRequested, MirrorPodsChanged
+from shared.bus.events import BusRecorder
+from shared.config.settings import ConfigError
+from shared.host.cgroup_names import SYSTEMD
+from shared.host.checks import startup_problems
+from shared.host.cpu_topology import numa_nodes
+from shared.host.facts import (
+    cpu_capacity_millicores,
+    kernel_refuses_negative_oom_score_adj,
+    memory_capacity_bytes,
+    node_address,
+)
+from shared.host.node_resources import Reservations, pods_cgroup_limits
+from shared.host.swap import node_swap
+from shared.model.cpusets import format_cpuset
+from shared.model.quantity import to_bytes
+from shared.process.service import ServiceContext, service_main
+from shared.runtime.cri import CRIClient
+from shared.tasks import periodic
+from shared.tasks.retry import Backoff
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -49,7 +55,7 @@ async def setup(ctx: ServiceContext) -> None:
     if problems:
         raise ConfigError("not starting: " + "; ".join(problems))
     cri = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
-    node = NodeFacts(name=ctx.settings.node_name, ip=ctx.settings.node_address, cpu_millicores=cpu_capacity_millicores(),
+    node = NodeFacts(name=ctx.settings.node_name, ip=node_address(ctx.settings.node_ip), cpu_millicores=cpu_capacity_millicores(),
                      memory_bytes=memory_capacity_bytes(),
                      oom_floor=own_oom_score_adj() if kernel_refuses_negative_oom_score_adj() else None,
                      pods_dir=ctx.settings.root_dir / "pods", seccomp_default=k.seccomp_default,
@@ -72,7 +78,7 @@ async def setup(ctx: ServiceContext) -> None:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.pod_sync.api_source import ApiPodSource
         from services.pod_sync.env_sources import ApiEnvSource
-        from shared.kube import node_api_client
+        from shared.api.client import node_api_client
 
         api = node_api_client(ctx.settings)
         sources.append(ApiPodSource(api, ctx.settings.node_name, ctx.store, events=recorder,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod, SandboxInfo
-from shared.cri import labels as L
-from shared.podspec import Container, Pod
-from shared.retry import Backoff
+from shared.model.podspec import Container, Pod
+from shared.runtime.cri import labels as L
+from shared.tasks.retry import Backoff
 
 
 @dataclass

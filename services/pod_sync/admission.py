@@ -13,11 +13,11 @@ from prometheus_client import Counter
 
 from services.pod_sync.exec_strings import spec_exceeds
 from services.pod_sync.node_affinity import AffinityInvalid, matches_node
-from shared import node_shutdown as shutdown
-from shared.pod_limits import LIMIT_EXCEEDED
-from shared.podspec import Pod
-from shared.qos import pod_requests, qos_class
-from shared.sysctls import forbidden_sysctl
+from shared.model.pod_limits import LIMIT_EXCEEDED
+from shared.model.podspec import Pod
+from shared.model.qos import pod_requests, qos_class
+from shared.model.sysctls import forbidden_sysctl
+from shared.store import node_shutdown as shutdown
 
 ADMISSION_REJECTIONS = Counter("kubelet_admission_rejections_total",
                                "Cumulative number pod admission rejections by the Kubelet.", ["reason"])

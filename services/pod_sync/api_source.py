@@ -13,11 +13,11 @@ from typing import Any, Awaitable, Callable
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from shared.events import Recorder
-from shared.kube import ApiError, KubeApi, path
-from shared.podspec import ManifestInvalid, validate_pod
-from shared.retry import keep_running
+from shared.api.client import ApiError, KubeApi, path
+from shared.bus.events import Recorder
+from shared.model.podspec import ManifestInvalid, validate_pod
 from shared.store import DesiredPod, ManifestError, RefusedPod, Store
+from shared.tasks.retry import keep_running
 
 log = logging.getLogger(__name__)
 

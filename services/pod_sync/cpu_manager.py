@@ -25,12 +25,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.pod_sync.runtime_config import NodeFacts, linux_resources
-from shared.cpusets import format_cpuset, online_cpus, parse_cpuset, reserved_cpus, topology_order
-from shared.cri import CRIError, RuntimeService
-from shared.cri import labels as L
-from shared.podspec import Container, Pod
-from shared.qos import qos_class
-from shared.quantity import millicores
+from shared.host.cpu_topology import online_cpus, reserved_cpus, topology_order
+from shared.model.cpusets import format_cpuset, parse_cpuset
+from shared.model.podspec import Container, Pod
+from shared.model.qos import qos_class
+from shared.model.quantity import millicores
+from shared.runtime.cri import CRIError, RuntimeService
+from shared.runtime.cri import labels as L
 from shared.store import DesiredPod, Store
 
 log = logging.getLogger(__name__)

@@ -25,11 +25,11 @@ from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Counter
 from sqlalchemy import select
 
-from shared.bus import Bus, DiskReclaimed, DiskReclaimRequested
-from shared.cri import CRIError, Runtime
-from shared.cri import labels as L
-from shared.cri.imagefs import imagefs_mountpoint
-from shared.podspec import Pod
+from shared.bus.client import Bus, DiskReclaimed, DiskReclaimRequested
+from shared.model.podspec import Pod
+from shared.runtime.cri import CRIError, Runtime
+from shared.runtime.cri import labels as L
+from shared.runtime.cri.imagefs import imagefs_mountpoint
 from shared.store import DesiredPod, DiskReclaim, ReclaimRequest, Store
 from shared.store.models import utcnow
 

@@ -20,8 +20,8 @@ from typing import Iterable
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared.config import NodeSettings
-from shared.podspec import MAX_DNS_SEARCHES, Pod, PodDNSConfigOption
+from shared.config.settings import NodeSettings
+from shared.model.podspec import MAX_DNS_SEARCHES, Pod, PodDNSConfigOption
 
 HOST_RESOLV_CONF = Path("/etc/resolv.conf")
 MAX_SERVERS, MAX_SEARCHES = 3, MAX_DNS_SEARCHES

@@ -19,9 +19,9 @@ import httpx
 
 from services.pod_sync.pull_secrets import Credential, PullSecretInvalid, credentials_from_secret
 from services.pod_sync.service_env import service_env
-from shared.kube import ApiError, KubeApi, path
-from shared.podspec import Container, Pod
-from shared.retry import keep_running
+from shared.api.client import ApiError, KubeApi, path
+from shared.model.podspec import Container, Pod
+from shared.tasks.retry import keep_running
 
 log = logging.getLogger(__name__)
 

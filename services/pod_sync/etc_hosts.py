@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shared.node_dirs import private_dir
-from shared.podspec import Container, Pod
+from shared.host.node_dirs import private_dir
+from shared.model.podspec import Container, Pod
 
 ETC_HOSTS = "/etc/hosts"
 HEADER = "# Kubernetes-managed hosts file.\n"

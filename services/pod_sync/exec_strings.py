@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from services.pod_sync.expansion import ExpansionTooLarge, expand, utf8_len
-from shared.podspec import Container, Pod
+from shared.model.podspec import Container, Pod
 
 MAX_ARG_STRLEN = 128 * 1024
 MAX_EXEC_STRINGS = 1024 * 1024

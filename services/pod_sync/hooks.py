@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 
-from shared.cri import CRIError, RuntimeService
-from shared.podspec import Container, LifecycleHandler
+from shared.model.podspec import Container, LifecycleHandler
+from shared.runtime.cri import CRIError, RuntimeService
 
 # The kubelet caps what it keeps of a hook's output.
 MAX_OUTPUT = 10 * 1024
@@ -42,7 +42,7 @@ async def run_hook(runtime: RuntimeService, handler: LifecycleHandler, container
             raise HookFailed(f"command {handler.exec.command!r} exited with {done.exit_code}: {out}")
         return
     get = handler.httpGet
-    if get is None:  # shared/podspec.py admits a handler with exactly one action
+    if get is None:  # shared/model/podspec.py admits a handler with exactly one action
         raise HookFailed("the handler names no action")
     host = get.host or pod_ip or "127.0.0.1"
     url = f"{get.scheme.lower()}://{host}:{_port(container, get.port)}{get.path}"

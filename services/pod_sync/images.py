@@ -18,9 +18,9 @@ from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Histogram
 
 from services.pod_sync.pull_secrets import Credential, lookup
-from shared.cri import CRIError, ImageService
-from shared.podspec import Container
-from shared.retry import Backoff
+from shared.model.podspec import Container
+from shared.runtime.cri import CRIError, ImageService
+from shared.tasks.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ import time
 
 from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
-from shared.cri import CRIError, RuntimeService
-from shared.cri import labels as L
-from shared.events import Recorder
-from shared.podspec import Container, Pod
+from shared.bus.events import Recorder
+from shared.model.podspec import Container, Pod
+from shared.runtime.cri import CRIError, RuntimeService
+from shared.runtime.cri import labels as L
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared.cri import CRIError, RuntimeService
-from shared.cri import labels as L
-from shared.safe_paths import open_regular
+from shared.host.safe_paths import open_regular
+from shared.runtime.cri import CRIError, RuntimeService
+from shared.runtime.cri import labels as L
 
 log = logging.getLogger(__name__)
 

@@ -11,17 +11,17 @@ from typing import Callable
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared import periodic
-from shared.bus import Bus, RuntimeStatusChanged
-from shared.cri import CRIError, RuntimeService
+from shared.bus.client import Bus, RuntimeStatusChanged
+from shared.runtime.cri import CRIError, RuntimeService
 from shared.store import NodeHealth, Store
 from shared.store.models import utcnow
+from shared.tasks import periodic
 
 log = logging.getLogger(__name__)
 
 PERIOD = 5.0  # how often the runtime is asked (the kubelet's runtime state check)
 # The row is rewritten when what it says changes, else only this often: readers take it as stale
-# after 30 s (shared.runtime_status.STALE_AFTER), and a commit every 5 s said the same thing.
+# after 30 s (shared.store.runtime_status.STALE_AFTER), and a commit every 5 s said the same thing.
 REFRESH = 10.0
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
-from shared.container_id import api_container_id
-from shared.podspec import Pod
+from shared.model.container_id import api_container_id
+from shared.model.podspec import Pod
+from shared.model.timestamps import api_time
 from shared.store.observed import ContainerInstance, ObservedContainer
-from shared.timestamps import api_time
 
 if TYPE_CHECKING:
     from services.pod_sync.resizer import ResizeState

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, KUBEPODS, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
 from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
-from shared.cgroup_names import CGROUPFS, SYSTEMD, on_host, slice_unit
-from shared.podspec import Container, Pod
-from shared.qos import pod_level, pod_requests, qos_class
-from shared.quantity import millicores, to_bytes
+from shared.host.cgroup_names import CGROUPFS, SYSTEMD, on_host, slice_unit
+from shared.model.podspec import Container, Pod
+from shared.model.qos import pod_level, pod_requests, qos_class
+from shared.model.quantity import millicores, to_bytes
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from shared.cri import RuntimeService
-from shared.cri import labels as L
+from shared.runtime.cri import RuntimeService
+from shared.runtime.cri import labels as L
 from shared.store import DesiredPod, Store
 
 log = logging.getLogger(__name__)

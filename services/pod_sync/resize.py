@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.pod_sync.admission import resources_fit
-from shared.allocation import Allocation, Resources, changed, resources_of
-from shared.podspec import Container, Pod
-from shared.qos import pod_requests
+from shared.model.allocation import Allocation, Resources, changed, resources_of
+from shared.model.podspec import Container, Pod
+from shared.model.qos import pod_requests
 
 DEFERRED = "Deferred"
 INFEASIBLE = "Infeasible"

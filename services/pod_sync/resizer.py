@@ -33,14 +33,14 @@ from services.pod_sync.resources import pod_cgroup_parent
 from services.pod_sync.runtime_config import NodeFacts, linux_resources
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
 from services.pod_sync.swap import swap_blocks_resize
-from shared.allocation import Allocation, Resources, changed, quantity_of, same, spec_allocation, with_allocation
-from shared.cri import CRIError, RuntimeService
-from shared.cri import labels as L
-from shared.podspec import Container, Pod
-from shared.qos import qos_class
-from shared.retry import Backoff
+from shared.model.allocation import Allocation, Resources, changed, quantity_of, same, spec_allocation, with_allocation
+from shared.model.podspec import Container, Pod
+from shared.model.qos import qos_class
+from shared.model.timestamps import rfc3339
+from shared.runtime.cri import CRIError, RuntimeService
+from shared.runtime.cri import labels as L
 from shared.store import DesiredPod
-from shared.timestamps import rfc3339
+from shared.tasks.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.swap import apply_swap
 from services.pod_sync.systemd_slices import SystemdSlices
-from shared.podspec import Container, Pod
-from shared.qos import pod_level
-from shared.quantity import millicores, to_bytes
-from shared.swap import NodeSwap
+from shared.host.swap import NodeSwap
+from shared.model.podspec import Container, Pod
+from shared.model.qos import pod_level
+from shared.model.quantity import millicores, to_bytes
 
 log = logging.getLogger(__name__)
 

@@ -16,15 +16,15 @@ from services.pod_sync.resize import annotation as resize_annotation
 from services.pod_sync.resources import CGROUP_ROOT, container_resources, pod_cgroup_parent
 from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
 from services.pod_sync.systemd_slices import SystemdSlices
-from shared.cgroup_names import on_host
-from shared.config import NodeSettings
-from shared.cri import labels as L
-from shared.downward_api import metadata_field, resource_field
-from shared.node_dirs import private_dir
-from shared.podspec import ENV_NAME, Container, EphemeralContainer, Pod
-from shared.qos import qos_class
-from shared.safe_paths import beneath
-from shared.swap import NodeSwap
+from shared.config.settings import NodeSettings
+from shared.host.cgroup_names import on_host
+from shared.host.node_dirs import private_dir
+from shared.host.safe_paths import beneath
+from shared.host.swap import NodeSwap
+from shared.model.downward_api import metadata_field, resource_field
+from shared.model.podspec import ENV_NAME, Container, EphemeralContainer, Pod
+from shared.model.qos import qos_class
+from shared.runtime.cri import labels as L
 
 
 class SubPathMounter(Protocol):
@@ -205,7 +205,7 @@ _ALWAYS_READ_ONLY = ("configMap", "secret", "downwardAPI", "projected")
 def volume_mounts(pod: Pod, c: Container, volumes: dict[str, Any], subpaths: SubPathMounter | None) -> list[cri.Mount]:
     """CRI bind mounts for the container's volumeMounts; `volumes` are the pod's pod_volumes rows
     (all ready: pod-sync starts nothing before). Propagation is private (mountPropagation None).
-    A subPath is mounted from its own bind mount, made safely (shared/subpath.py)."""
+    A subPath is mounted from its own bind mount, made safely (shared/host/subpath.py)."""
     kinds = {v.name: v.kind for v in pod.spec.volumes}
     mounts = []
     for index, m in enumerate(c.volumeMounts):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from shared.cri import CRIError
-from shared.cri.interface import RuntimeService
+from shared.runtime.cri import CRIError
+from shared.runtime.cri.interface import RuntimeService
 
 log = logging.getLogger(__name__)
 

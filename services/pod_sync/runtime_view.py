@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared.cri import CRIError, RuntimeService
-from shared.cri import labels as L
-from shared.safe_paths import NotRegularFile, read_tail
+from shared.host.safe_paths import NotRegularFile, read_tail
+from shared.runtime.cri import CRIError, RuntimeService
+from shared.runtime.cri import labels as L
 
 # The kubelet keeps at most this much of a termination message, and of a log fallback.
 MAX_MESSAGE_BYTES = 4096
@@ -98,7 +98,7 @@ def _why(exc: OSError) -> str:
 def _tail_log(path: str) -> str:
     """The last lines of a CRI log file, content only, for FallbackToLogsOnError: at most the
     kubelet's 80 lines and 2048 bytes. The log file is the runtime's, read as any file a pod
-    fills: never followed, never waited on (shared/safe_paths.py)."""
+    fills: never followed, never waited on (shared/host/safe_paths.py)."""
     if not path:
         return ""
     try:

@@ -1,6 +1,6 @@
 """A pod's isolation as the kubelet asks the runtime for it: namespaces (hostNetwork, hostPID,
 hostIPC, shareProcessNamespace), users and groups, runAsNonRoot, privileges, capabilities and
-seccomp. (Which sysctls a pod may set: shared/sysctls.py.)"""
+seccomp. (Which sysctls a pod may set: shared/model/sysctls.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared.podspec import Container, Pod, SeccompProfile, SELinuxOptions
+from shared.model.podspec import Container, Pod, SeccompProfile, SELinuxOptions
 
 
 def seccomp_dir(root_dir: Path) -> Path:

@@ -18,9 +18,16 @@ from typing import Any, Awaitable, Callable
 
 from sqlalchemy import delete, select
 
-from shared.dir_watch import Change, DirectoryWatch
-from shared.podspec import MAX_MANIFEST_BYTES, ManifestInvalid, Pod, canonical_json, parse_manifest_text, validate_pod
+from shared.model.podspec import (
+    MAX_MANIFEST_BYTES,
+    ManifestInvalid,
+    Pod,
+    canonical_json,
+    parse_manifest_text,
+    validate_pod,
+)
 from shared.store import DesiredPod, ManifestError, Store
+from shared.tasks.dir_watch import Change, DirectoryWatch
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +201,7 @@ class StaticPodSource:
 
     async def _watch(self, directory: Path, until: float) -> None:
         """Scan on every change in the directory until `until` (loop time), or until the
-        directory itself goes away (shared/dir_watch.py: no thread, no wake-ups while nothing
+        directory itself goes away (shared/tasks/dir_watch.py: no thread, no wake-ups while nothing
         changes, a burst of changes is one scan)."""
         loop = asyncio.get_running_loop()
         async with DirectoryWatch(directory, settle=SETTLE, debounce=DEBOUNCE) as watch:

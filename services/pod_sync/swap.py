@@ -17,11 +17,11 @@ from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.resize import restart_policy
 from services.pod_sync.static_source import CONFIG_SOURCE
-from shared.podspec import Container, Pod
-from shared.qos import is_critical, qos_class
-from shared.quantity import to_bytes
+from shared.host.swap import LIMITED_SWAP, NO_SWAP, SWAP_MAX, NodeSwap
+from shared.model.podspec import Container, Pod
+from shared.model.qos import is_critical, qos_class
+from shared.model.quantity import to_bytes
 from shared.store import is_static
-from shared.swap import LIMITED_SWAP, NO_SWAP, SWAP_MAX, NodeSwap
 
 log = logging.getLogger(__name__)
 

@@ -51,23 +51,23 @@ from services.pod_sync.runtime_config import NodeFacts, SubPathMounter, containe
 from services.pod_sync.runtime_driver import RuntimeDriverCheck
 from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
 from services.pod_sync.security import check_run_as_non_root, needs_image_user
-from shared.allocation import spec_allocation, with_allocation
-from shared.config import NodeSettings
-from shared.cri import CRIError, RuntimeService
-from shared.cri import labels as L
-from shared.events import Recorder
-from shared.host import node_labels
-from shared.node_resources import Reservations, allocatable
-from shared.node_shutdown import TERMINATED, shutting_down
-from shared.podspec import Container, Pod, PodCache
-from shared.probe_state import ProbeState
-from shared.qos import is_critical, qos_class
-from shared.retry import Backoff
-from shared.safe_paths import UnsafePath, beneath
+from shared.bus.events import Recorder
+from shared.config.settings import NodeSettings
+from shared.config.thresholds import PRESSURE_CONDITIONS
+from shared.host.facts import node_labels
+from shared.host.node_resources import Reservations, allocatable
+from shared.host.safe_paths import UnsafePath, beneath
+from shared.host.subpath import SubPathMounts
+from shared.model.allocation import spec_allocation, with_allocation
+from shared.model.podspec import Container, Pod, PodCache
+from shared.model.probe_state import ProbeState
+from shared.model.qos import is_critical, qos_class
+from shared.runtime.cri import CRIError, RuntimeService
+from shared.runtime.cri import labels as L
 from shared.store import DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult, Store
 from shared.store.models import is_static, utcnow
-from shared.subpath import SubPathMounts
-from shared.thresholds import PRESSURE_CONDITIONS
+from shared.store.node_shutdown import TERMINATED, shutting_down
+from shared.tasks.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from jeepney import DBusAddress, DBusErrorResponse, new_method_call
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
 from jeepney.wrappers import unwrap_msg
 
-from shared.cgroup_names import SYSTEMD, on_host, slice_unit
+from shared.host.cgroup_names import SYSTEMD, on_host, slice_unit
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Awaitable, Callable
 import httpx
 
 from services.pod_sync.static_source import ScanResult, apply_static_pods, static_pod
-from shared.http_body import read_at_most
-from shared.podspec import MAX_MANIFEST_BYTES, ManifestInvalid, parse_manifest_text
+from shared.model.podspec import MAX_MANIFEST_BYTES, ManifestInvalid, parse_manifest_text
+from shared.process.http_body import read_at_most
 from shared.store import Store
 
 log = logging.getLogger(__name__)

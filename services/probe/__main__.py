@@ -6,11 +6,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from services.probe.manager import ProbeManager
-from shared.bus import PodLifecycleEvents, PodRuntimeChanged
-from shared.coalesce import Coalescer
-from shared.cri import CRIClient
-from shared.events import BusRecorder
-from shared.service import ServiceContext, service_main
+from shared.bus.client import PodLifecycleEvents, PodRuntimeChanged
+from shared.bus.events import BusRecorder
+from shared.process.service import ServiceContext, service_main
+from shared.runtime.cri import CRIClient
+from shared.tasks.coalesce import Coalescer
 
 if TYPE_CHECKING:
     from fastapi import APIRouter

@@ -15,14 +15,14 @@ from typing import Any, Callable
 from sqlalchemy import delete, select
 
 from services.probe.worker import SUCCESS, ProbeKey, ProbeWorker, Target
-from shared import periodic
-from shared.bus import Bus, ProbeResultsChanged
-from shared.container_id import runtime_container_id
-from shared.cri import RuntimeService
-from shared.events import Recorder
-from shared.podspec import Container, PodCache, Probe
+from shared.bus.client import Bus, ProbeResultsChanged
+from shared.bus.events import Recorder
+from shared.model.container_id import runtime_container_id
+from shared.model.podspec import Container, PodCache, Probe
+from shared.runtime.cri import RuntimeService
 from shared.store import DesiredPod, PodRuntime, ProbeResult, Store
 from shared.store.models import utcnow
+from shared.tasks import periodic
 
 log = logging.getLogger(__name__)
 

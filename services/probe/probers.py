@@ -22,8 +22,8 @@ import grpc
 import h11
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from shared.cri import CRIError, RuntimeService
-from shared.version import PROBE_USER_AGENT
+from shared.model.version import PROBE_USER_AGENT
+from shared.runtime.cri import CRIError, RuntimeService
 
 MAX_BODY = 10 * 1024
 MAX_REDIRECTS = 10

@@ -19,9 +19,9 @@ from typing import Awaitable, Callable
 from prometheus_client import Counter, Histogram
 
 from services.probe import probers
-from shared.cri import RuntimeService
-from shared.podspec import Container, Probe
-from shared.probe_state import ProbeState
+from shared.model.podspec import Container, Probe
+from shared.model.probe_state import ProbeState
+from shared.runtime.cri import RuntimeService
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class ProbeWorker:
                                             {h.name: h.value for h in g.httpHeaders}, timeout)
         if p.tcpSocket is not None:
             return await probers.tcp_probe(p.tcpSocket.host or t.pod_ip, self._port(p.tcpSocket.port), timeout)
-        assert p.grpc is not None  # a probe has exactly one handler (shared/podspec.py)
+        assert p.grpc is not None  # a probe has exactly one handler (shared/model/podspec.py)
         return await probers.grpc_probe(t.pod_ip, p.grpc.port, p.grpc.service, timeout)
 
     def _port(self, port: int | str) -> int:

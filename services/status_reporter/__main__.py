@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from services.status_reporter.reporter import PodStatusReporter
-from shared.bus import (
+from shared.bus.client import (
     DesiredPodsChanged,
     KubeEvent,
     MirrorPodsChanged,
@@ -17,8 +17,9 @@ from shared.bus import (
     PodStatusChanged,
     ProbeResultsChanged,
 )
-from shared.coalesce import Coalescer
-from shared.service import ServiceContext, service_main
+from shared.host.facts import node_address
+from shared.process.service import ServiceContext, service_main
+from shared.tasks.coalesce import Coalescer
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -54,8 +55,8 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     from services.status_reporter.events import EventPoster
     from services.status_reporter.mirror_pods import MirrorPods
     from services.status_reporter.node_agent import NodeAgent, Registration
-    from shared.kube import node_api_client
-    from shared.node_resources import Reservations
+    from shared.api.client import node_api_client
+    from shared.host.node_resources import Reservations
 
     k = ctx.settings.kubelet
     api = node_api_client(ctx.settings)
@@ -63,7 +64,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
     if certs.wanted:
         ctx.spawn("client-certificate", certs.run(api), may_finish=True)
     events = EventPoster(api, ctx.settings.node_name, k.event_record_qps, k.event_burst)
-    node_ip = ctx.settings.node_address
+    node_ip = node_address(ctx.settings.node_ip)
     agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,
                       k.node_lease_duration_seconds, k.node_status_update_frequency,
                       k.node_status_report_frequency, events.node_event, kubelet_port=k.port, node_ip=node_ip,

@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import select
 
 from services.status_reporter.pod_status import with_host_ips
-from shared import periodic
-from shared.kube import ApiError, KubeApi, patch_pod_status, path
+from shared.api.client import ApiError, KubeApi, patch_pod_status, path
+from shared.model.timestamps import rfc3339
 from shared.store import DesiredPod, PodStatusRecord, RefusedPod, Store
-from shared.timestamps import rfc3339
+from shared.tasks import periodic
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 - **TLS bootstrap** (`--bootstrap-kubeconfig`): while `--kubeconfig` is missing, or its client
   certificate has expired, a `kubernetes.io/kube-apiserver-client-kubelet` CSR for
   system:node:NAME is made with the bootstrap credentials (a bootstrap token, as `kubeadm join`
-  writes them); once approved and signed, the pair goes to the cert dir (shared/client_cert.py)
+  writes them); once approved and signed, the pair goes to the cert dir (shared/api/client_cert.py)
   and the kubeconfig that names it is written. Every other service waits for that kubeconfig.
 - **Rotation** (`rotateCertificates: true`): the pair is renewed at a random point between 70%
   and 90% of its lifetime, with a CSR made on the node's own credentials; each service's API
@@ -21,9 +21,9 @@ from typing import Awaitable, Callable
 
 import httpx
 
-from shared import client_cert
-from shared.config import ConfigError, NodeSettings
-from shared.csr import (
+from shared.api import client_cert
+from shared.api.client import ApiError, KubeApi, api_client
+from shared.api.csr import (
     CSRDenied,
     KubeCSRs,
     await_certificate,
@@ -35,9 +35,9 @@ from shared.csr import (
     rotation_deadline,
     wait_until,
 )
-from shared.kube import ApiError, KubeApi, api_client
-from shared.kubeconfig import client_certificate
-from shared.retry import describe, until_done
+from shared.api.kubeconfig import client_certificate
+from shared.config.settings import ConfigError, NodeSettings
+from shared.tasks.retry import describe, until_done
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class ClientCertificate:
 
     async def run(self, api: KubeApi) -> None:
         """The TLS bootstrap if the kubeconfig needs one (every API request of the node waits
-        for its kubeconfig meanwhile: shared/kube.py), then, with rotateCertificates, renewals
+        for its kubeconfig meanwhile: shared/api/client.py), then, with rotateCertificates, renewals
         for as long as the node runs."""
         if self.bootstrap_kubeconfig is not None:
             await self.bootstrap()

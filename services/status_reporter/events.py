@@ -10,9 +10,9 @@ import time
 import uuid
 from typing import Any
 
-from shared.bus import KubeEvent
-from shared.kube import ApiError, KubeApi, TokenBucket, path
-from shared.timestamps import rfc3339
+from shared.api.client import ApiError, KubeApi, TokenBucket, path
+from shared.bus.client import KubeEvent
+from shared.model.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from typing import Any, Callable
 from sqlalchemy import select
 
 from services.status_reporter.pod_status import with_host_ips
-from shared.coalesce import Coalescer
-from shared.kube import ApiError, KubeApi, patch_pod_status, path
+from shared.api.client import ApiError, KubeApi, patch_pod_status, path
 from shared.store import STATIC_SOURCES, DesiredPod, PodStatusRecord, Store
+from shared.tasks.coalesce import Coalescer
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,14 @@ from typing import Any, Callable
 from sqlalchemy import select
 
 from services.status_reporter.node_object import PRESSURE, conditions, node_status_facts, pressure_event, runtime_facts
-from shared import periodic
-from shared.host import node_labels
-from shared.kube import ApiError, KubeApi, path
-from shared.node_resources import NO_RESERVATIONS, Reservations
-from shared.node_shutdown import NOT_READY, shutting_down
-from shared.retry import until_done
-from shared.runtime_status import STALE_AFTER, recorded_age
+from shared.api.client import ApiError, KubeApi, path
+from shared.host.facts import node_labels
+from shared.host.node_resources import NO_RESERVATIONS, Reservations
 from shared.store import NetworkStatus, NodeHealth, NodePressure, Store
+from shared.store.node_shutdown import NOT_READY, shutting_down
+from shared.store.runtime_status import STALE_AFTER, recorded_age
+from shared.tasks import periodic
+from shared.tasks.retry import until_done
 
 log = logging.getLogger(__name__)
 

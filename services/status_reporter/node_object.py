@@ -6,12 +6,12 @@ import json
 import platform
 from typing import Any
 
-from shared.host import arch, read_fact
-from shared.node_resources import NO_RESERVATIONS, Reservations, node_capacity
+from shared.host.facts import arch, read_fact
+from shared.host.node_resources import NO_RESERVATIONS, Reservations, node_capacity
+from shared.host.swap import swap_capacity_bytes
+from shared.model.timestamps import rfc3339
+from shared.model.version import KUBELET_VERSION
 from shared.store import NodeHealth
-from shared.swap import swap_capacity_bytes
-from shared.timestamps import rfc3339
-from shared.version import KUBELET_VERSION
 
 
 def _os_image() -> str:

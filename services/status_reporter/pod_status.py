@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared import node_shutdown as shutdown
-from shared.container_id import runtime_container_id
-from shared.podspec import Container, Pod
-from shared.probe_state import ProbeState
-from shared.qos import qos_class
+from shared.model.container_id import runtime_container_id
+from shared.model.podspec import Container, Pod
+from shared.model.probe_state import ProbeState
+from shared.model.qos import qos_class
+from shared.model.timestamps import rfc3339
+from shared.store import node_shutdown as shutdown
 from shared.store.observed import ContainerInstance, ObservedContainer
-from shared.timestamps import rfc3339
 
 # Waiting reasons that only mean "on its way": not worth explaining to the user.
 PROGRESS_REASONS = {"ContainerCreating", "PodInitializing", ""}

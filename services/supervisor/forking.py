@@ -44,9 +44,9 @@ from typing import Callable, NoReturn
 import sqlalchemy.orm
 
 from services.supervisor import immortal, metric_owners
-from shared import process_title
-from shared.admin import SERVICES
-from shared.node_dirs import open_private_log
+from shared.host.node_dirs import open_private_log
+from shared.process import title as process_title
+from shared.process.admin import SERVICES
 from shared.store import Store
 from shared.store.db import prepare_engine_for_fork
 from shared.store.warm_up import warm_up
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 # stack), and in cluster mode the modules it imports only then (the API client and kubeconfig loader).
 SERVICE_MAIN = {s: f"services.{s.replace('-', '_')}.__main__" for s in SERVICES}
 CLUSTER_MODULES = [
-    "shared.kube", "shared.kubeconfig",
+    "shared.api.client", "shared.api.kubeconfig",
     "services.pod_sync.api_source", "services.pod_sync.env_sources",
     "services.status_reporter.api_pods", "services.status_reporter.events",
     "services.status_reporter.mirror_pods", "services.status_reporter.node_agent",
@@ -66,7 +66,7 @@ CLUSTER_MODULES = [
 # Imported by the services only once they run (asyncio backends, the SQLite dialect, uvicorn's
 # protocol classes, the kubelet API's certificate code): imported here, they are shared too. Each
 # one missed is a private copy in every service. FastAPI is not among them: a service imports it
-# when the first of its admin views is asked for (shared/admin.py); preloaded, its ~14 MiB would
+# when the first of its admin views is asked for (shared/process/admin.py); preloaded, its ~14 MiB would
 # be paid on every node for views that are rarely opened.
 RUNTIME_MODULES = [
     "anyio._backends._asyncio", "concurrent.futures.thread", "encodings.idna",

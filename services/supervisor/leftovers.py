@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.admin import SERVICES
+from shared.process.admin import SERVICES
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ async def stop_abandoned_node(root: Path, leftovers: list[Leftover], timeout: fl
     # Imported here: `pykubelet up` needs none of this to start.
     from services.supervisor.containerd_config import ContainerdLayout
     from services.supervisor.teardown import teardown_node
-    from shared.config import KubeletConfiguration
+    from shared.config.settings import KubeletConfiguration
 
     facts = read_node_file(root / "run")
     services = [item for item in leftovers if item.name in SERVICES]

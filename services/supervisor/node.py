@@ -26,17 +26,17 @@ from services.supervisor.http_check import http_ok
 from services.supervisor.leftovers import SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers, write_node_file
 from services.supervisor.process import ManagedProcess, ProcessExited
 from services.supervisor.teardown import teardown_node
-from shared.admin import SERVICES, admin_port
-from shared.admin_token import token_path, write_token
-from shared.bus_auth import BUS_DIR, credentials_file, write_credentials, write_server_config
-from shared.cni import CNI_BIN_DIR, cni_conf_dir, cni_ipam_dir
-from shared.config import NodeSettings
-from shared.cri import CRIClient, CRIError
-from shared.host import kernel_refuses_negative_oom_score_adj
-from shared.images.build import IMAGES
-from shared.kubelet_flags import forwarded_argv
-from shared.listener_owner import owns_listener
-from shared.node_dirs import private_dir, private_tree
+from shared.bus.auth import BUS_DIR, credentials_file, write_credentials, write_server_config
+from shared.config.flags import forwarded_argv
+from shared.config.settings import NodeSettings
+from shared.host.cni import CNI_BIN_DIR, cni_conf_dir, cni_ipam_dir
+from shared.host.facts import kernel_refuses_negative_oom_score_adj
+from shared.host.node_dirs import private_dir, private_tree
+from shared.process.admin import SERVICES, admin_port
+from shared.process.admin_token import token_path, write_token
+from shared.process.listener_owner import owns_listener
+from shared.runtime.cri import CRIClient, CRIError
+from shared.runtime.images.build import IMAGES
 
 log = logging.getLogger("pykubelet.up")
 
@@ -267,7 +267,7 @@ class LocalNode:
 
     def service_argv(self, service: str) -> list[str]:
         # Through the CLI, as the systemd units run them: it applies the process settings
-        # (shared/process_tuning.py) before the service imports anything.
+        # (shared/process/tuning.py) before the service imports anything.
         return [sys.executable, "-m", "services.cli.main", service, *self.service_args(service)]
 
     def service_args(self, service: str) -> list[str]:

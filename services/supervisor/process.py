@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from services.supervisor.forking import ForkedProcess, Forker, ForkRefused
-from shared.node_dirs import open_private_log
-from shared.retry import describe, keep_running, until_done
+from shared.host.node_dirs import open_private_log
+from shared.tasks.retry import describe, keep_running, until_done
 
 log = logging.getLogger(__name__)
 

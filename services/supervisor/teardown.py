@@ -10,11 +10,11 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared.cni import BRIDGE
-from shared.cri import CRIClient, CRIError
-from shared.cri.labels import MANAGED_BY, pod_log_dir
-from shared.mounts import unmount_all_under
-from shared.safe_paths import UnsafePath, beneath
+from shared.host.cni import BRIDGE
+from shared.host.mounts import unmount_all_under
+from shared.host.safe_paths import UnsafePath, beneath
+from shared.runtime.cri import CRIClient, CRIError
+from shared.runtime.cri.labels import MANAGED_BY, pod_log_dir
 
 log = logging.getLogger(__name__)
 

@@ -12,15 +12,15 @@ from services.volume.objects import STANDALONE_OBJECTS, ObjectSource
 from services.volume.paths import Layout
 from services.volume.projection import NodeAllocatable
 from services.volume.registry import PluginRegistry
-from shared.bus import DesiredPodsChanged, PodRuntimeChanged
-from shared.cri import CRIClient
-from shared.events import BusRecorder
-from shared.host import cpu_capacity_millicores, memory_capacity_bytes
-from shared.mounts import tmpfs_noswap_supported
-from shared.periodic import every
-from shared.service import ServiceContext, service_main
+from shared.bus.client import DesiredPodsChanged, PodRuntimeChanged
+from shared.bus.events import BusRecorder
+from shared.host.facts import cpu_capacity_millicores, memory_capacity_bytes
+from shared.host.mounts import tmpfs_noswap_supported
+from shared.host.swap import swap_capacity_bytes
+from shared.process.service import ServiceContext, service_main
+from shared.runtime.cri import CRIClient
 from shared.store import DesiredPod
-from shared.swap import swap_capacity_bytes
+from shared.tasks.periodic import every
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -42,7 +42,7 @@ async def setup(ctx: ServiceContext) -> None:
     if ctx.settings.cluster_mode:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.volume.api_objects import ApiObjects
-        from shared.kube import node_api_client
+        from shared.api.client import node_api_client
 
         api = node_api_client(ctx.settings)
         objects = api_objects = ApiObjects(api)

@@ -21,8 +21,8 @@ from datetime import datetime
 from typing import Any, Callable
 
 from services.volume.objects import ObjectUnavailable
-from shared.kube import ApiError, KubeApi, path
-from shared.podspec import Pod
+from shared.api.client import ApiError, KubeApi, path
+from shared.model.podspec import Pod
 
 log = logging.getLogger(__name__)
 

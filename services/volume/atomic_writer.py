@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from shared.node_dirs import container_dir
-from shared.safe_paths import read_head
+from shared.host.node_dirs import container_dir
+from shared.host.safe_paths import read_head
 
 DATA = "..data"
 DATA_TMP = "..data_tmp"
@@ -64,7 +64,7 @@ def _version_dir(target: Path) -> str | None:
 def _holds(target: Path, payload: dict[str, FileProjection]) -> bool:
     """Whether the current version holds exactly the payload. What is there is compared without
     following a link, opening anything but regular files, or reading more than the payload's
-    size of any file (shared/safe_paths.py)."""
+    size of any file (shared/host/safe_paths.py)."""
     name = _version_dir(target)
     if name is None:
         return False

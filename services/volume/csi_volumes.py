@@ -25,9 +25,9 @@ from services.volume.paths import Layout
 from services.volume.projection import VolumeSourceError
 from services.volume.registry import PluginRegistry
 from shared.csi import csi
-from shared.mounts import is_mount_point, remove_tree
-from shared.podspec import Pod, Volume
-from shared.volume_plugins import CSI
+from shared.host.mounts import is_mount_point, remove_tree
+from shared.model.podspec import Pod, Volume
+from shared.model.volume_plugins import CSI
 
 log = logging.getLogger(__name__)
 

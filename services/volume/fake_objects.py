@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.podspec import Pod
+from shared.model.podspec import Pod
 
 
 class FakeObjectSource:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from services.volume.projection import VolumeSourceError
-from shared.mounts import is_mount_point, mount_tmpfs, remove_tree, unmount
-from shared.node_dirs import container_dir
-from shared.podspec import Pod
-from shared.quantity import to_bytes
+from shared.host.mounts import is_mount_point, mount_tmpfs, remove_tree, unmount
+from shared.host.node_dirs import container_dir
+from shared.model.podspec import Pod
+from shared.model.quantity import to_bytes
 
 
 def memory_size(pod: Pod, source: dict[str, Any], node_memory: int) -> int:

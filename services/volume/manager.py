@@ -35,20 +35,20 @@ from services.volume.objects import STATIC_POD_OBJECTS, NoApiObjects, ObjectSour
 from services.volume.ownership import set_volume_ownership
 from services.volume.paths import Layout, plugin_dir_name
 from services.volume.projection import NodeAllocatable, VolumeSourceError, build_payload, keeps_secrets
-from shared import subpath
-from shared.bus import Bus, VolumesChanged
-from shared.cri import RuntimeService
-from shared.cri import labels as L
-from shared.disk_usage import tree_usage
-from shared.events import Recorder
-from shared.mounts import MountError, is_mount_point, mount_tmpfs, remove_tree
-from shared.node_dirs import container_dir, private_dir
-from shared.podspec import VOLUME_SOURCES, Pod, PodCache, Volume
-from shared.quantity import to_bytes
-from shared.retry import Backoff
+from shared.bus.client import Bus, VolumesChanged
+from shared.bus.events import Recorder
+from shared.host import subpath
+from shared.host.disk_usage import tree_usage
+from shared.host.mounts import MountError, is_mount_point, mount_tmpfs, remove_tree
+from shared.host.node_dirs import container_dir, private_dir
+from shared.model.podspec import VOLUME_SOURCES, Pod, PodCache, Volume
+from shared.model.quantity import to_bytes
+from shared.model.volume_plugins import PLUGINS
+from shared.runtime.cri import RuntimeService
+from shared.runtime.cri import labels as L
 from shared.store import DesiredPod, PodVolume, Store
 from shared.store.models import utcnow
-from shared.volume_plugins import PLUGINS
+from shared.tasks.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from shared.podspec import Pod
+from shared.model.podspec import Pod
 
 
 class ObjectUnavailable(Exception):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from shared.safe_paths import beneath
+from shared.host.safe_paths import beneath
 
 
 # A plugin's directory name swaps "/" for "~" (the kubelet's layout).

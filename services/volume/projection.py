@@ -11,8 +11,8 @@ from typing import Any
 
 from services.volume.atomic_writer import FileProjection, PayloadError, validate_path
 from services.volume.objects import ObjectSource, ObjectUnavailable
-from shared.downward_api import metadata_field, resource_field
-from shared.podspec import Pod
+from shared.model.downward_api import metadata_field, resource_field
+from shared.model.podspec import Pod
 
 DEFAULT_MODE = 0o644
 DEFAULT_TOKEN_EXPIRATION = 3600

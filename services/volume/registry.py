@@ -20,7 +20,7 @@ import grpc
 
 from services.volume.csi_client import CSIError, CSINodeClient
 from shared.csi import registration, registration_grpc
-from shared.dir_watch import Change, DirectoryWatch
+from shared.tasks.dir_watch import Change, DirectoryWatch
 
 log = logging.getLogger(__name__)
 

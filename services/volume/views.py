@@ -9,8 +9,8 @@ from sqlalchemy import select
 
 from services.volume.manager import VolumeManager
 from services.volume.registry import PluginRegistry
+from shared.model.volume_plugins import EMPTY_DIR
 from shared.store import PodVolume, Store
-from shared.volume_plugins import EMPTY_DIR
 
 
 def router(store: Store, manager: VolumeManager, registry: PluginRegistry) -> APIRouter:

@@ -23,7 +23,7 @@ from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from shared.node_dirs import PRIVATE_FILE_MODE, private_dir, private_files
+from shared.host.node_dirs import PRIVATE_FILE_MODE, private_dir, private_files
 from shared.store.models import OWN_ROW_TABLES, TABLE_OWNERS, Base
 
 # Bump when a table changes: older stores are rebuilt at start (see Store.create_schema).

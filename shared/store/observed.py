@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 class ContainerInstance(TypedDict, total=False):
     """One instance (CRI attempt) of a container."""
 
-    container_id: str      # containerd://<id> (shared/container_id.py)
+    container_id: str      # containerd://<id> (shared/model/container_id.py)
     state: str             # running, exited, created, unknown; "" for none yet
     restart_count: int     # the CRI attempt number
     started_at: str | None

@@ -26,8 +26,8 @@ from typing import Iterator
 import pytest
 import yaml
 
-from shared.admin import SERVICES
-from shared.host import node_ip
+from shared.host.facts import node_ip
+from shared.process.admin import SERVICES
 from tests.bootstrap.host_runtime import HostRuntime, HostRuntimeError
 from tests.bootstrap.private_host import PrivateHost, PrivateHostError
 from tests.cluster.harness import KUBE_BIN, KUBE_VERSION, ControlPlane, HarnessError, ensure_kube_binaries

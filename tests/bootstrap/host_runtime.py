@@ -14,10 +14,10 @@ from cri_api.v1 import api_pb2 as cri_api
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.teardown import teardown_node
-from shared.cni import CNI_BIN_DIR, cni_conf_dir
-from shared.cri import CRIClient, CRIError
-from shared.host import kernel_refuses_negative_oom_score_adj
-from shared.images.build import IMAGES
+from shared.host.cni import CNI_BIN_DIR, cni_conf_dir
+from shared.host.facts import kernel_refuses_negative_oom_score_adj
+from shared.runtime.cri import CRIClient, CRIError
+from shared.runtime.images.build import IMAGES
 from tests.integration.conftest import PYKUBELET, REPO, free_port, stop_process, wait_for
 
 START_TIMEOUT = 60.0

@@ -18,7 +18,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from shared.client_cert import CURRENT, PENDING_KEY, SIGNER
+from shared.api.client_cert import CURRENT, PENDING_KEY, SIGNER
 from tests.bootstrap.conftest import BOOTSTRAP_GROUP, TOKEN_ID, Joined
 from tests.integration.conftest import NODE_NAME, wait_for
 

@@ -1,4 +1,4 @@
-"""shared/kubelet_flags.py and shared/feature_gates.py against the kubelet's own source: the source
+"""shared/config/flags.py and shared/config/feature_gates.py against the kubelet's own source: the source
 of the Kubernetes the tests' control plane is built from (`make kube` downloads it into the Go
 module cache). Every flag the kubelet registers is in pykubelet's table, the table has no flag the
 kubelet lacks, and the feature gate table is what the source declares."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.kubelet_flags import BY_NAME
+from shared.config.flags import BY_NAME
 from tests.cluster.harness import CACHE, KUBE_VERSION, ensure_kube_binaries
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,8 +36,8 @@ def test_every_kubelet_flag_is_in_the_table_and_no_other():
     kubelet = set(REGISTERED.findall(_source(f"kubernetes@v{KUBE_VERSION}/cmd/kubelet/app/options/options.go")))
     logging_ = set(REGISTERED.findall(_source(f"component-base@v0.{minor}/logs/api/v1/options.go")))
     assert len(kubelet) > 100 and {"v", "vmodule", "logging-format"} <= logging_  # the pattern still finds them
-    assert sorted(kubelet - set(BY_NAME)) == [], "kubelet flags missing from shared/kubelet_flags.py"
-    assert sorted(logging_ - set(BY_NAME)) == [], "logging flags missing from shared/kubelet_flags.py"
+    assert sorted(kubelet - set(BY_NAME)) == [], "kubelet flags missing from shared/config/flags.py"
+    assert sorted(logging_ - set(BY_NAME)) == [], "logging flags missing from shared/config/flags.py"
     assert sorted(set(BY_NAME) - kubelet - logging_ - BY_OTHERS) == [], "flags the kubelet does not have"
 
 
@@ -51,4 +51,4 @@ def test_the_feature_gate_table_is_the_kubelets():
         pytest.fail(str(exc))
     assert len(gates) > 200
     assert (REPO / "shared" / "feature_gates.py").read_text() == feature_gates_source.render(gates), \
-        "shared/feature_gates.py is out of date: .venv/bin/python -m tests.feature_gates_source > shared/feature_gates.py"
+        "shared/config/feature_gates.py is out of date: .venv/bin/python -m tests.feature_gates_source > shared/config/feature_gates.py"

@@ -273,7 +273,7 @@ def served_certificate(cluster):
     """The node's serving certificate, verified against the cluster CA for the node's IP."""
     from cryptography import x509
 
-    from shared.host import node_ip
+    from shared.host.facts import node_ip
 
     ctx = ssl.create_default_context(cafile=str(cluster.cp.ca))
     with socket.create_connection(("127.0.0.1", cluster.node.kubelet_port), timeout=10) as raw_sock:

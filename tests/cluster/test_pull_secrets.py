@@ -9,8 +9,8 @@ import subprocess
 import bcrypt
 import pytest
 
-from shared.images.build import IMAGES, ImageSpec, build_image, busybox_applets
-from shared.images.registry import push_image, wait_for_registry
+from shared.runtime.images.build import IMAGES, ImageSpec, build_image, busybox_applets
+from shared.runtime.images.registry import push_image, wait_for_registry
 from tests.integration.conftest import free_port, stop_process, wait_for
 
 USER, PASSWORD = "puller", "s3cret-pull"

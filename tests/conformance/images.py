@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from shared.images.build import ImageSpec, build_image, busybox_applets
-from shared.images.registry import push_image
+from shared.runtime.images.build import ImageSpec, build_image, busybox_applets
+from shared.runtime.images.registry import push_image
 from tests.cluster.harness import CACHE, KUBE_BIN
 
 # Upstream's busybox, as in upstream's images (deploy/build-busybox.sh builds it).

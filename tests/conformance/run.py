@@ -33,7 +33,7 @@ from pathlib import Path
 from bench.agents import Kubelet, Pykubelet
 from bench.cluster import k8s, wait_node_ready
 from bench.containerd2 import Containerd2Missing, put_first_on_path
-from shared.mounts import MountError, remove_tree
+from shared.host.mounts import MountError, remove_tree
 from tests.cluster.harness import KUBE_BIN, ControlPlane, HarnessError
 from tests.conformance.images import push_all, write_repo_list
 from tests.conformance.report import Result, parse_junit, side_by_side

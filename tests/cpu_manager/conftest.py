@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from shared.cpusets import numa_nodes
+from shared.host.cpu_topology import numa_nodes
 from tests.integration.conftest import Node, launch_node, pods, stop_node  # noqa: F401
 from tests.integration.event_loops import assert_loops_never_blocked
 

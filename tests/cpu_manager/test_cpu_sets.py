@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 
-from shared.cpusets import format_cpuset, numa_nodes
+from shared.host.cpu_topology import numa_nodes
+from shared.model.cpusets import format_cpuset
 from tests.cpu_manager.conftest import RECONCILE_EVERY
 from tests.integration.conftest import wait_for
 

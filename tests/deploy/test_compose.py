@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.cni import BRIDGE
-from shared.mounts import mounts_under, unmount_all_under
+from shared.host.cni import BRIDGE
+from shared.host.mounts import mounts_under, unmount_all_under
 from tests.deploy.conftest import REPO
 from tests.integration.conftest import stop_process, wait_for
 

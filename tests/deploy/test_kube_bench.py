@@ -11,7 +11,7 @@ import base64
 import json
 from pathlib import Path
 
-from shared.self_signed import write_self_signed
+from shared.api.self_signed import write_self_signed
 from tests.deploy.test_systemd import PY, UNITS
 
 ROOT = "/var/lib/pykubelet/bench"

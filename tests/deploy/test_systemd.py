@@ -4,7 +4,7 @@ pod's container is the same; `systemctl stop pykubelet.target` stops every unit.
 
 from __future__ import annotations
 
-from shared.admin import SERVICES
+from shared.process.admin import SERVICES
 from tests.guest_node import PY, install_args, push_images, running_pod, web_spec, write_static_pod
 from tests.integration.conftest import wait_for
 

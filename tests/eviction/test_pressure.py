@@ -8,8 +8,8 @@ import time
 import yaml
 from sqlalchemy import select
 
-from shared.images.build import ImageSpec, build_image
-from shared.images.registry import push_image
+from shared.runtime.images.build import ImageSpec, build_image
+from shared.runtime.images.registry import push_image
 from shared.store import DiskReclaim, PodEviction
 from tests.eviction.conftest import DISK_THRESHOLD_MIB, MIB, TRANSITION_SECONDS, memory_available, pod_json
 from tests.integration.conftest import NODE_NAME, wait_for

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from shared.admin import SERVICES
+from shared.process.admin import SERVICES
 from tests.integration.conftest import wait_for
 
 CHUNK = 64 * 1024

@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 
-from shared.admin import SERVICES
-from shared.admin_token import read_token, token_path
-from shared.cri import CRIClient
+from shared.process.admin import SERVICES
+from shared.process.admin_token import read_token, token_path
+from shared.runtime.cri import CRIClient
 from tests.integration.event_loops import assert_loops_never_blocked, watched_env
 from tests.integration.manifest_server import ManifestServer
 

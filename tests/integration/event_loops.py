@@ -1,5 +1,5 @@
 """The suites' check that no service blocked its event loop: every node the tests start runs its
-services with the loop watchdog (shared/loop_watchdog.py) recording into the node's root dir;
+services with the loop watchdog (shared/process/loop_watchdog.py) recording into the node's root dir;
 a package's node fails its teardown listing each callback that blocked a loop for over 100 ms."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shared import loop_watchdog
+from shared.process import loop_watchdog
 
 RECORDS = "loop-watchdog.jsonl"
 

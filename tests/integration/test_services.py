@@ -134,7 +134,7 @@ def test_enforce_node_allocatable_caps_the_pods_cgroup(node):
     allocatable before eviction thresholds, here the whole node (the test node reserves nothing)."""
     from pathlib import Path
 
-    from shared.host import cpu_capacity_millicores, memory_capacity_bytes
+    from shared.host.facts import cpu_capacity_millicores, memory_capacity_bytes
 
     kubepods = Path("/sys/fs/cgroup")
     limit = int((kubepods / "memory" / "kubepods" / "memory.limit_in_bytes").read_text())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.mounts import tmpfs_noswap_supported
+from shared.host.mounts import tmpfs_noswap_supported
 from tests.integration.conftest import REPO, Node, wait_for
 
 DRIVER = "dir.csi.pykubelet.test"

@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from shared.admin import SERVICES
+from shared.process.admin import SERVICES
 from tests.integration.conftest import relaunch_node, wait_for
 from tests.multinode.conftest import REGISTRY_PORT
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ipaddress
 import subprocess
 
-from shared.cni import BRIDGE, cni_ipam_dir
-from shared.cri.labels import MANAGED_BY
+from shared.host.cni import BRIDGE, cni_ipam_dir
+from shared.runtime.cri.labels import MANAGED_BY
 
 
 def ipam_addresses(node) -> set[str]:

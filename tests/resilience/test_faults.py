@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.cri.labels import MANAGED_BY
+from shared.runtime.cri.labels import MANAGED_BY
 from tests.integration.conftest import relaunch_node, wait_for
 from tests.resilience.leftovers import consistent
 

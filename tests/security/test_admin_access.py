@@ -21,7 +21,7 @@ import secrets
 import subprocess
 import threading
 
-from shared.admin import SERVICES
+from shared.process.admin import SERVICES
 from tests.integration.conftest import wait_for
 from tests.security.conftest import assert_node_serves, kubelet_api
 

@@ -11,9 +11,9 @@ import stat
 import nats
 import pytest
 
-from shared.admin import SERVICES
-from shared.bus import DesiredPodsChanged, PodStatusChanged
-from shared.bus_auth import read_credentials
+from shared.bus.auth import read_credentials
+from shared.bus.client import DesiredPodsChanged, PodStatusChanged
+from shared.process.admin import SERVICES
 from tests.integration.conftest import wait_for
 
 

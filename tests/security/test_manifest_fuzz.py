@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from shared.podspec import ManifestInvalid, Pod, parse_manifest_text, validate_pod
+from shared.model.podspec import ManifestInvalid, Pod, parse_manifest_text, validate_pod
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from shared.admin import SERVICES
+from shared.process.admin import SERVICES
 from tests.integration.conftest import PYKUBELET, REPO, free_port, free_port_range, require_node_prerequisites
 
 # An HTTP server run as nobody that answers 200 to everything, as a fake registry would.

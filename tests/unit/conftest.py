@@ -5,12 +5,12 @@ import pytest
 from services.pod_sync.images import ImageManager
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.syncer import PodSyncer
-from shared.config import KubeletConfiguration, NodeSettings
-from shared.cri.fake import FakeRuntime
-from shared.events import RecordingRecorder
-from shared.retry import Backoff
+from shared.bus.events import RecordingRecorder
+from shared.config.settings import KubeletConfiguration, NodeSettings
+from shared.host.subpath import FakeSubPathMounts
+from shared.runtime.cri.fake import FakeRuntime
 from shared.store import NetworkStatus, Store
-from shared.subpath import FakeSubPathMounts
+from shared.tasks.retry import Backoff
 
 # The image the pod-sync tests' fake runtime already has.
 IMG = "reg/app:1"

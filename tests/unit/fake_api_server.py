@@ -1,5 +1,5 @@
 """An HTTP server answering as the API server does, for the unit tests of what talks to it
-(shared/kube.py's client and the services built on it): replies queued per path, every request
+(shared/api/client.py's client and the services built on it): replies queued per path, every request
 recorded. The `api_server` fixture (tests/unit/conftest.py) starts one."""
 
 from __future__ import annotations

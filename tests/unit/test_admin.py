@@ -6,8 +6,8 @@ import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
 
-from shared.admin import AdminApp
-from shared.redact import REDACTED
+from shared.model.redact import REDACTED
+from shared.process.admin import AdminApp
 
 TOKEN = "k" * 43
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

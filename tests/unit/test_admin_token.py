@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from shared.admin_token import AdminTokenError, ensure_token, read_token, token_path, write_token
+from shared.process.admin_token import AdminTokenError, ensure_token, read_token, token_path, write_token
 
 
 def _mode(path) -> int:

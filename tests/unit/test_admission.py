@@ -1,7 +1,7 @@
 from services.pod_sync.admission import admit
-from shared.config import KubeletConfiguration
-from shared.node_resources import Reservations, allocatable
-from shared.podspec import validate_pod
+from shared.config.settings import KubeletConfiguration
+from shared.host.node_resources import Reservations, allocatable
+from shared.model.podspec import validate_pod
 
 
 def pod(cpu=None, memory=None):

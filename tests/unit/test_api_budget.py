@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from shared.api_budget import SharedTokenBucket
+from shared.api.budget import SharedTokenBucket
 
 QPS, BURST, RUN_FOR, PROCESSES = 40.0, 10, 1.0, 4
 

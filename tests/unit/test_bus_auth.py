@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from shared.admin import SERVICES
-from shared.bus_auth import CredentialsError, publish_subjects, read_credentials, server_config, write_credentials
+from shared.bus.auth import CredentialsError, publish_subjects, read_credentials, server_config, write_credentials
+from shared.process.admin import SERVICES
 
 
 def test_each_service_publishes_only_its_own_events():

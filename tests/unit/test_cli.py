@@ -91,8 +91,8 @@ def test_up_refuses_a_kubelet_field_it_does_not_implement_naming_it(tmp_path):
 
 
 def test_up_refuses_a_host_its_config_rules_out_with_the_kubelets_words(tmp_path):
-    from shared.config import load_kubelet_config
-    from shared.host_checks import startup_problems
+    from shared.config.settings import load_kubelet_config
+    from shared.host.checks import startup_problems
 
     config = {"protectKernelDefaults": True, "failCgroupV1": True}
     expected = startup_problems(load_kubelet_config(config)[0])
@@ -132,8 +132,8 @@ def test_logging_format_json_makes_every_service_line_a_json_object(tmp_path):
         proc.wait(timeout=30)
     assert lines and "event bus error" in lines[-1]["msg"], f"no complaint about the bus in 30s: {lines}"
     record = lines[-1]
-    assert record["level"] == "warning" and record["service"] == "probe" and record["logger"] == "shared.bus"
-    assert isinstance(record["ts"], float) and record["caller"].startswith("bus.py:")
+    assert record["level"] == "warning" and record["service"] == "probe" and record["logger"] == "shared.bus.client"
+    assert isinstance(record["ts"], float) and record["caller"].startswith("client.py:")
 
 
 def test_kubelet_takes_the_kubelets_command_line_and_nothing_else(tmp_path):

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from cryptography import x509
 
-from shared import client_cert, csr
-from shared.config import ConfigError, add_node_flags, settings_from_args
-from shared.kube import KubeApi, RenewedCertificate
-from shared.kubeconfig import load as load_kubeconfig
+from shared.api import client_cert, csr
+from shared.api.client import KubeApi, RenewedCertificate
+from shared.api.kubeconfig import load as load_kubeconfig
+from shared.config.settings import ConfigError, add_node_flags, settings_from_args
 from tests.cluster.pki import PKI
 
 

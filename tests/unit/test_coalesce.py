@@ -2,7 +2,7 @@
 
 import asyncio
 
-from shared.coalesce import Coalescer
+from shared.tasks.coalesce import Coalescer
 
 
 async def test_events_during_a_pass_are_batched_into_the_next():

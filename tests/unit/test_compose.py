@@ -6,8 +6,8 @@ from pathlib import Path
 import yaml
 
 from services.cli.main import SERVICES
-from shared.admin import admin_port
-from shared.config import add_node_flags
+from shared.config.settings import add_node_flags
+from shared.process.admin import admin_port
 
 REPO = Path(__file__).resolve().parents[2]
 

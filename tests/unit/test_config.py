@@ -2,8 +2,8 @@ import argparse
 
 import pytest
 
-from shared.config import ConfigError, add_node_flags, load_kubelet_config, settings_from_args
-from shared.durations import format_duration, parse_duration
+from shared.config.settings import ConfigError, add_node_flags, load_kubelet_config, settings_from_args
+from shared.model.durations import format_duration, parse_duration
 
 
 def parse(argv):
@@ -43,7 +43,7 @@ def test_unknown_field_is_an_error_naming_it():
 
 
 @pytest.mark.parametrize("field,value,needle", [
-    ("maxPods", -1, "maxPods: must be at least 1"),  # 0 is the default (shared/config_defaults.py)
+    ("maxPods", -1, "maxPods: must be at least 1"),  # 0 is the default (shared/config/defaults.py)
     ("syncFrequency", "soon", "syncFrequency: invalid duration 'soon'"),
     ("podCIDR", "10.0.0.0/33", "podCIDR: not a CIDR"),
     ("clusterDNS", ["dns.local"], "clusterDNS: 'dns.local' is not an IP address"),
@@ -134,12 +134,12 @@ def test_node_ip_flag_is_checked_and_detection_never_guesses(monkeypatch):
 
     import pytest
 
-    from shared import host
-    from shared.config import ConfigError, add_node_flags, settings_from_args
+    from shared.config.settings import ConfigError, add_node_flags, settings_from_args
+    from shared.host import facts as host
 
     parser = argparse.ArgumentParser()
     add_node_flags(parser)
-    assert settings_from_args(parser.parse_args(["--node-ip", "192.0.2.7"])).node_address == "192.0.2.7"
+    assert host.node_address(settings_from_args(parser.parse_args(["--node-ip", "192.0.2.7"])).node_ip) == "192.0.2.7"
     with pytest.raises(ConfigError, match="--node-ip: 'eth0' is not an IP address"):
         settings_from_args(parser.parse_args(["--node-ip", "eth0"]))
 
@@ -149,4 +149,4 @@ def test_node_ip_flag_is_checked_and_detection_never_guesses(monkeypatch):
     monkeypatch.setattr(host.subprocess, "run", no_route)
     settings = settings_from_args(parser.parse_args([]))
     with pytest.raises(host.NodeIPError, match="pass --node-ip ADDRESS"):
-        _ = settings.node_address
+        host.node_address(settings.node_ip)

@@ -1,4 +1,4 @@
-"""A zero the kubelet reads as its default (shared/config_defaults.py), shown on the config file
+"""A zero the kubelet reads as its default (shared/config/defaults.py), shown on the config file
 kubeadm 1.37 writes: tests/unit/data/kubeadm-1.37-kubelet-config.yaml is the output of
 `kubeadm config print init-defaults --component-configs KubeletConfiguration` of kubeadm 1.37.2
 (deploy/build-kube.sh kubeadm), the KubeletConfiguration document only."""
@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shared import safe_yaml
-from shared.config import load_kubelet_config
-from shared.config_defaults import ZERO_IS_DEFAULT
+from shared.config.defaults import ZERO_IS_DEFAULT
+from shared.config.settings import load_kubelet_config, safe_yaml
 
 KUBEADM = Path(__file__).parent / "data" / "kubeadm-1.37-kubelet-config.yaml"
 

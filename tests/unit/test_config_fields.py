@@ -1,6 +1,6 @@
 """Every KubeletConfiguration field of Kubernetes 1.37 is implemented or refused, never ignored:
 a refused field is accepted at the kubelet's default only, and any other value stops the start
-naming the field (shared/config_refused.py)."""
+naming the field (shared/config/refused.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import ConfigError, KubeletConfiguration, load_kubelet_config
-from shared.config_refused import FIELDS as FIELDS_1_37
-from shared.config_refused import REFUSED
-from shared.feature_gates import GATES
-from shared.kubelet_flags import FLAGS
+from shared.config.feature_gates import GATES
+from shared.config.flags import FLAGS
+from shared.config.refused import FIELDS as FIELDS_1_37
+from shared.config.refused import REFUSED
+from shared.config.settings import ConfigError, KubeletConfiguration, load_kubelet_config
 from tests import config_fields_doc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_every_refused_field_is_named_at_once_in_the_files_spelling():
 
 
 def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_by_name():
-    """Every gate of the kubelet 1.37 (shared/feature_gates.py, checked against the source in
+    """Every gate of the kubelet 1.37 (shared/config/feature_gates.py, checked against the source in
     tests/cluster/test_kubelet_flags_source.py) at its default; otherwise the kubelet's words."""
     at_default = {name: default for name, (default, _) in GATES.items()}
     assert load_kubelet_config({"featureGates": at_default})[0].feature_gates == at_default

@@ -9,7 +9,7 @@ import tarfile
 
 import yaml
 
-from shared.images.build import build_image
+from shared.runtime.images.build import build_image
 from tests.conformance.images import image_specs, write_repo_list
 from tests.conformance.report import Result, parse_junit, side_by_side
 

@@ -11,7 +11,7 @@ import pytest
 from services.pod_sync.env_sources import EnvObjects, EnvSourceError, StaticEnvSource, secret_data
 from services.pod_sync.runtime_config import NodeFacts, container_env
 from services.pod_sync.service_env import service_env
-from shared.podspec import ManifestInvalid, validate_pod
+from shared.model.podspec import ManifestInvalid, validate_pod
 
 NODE = NodeFacts(name="node1", ip="192.0.2.10", cpu_millicores=2000, memory_bytes=4 * 2**30, oom_floor=None,
                  pods_dir=Path("/nonexistent"))

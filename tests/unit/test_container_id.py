@@ -1,6 +1,6 @@
-"""Container IDs between the API's spelling and the runtime's (shared/container_id.py)."""
+"""Container IDs between the API's spelling and the runtime's (shared/model/container_id.py)."""
 
-from shared.container_id import api_container_id, runtime_container_id
+from shared.model.container_id import api_container_id, runtime_container_id
 
 
 def test_the_api_id_is_the_runtime_id_with_its_type_and_back():

@@ -11,13 +11,14 @@ from sqlalchemy import select
 from services.pod_sync.cpu_manager import CPUManager, CPUSetReconciler, StaticPolicy, exclusive_count
 from services.pod_sync.images import ImageManager
 from services.pod_sync.syncer import PodSyncer
-from shared.config import ConfigError, load_kubelet_config
-from shared.cpusets import CPUSetError, format_cpuset, parse_cpuset, static_policy_problem, topology_order
-from shared.host_checks import startup_problems
-from shared.node_resources import Reservations, allocatable
-from shared.podspec import validate_pod
-from shared.retry import Backoff
+from shared.config.settings import ConfigError, load_kubelet_config
+from shared.host.checks import startup_problems
+from shared.host.cpu_topology import static_policy_problem, topology_order
+from shared.host.node_resources import Reservations, allocatable
+from shared.model.cpusets import CPUSetError, format_cpuset, parse_cpuset
+from shared.model.podspec import validate_pod
 from shared.store import DesiredPod
+from shared.tasks.retry import Backoff
 from tests.unit.conftest import IMG
 
 

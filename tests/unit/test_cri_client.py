@@ -13,7 +13,7 @@ import pytest
 from cri_api.v1 import api_pb2 as cri
 from cri_api.v1 import api_pb2_grpc as cri_grpc
 
-from shared.cri import CRIClient
+from shared.runtime.cri import CRIClient
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,7 +82,7 @@ async def test_without_idle_close_the_channel_stays(runtime):
 
 IDLE_THREADS = """
 import asyncio, os, sys
-from shared.cri import CRIClient, CRIError
+from shared.runtime.cri import CRIClient, CRIError
 
 def grpc_workers():
     names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]

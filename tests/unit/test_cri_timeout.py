@@ -1,5 +1,5 @@
 """runtimeRequestTimeout: a CRI call the runtime does not answer fails after that long, with the
-runtime's call named (shared/cri/client.py), against a real gRPC server on a unix socket."""
+runtime's call named (shared/runtime/cri/client.py), against a real gRPC server on a unix socket."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import grpc
 from cri_api.v1 import api_pb2 as cri
 from cri_api.v1 import api_pb2_grpc as cri_grpc
 
-from shared.config import load_kubelet_config
-from shared.cri import CRIClient, CRIError
+from shared.config.settings import load_kubelet_config
+from shared.runtime.cri import CRIClient, CRIError
 
 
 class StuckRuntime(cri_grpc.RuntimeServiceServicer):

@@ -1,4 +1,4 @@
-"""Waiting for a directory to change (shared/dir_watch.py), on a real directory with inotify."""
+"""Waiting for a directory to change (shared/tasks/dir_watch.py), on a real directory with inotify."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import shutil
 import socket
 
-from shared.dir_watch import Change, DirectoryWatch
+from shared.tasks.dir_watch import Change, DirectoryWatch
 
 
 async def test_a_change_is_reported_once_per_burst_and_quiet_is_a_timeout(tmp_path):

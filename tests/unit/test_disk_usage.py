@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from shared import disk_usage
-from shared.disk_usage import tree_usage
+from shared.host import disk_usage
+from shared.host.disk_usage import tree_usage
 
 
 def _tree(tmp_path):

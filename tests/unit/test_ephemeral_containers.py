@@ -9,7 +9,7 @@ from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.static_source import ManifestInvalid, pod_from_file
 from services.status_reporter.pod_status import compute_status
-from shared.podspec import validate_pod
+from shared.model.podspec import validate_pod
 from shared.store import PodRuntime
 from tests.unit.conftest import IMG
 from tests.unit.test_syncer import manifest, want

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.pod_sync.etc_hosts import hosts_content, wants_managed_hosts, write_hosts_file
-from shared.podspec import ManifestInvalid, validate_pod
+from shared.model.podspec import ManifestInvalid, validate_pod
 from tests.unit.test_syncer import manifest, want
 
 

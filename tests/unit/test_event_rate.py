@@ -7,9 +7,9 @@ import json
 import time
 
 from services.status_reporter.events import EventPoster
-from shared.bus import KubeEvent
-from shared.config import load_kubelet_config
-from shared.kube import api_client
+from shared.api.client import api_client
+from shared.bus.client import KubeEvent
+from shared.config.settings import load_kubelet_config
 
 
 async def post_times(api_server, tmp_path, config: dict, n: int) -> list[float]:

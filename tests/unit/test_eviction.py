@@ -10,13 +10,13 @@ from services.eviction.manager import CLEANUP_WAIT, EvictionManager
 from services.eviction.pod_usage import ActivePod, PodUsage
 from services.eviction.ranking import binary_quantity, eviction_message, rank, storage_limit_violation
 from services.eviction.signals import Observed, SignalReader
-from shared.bus import DiskReclaimRequested, EvictionsDecided, NodePressureChanged
-from shared.cgroups import CgroupReader
-from shared.config import ConfigError, KubeletConfiguration, load_kubelet_config
-from shared.events import RecordingRecorder
-from shared.podspec import Pod
-from shared.pressure_report import pressure_report
+from shared.bus.client import DiskReclaimRequested, EvictionsDecided, NodePressureChanged
+from shared.bus.events import RecordingRecorder
+from shared.config.settings import ConfigError, KubeletConfiguration, load_kubelet_config
+from shared.host.cgroups import CgroupReader
+from shared.model.podspec import Pod
 from shared.store import DesiredPod, DiskReclaim, NodePressure, PodEviction, PodRuntime, PodVolume, Store
+from shared.store.pressure_report import pressure_report
 
 GIB, MIB = 2**30, 2**20
 

@@ -13,7 +13,7 @@ from services.pod_sync.admission import admit_exec_strings
 from services.pod_sync.env_sources import EnvObjects
 from services.pod_sync.exec_strings import MAX_ARG_STRLEN, MAX_EXEC_STRINGS, ExecStringsTooLarge, spec_exceeds
 from services.pod_sync.runtime_config import NodeFacts, container_config, container_env
-from shared.podspec import validate_pod
+from shared.model.podspec import validate_pod
 from shared.store import DesiredPod, PodRuntime
 from tests.unit.conftest import IMG
 
@@ -163,7 +163,7 @@ async def test_a_config_map_past_the_limit_is_create_container_config_error(rt, 
     from services.pod_sync.env_sources import StaticEnvSource
     from services.pod_sync.images import ImageManager
     from services.pod_sync.syncer import PodSyncer
-    from shared.retry import Backoff
+    from shared.tasks.retry import Backoff
     from tests.unit.conftest import FakeSubPathMounts
 
     source = StaticEnvSource(config_maps={("default", "big"): {"HUGE": "z" * MAX_ARG_STRLEN}})

@@ -202,7 +202,7 @@ def test_preload_imports_everything_and_starts_no_thread():
 SERVICE_START = """
 import asyncio, sys
 from pathlib import Path
-from shared import process_tuning
+from shared.process import tuning as process_tuning
 process_tuning.apply()
 from services.supervisor import forking
 store_path = Path(sys.argv[1]) / "state.db"
@@ -210,12 +210,12 @@ forking.preload(False, store_path)
 before = set(sys.modules)
 preloaded_fastapi = "fastapi" in sys.modules
 
-# What every service does as it starts (shared/service.py), short of connecting to the bus.
+# What every service does as it starts (shared/process/service.py), short of connecting to the bus.
 import uvicorn
-from shared.admin import AdminApp
-from shared.admin_token import ensure_token
-from shared.config import ConfigError
-from shared.service_state import ServiceStateWriter
+from shared.process.admin import AdminApp
+from shared.process.admin_token import ensure_token
+from shared.config.settings import ConfigError
+from shared.store.service_state import ServiceStateWriter
 from shared.store import NetworkStatus, Store
 
 store = Store(store_path, writer="network")
@@ -247,7 +247,7 @@ METRICS_FORKED = """
 import json, os, sys
 from prometheus_client import REGISTRY
 from services.supervisor import forking, metric_owners
-from shared.admin import SERVICES
+from shared.process.admin import SERVICES
 forking.preload(False)
 out = {}
 for service in SERVICES:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import httpx
 
 from services.node_api.healthz import serve_healthz, unhealthy
-from shared.admin import SERVICES
+from shared.process.admin import SERVICES
 from shared.store import ServiceState, Store
 
 

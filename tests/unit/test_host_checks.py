@@ -1,5 +1,5 @@
 """failSwapOn, protectKernelDefaults and failCgroupV1: what the node checks of its host before
-it starts (shared/host_checks.py), on a /proc and a cgroup root made for each case."""
+it starts (shared/host/checks.py), on a /proc and a cgroup root made for each case."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import load_kubelet_config
-from shared.host_checks import KERNEL_DEFAULTS, startup_problems
+from shared.config.settings import load_kubelet_config
+from shared.host.checks import KERNEL_DEFAULTS, startup_problems
 
 HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
 

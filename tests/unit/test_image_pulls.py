@@ -8,10 +8,10 @@ import asyncio
 import pytest
 
 from services.pod_sync.images import ImageManager
-from shared.config import ConfigError, load_kubelet_config
-from shared.cri.fake import FakeRuntime
-from shared.podspec import Container
-from shared.retry import Backoff
+from shared.config.settings import ConfigError, load_kubelet_config
+from shared.model.podspec import Container
+from shared.runtime.cri.fake import FakeRuntime
+from shared.tasks.retry import Backoff
 
 
 class SlowPulls(FakeRuntime):

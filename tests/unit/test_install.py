@@ -13,10 +13,9 @@ import sys
 import pytest
 
 from services.cli.install_cmd import STRONG_CIPHER_SUITES, Installer, InstallError, unit_names
-from shared import safe_yaml
-from shared.admin import SERVICES
-from shared.config import load_kubelet_config
-from shared.self_signed import write_self_signed
+from shared.api.self_signed import write_self_signed
+from shared.config.settings import load_kubelet_config, safe_yaml
+from shared.process.admin import SERVICES
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The services' Kubernetes API client (shared/kube.py) against a real loopback HTTP server that
+"""The services' Kubernetes API client (shared/api/client.py) against a real loopback HTTP server that
 plays the API server: paths, errors, DeleteOptions, watches, the node-wide budget, and a bad
 kubeconfig named in the error."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from shared.kube import ApiError, KubeconfigError, api_client, patch_pod_status, path
+from shared.api.client import ApiError, KubeconfigError, api_client, patch_pod_status, path
 from tests.unit.fake_api_server import FakeApiServer
 
 

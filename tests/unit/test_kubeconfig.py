@@ -1,4 +1,4 @@
-"""shared/kubeconfig.py against a real loopback server (HTTPS with a throwaway CA, or plain
+"""shared/api/kubeconfig.py against a real loopback server (HTTPS with a throwaway CA, or plain
 HTTP): CA file and data, insecure-skip-tls-verify, client certificates as files and as data,
 token, token file rotation, basic auth, exec plugins (cache, expiry, 401, failures), what is
 refused by name, and hostile files."""
@@ -22,10 +22,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from shared import kubeconfig
-from shared.kube import ApiError, api_client
-from shared.kube import KubeconfigError as ReExported
-from shared.kubeconfig import KubeconfigError, load
+from shared.api import kubeconfig
+from shared.api.client import ApiError, api_client
+from shared.api.client import KubeconfigError as ReExported
+from shared.api.kubeconfig import KubeconfigError, load
 
 NOW = datetime.datetime.now(datetime.timezone.utc)
 
@@ -468,7 +468,7 @@ def test_context_problems_are_named(tmp_path, kwargs, message):
     with pytest.raises(KubeconfigError) as err:
         load(f)
     assert str(err.value).startswith(f"cannot use kubeconfig {f}: ") and message in str(err.value)
-    assert isinstance(err.value, ReExported), "shared.kube's KubeconfigError is this one"
+    assert isinstance(err.value, ReExported), "shared.api.client's KubeconfigError is this one"
 
 
 def test_a_cluster_needs_a_server_url(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from services.node_api.http import HTTPError, Request
 from services.node_api.kubelet_api import KubeletAPI, configz
-from shared.cri.fake import FakeRuntime
+from shared.runtime.cri.fake import FakeRuntime
 from shared.store import DesiredPod, PodRuntime
 
 MANIFEST = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},

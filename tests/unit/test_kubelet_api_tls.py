@@ -11,7 +11,7 @@ import pytest
 
 from services.node_api.http import HTTPServer, Request, Response, Router, text_response
 from services.node_api.tls import server_context, serving_cert_paths
-from shared.config import KubeletConfiguration
+from shared.config.settings import KubeletConfiguration
 from tests.cluster.pki import PKI
 
 

@@ -1,4 +1,4 @@
-"""The kubelet's command line (shared/kubelet_flags.py): each flag sets what the same field of a
+"""The kubelet's command line (shared/config/flags.py): each flag sets what the same field of a
 config file sets, or is refused by name; values parse as the kubelet's pflag values do."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
-from shared.config import ConfigError, add_node_flags, settings_from_args
-from shared.config_refused import FIELDS, REFUSED
-from shared.kubelet_flags import FLAGS, forwarded_argv
-from shared.service import service_main
+from shared.config.flags import FLAGS, forwarded_argv
+from shared.config.refused import FIELDS, REFUSED
+from shared.config.settings import ConfigError, add_node_flags, settings_from_args
+from shared.process.service import service_main
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Who listens on a loopback port (shared/listener_owner.py): the admin token goes only to root."""
+"""Who listens on a loopback port (shared/process/listener_owner.py): the admin token goes only to root."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from shared.listener_owner import listener_uids, owns_listener, root_listens
+from shared.process.listener_owner import listener_uids, owns_listener, root_listens
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 V6_HEADER = ("  sl  local_address                         remote_address                        st tx_queue rx_queue "

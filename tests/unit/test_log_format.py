@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from shared.log_format import JSONFormatter, setup_logging
+from shared.process.log_format import JSONFormatter, setup_logging
 
 
 def record(level: int, msg: str, exc: BaseException | None = None) -> logging.LogRecord:

@@ -3,7 +3,7 @@ import gzip
 from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.log_rotation import ContainerLogRotator
-from shared.cri.fake import FakeRuntime
+from shared.runtime.cri.fake import FakeRuntime
 
 
 async def _container(rt):
@@ -79,7 +79,7 @@ async def test_container_log_max_workers_rotates_that_many_at_once(tmp_path):
 async def test_container_log_monitor_interval_is_the_wait_between_checks(monkeypatch):
     import asyncio
 
-    from shared.config import load_kubelet_config
+    from shared.config.settings import load_kubelet_config
     waits = []
 
     async def sleep(seconds):

@@ -1,4 +1,4 @@
-"""The event-loop watchdog (shared/loop_watchdog.py) on a real loop: what it reports as blocking
+"""The event-loop watchdog (shared/process/loop_watchdog.py) on a real loop: what it reports as blocking
 and what it leaves alone."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Callable
 
 import pytest
 
-from shared import loop_watchdog
-from shared.loop_watchdog import LoopWatchdog, watching
+from shared.process import loop_watchdog
+from shared.process.loop_watchdog import LoopWatchdog, watching
 
 BLOCK_FOR = 0.4
 REPO = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ def test_a_cpu_busy_callback_is_not_blocking(tmp_path):
 # A process whose main thread holds the GIL in one long C call while another thread wants it.
 GIL_HOLDER = """
 import threading
-from shared.loop_watchdog import interpreter_memory
+from shared.process.loop_watchdog import interpreter_memory
 def python_code():
     while True:
         pass

@@ -9,11 +9,11 @@ from datetime import timedelta
 
 from services.network.readiness import NetworkManager
 from services.pod_sync.node_health import NodeHealthWriter
-from shared.bus import NetworkChanged, RuntimeStatusChanged
-from shared.cri.fake import FakeRuntime
-from shared.runtime_status import runtime_network
+from shared.bus.client import NetworkChanged, RuntimeStatusChanged
+from shared.runtime.cri.fake import FakeRuntime
 from shared.store import NetworkStatus, NodeHealth, Store
 from shared.store.models import utcnow
+from shared.store.runtime_status import runtime_network
 
 
 class RecordingBus:

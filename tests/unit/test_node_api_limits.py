@@ -15,7 +15,7 @@ from services.node_api import http
 from services.node_api.conn_limits import ConnectionLimits
 from services.node_api.http import HTTPServer, Request, Response, Router, connection_limit, text_response
 from services.node_api.tls import server_context, serving_cert_paths
-from shared.config import KubeletConfiguration
+from shared.config.settings import KubeletConfiguration
 from tests.cluster.pki import PKI
 
 

@@ -10,7 +10,7 @@ import pytest
 from cri_api.v1 import api_pb2 as cri
 
 from services.node_api.sandbox_stats import SandboxStatsCache
-from shared.cri.client import CRIError
+from shared.runtime.cri.client import CRIError
 
 
 class Clock:

@@ -14,7 +14,7 @@ from services.node_api.auth import Attributes, Authenticator, AuthError, Authori
 from services.node_api.http import HTTPError, HTTPServer, Request, Response, Router, text_response
 from services.node_api.listeners import auth_gate
 from services.node_api.tls import server_context, serving_cert_paths
-from shared.config import KubeletConfiguration
+from shared.config.settings import KubeletConfiguration
 from tests.cluster.pki import PKI
 
 

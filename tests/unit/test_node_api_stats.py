@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.node_api.machine import MachineFacts, MachineSpec
 from services.node_api.snapshot import rfc3339
 from services.node_api.stats import CpuRates, StatsProvider
-from shared.cgroups import CgroupReader
-from shared.cri import labels as L
-from shared.cri.client import CRIError
-from shared.cri.fake import FakeRuntime
+from shared.host.cgroups import CgroupReader
+from shared.runtime.cri import labels as L
+from shared.runtime.cri.client import CRIError
+from shared.runtime.cri.fake import FakeRuntime
 from shared.store import DesiredPod, PodRuntime, PodVolume, Store
 
 GIB = 2**30

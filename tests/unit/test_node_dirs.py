@@ -14,7 +14,7 @@ from services.pod_sync.etc_hosts import write_hosts_file
 from services.volume.atomic_writer import FileProjection, write_atomically
 from services.volume.local import setup_host_path
 from services.volume.projection import VolumeSourceError
-from shared.node_dirs import container_dir, open_private_log, private_tree, root_dir
+from shared.host.node_dirs import container_dir, open_private_log, private_tree, root_dir
 from shared.store import Store
 
 

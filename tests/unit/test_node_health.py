@@ -7,8 +7,8 @@ import grpc
 
 from services.pod_sync import node_health
 from services.pod_sync.node_health import NodeHealthWriter
-from shared.cri import CRIError
-from shared.cri.fake import FakeRuntime
+from shared.runtime.cri import CRIError
+from shared.runtime.cri.fake import FakeRuntime
 from shared.store import NodeHealth, Store
 
 

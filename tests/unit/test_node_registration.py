@@ -8,8 +8,8 @@ import json
 import pytest
 
 from services.status_reporter.node_agent import NodeAgent, Registration
-from shared.config import ConfigError, load_kubelet_config
-from shared.kube import ApiError, api_client
+from shared.api.client import ApiError, api_client
+from shared.config.settings import ConfigError, load_kubelet_config
 from shared.store import Store
 from tests.unit.conftest import run_for
 

@@ -18,14 +18,14 @@ from services.eviction.node_shutdown import END_TIME, START_TIME, Group, NodeShu
 from services.status_reporter.mirror_pods import _left_terminal
 from services.status_reporter.node_agent import NodeAgent
 from services.status_reporter.pod_status import compute_status
-from shared.bus import EvictionsDecided, KubeEvent, NodeShutdownChanged
-from shared.config import ConfigError, KubeletConfiguration, load_kubelet_config
-from shared.host import boot_id
-from shared.host_checks import startup_problems
-from shared.node_shutdown import NOT_READY, TERMINATED, TERMINATED_MESSAGE, shutting_down
-from shared.pressure_report import pressure_report
-from shared.qos import SYSTEM_CRITICAL_PRIORITY
+from shared.bus.client import EvictionsDecided, KubeEvent, NodeShutdownChanged
+from shared.config.settings import ConfigError, KubeletConfiguration, load_kubelet_config
+from shared.host.checks import startup_problems
+from shared.host.facts import boot_id
+from shared.model.qos import SYSTEM_CRITICAL_PRIORITY
 from shared.store import DesiredPod, NodeHealth, NodeShutdown, PodEviction, PodRuntime, Store
+from shared.store.node_shutdown import NOT_READY, TERMINATED, TERMINATED_MESSAGE, shutting_down
+from shared.store.pressure_report import pressure_report
 from tests.unit.test_syncer import manifest, observed, want
 
 CRITICAL = SYSTEM_CRITICAL_PRIORITY

@@ -10,8 +10,8 @@ import pytest
 from services.pod_sync import static_source
 from services.pod_sync.manager import PodSyncManager
 from services.pod_sync.static_source import StaticPodSource
-from shared.config import load_kubelet_config
-from shared.dir_watch import Change
+from shared.config.settings import load_kubelet_config
+from shared.tasks.dir_watch import Change
 
 
 class DeafWatch:

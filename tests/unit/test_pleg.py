@@ -2,8 +2,8 @@ from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_config import sandbox_config
-from shared.cri.fake import FakeRuntime
-from shared.podspec import validate_pod
+from shared.model.podspec import validate_pod
+from shared.runtime.cri.fake import FakeRuntime
 
 
 async def test_relist_reports_changed_pods_and_container_events(settings):

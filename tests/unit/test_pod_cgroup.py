@@ -6,8 +6,8 @@ import pytest
 from services.pod_sync import pod_cgroup
 from services.pod_sync.pod_cgroup import PodCgroupConfig, pod_cgroup_config
 from services.pod_sync.resources import container_resources
-from shared.podspec import ManifestInvalid, validate_pod
-from shared.qos import pod_requests, qos_class
+from shared.model.podspec import ManifestInvalid, validate_pod
+from shared.model.qos import pod_requests, qos_class
 from shared.store import DesiredPod
 from tests.unit.conftest import IMG
 
@@ -146,7 +146,7 @@ async def test_a_pod_for_another_os_is_rejected(syncer, rt, store):
 
 
 def test_downward_api_limits_of_a_container_without_are_the_pods():
-    from shared.downward_api import resource_field
+    from shared.model.downward_api import resource_field
     p = pod({}, resources={"limits": {"cpu": "1250m", "memory": "64Mi"}})
     c = p.spec.containers[0]
     assert resource_field(p, c, {"resource": "limits.cpu"}, 2000, 4096 * MI) == "2"
@@ -171,7 +171,7 @@ def test_pod_pids_limit_goes_to_pids_max_and_a_resize_leaves_it(tmp_path):
 
 
 def test_pod_pids_limit_is_a_config_field():
-    from shared.config import ConfigError, load_kubelet_config
+    from shared.config.settings import ConfigError, load_kubelet_config
     k, ignored = load_kubelet_config({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
                                       "podPidsLimit": 512})
     assert k.pod_pids_limit == 512 and "podPidsLimit" not in ignored

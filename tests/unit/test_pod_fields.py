@@ -10,8 +10,8 @@ import pytest
 from services.pod_sync.admission import admit_to_node
 from services.pod_sync.runtime_config import NodeFacts, container_config
 from services.pod_sync.security import sandbox_security_context
-from shared.host import node_labels
-from shared.podspec import ManifestInvalid, validate_pod
+from shared.host.facts import node_labels
+from shared.model.podspec import ManifestInvalid, validate_pod
 
 
 def pod(container=None, **spec):

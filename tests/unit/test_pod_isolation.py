@@ -10,8 +10,8 @@ from cri_api.v1 import api_pb2 as cri
 from services.pod_sync.admission import admit_sysctls
 from services.pod_sync.dns import dns_config, host_resolv_conf
 from services.pod_sync.security import container_security_context, namespaces, sandbox_security_context
-from shared.config import ConfigError, KubeletConfiguration, NodeSettings, load_kubelet_config
-from shared.podspec import ManifestInvalid, validate_pod
+from shared.config.settings import ConfigError, KubeletConfiguration, NodeSettings, load_kubelet_config
+from shared.model.podspec import ManifestInvalid, validate_pod
 
 
 def pod(**spec):
@@ -137,7 +137,7 @@ def test_resolv_conf_is_the_file_default_pods_get_and_adds_to_the_cluster_search
 def test_resolv_conf_relative_to_the_config_file(tmp_path):
     import argparse
 
-    from shared.config import add_node_flags, settings_from_args
+    from shared.config.settings import add_node_flags, settings_from_args
     cfg = tmp_path / "kubelet.yaml"
     cfg.write_text("resolvConf: resolv/upstream.conf\n")
     parser = argparse.ArgumentParser()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from services.pod_sync.api_source import ApiPodSource
-from shared import pod_limits as L
-from shared.events import RecordingRecorder
-from shared.podspec import ManifestInvalid, validate_pod
+from shared.bus.events import RecordingRecorder
+from shared.model import pod_limits as L
+from shared.model.podspec import ManifestInvalid, validate_pod
 from shared.store import DesiredPod, RefusedPod
 
 

@@ -1,5 +1,5 @@
 from services.status_reporter.pod_status import compute_status
-from shared.podspec import validate_pod
+from shared.model.podspec import validate_pod
 
 
 def pod(restart="Always", init=None, names=("app",)):

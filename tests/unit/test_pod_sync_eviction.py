@@ -9,8 +9,8 @@ from cri_api.v1 import api_pb2 as cri
 from services.pod_sync.admission import admit_under_pressure
 from services.pod_sync.disk_gc import DiskReclaimer, normalize_image
 from services.status_reporter.pod_status import compute_status
-from shared.bus import DiskReclaimed, DiskReclaimRequested
-from shared.podspec import validate_pod
+from shared.bus.client import DiskReclaimed, DiskReclaimRequested
+from shared.model.podspec import validate_pod
 from shared.store import DesiredPod, DiskReclaim, NodePressure, PodEviction, ReclaimRequest, Store
 from tests.unit.conftest import IMG
 from tests.unit.test_syncer import manifest, observed, want
@@ -162,8 +162,8 @@ async def test_reclaim_removes_old_dead_instances_but_keeps_the_newest(syncer, r
 
 def test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds(tmp_path):
     from services.pod_sync.pod_cgroup import enforce_pods_allocatable
-    from shared.config import KubeletConfiguration
-    from shared.node_resources import Reservations, pods_cgroup_limits
+    from shared.config.settings import KubeletConfiguration
+    from shared.host.node_resources import Reservations, pods_cgroup_limits
 
     for controller in ("memory", "cpu"):
         (tmp_path / controller).mkdir()
@@ -209,7 +209,7 @@ async def test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_
 
 
 async def test_image_maximum_gc_age_removes_images_unused_that_long_whatever_the_disk(syncer, rt, store):
-    from shared.config import ConfigError, load_kubelet_config
+    from shared.config.settings import ConfigError, load_kubelet_config
 
     k, _ = load_kubelet_config({"imageMaximumGCAge": "1h", "imageMinimumGCAge": "1s"})
     stale, fresh = "sha256:" + "3" * 64, "sha256:" + "4" * 64

@@ -10,9 +10,9 @@ from services.pod_sync.api_source import ApiPodSource
 from services.pod_sync.dns import dns_config
 from services.pod_sync.etc_hosts import hosts_content
 from services.pod_sync.runtime_config import pod_hostname
-from shared.events import RecordingRecorder
-from shared.ip import ip_address
-from shared.podspec import ManifestInvalid, validate_pod
+from shared.bus.events import RecordingRecorder
+from shared.model.ip import ip_address
+from shared.model.podspec import ManifestInvalid, validate_pod
 from shared.store import RefusedPod
 from tests.unit.test_pod_isolation import settings
 from tests.unit.test_syncer import manifest, want

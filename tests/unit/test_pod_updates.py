@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from services.pod_sync.api_source import ApiPodSource
 from services.status_reporter.pod_status import compute_status
-from shared.podspec import PodCache
+from shared.model.podspec import PodCache
 from shared.store import DesiredPod, ManifestError
 from shared.store.models import utcnow
 from tests.unit.test_syncer import manifest, observed, want
@@ -98,7 +98,7 @@ async def test_active_deadline_fails_the_pod_and_stops_it(syncer, rt, store, eve
 
 def test_a_pod_the_node_cannot_run_is_refused_visibly_and_forgotten_with_its_object(store):
     from services.status_reporter.api_pods import refused_status
-    from shared.events import RecordingRecorder
+    from shared.bus.events import RecordingRecorder
     from shared.store import RefusedPod
 
     events = RecordingRecorder()
@@ -127,7 +127,7 @@ def test_a_pod_the_node_cannot_run_is_refused_visibly_and_forgotten_with_its_obj
 async def test_mirror_pods_in_the_watch_are_not_run_but_wake_their_keeper(store):
     """A mirror pod is the API's copy of a static pod: never a pod to run here, but each change
     to one (a user deleted it) wakes status-reporter, which recreates it."""
-    from shared.kube import ApiError
+    from shared.api.client import ApiError
 
     mirror = api_pod()
     mirror["metadata"] = {**mirror["metadata"], "uid": "m1", "name": "static-node1",

@@ -1,6 +1,6 @@
 import pytest
 
-from shared.podspec import ManifestInvalid, image_tag, parse_manifest_text, validate_pod
+from shared.model.podspec import ManifestInvalid, image_tag, parse_manifest_text, validate_pod
 
 
 def pod(**spec):

@@ -2,7 +2,7 @@ import time
 
 from services.probe import probers
 from services.probe.worker import FAILURE, SUCCESS, UNKNOWN, ProbeKey, ProbeWorker, Target
-from shared.podspec import validate_pod
+from shared.model.podspec import validate_pod
 
 
 def container(**probes):

@@ -167,7 +167,7 @@ async def test_http_probe_reads_a_chunked_body_and_lets_the_probe_set_host():
 
 
 def test_probe_user_agent_matches_the_reported_kubelet_version():
-    from shared.version import KUBELET_VERSION
+    from shared.model.version import KUBELET_VERSION
 
     major_minor = ".".join(KUBELET_VERSION.lstrip("v").split(".")[:2])
     assert probers.USER_AGENT == f"kube-probe/{major_minor}"

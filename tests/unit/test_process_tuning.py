@@ -1,4 +1,4 @@
-"""What every pykubelet process sets up first (shared/process_tuning.py), each case in a fresh
+"""What every pykubelet process sets up first (shared/process/tuning.py), each case in a fresh
 interpreter: the settings are process-wide and some can only take effect before imports."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def test_optional_imports_nobody_uses_are_refused_and_the_bus_client_still_loads
     out = run("""
 import importlib.util
 assert importlib.util.find_spec("aiohttp") is not None
-from shared import process_tuning
+from shared.process import tuning as process_tuning
 process_tuning.apply()
 import nats, httpx, sys
 from nats.aio import transport
@@ -35,7 +35,7 @@ def test_a_module_already_imported_is_kept():
     out = run("""
 import sys, types
 sys.modules['aiohttp'] = types.ModuleType('aiohttp')
-from shared import process_tuning
+from shared.process import tuning as process_tuning
 process_tuning.apply()
 print(sys.modules['aiohttp'] is not None)
 """)
@@ -43,14 +43,14 @@ print(sys.modules['aiohttp'] is not None)
 
 
 def test_malloc_arenas_are_limited_on_glibc():
-    out = run("from shared import process_tuning; print(process_tuning.limit_malloc_arenas())")
+    out = run("from shared.process import tuning; print(tuning.limit_malloc_arenas())")
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
 
 
 def test_the_open_files_limit_is_raised_to_the_hard_one():
     out = run("""
 import resource
-from shared import process_tuning
+from shared.process import tuning as process_tuning
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
 print(process_tuning.raise_open_files_limit() == (256, hard), resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard)

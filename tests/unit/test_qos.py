@@ -1,7 +1,7 @@
 import pytest
 
-from shared.podspec import validate_pod
-from shared.qos import pod_requests, qos_class
+from shared.model.podspec import validate_pod
+from shared.model.qos import pod_requests, qos_class
 
 
 def pod(*resources, init=()):
@@ -36,7 +36,7 @@ def test_sidecars_add_to_everything():
 
 
 def test_request_above_limit_is_invalid():
-    from shared.podspec import ManifestInvalid
+    from shared.model.podspec import ManifestInvalid
 
     with pytest.raises(ManifestInvalid, match="requests.cpu must be less than or equal to limits.cpu"):
         pod({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}})

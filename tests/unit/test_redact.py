@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shared.redact import REDACTED, redact, secret_values
+from shared.model.redact import REDACTED, redact, secret_values
 
 POD = {
     "metadata": {"name": "web", "annotations": {

@@ -4,8 +4,8 @@ resize conditions, against the recording fake runtime and a real SQLite store.""
 import json
 
 from services.pod_sync.resize import created_with
-from shared.allocation import changed, same, spec_allocation, with_allocation
-from shared.podspec import validate_pod
+from shared.model.allocation import changed, same, spec_allocation, with_allocation
+from shared.model.podspec import validate_pod
 from shared.store import DesiredPod, PodRuntime
 from tests.unit.conftest import IMG
 
@@ -197,8 +197,8 @@ async def test_a_new_syncer_neither_forgets_a_grant_nor_repeats_an_update(syncer
                                                                           events):
     from services.pod_sync.images import ImageManager
     from services.pod_sync.syncer import PodSyncer
-    from shared.retry import Backoff
-    from shared.subpath import FakeSubPathMounts
+    from shared.host.subpath import FakeSubPathMounts
+    from shared.tasks.retry import Backoff
 
     want(store, pod(cpu="100m"))
     await syncer.sync("uid1")

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from shared.retry import Backoff, keep_running, until_done
+from shared.tasks.retry import Backoff, keep_running, until_done
 
 
 class Clock:

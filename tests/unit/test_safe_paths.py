@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from services.volume.paths import Layout
-from shared.mounts import mounts_under
-from shared.safe_paths import NotRegularFile, UnsafePath, beneath, open_regular, read_head, read_tail
+from shared.host.mounts import mounts_under
+from shared.host.safe_paths import NotRegularFile, UnsafePath, beneath, open_regular, read_head, read_tail
 
 
 @pytest.mark.parametrize("name", ["..", ".", "", "a/b", "/etc", "x\0y", "y" * 256])

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from shared.sd_notify import notify
+from shared.process.sd_notify import notify
 
 
 @pytest.mark.parametrize("abstract", [False, True])

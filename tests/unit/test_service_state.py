@@ -11,9 +11,8 @@ import pytest
 from sqlalchemy import insert
 
 from services.cli.status_cmd import EXIT_CURRENT, EXIT_NOT_CURRENT, EXIT_NOT_RUNNING, collect, exit_code, render_table
-from shared import service_state
-from shared.service_state import STALE_AFTER, ServiceStateWriter, node_view, not_current, read_states
-from shared.store import DesiredPod, OwnershipError, PodStatusRecord, ServiceState, Store
+from shared.store import DesiredPod, OwnershipError, PodStatusRecord, ServiceState, Store, service_state
+from shared.store.service_state import STALE_AFTER, ServiceStateWriter, node_view, not_current, read_states
 
 NOW = lambda: datetime.now(timezone.utc)  # noqa: E731
 
@@ -196,7 +195,7 @@ async def test_heartbeat_waits_out_a_full_disk_but_stops_the_service_on_a_replac
 
     from sqlalchemy.exc import OperationalError
 
-    from shared import service
+    from shared.process import service
 
     monkeypatch.setattr(service, "HEARTBEAT_PERIOD", 0.01)
     store = Store(db, writer="probe")
@@ -245,8 +244,8 @@ def test_admin_views_say_whether_they_are_current(db):
     from fastapi import APIRouter
     from fastapi.testclient import TestClient
 
-    from shared.admin import AdminApp
-    from shared.service_state import view_freshness
+    from shared.process.admin import AdminApp
+    from shared.store.service_state import view_freshness
 
     store = Store(db, writer=None)
     app = AdminApp("status-reporter", {}, token="t" * 43, freshness=lambda: view_freshness(store, "status-reporter"))

@@ -10,7 +10,7 @@ import ssl
 import pytest
 
 from services.node_api.serving_csr import SIGNER, CSRDenied, ServingCertificate
-from shared.csr import key_and_request, rotation_deadline, validity
+from shared.api.csr import key_and_request, rotation_deadline, validity
 from tests.cluster.pki import PKI
 
 
@@ -40,7 +40,7 @@ class FakeCSRs:
 
 @pytest.fixture(autouse=True)
 def fast_poll(monkeypatch):
-    monkeypatch.setattr("shared.csr.POLL", 0.01)
+    monkeypatch.setattr("shared.api.csr.POLL", 0.01)
 
 
 async def test_csr_is_issued_stored_and_served(tmp_path):

@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from shared import subpath
-from shared.subpath import open_beneath
+from shared.host import subpath
+from shared.host.subpath import open_beneath
 
 
 def _path_of(fd: int) -> str:

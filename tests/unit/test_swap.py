@@ -1,5 +1,5 @@
 """memorySwap.swapBehavior: what swap each container is given (services/pod_sync/swap.py), what
-the host offers (shared/swap.py), what the node refuses to start with, and the resizes the
+the host offers (shared/host/swap.py), what the node refuses to start with, and the resizes the
 kubelet finds infeasible for containers that may swap."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 
 from services.pod_sync.runtime_config import NodeFacts, linux_resources
 from services.pod_sync.swap import swap_behavior
-from shared.config import ConfigError, load_kubelet_config
-from shared.host_checks import startup_problems
-from shared.podspec import validate_pod
-from shared.qos import qos_class
-from shared.swap import LIMITED_SWAP, NO_SWAP, NodeSwap, node_swap, swap_controller
+from shared.config.settings import ConfigError, load_kubelet_config
+from shared.host.checks import startup_problems
+from shared.host.swap import LIMITED_SWAP, NO_SWAP, NodeSwap, node_swap, swap_controller
+from shared.model.podspec import validate_pod
+from shared.model.qos import qos_class
 from tests.unit.conftest import IMG
 from tests.unit.test_resize import conditions, want
 from tests.unit.test_resize import pod as resize_pod

@@ -3,7 +3,7 @@
 import pytest
 from cri_api.v1 import api_pb2 as cri
 
-from shared.podspec import validate_pod
+from shared.model.podspec import validate_pod
 from shared.store import DesiredPod, NetworkStatus, PodRuntime, Store
 from tests.unit.conftest import IMG
 

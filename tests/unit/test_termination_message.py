@@ -9,7 +9,7 @@ import stat
 from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.runtime_view import FALLBACK_LOG_BYTES, MAX_MESSAGE_BYTES, termination_message
-from shared.cri import labels as L
+from shared.runtime.cri import labels as L
 
 PATH = "/dev/termination-log"
 

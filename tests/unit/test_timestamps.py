@@ -1,8 +1,8 @@
-"""Times as the API spells them (shared/timestamps.py)."""
+"""Times as the API spells them (shared/model/timestamps.py)."""
 
 from datetime import datetime, timedelta, timezone
 
-from shared.timestamps import api_time, rfc3339
+from shared.model.timestamps import api_time, rfc3339
 
 
 def test_every_kind_of_time_is_utc_to_the_second():

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.url_source import URLPodSource
-from shared.podspec import MAX_MANIFEST_BYTES
+from shared.model.podspec import MAX_MANIFEST_BYTES
 from shared.store import DesiredPod, ManifestError
 from tests.unit.conftest import IMG, run_for
 
@@ -170,7 +170,7 @@ async def test_the_directory_leaves_the_api_sources_errors_alone(store, tmp_path
     ({"staticPodURLHeader": {"Bad Name": ["x"]}}, "staticPodURLHeader: 'Bad Name' is not an HTTP header name"),
 ])
 def test_a_hostile_url_or_header_is_refused_naming_the_field(config, error):
-    from shared.config import ConfigError, load_kubelet_config
+    from shared.config.settings import ConfigError, load_kubelet_config
 
     with pytest.raises(ConfigError) as exc:
         load_kubelet_config(config)

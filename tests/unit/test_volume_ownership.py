@@ -7,7 +7,7 @@ import stat
 
 from services.pod_sync.security import container_security_context, sandbox_security_context
 from services.volume.ownership import set_volume_ownership
-from shared.podspec import validate_pod
+from shared.model.podspec import validate_pod
 
 
 def mode_gid(path) -> tuple[int, int]:

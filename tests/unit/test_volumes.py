@@ -20,7 +20,7 @@ from services.volume.paths import Layout
 from services.volume.projection import NodeAllocatable, VolumeSourceError, build_payload
 from services.volume.registry import PluginRegistry
 from shared.csi import registration
-from shared.podspec import validate_pod
+from shared.model.podspec import validate_pod
 
 NODE = NodeAllocatable(cpu_millicores=2000, memory_bytes=4 * 2**30)
 
@@ -274,7 +274,7 @@ def test_disk_usage_counts_blocks_and_skips_symlinks(tmp_path):
 
 
 class _RecordingBus:
-    """Stands in for shared.bus.Bus: the manager only publishes."""
+    """Stands in for shared.bus.client.Bus: the manager only publishes."""
 
     def __init__(self) -> None:
         self.published: list = []
@@ -285,7 +285,7 @@ class _RecordingBus:
 
 async def test_an_unexpected_failure_in_one_pod_does_not_hold_back_the_others(tmp_path, settings):
     from services.volume.manager import VolumeManager
-    from shared.events import RecordingRecorder
+    from shared.bus.events import RecordingRecorder
     from shared.store import DesiredPod, PodVolume, Store
 
     class Broken(FakeObjectSource):

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from shared.cgroup_names import container_cgroup, on_host, slice_unit
+from shared.host.cgroup_names import container_cgroup, on_host, slice_unit
 from tests.cluster.harness import ControlPlane
 from tests.guest_node import PY, install_args, push_images, running_pod, status, web_spec, write_static_pod
 from tests.integration.conftest import wait_for
@@ -23,7 +23,7 @@ UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", "pykubelet-evi
          "pykubelet-probe.service", "pykubelet-status-reporter.service", "pykubelet-volume.service"]
 BUSYBOX = "127.0.0.1:5000/pykubelet/busybox:1.36"
 POD_PIDS_LIMIT = 4096  # install's config.yaml (the CIS benchmark's setting)
-DRIVER = ("import asyncio; from shared.cri import CRIClient; "
+DRIVER = ("import asyncio; from shared.runtime.cri import CRIClient; "
           "print(asyncio.run(CRIClient('unix:///var/lib/pykubelet/containerd/containerd.sock').cgroup_driver()))")
 # Under emulation a pod takes about a minute from manifest to running.
 POD_TIMEOUT = 420

@@ -1,0 +1,160 @@
+"""KubeletConfiguration fields pykubelet does not implement: accepted only at the kubelet's default.
+
+Every field of kubelet.config.k8s.io/v1beta1 (Kubernetes 1.37) is either implemented (a typed
+field of shared.config.settings.KubeletConfiguration) or listed here with the kubelet 1.37 default and
+what pykubelet does instead. A file that sets one of these to its default asks for nothing
+pykubelet would have to do differently and is accepted; any other value stops the start with an
+error naming the field, so a node never looks configured when it is not.
+
+The defaults are those of the kubelet's SetDefaults_KubeletConfiguration (1.37); `None` means the
+kubelet leaves the field unset, so only an absent or null value is the default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from shared.model.durations import to_seconds
+
+# The json names of KubeletConfiguration's fields in k8s.io/kubelet v0.37.2
+# (config/v1beta1/types.go), apiVersion and kind aside.
+FIELDS = """enableServer staticPodPath podLogsDir syncFrequency fileCheckFrequency httpCheckFrequency
+staticPodURL staticPodURLHeader address port readOnlyPort tlsCertFile tlsPrivateKeyFile tlsCipherSuites
+tlsMinVersion tlsCurvePreferences rotateCertificates serverTLSBootstrap authentication authorization
+registryPullQPS registryBurst imagePullCredentialsVerificationPolicy preloadedImagesVerificationAllowlist
+eventRecordQPS eventBurst enableDebuggingHandlers enableContentionProfiling healthzPort healthzBindAddress
+oomScoreAdj clusterDomain clusterDNS streamingConnectionIdleTimeout nodeStatusUpdateFrequency
+nodeStatusReportFrequency nodeLeaseDurationSeconds imageMinimumGCAge imageMaximumGCAge
+imageGCHighThresholdPercent imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups systemCgroups
+cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy singleProcessOOMKill cpuManagerPolicyOptions
+cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
+topologyManagerPolicyOptions qosReserved runtimeRequestTimeout hairpinMode maxPods podCIDR podPidsLimit
+resolvConf runOnce cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles contentType kubeAPIQPS
+kubeAPIBurst serializeImagePulls maxParallelImagePulls evictionHard evictionSoft evictionSoftGracePeriod
+evictionPressureTransitionPeriod evictionMaxPodGracePeriod evictionMinimumReclaim
+mergeDefaultEvictionSettings podsPerCore enableControllerAttachDetach protectKernelDefaults
+makeIPTablesUtilChains iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn memorySwap
+containerLogMaxSize containerLogMaxFiles containerLogMaxWorkers containerLogMonitorInterval
+configMapAndSecretChangeDetectionStrategy systemReserved kubeReserved reservedSystemCPUs
+showHiddenMetricsForVersion systemReservedCgroup kubeReservedCgroup enforceNodeAllocatable
+allowedUnsafeSysctls defaultPodSysctls volumePluginDir providerID kernelMemcgNotification logging
+enableSystemLogHandler enableSystemLogQuery shutdownGracePeriod shutdownGracePeriodCriticalPods
+shutdownGracePeriodByPodPriority crashLoopBackOff reservedMemory enableProfilingHandler
+enableDebugFlagsHandler seccompDefault memoryThrottlingFactor registerWithTaints registerNode tracing
+localStorageCapacityIsolation containerRuntimeEndpoint imageServiceEndpoint failCgroupV1 userNamespaces
+memoryReservationPolicy""".split()
+
+
+@dataclass(frozen=True)
+class Refused:
+    default: Any
+    instead: str          # what pykubelet does, for the error message and the docs table
+    duration: bool = False  # compared as a duration ("10s" == "10000ms")
+
+
+_CGROUPS = "pod cgroups are under /kubepods (kubepods.slice with cgroupDriver systemd) with the kubelet's QoS tiers"
+_NO_CPU_MANAGER = "the static policy gives whole CPUs by topology order, without policy options"
+_NO_HANDLER = "pykubelet serves only the kubelet API's /pods, /stats, /metrics, /logs, /exec and /configz routes"
+
+REFUSED: dict[str, Refused] = {
+    "registryPullQPS": Refused(5, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
+    "registryBurst": Refused(10, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
+    "enableContentionProfiling": Refused(False, "there is no profiling handler"),
+    "oomScoreAdj": Refused(-999, "pykubelet's processes keep the oom_score_adj they were started with"),
+    "kubeletCgroups": Refused("", "pykubelet's processes stay in the cgroup they were started in"),
+    "systemCgroups": Refused("", "system processes are not moved"),
+    "cgroupRoot": Refused("", _CGROUPS),
+    "cgroupsPerQOS": Refused(True, _CGROUPS),
+    "cpuManagerPolicyOptions": Refused({}, _NO_CPU_MANAGER),
+    "topologyManagerPolicyOptions": Refused({}, "the topology manager's policies are for single-NUMA hosts, where "
+                                                "their options change nothing"),
+    "qosReserved": Refused({}, "no memory is reserved per QoS tier"),
+    "hairpinMode": Refused("promiscuous-bridge", "the bridge CNI config sets hairpinMode true on every port"),
+    "runOnce": Refused(False, "pykubelet runs until stopped"),
+    "cpuCFSQuota": Refused(True, "CPU limits are always enforced with a CFS quota"),
+    "cpuCFSQuotaPeriod": Refused("100ms", "the CFS period is 100ms", duration=True),
+    "nodeStatusMaxImages": Refused(50, "the Node's status.images is not reported"),
+    "maxOpenFiles": Refused(1000000, "pykubelet's processes keep the file limit they were started with"),
+    "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
+    "podsPerCore": Refused(0, "maxPods alone caps the pods"),
+    "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),
+    "makeIPTablesUtilChains": Refused(True, "no iptables chains are made (CNI's portmap and bridge plugins "
+                                            "make what pods need)"),
+    "iptablesMasqueradeBit": Refused(14, "no iptables chains are made"),
+    "iptablesDropBit": Refused(15, "no iptables chains are made"),
+    "configMapAndSecretChangeDetectionStrategy": Refused("Watch", "configMaps and secrets are watched (the first "
+                                                                  "100; the rest re-read after 60s)"),
+    "showHiddenMetricsForVersion": Refused("", "no metric is hidden"),
+    "systemReservedCgroup": Refused("", "systemReserved is subtracted from allocatable, not enforced on a cgroup"),
+    "kubeReservedCgroup": Refused("", "kubeReserved is subtracted from allocatable, not enforced on a cgroup"),
+    "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
+                               "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
+    "kernelMemcgNotification": Refused(False, "memory signals are polled"),
+    "enableSystemLogHandler": Refused(True, _NO_HANDLER),
+    "enableSystemLogQuery": Refused(False, _NO_HANDLER),
+    "enableProfilingHandler": Refused(True, _NO_HANDLER),
+    "enableDebugFlagsHandler": Refused(True, _NO_HANDLER),
+    "memoryThrottlingFactor": Refused(0.9, "no memory.high is set"),
+    "tracing": Refused(None, "no traces are exported"),
+    "localStorageCapacityIsolation": Refused(True, "ephemeral-storage limits are enforced by eviction"),
+    "imageServiceEndpoint": Refused("", "images are pulled through containerRuntimeEndpoint"),
+    "userNamespaces": Refused(None, "pods with hostUsers: false are refused"),
+    "imagePullCredentialsVerificationPolicy": Refused("NeverVerifyPreloadedImages",
+                                                      "images present on the node are used without checking "
+                                                      "the pod's credentials"),
+    "preloadedImagesVerificationAllowlist": Refused([], "images present on the node are used without checking"),
+    "mergeDefaultEvictionSettings": Refused(False, "evictionHard replaces the default thresholds, as the "
+                                                   "kubelet's default"),
+    "defaultPodSysctls": Refused({}, "pods get only the sysctls they ask for"),
+    "memoryReservationPolicy": Refused("None", "no memory.min or memory.low is set"),
+    "singleProcessOOMKill": Refused(None, "the kernel's OOM killer decides (one process on cgroup v1, the "
+                                          "container's group where cgroup v2 sets memory.oom.group)"),
+    "tlsCurvePreferences": Refused([], "the kubelet API's TLS curves are Python's defaults"),
+}
+
+
+def _same(value: Any, default: Any, duration: bool) -> bool:
+    if value is None:
+        return True  # null is "not set"
+    if duration:
+        try:
+            return math.isclose(to_seconds(value), to_seconds(default))
+        except (TypeError, ValueError):
+            return False
+    if isinstance(default, dict):
+        # A partial mapping is at the default when each key it gives is.
+        return isinstance(value, dict) and all(k in default and _same(v, default[k], False) for k, v in value.items())
+    if isinstance(default, list):
+        return bool(value == default)
+    if default is None:
+        return False
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value) == default
+    # bool is an int in Python: `true` is not the default of a number field, nor 1 of a bool one.
+    return type(value) is type(default) and bool(value == default)
+
+
+def shown(value: Any) -> str:
+    """A value as the YAML/JSON file spells it."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def refused_settings(data: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(the errors for refused fields set to something else than the kubelet's default, the
+    refused fields given at their default)."""
+    errors, at_default = [], []
+    for name in sorted(k for k in data if k in REFUSED):
+        field = REFUSED[name]
+        if _same(data[name], field.default, field.duration):
+            at_default.append(name)
+            continue
+        default = "unset" if field.default is None else shown(field.default)
+        errors.append(f"{name}: {shown(data[name])} is not implemented by pykubelet ({field.instead}); remove the "
+                      f"field or set it to the kubelet's default ({default})")
+    return errors, at_default

@@ -1,0 +1,207 @@
+"""CPU and memory figures of one cgroup, read the way cAdvisor reads them for the kubelet.
+
+cgroup v1 (one hierarchy per controller: cpuacct/, memory/, pids/) and v2 (one unified tree)
+are told apart by the unified tree's cgroup.controllers file. Cgroup names are absolute in the
+hierarchy ("/" is the root, "/kubepods/burstable/pod<uid>" a pod); a reader takes the mount
+root as an argument so tests can point it at files in a temp dir.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.host.cgroup_names import DRIVERS, SYSTEMD, on_host
+from shared.host.facts import parse_meminfo
+
+# The kubelet treats a limit at or above this as "no limit" (the kernel rounds 2^63-1 down).
+UNLIMITED = 1 << 62
+# The node's layout, as pod-sync creates it (services/pod_sync/resources.py), in cgroupfs names;
+# with the systemd driver the same cgroups are slices (shared/host/cgroup_names.py).
+KUBEPODS = "/kubepods"
+QOS_TIERS = ("", "/burstable", "/besteffort")
+# /proc/stat counts in USER_HZ ticks, 100 on every Linux ABI Python runs on.
+USER_HZ = 100
+_SAFE_NAME = re.compile(r"^(/[A-Za-z0-9_.:@-]+)*/?$")
+_SAFE_UID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class CgroupSample:
+    """One read of a cgroup; None where the file was missing or unreadable."""
+
+    time: float  # wall clock, seconds since the epoch
+    cpu_usage_ns: int | None
+    memory_usage: int | None
+    working_set: int | None
+    rss: int | None
+    page_faults: int | None
+    major_page_faults: int | None
+    memory_limit: int | None  # None: unlimited
+
+
+# The memory fields of a CgroupSample, in its order: usage, working set, rss, page faults,
+# major page faults, limit.
+MemoryFigures = tuple[int | None, int | None, int | None, int | None, int | None, int | None]
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_keyed(path: Path) -> dict[str, int]:
+    """"key value" lines (memory.stat, cpu.stat, /proc/vmstat)."""
+    out: dict[str, int] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
+def read_meminfo(path: Path) -> dict[str, int]:
+    """/proc/meminfo in bytes; empty when it cannot be read (stats report what they can)."""
+    try:
+        return parse_meminfo(path.read_text())
+    except OSError:
+        return {}
+
+
+class CgroupReader:
+    def __init__(self, root: str | Path = "/sys/fs/cgroup", proc: str | Path = "/proc") -> None:
+        self.root = Path(root)
+        self.proc = Path(proc)
+        self.version = 2 if (self.root / "cgroup.controllers").is_file() else 1
+
+    def _dir(self, controller: str, cgroup: str) -> Path:
+        if not _SAFE_NAME.fullmatch(cgroup) or ".." in cgroup.split("/"):
+            raise ValueError(f"not a cgroup name: {cgroup!r}")
+        rel = cgroup.strip("/")
+        base = self.root if self.version == 2 else self.root / controller
+        return base / rel if rel else base
+
+    def exists(self, cgroup: str) -> bool:
+        return self._dir("cpuacct", cgroup).is_dir()
+
+    def created(self, cgroup: str) -> float | None:
+        """When the cgroup was made (its directory's ctime), as cAdvisor's creation time."""
+        try:
+            return self._dir("cpuacct", cgroup).stat().st_ctime
+        except OSError:
+            return None
+
+    def kubepods(self) -> str:
+        """The pods' cgroup as it is on this host: /kubepods, or kubepods.slice (systemd driver)."""
+        systemd = on_host(KUBEPODS, SYSTEMD)
+        return systemd if not self.exists(KUBEPODS) and self.exists(systemd) else KUBEPODS
+
+    def pod_cgroup(self, pod_uid: str) -> str | None:
+        """The pod's cgroup under the pods' cgroup, whichever QoS tier it is in and whichever
+        driver made it."""
+        if not _SAFE_UID.match(pod_uid):
+            return None
+        for tier in QOS_TIERS:
+            for driver in DRIVERS:
+                name = on_host(f"{KUBEPODS}{tier}/pod{pod_uid}", driver)
+                if self.exists(name):
+                    return name
+        return None
+
+    def sample(self, cgroup: str = "/") -> CgroupSample:
+        now = time.time()
+        cpu = self._cpu_v2(cgroup) if self.version == 2 else _read_int(self._dir("cpuacct", cgroup) / "cpuacct.usage")
+        mem = self._memory_v2(cgroup) if self.version == 2 else self._memory_v1(cgroup)
+        return CgroupSample(now, cpu, *mem)
+
+    def working_set(self, cgroup: str = "/") -> int | None:
+        """Only the working set: two reads, cheap enough to poll every half second."""
+        d = self._dir("memory", cgroup)
+        if self.version == 2:
+            if cgroup.strip("/") == "":
+                return self._proc_memory()[1]
+            return _working_set(_read_int(d / "memory.current"), _read_keyed(d / "memory.stat").get("inactive_file"))
+        stat = _read_keyed(d / "memory.stat")
+        return _working_set(_read_int(d / "memory.usage_in_bytes"),
+                            stat.get("total_inactive_file", stat.get("inactive_file")))
+
+    def process_count(self, cgroup: str) -> int | None:
+        return _read_int(self._dir("pids", cgroup) / "pids.current")
+
+    # -- v1 ------------------------------------------------------------------------------------
+
+    def _memory_v1(self, cgroup: str) -> MemoryFigures:
+        d = self._dir("memory", cgroup)
+        usage = _read_int(d / "memory.usage_in_bytes")
+        stat = _read_keyed(d / "memory.stat")
+        limit = _read_int(d / "memory.limit_in_bytes")
+        # Hierarchical figures (total_*) cover child cgroups, which is what the kubelet wants
+        # for the root and for a pod; page faults are the cgroup's own, as cAdvisor reports them.
+        inactive = stat.get("total_inactive_file", stat.get("inactive_file"))
+        rss = stat.get("total_rss", stat.get("rss"))
+        return (usage, _working_set(usage, inactive), rss, stat.get("pgfault"), stat.get("pgmajfault"),
+                limit if limit is not None and limit < UNLIMITED else None)
+
+    # -- v2 ------------------------------------------------------------------------------------
+
+    def _cpu_v2(self, cgroup: str) -> int | None:
+        stat = _read_keyed(self._dir("cpu", cgroup) / "cpu.stat")
+        if "usage_usec" in stat:
+            return stat["usage_usec"] * 1000
+        if cgroup.strip("/") == "":
+            return self._proc_cpu_ns()
+        return None
+
+    def _memory_v2(self, cgroup: str) -> MemoryFigures:
+        d = self._dir("memory", cgroup)
+        usage = _read_int(d / "memory.current")
+        if usage is None and cgroup.strip("/") == "":
+            return self._proc_memory()  # the v2 root has no memory.current
+        stat = _read_keyed(d / "memory.stat")
+        try:
+            raw_max = (d / "memory.max").read_text().strip()
+            limit = None if raw_max == "max" else int(raw_max)
+        except (OSError, ValueError):
+            limit = None
+        return (usage, _working_set(usage, stat.get("inactive_file")), stat.get("anon"), stat.get("pgfault"),
+                stat.get("pgmajfault"), limit if limit is not None and limit < UNLIMITED else None)
+
+    def _proc_cpu_ns(self) -> int | None:
+        try:
+            fields = (self.proc / "stat").read_text().splitlines()[0].split()
+        except (OSError, IndexError):
+            return None
+        if not fields or fields[0] != "cpu":
+            return None
+        # user nice system idle iowait irq softirq steal: busy time is all but idle and iowait
+        ticks = [int(v) for v in fields[1:9]]
+        busy = sum(ticks) - ticks[3] - ticks[4]
+        return busy * (1_000_000_000 // USER_HZ)
+
+    def _proc_memory(self) -> MemoryFigures:
+        info = read_meminfo(self.proc / "meminfo")
+        vm = _read_keyed(self.proc / "vmstat")
+        if "MemTotal" not in info:
+            return (None,) * 6
+        usage = info["MemTotal"] - info.get("MemFree", 0)
+        rss = info.get("Active(anon)", 0) + info.get("Inactive(anon)", 0)
+        return (usage, _working_set(usage, info.get("Inactive(file)")), rss, vm.get("pgfault"),
+                vm.get("pgmajfault"), None)
+
+
+def _working_set(usage: int | None, inactive_file: int | None) -> int | None:
+    """usage minus inactive page cache, never below zero (cAdvisor's working set)."""
+    if usage is None:
+        return None
+    return max(0, usage - (inactive_file or 0))

@@ -1,0 +1,1 @@
+"""The container runtime through CRI: the client, its image service, image references."""
