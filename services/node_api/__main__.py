@@ -11,7 +11,7 @@ from services.node_api.healthz import serve_healthz
 from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.listeners import node_metrics_source, start_listeners
 from services.node_api.pods import pod_list
-from services.node_api.stats import StatsProvider
+from services.node_api.stats.provider import StatsProvider
 from shared.process.service import ServiceContext, service_main
 from shared.process.tuning import raise_open_files_limit
 from shared.runtime.cri import CRIClient

@@ -17,7 +17,7 @@ from services.node_api.http import Connection, HTTPError, Request, Response, Rou
 from services.node_api.metrics_merge import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from services.node_api.metrics_merge import PROBES_FAMILIES, filter_families
 from services.node_api.pods import PodRef, find_pod, pod_list
-from services.node_api.stats import StatsError
+from services.node_api.stats.provider import StatsError
 from shared.config.settings import NodeSettings
 from shared.model.container_id import runtime_container_id
 from shared.model.durations import format_duration

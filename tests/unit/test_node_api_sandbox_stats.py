@@ -9,7 +9,7 @@ import grpc
 import pytest
 from cri_api.v1 import api_pb2 as cri
 
-from services.node_api.sandbox_stats import SandboxStatsCache
+from services.node_api.stats.sandbox_stats import SandboxStatsCache
 from shared.runtime.cri.client import CRIError
 
 

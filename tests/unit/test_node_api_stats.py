@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.node_api.machine import MachineFacts, MachineSpec
 from services.node_api.snapshot import rfc3339
-from services.node_api.stats import CpuRates, StatsProvider
+from services.node_api.stats.cpu_rates import CpuRates
+from services.node_api.stats.provider import StatsProvider
 from shared.host.cgroups import CgroupReader
 from shared.runtime.cri import labels as L
 from shared.runtime.cri.client import CRIError
@@ -400,8 +401,8 @@ async def test_pod_cpu_and_memory_summed_when_the_runtime_lacks_sandbox_stats(no
 async def test_a_hung_volume_mount_does_not_stall_the_stats(monkeypatch, tmp_path):
     import threading
 
-    from services.node_api import stats as stats_module
-    from services.node_api.stats import _MountProbe
+    from services.node_api.stats import volumes as stats_module
+    from services.node_api.stats.volumes import MountProbe
 
     release = threading.Event()
     real_statfs = stats_module.statfs
@@ -414,7 +415,7 @@ async def test_a_hung_volume_mount_does_not_stall_the_stats(monkeypatch, tmp_pat
     monkeypatch.setattr(stats_module, "statfs", hanging)
     (tmp_path / "nfs").mkdir()
     (tmp_path / "local").mkdir()
-    probe = _MountProbe(timeout=0.2)
+    probe = MountProbe(timeout=0.2)
     found = await probe.statfs([str(tmp_path / "nfs"), str(tmp_path / "local")], tmp_path)
     assert found == {str(tmp_path / "nfs"): None, str(tmp_path / "local"): None}, "the deadline passed"
     again = await probe.statfs([str(tmp_path / "local")], tmp_path)
@@ -427,7 +428,7 @@ async def test_a_hung_volume_mount_does_not_stall_the_stats(monkeypatch, tmp_pat
 
 
 async def test_summary_fails_when_the_runtime_cannot_list(node):
-    from services.node_api.stats import StatsError
+    from services.node_api.stats.provider import StatsError
 
     async def broken(labels=None):
         raise CRIError("list_podsandbox", grpc.StatusCode.UNAVAILABLE, "connection refused")

@@ -1,0 +1,116 @@
+"""The node's part of the Summary: CPU and memory of the root cgroup and of the "pods" system
+container (/kubepods), the node's network from /proc, its root and image filesystems and rlimit."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from cri_api.v1 import api_pb2 as cri
+
+from services.node_api.hostfs import default_route_interface, device_of, node_interfaces, read_mounts, rlimit, statfs
+from services.node_api.stats.cpu_rates import CpuRates
+from services.node_api.stats.summary_fields import Pass, compact, cri_time, fs_stats, u64
+from shared.config.settings import NodeSettings
+from shared.host.cgroups import CgroupReader, CgroupSample
+from shared.host.facts import boot_time, memory_capacity_bytes
+from shared.runtime.cri.client import CRIError
+
+log = logging.getLogger(__name__)
+
+
+class ImageFsSource(Protocol):
+    async def image_fs_info(self) -> cri.ImageFsInfoResponse: ...
+
+
+class NodeStats:
+    def __init__(self, settings: NodeSettings, cgroups: CgroupReader, proc: Path, rates: CpuRates,
+                 clock: Callable[[], float]) -> None:
+        self.settings = settings
+        self.cgroups = cgroups
+        self.proc = proc
+        self.rates = rates
+        self._clock = clock
+
+    async def image_fs(self, images: ImageFsSource, now: float) -> tuple[dict[str, Any] | None, str]:
+        """(imageFs stats, its mountpoint): CRI's usage, statvfs of its mountpoint for the rest."""
+        try:
+            resp = await images.image_fs_info()
+        except CRIError as exc:
+            log.warning("image filesystem stats: %s", exc)
+            return None, ""
+        if not resp.image_filesystems:
+            return None, ""
+        usage = resp.image_filesystems[0]  # the kubelet reports the first one
+        mountpoint = usage.fs_id.mountpoint
+        fs = statfs(mountpoint) if mountpoint else None
+        return (fs_stats(fs, cri_time(usage.timestamp, now), u64(usage, "used_bytes"), u64(usage, "inodes_used")),
+                mountpoint)
+
+    def node(self, g: Pass, image_fs: dict[str, Any] | None, image_mountpoint: str) -> dict[str, Any]:
+        now = g.now
+        root = self.cgroups.sample("/")
+        try:
+            capacity = memory_capacity_bytes(str(self.proc / "meminfo"))
+        except (OSError, RuntimeError):
+            capacity = None
+        try:
+            started = boot_time(str(self.proc / "stat"))
+        except (OSError, RuntimeError, ValueError):
+            started = None
+        node: dict[str, Any] = {"nodeName": self.settings.node_name,
+                                "systemContainers": self._system_containers() or None,
+                                "startTime": started,
+                                "cpu": self.cgroup_cpu("/", root),
+                                "memory": self.cgroup_memory(root, capacity)}
+        if g.full:
+            node["network"] = self._network(now)
+            root_fs = statfs(self.settings.root_dir)
+            node["fs"] = fs_stats(root_fs, now, root_fs.used, root_fs.inodes_used) if root_fs else None
+            node["runtime"] = {"imageFs": image_fs} if image_fs else {}
+            limits = rlimit(self.proc)
+            node["rlimit"] = compact({"time": now, "maxpid": limits.get("maxpid"), "curproc": limits.get("curproc")})
+            mounts = read_mounts(self.proc / "self/mountinfo")
+            for path, stats in ((str(self.settings.root_dir), node["fs"]), (image_mountpoint, image_fs)):
+                device = device_of(path, mounts) if path and stats else ""
+                if device and stats and device not in {d for d, _ in g.snap.node_fs}:
+                    g.snap.node_fs.append((device, stats))
+            g.snap.image_device = device_of(image_mountpoint, mounts) if image_mountpoint else ""
+        return compact(node)
+
+    def _system_containers(self) -> list[dict[str, Any]]:
+        """The kubelet's "pods" system container: the /kubepods cgroup all pods live under."""
+        kubepods = self.cgroups.kubepods()
+        if not self.cgroups.exists(kubepods):
+            return []
+        sample = self.cgroups.sample(kubepods)
+        return [compact({"name": "pods", "startTime": self.cgroups.created(kubepods),
+                         "cpu": self.cgroup_cpu(kubepods, sample),
+                         "memory": self.cgroup_memory(sample, sample.memory_limit)})]
+
+    def cgroup_cpu(self, cgroup: str, s: CgroupSample) -> dict[str, Any] | None:
+        if s.cpu_usage_ns is None:
+            return None
+        rate = self.rates.update(f"cgroup:{cgroup}", s.cpu_usage_ns, self._clock())
+        return compact({"time": s.time, "usageNanoCores": rate, "usageCoreNanoSeconds": s.cpu_usage_ns})
+
+    @staticmethod
+    def cgroup_memory(s: CgroupSample, limit: int | None) -> dict[str, Any] | None:
+        if s.memory_usage is None:
+            return None
+        available = max(0, limit - s.working_set) if limit is not None and s.working_set is not None else None
+        return compact({"time": s.time, "availableBytes": available, "usageBytes": s.memory_usage,
+                        "workingSetBytes": s.working_set, "rssBytes": s.rss, "pageFaults": s.page_faults,
+                        "majorPageFaults": s.major_page_faults})
+
+    def _network(self, now: float) -> dict[str, Any] | None:
+        interfaces = node_interfaces(self.proc / "net/dev")
+        if not interfaces:
+            return None
+        default = default_route_interface(self.proc / "net/route")
+        listed = [{"name": i.name, "rxBytes": i.rx_bytes, "rxErrors": i.rx_errors, "txBytes": i.tx_bytes,
+                   "txErrors": i.tx_errors} for i in interfaces]
+        # As the kubelet: the default interface's counters inline, every interface listed.
+        inline = next((i for i in listed if i["name"] == default), {})
+        return {"time": now, **inline, "interfaces": listed}

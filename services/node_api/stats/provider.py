@@ -1,0 +1,140 @@
+"""One gather of the node's and its pods' usage, handed out as each stats endpoint wants it.
+
+The node's figures come from the root cgroup and /proc (node.py), each pod's from CRI, sampled in
+the background where the runtime has pod sandbox stats (sandbox_stats.py), volumes and logs from
+the store and a look at the filesystem (pods.py, volumes.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from cri_api.v1 import api_pb2 as cri
+from sqlalchemy.exc import SQLAlchemyError
+
+from services.node_api import resource_metrics
+from services.node_api.hostfs import statfs_nearest
+from services.node_api.machine import MachineFacts, MachineSpec
+from services.node_api.snapshot import Snapshot, summary_json
+from services.node_api.stats.cpu_rates import CpuRates
+from services.node_api.stats.node import ImageFsSource, NodeStats
+from services.node_api.stats.pods import PodStats, pod_uid, read_views
+from services.node_api.stats.sandbox_stats import SandboxStatsCache
+from services.node_api.stats.summary_fields import Pass
+from services.node_api.stats.volumes import PodView, VolumeStats
+from shared.config.settings import NodeSettings
+from shared.host.cgroups import CgroupReader
+from shared.runtime.cri import labels as L
+from shared.runtime.cri.client import CRIError
+from shared.store import Store
+
+log = logging.getLogger(__name__)
+
+MANAGED = {L.MANAGED_BY: "true"}
+
+
+class StatsRuntime(Protocol):
+    async def list_pod_sandbox(self, labels: dict[str, str] | None = None) -> list[cri.PodSandbox]: ...
+    async def list_containers(self, labels: dict[str, str] | None = None,
+                              sandbox_id: str | None = None) -> list[cri.Container]: ...
+    async def list_container_stats(self, sandbox_id: str | None = None) -> list[cri.ContainerStats]: ...
+    async def list_pod_sandbox_stats(self) -> list[cri.PodSandboxStats]: ...
+
+
+class StatsError(RuntimeError):
+    """The stats could not be gathered (the runtime did not answer); the message says why."""
+
+
+class StatsProvider:
+    """Gathers the node's and its pods' resource usage for the kubelet API's stats endpoints."""
+
+    def __init__(self, runtime: StatsRuntime, images: ImageFsSource, store: Store, settings: NodeSettings, *,
+                 cgroups: CgroupReader | None = None, proc: str | Path = "/proc",
+                 machine: MachineSpec | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.runtime = runtime
+        self.images = images
+        self.store = store
+        self.settings = settings
+        cgroups = cgroups or CgroupReader()
+        proc = Path(proc)
+        self.machine = machine or MachineSpec(MachineFacts(proc=proc))
+        self.rates = CpuRates(clock)
+        self.sandbox_stats = SandboxStatsCache(runtime, clock=clock)
+        self.node = NodeStats(settings, cgroups, proc, self.rates, clock)
+        self.volumes = VolumeStats(settings, clock)
+        self.pods = PodStats(settings, cgroups, self.rates, self.volumes)
+
+    async def close(self) -> None:
+        await self.sandbox_stats.close()
+
+    async def summary(self) -> dict[str, Any]:
+        """GET /stats/summary: the Summary (stats/v1alpha1) as JSON-ready data."""
+        body: dict[str, Any] = summary_json((await self.snapshot(full=True)).summary)
+        return body
+
+    async def resource_metrics(self) -> bytes:
+        """GET /metrics/resource: what metrics-server scrapes, text format 0.0.4."""
+        try:
+            snap = await self.snapshot(full=False)
+        except StatsError as exc:
+            log.warning("resource metrics: %s", exc)
+            return resource_metrics.render_resource(None)
+        return resource_metrics.render_resource(snap.summary)
+
+    async def cadvisor_metrics(self) -> bytes:
+        """GET /metrics/cadvisor: cAdvisor's container and machine series."""
+        try:
+            spec = self.machine_spec()
+        except (OSError, ValueError) as exc:
+            log.warning("machine info: %s", exc)
+            spec = None
+        try:
+            snap = await self.snapshot(full=True)
+        except StatsError as exc:
+            log.warning("cadvisor metrics: %s", exc)
+            snap = None
+        return resource_metrics.render_cadvisor(snap, spec, self.machine.timestamp)
+
+    def machine_spec(self) -> dict[str, Any]:
+        """GET /spec: cAdvisor's MachineInfo."""
+        return self.machine.get()
+
+    async def snapshot(self, full: bool = True) -> Snapshot:
+        """One gather. full=False is the CPU-and-memory subset /metrics/resource needs (no
+        filesystems, volumes, logs or network), as the kubelet's GetCPUAndMemoryStats."""
+        now = time.time()
+        try:
+            sandboxes, containers, cstats, sandbox_stats, image_fs = await asyncio.gather(
+                self.runtime.list_pod_sandbox(MANAGED), self.runtime.list_containers(MANAGED),
+                self.runtime.list_container_stats(), self.sandbox_stats.get(),
+                self.node.image_fs(self.images, now) if full else _no_image_fs())
+        except CRIError as exc:
+            raise StatsError(f"failed to list pod stats: {exc}") from exc
+        g = Pass(now, full, Snapshot(time=now, summary={}))
+        node = self.node.node(g, *image_fs)
+        ready = [s for s in sandboxes if s.state == cri.SANDBOX_READY]
+        views = self._store_views({pod_uid(s) for s in ready}) if full else {}
+        if full:
+            g.logs_fs = statfs_nearest(self.settings.kubelet.pod_logs_dir)
+            g.mount_fs = await self.volumes.statfs_mounts(list(views.values()))
+        pods = [self.pods.pod(g, s, containers, cstats, sandbox_stats, views.get(pod_uid(s), PodView()))
+                for s in ready]
+        pods.sort(key=lambda p: (p["podRef"]["namespace"], p["podRef"]["name"]))
+        g.snap.summary = {"node": node, "pods": pods}
+        self.rates.expire()
+        return g.snap
+
+    def _store_views(self, uids: set[str]) -> dict[str, PodView]:
+        try:
+            return read_views(self.store, uids)
+        except SQLAlchemyError as exc:  # the pods' CPU and memory are still worth reporting
+            log.warning("stats without volumes and logs: the store cannot be read: %s", exc)
+            return {}
+
+
+async def _no_image_fs() -> tuple[None, str]:
+    return None, ""
