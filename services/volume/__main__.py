@@ -7,11 +7,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from services.volume.csi_volumes import CSIVolumes
-from services.volume.manager import VolumeManager, done_with
+from services.volume.manager import VolumeManager
 from services.volume.objects import STANDALONE_OBJECTS, ObjectSource
 from services.volume.paths import Layout
 from services.volume.projection import NodeAllocatable
 from services.volume.registry import PluginRegistry
+from services.volume.teardown import done_with
 from shared.bus.client import DesiredPodsChanged, PodRuntimeChanged
 from shared.bus.events import BusRecorder
 from shared.host.facts import cpu_capacity_millicores, memory_capacity_bytes

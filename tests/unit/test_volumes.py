@@ -14,11 +14,11 @@ from services.volume.atomic_writer import FileProjection, PayloadError, write_at
 from services.volume.csi_volumes import CSIVolumes, attachment_name, ephemeral_handle
 from services.volume.fake_objects import FakeObjectSource
 from services.volume.local import memory_size, setup_host_path
-from services.volume.manager import referenced_objects
 from services.volume.objects import STANDALONE_OBJECTS, STATIC_POD_OBJECTS
 from services.volume.paths import Layout
 from services.volume.projection import NodeAllocatable, VolumeSourceError, build_payload
 from services.volume.registry import PluginRegistry
+from services.volume.setup import referenced_objects
 from shared.csi import registration
 from shared.model.podspec import validate_pod
 
@@ -260,7 +260,7 @@ def test_registration_accepts_only_csi_v1_plugins():
 
 
 def test_disk_usage_counts_blocks_and_skips_symlinks(tmp_path):
-    from services.volume.manager import disk_usage
+    from services.volume.usage import disk_usage
     (tmp_path / "a").write_bytes(b"x" * 100_000)
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "b").write_bytes(b"y" * 50_000)
