@@ -16,7 +16,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from sqlalchemy import select
 from sqlalchemy.exc import DatabaseError
@@ -61,7 +61,8 @@ def collect(store: Store, now: datetime | None = None) -> dict[str, Any]:
         containers = []
         init_names = {st["name"] for st in status.get("initContainerStatuses", [])}
         for st in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
-            state_name, detail = next(iter(st.get("state", {"waiting": {}}).items()))
+            state: Mapping[str, Any] = st.get("state") or {"waiting": {}}
+            state_name, detail = next(iter(state.items()))
             last = st.get("lastState", {}).get("terminated")
             containers.append({
                 "name": st["name"], "init": st["name"] in init_names, "state": state_name, "reason": detail.get("reason", ""),

@@ -17,8 +17,10 @@ from typing import Any
 
 from services.pod_sync.admission import resources_fit
 from shared.model.allocation import Allocation, Resources, changed, resources_of
+from shared.model.pod_status import PodCondition
 from shared.model.podspec import Container, Pod
 from shared.model.qos import pod_requests
+from shared.store.models import ResizeCondition
 
 DEFERRED = "Deferred"
 INFEASIBLE = "Infeasible"
@@ -92,12 +94,13 @@ def event_message(prefix: str, pod: Pod, allocation: Allocation, generation: int
     return f"{prefix}: {json.dumps(body, separators=(',', ':'))}"
 
 
-def condition(kind: str, state: dict[str, Any]) -> dict[str, Any]:
+def condition(kind: str, state: ResizeCondition) -> PodCondition:
     """A v1 PodCondition from the stored state of a resize condition."""
-    out: dict[str, Any] = {"type": kind, "status": "True", "lastProbeTime": None,
-                           "lastTransitionTime": state.get("since")}
-    if state.get("generation") is not None:
-        out["observedGeneration"] = state["generation"]
+    out: PodCondition = {"type": kind, "status": "True", "lastProbeTime": None,
+                         "lastTransitionTime": state.get("since")}
+    generation = state.get("generation")
+    if generation is not None:
+        out["observedGeneration"] = generation
     if state.get("reason"):
         out["reason"] = state["reason"]
     if state.get("message"):

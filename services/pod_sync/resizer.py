@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from services.pod_sync import pod_cgroup
 from services.pod_sync.actions import backoff_key
@@ -34,12 +34,14 @@ from services.pod_sync.runtime_config import NodeFacts, linux_resources
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
 from services.pod_sync.swap import swap_blocks_resize
 from shared.model.allocation import Allocation, Resources, changed, quantity_of, same, spec_allocation, with_allocation
+from shared.model.pod_status import PodCondition
 from shared.model.podspec import Container, Pod
 from shared.model.qos import qos_class
 from shared.model.timestamps import rfc3339
 from shared.runtime.cri import CRIError, RuntimeService
 from shared.runtime.cri import labels as L
 from shared.store import DesiredPod
+from shared.store.models import ResizeCondition
 from shared.tasks.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -55,8 +57,8 @@ Event = Callable[[Pod, str, str, str], None]
 class ResizeState:
     allocated: Allocation
     actuated: dict[str, Resources] = field(default_factory=dict)  # container id -> set by an update
-    pending: dict[str, Any] | None = None  # reason, message, generation, since
-    in_progress: dict[str, Any] | None = None
+    pending: ResizeCondition | None = None
+    in_progress: ResizeCondition | None = None
 
     @classmethod
     def of(cls, row: DesiredPod, pod: Pod) -> "ResizeState":
@@ -74,7 +76,7 @@ class ResizeState:
         """The state as one comparable value: is there anything new to save?"""
         return json.dumps([self.allocated, self.actuated, self.pending, self.in_progress], sort_keys=True)
 
-    def conditions(self) -> list[dict[str, Any]]:
+    def conditions(self) -> list[PodCondition]:
         return ([condition(PENDING_CONDITION, self.pending)] if self.pending else []) + \
                ([condition(IN_PROGRESS_CONDITION, self.in_progress)] if self.in_progress else [])
 

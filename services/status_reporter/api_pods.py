@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from services.status_reporter.pod_status import with_host_ips
 from shared.api.client import ApiError, KubeApi, patch_pod_status, path
+from shared.model.pod_status import PodStatus
 from shared.model.timestamps import rfc3339
 from shared.store import DesiredPod, PodStatusRecord, RefusedPod, Store
 from shared.tasks import periodic
@@ -18,7 +19,7 @@ from shared.tasks import periodic
 log = logging.getLogger(__name__)
 
 
-def refused_status(r: RefusedPod) -> dict[str, Any]:
+def refused_status(r: RefusedPod) -> PodStatus:
     """A pod the node refused: Failed with why, nothing ever started (the kubelet's status for a
     pod it rejects at admission)."""
     return {"phase": "Failed", "reason": r.reason, "message": r.message, "podIP": None, "podIPs": [],
@@ -31,7 +32,7 @@ class ApiPodStatusWriter:
         self.store = store
         self.resync_every = resync_every
         self.host_ip = host_ip
-        self._sent: dict[str, dict[str, Any]] = {}  # uid -> last status the API accepted
+        self._sent: dict[str, PodStatus] = {}  # uid -> last status the API accepted
         self._lock = asyncio.Lock()  # one pass at a time: an older status never overtakes a newer
 
     def _work(self, uids: list[str] | None) -> tuple[list[Any], list[Any]]:
@@ -46,7 +47,7 @@ class ApiPodStatusWriter:
             statuses = {r.uid: r.status for r in s.scalars(
                 select(PodStatusRecord).where(PodStatusRecord.uid.in_([p.uid for p in pods])))}
         finished = [p for p in pods if p.terminated and not p.api_deleted] + [r for r in refused if r.deleting]
-        updates: list[tuple[DesiredPod | RefusedPod, dict[str, Any]]] = [
+        updates: list[tuple[DesiredPod | RefusedPod, PodStatus]] = [
             (p, statuses[p.uid]) for p in pods if not p.terminated and p.uid in statuses]
         updates += [(r, refused_status(r)) for r in refused if not r.deleting]
         return finished, updates
@@ -59,7 +60,7 @@ class ApiPodStatusWriter:
             for pod in finished:
                 await self._delete(pod)
 
-    async def _patch(self, pod: DesiredPod | RefusedPod, status: dict[str, Any]) -> None:
+    async def _patch(self, pod: DesiredPod | RefusedPod, status: PodStatus) -> None:
         status = with_host_ips(status, self.host_ip)
         if self._sent.get(pod.uid) == status:
             return

@@ -20,6 +20,7 @@ from sqlalchemy import select
 
 from services.status_reporter.pod_status import with_host_ips
 from shared.api.client import ApiError, KubeApi, patch_pod_status, path
+from shared.model.pod_status import PodStatus
 from shared.store import STATIC_SOURCES, DesiredPod, PodStatusRecord, Store
 from shared.tasks.coalesce import Coalescer
 
@@ -42,7 +43,7 @@ def mirror_body(manifest: dict[str, Any], node_name: str, node_uid: str) -> dict
             "spec": manifest["spec"]}
 
 
-def _left_terminal(mirror: dict[str, Any], status: dict[str, Any] | None) -> bool:
+def _left_terminal(mirror: dict[str, Any], status: PodStatus | None) -> bool:
     """The static pod runs again after a node shutdown stopped it, and its mirror says Failed: the
     API server lets no pod leave a terminal phase, so the mirror is made anew."""
     return (mirror.get("status", {}).get("phase") in ("Succeeded", "Failed") and status is not None
@@ -138,7 +139,7 @@ class MirrorPods:
             if exc.status not in (404, 409):
                 raise
 
-    async def _status(self, mirror: dict[str, Any], status: dict[str, Any] | None) -> None:
+    async def _status(self, mirror: dict[str, Any], status: PodStatus | None) -> None:
         if not status:
             return
         m = mirror["metadata"]

@@ -9,6 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from shared.model.container_id import runtime_container_id
+from shared.model.pod_status import (
+    ContainerState,
+    ContainerStateTerminated,
+    ContainerStateWaiting,
+    ContainerStatus,
+    PodCondition,
+    PodStatus,
+)
 from shared.model.podspec import Container, Pod
 from shared.model.probe_state import ProbeState
 from shared.model.qos import qos_class
@@ -35,24 +43,29 @@ REASON_WORDS = {
 }
 
 
-def _terminated(inst: ContainerInstance) -> dict[str, Any]:
+def _terminated(inst: ContainerInstance) -> ContainerStateTerminated:
     reason = inst.get("reason") or ("Completed" if inst.get("exit_code") == 0 else "Error")
-    out = {"exitCode": inst.get("exit_code", 0), "reason": reason,
-           "startedAt": inst.get("started_at"), "finishedAt": inst.get("finished_at"),
-           "containerID": inst.get("container_id")}
+    out: ContainerStateTerminated = {"exitCode": inst.get("exit_code", 0), "reason": reason}
+    # Times and the ID only once the runtime has them, as the kubelet leaves them out.
+    if inst.get("started_at") is not None:
+        out["startedAt"] = inst["started_at"]
+    if inst.get("finished_at") is not None:
+        out["finishedAt"] = inst["finished_at"]
+    if inst.get("container_id") is not None:
+        out["containerID"] = inst["container_id"]
     if inst.get("message"):
         out["message"] = inst["message"]
-    return {k: v for k, v in out.items() if v is not None}
+    return out
 
 
 def container_status(obs: ObservedContainer, default_waiting: str,
                      probes: dict[str, tuple[str, str]] | None = None,
-                     probed: tuple[bool, bool] = (False, False)) -> dict[str, Any]:
+                     probed: tuple[bool, bool] = (False, False)) -> ContainerStatus:
     """probes: kind -> (container id, result) from the probe service; probed: whether the spec
     has a (readiness, startup) probe. Without a probe, running means ready and started."""
     state = obs.get("state", "")
     waiting_reason = obs.get("waiting_reason", "")
-    status: dict[str, Any] = {
+    status: ContainerStatus = {
         "name": obs["name"], "image": obs.get("image", ""), "imageID": obs.get("image_id", ""),
         "restartCount": obs.get("restart_count", 0), "ready": False, "started": False,
         "lastState": {},
@@ -74,7 +87,7 @@ def container_status(obs: ObservedContainer, default_waiting: str,
         status["lastState"] = {"terminated": _terminated(last)}
     if waiting_reason or state in ("", "created"):
         reason = waiting_reason or default_waiting
-        waiting = {"reason": reason}
+        waiting: ContainerStateWaiting = {"reason": reason}
         message = obs.get("waiting_message") or (obs.get("image_pull", "") if reason in PROGRESS_REASONS else "")
         if message:
             waiting["message"] = message
@@ -98,13 +111,13 @@ def container_status(obs: ObservedContainer, default_waiting: str,
     return status
 
 
-def pod_phase(pod: Pod, statuses: list[dict[str, Any]], init_done: bool) -> str:
+def pod_phase(pod: Pod, statuses: list[ContainerStatus], init_done: bool) -> str:
     """The kubelet's getPhase for app containers."""
     if not init_done:
         return "Pending"
     running = waiting = stopped = succeeded = unknown = 0
     for st in statuses:
-        state = st.get("state", {})
+        state: ContainerState = st.get("state", {})
         if "running" in state:
             running += 1
         elif "terminated" in state:
@@ -132,10 +145,11 @@ def pod_phase(pod: Pod, statuses: list[dict[str, Any]], init_done: bool) -> str:
     return "Pending"
 
 
-def _condition(ctype: str, ok: bool, previous: dict[str, dict[str, Any]], reason: str = "", message: str = "") -> dict[str, Any]:
+def _condition(ctype: str, ok: bool, previous: dict[str, PodCondition], reason: str = "",
+               message: str = "") -> PodCondition:
     status = "True" if ok else "False"
     prev = previous.get(ctype)
-    cond = {"type": ctype, "status": status,
+    cond: PodCondition = {"type": ctype, "status": status,
             "lastTransitionTime": prev["lastTransitionTime"] if prev and prev.get("status") == status
             else rfc3339(), "lastProbeTime": None}
     if not ok and reason:
@@ -145,7 +159,7 @@ def _condition(ctype: str, ok: bool, previous: dict[str, dict[str, Any]], reason
     return cond
 
 
-def rejected_status(pod: Pod, reason: str, message: str, previous: dict[str, Any] | None) -> dict[str, Any]:
+def rejected_status(pod: Pod, reason: str, message: str, previous: PodStatus | None) -> PodStatus:
     """A pod admission turned away: Failed, with the reason, and nothing ever started."""
     return {"phase": "Failed", "reason": reason, "message": message, "podIP": None, "podIPs": [],
             "startTime": (previous or {}).get("startTime") or rfc3339(), "qosClass": qos_class(pod),
@@ -158,11 +172,11 @@ DISRUPTION_TARGET = "DisruptionTarget"
 BY_KUBELET = ("Evicted", shutdown.TERMINATED)
 
 
-def _runs_again(previous: dict[str, Any], rejection: tuple[str, str]) -> bool:
+def _runs_again(previous: PodStatus, rejection: tuple[str, str]) -> bool:
     return previous.get("reason") == shutdown.TERMINATED and not rejection[0]
 
 
-def _incomplete_init(pod: Pod, init_statuses: list[dict[str, Any]]) -> list[str]:
+def _incomplete_init(pod: Pod, init_statuses: list[ContainerStatus]) -> list[str]:
     """The init containers the pod still waits for: regular ones must have succeeded, sidecars
     only need to have started. Marks regular ones ready once they exited 0 (as the kubelet's
     prober manager)."""
@@ -175,8 +189,8 @@ def _incomplete_init(pod: Pod, init_statuses: list[dict[str, Any]]) -> list[str]
             or (c.restartPolicy != "Always" and st["state"].get("terminated", {}).get("exitCode") != 0)]
 
 
-def _phase(pod: Pod, app_statuses: list[dict[str, Any]], init_statuses: list[dict[str, Any]], init_done: bool,
-           previous: dict[str, Any], rejection: tuple[str, str]) -> str:
+def _phase(pod: Pod, app_statuses: list[ContainerStatus], init_statuses: list[ContainerStatus], init_done: bool,
+           previous: PodStatus, rejection: tuple[str, str]) -> str:
     phase = pod_phase(pod, app_statuses, init_done)
     if not init_done and pod.spec.restartPolicy == "Never":
         if any(st["state"].get("terminated", {}).get("exitCode", 0) != 0 for st in init_statuses):
@@ -186,9 +200,9 @@ def _phase(pod: Pod, app_statuses: list[dict[str, Any]], init_statuses: list[dic
     return phase
 
 
-def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str, Any] | None,
+def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: PodStatus | None,
                    deleting: bool = False, rejection: tuple[str, str] = ("", ""),
-                   probes: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[dict[str, Any], str]:
+                   probes: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[PodStatus, str]:
     """Return (v1 PodStatus, summary in words)."""
     if rejection[0] and not (runtime or {}).get("containers"):
         return rejected_status(pod, *rejection, previous), f"rejected ({rejection[0]}): {rejection[1]}"
@@ -202,7 +216,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
 
     probes = probes or {}
 
-    def status_of(c: Container, default_waiting: str) -> dict[str, Any]:
+    def status_of(c: Container, default_waiting: str) -> ContainerStatus:
         mine = {kind: v for (name, kind), v in probes.items() if name == c.name}
         return container_status(obs(c.name, c.image), default_waiting, mine,
                                 (c.readinessProbe is not None, c.startupProbe is not None))
@@ -232,7 +246,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         *runtime.get("resize_conditions", []),
     ]
     pod_ip = runtime.get("pod_ip", "")
-    status: dict[str, Any] = {
+    status: PodStatus = {
         "phase": phase,
         "conditions": conditions,
         "podIP": pod_ip or None,
@@ -254,7 +268,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
         status["ephemeralContainerStatuses"] = sorted(ephemeral, key=lambda st: st["name"])
     if rejection[0]:
         # Failed after it ran (activeDeadlineSeconds): its containers' statuses stay.
-        status.update(phase="Failed", reason=rejection[0], message=rejection[1])
+        status["phase"], status["reason"], status["message"] = "Failed", rejection[0], rejection[1]
         for cond in status["conditions"]:
             if cond["type"] in ("Ready", "ContainersReady") and cond["status"] == "True":
                 cond.update(_condition(cond["type"], False, {}, "PodFailed", ""))
@@ -268,7 +282,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: dict[str,
     return status, summarize(status, runtime, deleting)
 
 
-def summarize(status: dict[str, Any], runtime: dict[str, Any], deleting: bool) -> str:
+def summarize(status: PodStatus, runtime: dict[str, Any], deleting: bool) -> str:
     """Why the pod is not running as asked, in words; empty when it is."""
     if deleting:
         return "Terminating: stopping containers within the grace period"
@@ -293,15 +307,15 @@ def summarize(status: dict[str, Any], runtime: dict[str, Any], deleting: bool) -
     if problems:
         return "; ".join(problems)
     if status["phase"] == "Pending":
-        waiting = [st["name"] for st in status["containerStatuses"] if "waiting" in st["state"]]
+        starting = [st["name"] for st in status["containerStatuses"] if "waiting" in st["state"]]
         if not runtime:
             return "waiting for pod-sync to start the pod"
-        if waiting:
-            return f"starting: waiting for {', '.join(waiting)}"
+        if starting:
+            return f"starting: waiting for {', '.join(starting)}"
     return ""
 
 
-def with_host_ips(status: dict[str, Any], host_ip: str) -> dict[str, Any]:
+def with_host_ips(status: PodStatus, host_ip: str) -> PodStatus:
     """hostIP and, since 1.28, hostIPs: the node's addresses a pod's status names (one here:
     pykubelet's node IP is a single address)."""
     return {**status, "hostIP": host_ip, "hostIPs": [{"ip": host_ip}] if host_ip else []}

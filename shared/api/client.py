@@ -26,6 +26,7 @@ from shared.api.budget import SharedTokenBucket, budget_file
 from shared.api.kubeconfig import KubeconfigError as KubeconfigError  # re-exported: services import it from here
 from shared.api.kubeconfig import load as load_kubeconfig
 from shared.model.json_types import JSONObject
+from shared.model.pod_status import PodStatus
 
 if TYPE_CHECKING:
     from shared.config.settings import NodeSettings
@@ -271,7 +272,7 @@ class KubeApi:
             self._budget.close()
 
 
-async def patch_pod_status(api: KubeApi, namespace: str, name: str, uid: str, status: JSONObject) -> bool:
+async def patch_pod_status(api: KubeApi, namespace: str, name: str, uid: str, status: PodStatus) -> bool:
     """Write a pod's status, only to the pod with this UID; False when that pod is gone (404)
     or the name now belongs to another pod (409)."""
     try:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from shared.model.allocation import Allocation, Resources
+from shared.model.pod_status import PodCondition, PodStatus
 from shared.store.observed import ObservedContainer
 
 
@@ -26,6 +28,20 @@ STATIC_SOURCES = ("file", "http")
 
 def is_static(source: str) -> bool:
     return source in STATIC_SOURCES
+
+
+class ResizeCondition(TypedDict, total=False):
+    """A PodResizePending or PodResizeInProgress condition while it holds, as pod-sync keeps it."""
+
+    reason: str
+    message: str
+    generation: int | None  # the pod's metadata.generation it is about
+    since: str              # RFC 3339: its lastTransitionTime
+
+
+class ResizeConditions(TypedDict, total=False):
+    pending: ResizeCondition | None
+    in_progress: ResizeCondition | None
 
 
 class DesiredPod(Base):
@@ -60,9 +76,9 @@ class DesiredPod(Base):
     # In-place resize (services/pod_sync/resize.py), pod-sync's: the resources granted per
     # container name (None until admitted), those UpdateContainerResources applied per container
     # ID, and the pending / in-progress resize conditions' state.
-    allocated: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
-    actuated: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    resize: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    allocated: Mapped[Allocation | None] = mapped_column(JSON, nullable=True, default=None)
+    actuated: Mapped[dict[str, Resources]] = mapped_column(JSON, default=dict)
+    resize: Mapped[ResizeConditions] = mapped_column(JSON, default=dict)
 
 
 class ManifestError(Base):
@@ -105,7 +121,7 @@ class PodRuntime(Base):
     # The pod's metadata.generation this record is of, and its PodResizePending /
     # PodResizeInProgress conditions (v1 PodConditions) while a resize is under way.
     observed_generation: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
-    resize_conditions: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    resize_conditions: Mapped[list[PodCondition]] = mapped_column(JSON, default=list)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -119,7 +135,7 @@ class PodStatusRecord(Base):
     source: Mapped[str] = mapped_column(String)
     phase: Mapped[str] = mapped_column(String)
     pod_ip: Mapped[str] = mapped_column(String, default="")
-    status: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[PodStatus] = mapped_column(JSON)  # shared/model/pod_status.py
     # In words, why the pod is not (yet) running as asked; empty when all is well.
     summary: Mapped[str] = mapped_column(Text, default="")
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
