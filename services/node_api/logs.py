@@ -237,6 +237,10 @@ class LogStream(AsyncIterator[bytes]):
         self._poll_interval = poll_interval
         self._since = _Since.of(opts)
         self._plain = self._since is None and not opts.timestamps
+        self._pattern = _CONTENT if self._plain else _RECORD
+        self._pending = b""  # the read's start of a line not ended yet
+        self._rotation_seen = False  # the path names a new file; the old one is drained first
+        self._ending = False  # the container stopped: what it wrote is read, then the read ends
         self._chunks = self._run()
 
     def __anext__(self) -> Awaitable[bytes]:
@@ -267,9 +271,10 @@ class LogStream(AsyncIterator[bytes]):
         own = os.fstat(self._file.fileno())
         return (st.st_ino, st.st_dev) != (own.st_ino, own.st_dev)
 
-    async def _run(self) -> AsyncGenerator[bytes, None]:  # noqa: C901 (one state machine: read, rotate, follow)
+    async def _run(self) -> AsyncGenerator[bytes, None]:
+        """The read: from tail's start, record batches cut to tail (without follow) and
+        limitBytes, until the file ends or, following, the container has stopped."""
         opts = self._opts
-        pattern = _CONTENT if self._plain else _RECORD
         try:
             if opts.tail_lines is not None:
                 start = await asyncio.to_thread(_tail_start, self._file.fileno(), opts.tail_lines)
@@ -279,48 +284,8 @@ class LogStream(AsyncIterator[bytes]):
             bytes_left = opts.limit_bytes
             if records_left == 0:
                 return
-            pending = b""
-            rotation_seen = ending = at_end = False
-            while True:
-                data = self._file.read(READ_SIZE)
-                if data:
-                    buf = pending + data if pending else data
-                    end = buf.rfind(b"\n") + 1
-                    pending = buf[end:]
-                    if not end:
-                        continue
-                    records = pattern.findall(buf, 0, end)
-                    if log.isEnabledFor(logging.DEBUG) and len(records) != buf.count(b"\n", 0, end):
-                        log.debug("%s: skipped %d lines not in CRI log format", self._path,
-                                  buf.count(b"\n", 0, end) - len(records))
-                elif not opts.follow:
-                    # An unterminated last line is written as it is, then the read ends.
-                    m = _LAST_RECORD.fullmatch(pending)
-                    records = [m.groups(b"")[1:] if self._plain else m.groups(b"")] if m else []
-                    at_end = True
-                elif rotation_seen:
-                    # The old file is drained; an unterminated line in it never gets its end.
-                    rotation_seen, pending = False, b""
-                    try:
-                        new = _open(self._path)
-                    except FileNotFoundError:
-                        continue
-                    self._file.close()
-                    self._file = new
-                    continue
-                elif self._rotated():
-                    # Writes may have landed after our last read: drain the old file once more.
-                    rotation_seen = True
-                    continue
-                elif ending:
-                    return
-                elif not await self._still_running():
-                    ending = True  # read what the container wrote before it stopped, then end
-                    continue
-                else:
-                    await asyncio.sleep(self._poll_interval)
-                    continue
-
+            while (batch := await self._next()) is not None:
+                records, at_end = batch
                 if records_left is not None:
                     records = records[:records_left]
                     records_left -= len(records)
@@ -337,6 +302,59 @@ class LogStream(AsyncIterator[bytes]):
                 await asyncio.sleep(0)  # a big file must not hold the event loop until it is done
         finally:
             self._file.close()
+
+    async def _next(self) -> tuple[list[Record], bool] | None:
+        """The next complete records and whether the read ends after them; None when it ends now."""
+        while True:
+            data = self._file.read(READ_SIZE)
+            if data:
+                records = self._complete_records(data)
+                if records is not None:
+                    return records, False
+            elif not self._opts.follow:
+                return self._last_record(), True
+            elif not await self._wait_for_more():
+                return None
+
+    def _complete_records(self, data: bytes) -> list[Record] | None:
+        """The records of the complete lines read so far (None: no line ended yet); the rest waits."""
+        buf = self._pending + data if self._pending else data
+        end = buf.rfind(b"\n") + 1
+        self._pending = buf[end:]
+        if not end:
+            return None
+        records: list[Record] = self._pattern.findall(buf, 0, end)
+        if log.isEnabledFor(logging.DEBUG) and len(records) != buf.count(b"\n", 0, end):
+            log.debug("%s: skipped %d lines not in CRI log format", self._path,
+                      buf.count(b"\n", 0, end) - len(records))
+        return records
+
+    def _last_record(self) -> list[Record]:
+        """An unterminated last line, written as it is when the read ends there."""
+        m = _LAST_RECORD.fullmatch(self._pending)
+        return [m.groups(b"")[1:] if self._plain else m.groups(b"")] if m else []
+
+    async def _wait_for_more(self) -> bool:
+        """At the end of the file while following: False once the read should end. A rotated
+        log is drained, then the new file opened; a stopped container's last writes are read."""
+        if self._rotation_seen:
+            # The old file is drained; an unterminated line in it never gets its end.
+            self._rotation_seen, self._pending = False, b""
+            try:
+                new = _open(self._path)
+            except FileNotFoundError:
+                return True
+            self._file.close()
+            self._file = new
+        elif self._rotated():
+            self._rotation_seen = True  # writes may have landed after our last read: drain once more
+        elif self._ending:
+            return False
+        elif not await self._still_running():
+            self._ending = True  # read what the container wrote before it stopped, then end
+        else:
+            await asyncio.sleep(self._poll_interval)
+        return True
 
 
 @dataclass(frozen=True)
