@@ -13,7 +13,7 @@ import inspect
 import re
 from pathlib import Path
 
-from shared.bus import client as bus
+from shared.bus import messages as bus
 from shared.store import models
 
 REPO = Path(__file__).resolve().parents[1]

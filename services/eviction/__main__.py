@@ -10,8 +10,8 @@ from services.eviction.manager import EvictionManager
 from services.eviction.node_shutdown import NodeShutdownManager, shutdown_groups
 from services.eviction.pod_usage import UsageCollector
 from services.eviction.signals import SignalReader
-from shared.bus.client import DiskReclaimed
 from shared.bus.events import BusRecorder
+from shared.bus.messages import DiskReclaimed
 from shared.host.facts import boot_id, cpu_capacity_millicores, memory_capacity_bytes
 from shared.host.node_resources import Reservations, allocatable
 from shared.process.service import ServiceContext, service_main

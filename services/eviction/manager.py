@@ -20,8 +20,8 @@ from sqlalchemy import delete, select
 from services.eviction.pod_usage import ActivePod, UsageCollector
 from services.eviction.ranking import eviction_message, has_storage_limits, is_critical, rank, storage_limit_violation
 from services.eviction.signals import Observations, SignalReader
-from shared.bus.client import DiskReclaimRequested, Event, EvictionsDecided, NodePressureChanged
 from shared.bus.events import Recorder
+from shared.bus.messages import DiskReclaimRequested, Event, EvictionsDecided, NodePressureChanged
 from shared.config.thresholds import PRESSURE_CONDITIONS, Threshold
 from shared.model.allocation import with_allocation
 from shared.model.container_id import runtime_container_id

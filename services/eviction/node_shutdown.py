@@ -30,7 +30,7 @@ from prometheus_client import Gauge
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from shared.bus.client import Event, EvictionsDecided, KubeEvent, NodeShutdownChanged
+from shared.bus.messages import Event, EvictionsDecided, KubeEvent, NodeShutdownChanged
 from shared.config.settings import KubeletConfiguration
 from shared.model.podspec import PodCache
 from shared.model.qos import SYSTEM_CRITICAL_PRIORITY

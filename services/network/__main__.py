@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from services.network.readiness import NetworkManager
-from shared.bus.client import RuntimeStatusChanged
+from shared.bus.messages import RuntimeStatusChanged
 from shared.process.service import ServiceContext, service_main
 from shared.store import NetworkStatus
 from shared.store.runtime_status import runtime_network

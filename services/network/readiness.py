@@ -11,7 +11,8 @@ from typing import Callable
 from sqlalchemy.exc import DatabaseError
 
 from services.network.cni_config import write_conflist
-from shared.bus.client import Bus, NetworkChanged
+from shared.bus.client import Bus
+from shared.bus.messages import NetworkChanged
 from shared.host.cni import cni_conf_dir, cni_ipam_dir
 from shared.store import NetworkStatus, Store
 from shared.store.models import utcnow

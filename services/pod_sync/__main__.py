@@ -20,8 +20,8 @@ from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
 from services.pod_sync.syncer import PodSyncer
 from services.pod_sync.systemd_slices import SystemdSlices
-from shared.bus.client import DiskReclaimRequested, MirrorPodsChanged
 from shared.bus.events import BusRecorder
+from shared.bus.messages import DiskReclaimRequested, MirrorPodsChanged
 from shared.config.settings import ConfigError
 from shared.host.cgroup_names import SYSTEMD
 from shared.host.checks import startup_problems

@@ -25,7 +25,8 @@ from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Counter
 from sqlalchemy import select
 
-from shared.bus.client import Bus, DiskReclaimed, DiskReclaimRequested
+from shared.bus.client import Bus
+from shared.bus.messages import DiskReclaimed, DiskReclaimRequested
 from shared.model.podspec import Pod
 from shared.runtime.cri import CRIError, Runtime
 from shared.runtime.cri import labels as L

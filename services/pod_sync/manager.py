@@ -10,8 +10,8 @@ from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_view import list_managed_uids
 from services.pod_sync.syncer import PodSyncer, SyncResult
 from services.pod_sync.workers import PodWorkers
-from shared.bus.client import (
-    Bus,
+from shared.bus.client import Bus
+from shared.bus.messages import (
     ContainerEvent,
     DesiredPodsChanged,
     EvictionsDecided,

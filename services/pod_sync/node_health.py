@@ -11,7 +11,8 @@ from typing import Callable
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared.bus.client import Bus, RuntimeStatusChanged
+from shared.bus.client import Bus
+from shared.bus.messages import RuntimeStatusChanged
 from shared.runtime.cri import CRIError, RuntimeService
 from shared.store import NodeHealth, Store
 from shared.store.models import utcnow

@@ -17,7 +17,7 @@ from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Gauge, Histogram
 
 from services.pod_sync.metrics import RUNNING_CONTAINERS, RUNNING_PODS
-from shared.bus.client import ContainerEvent
+from shared.bus.messages import ContainerEvent
 from shared.runtime.cri import CRIError, RuntimeService
 from shared.runtime.cri import labels as L
 

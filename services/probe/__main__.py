@@ -6,8 +6,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from services.probe.manager import ProbeManager
-from shared.bus.client import PodLifecycleEvents, PodRuntimeChanged
 from shared.bus.events import BusRecorder
+from shared.bus.messages import PodLifecycleEvents, PodRuntimeChanged
 from shared.process.service import ServiceContext, service_main
 from shared.runtime.cri import CRIClient
 from shared.tasks.coalesce import Coalescer

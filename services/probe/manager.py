@@ -15,8 +15,9 @@ from typing import Any, Callable
 from sqlalchemy import delete, select
 
 from services.probe.worker import SUCCESS, ProbeKey, ProbeWorker, Target
-from shared.bus.client import Bus, ProbeResultsChanged
+from shared.bus.client import Bus
 from shared.bus.events import Recorder
+from shared.bus.messages import ProbeResultsChanged
 from shared.model.container_id import runtime_container_id
 from shared.model.podspec import Container, PodCache, Probe
 from shared.runtime.cri import RuntimeService

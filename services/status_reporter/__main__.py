@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from services.status_reporter.reporter import PodStatusReporter
-from shared.bus.client import (
+from shared.bus.messages import (
     DesiredPodsChanged,
     KubeEvent,
     MirrorPodsChanged,

@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from shared.api.client import ApiError, KubeApi, TokenBucket, path
-from shared.bus.client import KubeEvent
+from shared.bus.messages import KubeEvent
 from shared.model.timestamps import rfc3339
 
 log = logging.getLogger(__name__)

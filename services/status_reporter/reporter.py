@@ -10,7 +10,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.engine import CursorResult
 
 from services.status_reporter.pod_status import compute_status
-from shared.bus.client import Bus, PodStatusChanged
+from shared.bus.client import Bus
+from shared.bus.messages import PodStatusChanged
 from shared.model.podspec import PodCache
 from shared.store import DesiredPod, PodRuntime, PodStatusRecord, ProbeResult, Store
 from shared.store.models import utcnow

@@ -13,8 +13,8 @@ from services.volume.paths import Layout
 from services.volume.projection import NodeAllocatable
 from services.volume.registry import PluginRegistry
 from services.volume.teardown import done_with
-from shared.bus.client import DesiredPodsChanged, PodRuntimeChanged
 from shared.bus.events import BusRecorder
+from shared.bus.messages import DesiredPodsChanged, PodRuntimeChanged
 from shared.host.facts import cpu_capacity_millicores, memory_capacity_bytes
 from shared.host.mounts import tmpfs_noswap_supported
 from shared.host.swap import swap_capacity_bytes

@@ -21,8 +21,9 @@ from services.volume.projection import NodeAllocatable
 from services.volume.setup import VolumeSetup, referenced_objects
 from services.volume.teardown import VolumeTeardown, done_with
 from services.volume.usage import VolumeUsage
-from shared.bus.client import Bus, VolumesChanged
+from shared.bus.client import Bus
 from shared.bus.events import Recorder
+from shared.bus.messages import VolumesChanged
 from shared.model.podspec import PodCache
 from shared.runtime.cri import RuntimeService
 from shared.store import DesiredPod, PodVolume, Store

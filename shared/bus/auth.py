@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.bus.client import SUBJECT_PREFIX, Event
+from shared.bus.messages import SUBJECT_PREFIX, Event
 from shared.config.settings import ConfigError
 
 BUS_DIR = "bus"  # under the root dir: the credentials files and the server's config

@@ -1,4 +1,4 @@
-"""The event bus: NATS subjects carrying small typed "look again" messages.
+"""The event bus: NATS subjects carrying small typed "look again" messages (shared/bus/messages.py).
 
 Events only wake services up; the store holds the state. So a lost message costs latency, never
 correctness: every service also resyncs from the store on a timer.
@@ -9,21 +9,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Annotated, Awaitable, Callable, ClassVar, Literal, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from prometheus_client import Histogram
-from pydantic import BaseModel, Field, StringConstraints, ValidationError
+from pydantic import ValidationError
 
-from shared.model.podspec import POD_UID
+from shared.bus.messages import Event
 from shared.tasks.retry import describe, until_done
 
 log = logging.getLogger(__name__)
-
-SUBJECT_PREFIX = "pykubelet.v1"
-
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 # Publish -> handler start (both ends on one host, one clock), and the handler's own time.
@@ -34,153 +31,7 @@ BUS_HANDLER_SECONDS = Histogram("pykubelet_bus_handler_seconds", "Time an event 
                                 buckets=_LATENCY_BUCKETS)
 
 
-# A payload names pods by UID, which services turn into paths (<root>/pods/<uid>): anything but
-# one safe path component makes the whole message malformed, and it is dropped.
-PodUID = Annotated[str, StringConstraints(pattern=POD_UID.pattern)]
-MAX_UIDS = 10_000
 SUBSCRIBE_FLUSH_TIMEOUT = 5
-
-
-class Event(BaseModel):
-    """Base of all bus payloads; the subject carries the version."""
-
-    subject: ClassVar[str]
-    # The services allowed to publish it (shared.bus.auth turns this into NATS permissions).
-    publishers: ClassVar[tuple[str, ...]] = ()
-    sent_at: float = 0.0  # wall-clock seconds at publish, for the delivery-latency metric
-
-
-class DesiredPodsChanged(Event):
-    """pod-sync changed desired_pods (pods added, replaced or removed)."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.desired"
-    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
-    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
-
-
-class PodRuntimeChanged(Event):
-    """pod-sync wrote new runtime observations for these pods."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.runtime"
-    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
-    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
-
-
-class ContainerEvent(BaseModel):
-    pod_uid: PodUID
-    container_id: str
-    container_name: str
-    type: str  # ContainerStarted, ContainerDied, ContainerRemoved (the kubelet's PLEG event types)
-
-
-class PodLifecycleEvents(Event):
-    """pod-sync's PLEG saw containers start, die or go away."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.lifecycle"
-    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
-    events: list[ContainerEvent] = []
-
-
-class ProbeResultsChanged(Event):
-    """probe wrote new results for these pods."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.probes.results"
-    publishers: ClassVar[tuple[str, ...]] = ("probe",)
-    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
-
-
-class KubeEvent(Event):
-    """Something a user should see in `kubectl describe` (the kubelet's events). Best effort, as
-    Kubernetes events are: a lost one is not re-sent."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.events"
-    publishers: ClassVar[tuple[str, ...]] = ("pod-sync", "probe", "volume", "eviction")
-    kind: str = "Pod"  # Pod or Node
-    namespace: str = ""
-    name: str = ""
-    uid: PodUID | Literal[""] = ""
-    type: str = "Normal"  # Normal or Warning
-    reason: str = ""
-    message: str = ""
-
-
-class PodStatusChanged(Event):
-    """status-reporter recomputed these pods' status."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.status"
-    publishers: ClassVar[tuple[str, ...]] = ("status-reporter",)
-    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
-
-
-class MirrorPodsChanged(Event):
-    """pod-sync's watch of this node's API pods saw a mirror pod added, changed or deleted:
-    status-reporter, which keeps the mirror pods, looks again."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.pods.mirror"
-    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
-
-
-class VolumesChanged(Event):
-    """volume wrote pod_volumes rows for these pods (set up, failed, or torn down)."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.volumes"
-    publishers: ClassVar[tuple[str, ...]] = ("volume",)
-    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
-
-
-class RuntimeStatusChanged(Event):
-    """pod-sync recorded a change in the runtime's status (node_health): RuntimeReady,
-    NetworkReady, its version or PLEG health."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.runtime.status"
-    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
-
-
-class NetworkChanged(Event):
-    """network wrote a new network_status row."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.network"
-    publishers: ClassVar[tuple[str, ...]] = ("network",)
-    ready: bool = False
-
-
-class EvictionsDecided(Event):
-    """eviction wrote pod_evictions rows for these pods: pod-sync stops them."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.evictions"
-    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
-    uids: list[PodUID] = Field(default_factory=list, max_length=MAX_UIDS)
-
-
-class NodePressureChanged(Event):
-    """eviction changed a node_pressure row: the Node's conditions are to be reported now."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.node.pressure"
-    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
-
-
-class NodeShutdownChanged(Event):
-    """eviction began or ended a graceful node shutdown (node_shutdown): the Node's Ready
-    condition is to be reported now."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.node.shutdown"
-    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
-
-
-class DiskReclaimRequested(Event):
-    """eviction wrote a reclaim_requests row: pod-sync frees disk and answers in disk_reclaim."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.disk.reclaim.requested"
-    publishers: ClassVar[tuple[str, ...]] = ("eviction",)
-    sequence: int = 0
-
-
-class DiskReclaimed(Event):
-    """pod-sync wrote a disk_reclaim row."""
-
-    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.disk.reclaimed"
-    publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
-    sequence: int = 0
 
 
 E = TypeVar("E", bound=Event)

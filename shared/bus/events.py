@@ -10,7 +10,8 @@ import asyncio
 import logging
 from typing import Protocol
 
-from shared.bus.client import Bus, KubeEvent
+from shared.bus.client import Bus
+from shared.bus.messages import KubeEvent
 
 log = logging.getLogger(__name__)
 

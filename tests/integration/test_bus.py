@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from shared.bus.auth import write_credentials, write_server_config
-from shared.bus.client import Bus, DesiredPodsChanged, NetworkChanged, ProbeResultsChanged
+from shared.bus.client import Bus
+from shared.bus.messages import DesiredPodsChanged, NetworkChanged, ProbeResultsChanged
 from tests.integration.conftest import free_port
 
 

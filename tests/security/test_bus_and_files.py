@@ -12,7 +12,7 @@ import nats
 import pytest
 
 from shared.bus.auth import read_credentials
-from shared.bus.client import DesiredPodsChanged, PodStatusChanged
+from shared.bus.messages import DesiredPodsChanged, PodStatusChanged
 from shared.process.admin import SERVICES
 from tests.integration.conftest import wait_for
 

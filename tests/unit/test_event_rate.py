@@ -8,7 +8,7 @@ import time
 
 from services.status_reporter.events import EventPoster
 from shared.api.client import api_client
-from shared.bus.client import KubeEvent
+from shared.bus.messages import KubeEvent
 from shared.config.settings import load_kubelet_config
 
 

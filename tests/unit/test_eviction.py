@@ -10,8 +10,8 @@ from services.eviction.manager import CLEANUP_WAIT, EvictionManager
 from services.eviction.pod_usage import ActivePod, PodUsage
 from services.eviction.ranking import binary_quantity, eviction_message, rank, storage_limit_violation
 from services.eviction.signals import Observed, SignalReader
-from shared.bus.client import DiskReclaimRequested, EvictionsDecided, NodePressureChanged
 from shared.bus.events import RecordingRecorder
+from shared.bus.messages import DiskReclaimRequested, EvictionsDecided, NodePressureChanged
 from shared.config.settings import ConfigError, KubeletConfiguration, load_kubelet_config
 from shared.host.cgroups import CgroupReader
 from shared.model.podspec import Pod

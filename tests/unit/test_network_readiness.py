@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from services.network.readiness import NetworkManager
 from services.pod_sync.node_health import NodeHealthWriter
-from shared.bus.client import NetworkChanged, RuntimeStatusChanged
+from shared.bus.messages import NetworkChanged, RuntimeStatusChanged
 from shared.runtime.cri.fake import FakeRuntime
 from shared.store import NetworkStatus, NodeHealth, Store
 from shared.store.models import utcnow

@@ -18,7 +18,7 @@ from services.eviction.node_shutdown import END_TIME, START_TIME, Group, NodeShu
 from services.status_reporter.mirror_pods import _left_terminal
 from services.status_reporter.node_agent import NodeAgent
 from services.status_reporter.pod_status import compute_status
-from shared.bus.client import EvictionsDecided, KubeEvent, NodeShutdownChanged
+from shared.bus.messages import EvictionsDecided, KubeEvent, NodeShutdownChanged
 from shared.config.settings import ConfigError, KubeletConfiguration, load_kubelet_config
 from shared.host.checks import startup_problems
 from shared.host.facts import boot_id

@@ -9,7 +9,7 @@ from cri_api.v1 import api_pb2 as cri
 from services.pod_sync.admission import admit_under_pressure
 from services.pod_sync.disk_gc import DiskReclaimer, normalize_image
 from services.status_reporter.pod_status import compute_status
-from shared.bus.client import DiskReclaimed, DiskReclaimRequested
+from shared.bus.messages import DiskReclaimed, DiskReclaimRequested
 from shared.model.podspec import validate_pod
 from shared.store import DesiredPod, DiskReclaim, NodePressure, PodEviction, ReclaimRequest, Store
 from tests.unit.conftest import IMG
