@@ -31,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from services.cli.as_kubelet import DEFAULT_KUBELET_PATH, AsKubelet, AsKubeletError, is_ours
 from services.supervisor.containerd_config import ContainerdLayout, render_config
 from shared.api import kubeconfig
 from shared.api.self_signed import write_self_signed
@@ -131,6 +132,20 @@ def default_kubelet_config(static_pod_path: str, pod_cidr: str, client_ca_file: 
     return "\n".join(lines) + "\n"
 
 
+def write_if_changed(path: Path, content: str, mode: int) -> bool:
+    """Write (atomically, never through a symlink) when the content or mode differs; whether it did."""
+    if path.exists() and path.read_text() == content and (os.stat(path).st_mode & 0o777) == mode:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), mode)
+        f.write(content)
+    os.replace(tmp, path)
+    return True
+
+
 class Installer:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -143,16 +158,8 @@ class Installer:
         """Write when different; remember what changed for the summary. 0600: only root (systemd,
         containerd, the services) reads what is written here, as the CIS benchmark's 4.1.x checks
         want for the kubelet's unit and config files."""
-        if path.exists() and path.read_text() == content and (os.stat(path).st_mode & 0o777) == mode:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(content)
-        os.replace(tmp, path)
-        self.changed.append(str(path))
+        if write_if_changed(path, content, mode):
+            self.changed.append(str(path))
 
     def values(self) -> dict[str, str]:
         return {"PYTHON": self.args.python, "SRC": str(SRC), "ROOT_DIR": str(self.root),
@@ -310,6 +317,8 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def install(argv: list[str]) -> int:
+    if "--as-kubelet" in argv:
+        return install_as_kubelet(argv)
     p = _parser("pykubelet install", "Install the node as systemd units (one per service).")
     p.add_argument("--python", default=sys.executable, help="the interpreter with pykubelet installed (this one)")
     p.add_argument("--nats-port", type=int, default=4222, help="loopback port of the bus (4222)")
@@ -373,7 +382,48 @@ def configure(argv: list[str]) -> int:
     return 0
 
 
+def _as_kubelet_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+    p.add_argument("--as-kubelet", action="store_true", required=True,
+                   help="pykubelet as the program kubelet.service runs (kubeadm's nodes)")
+    p.add_argument("--kubelet-path", default=DEFAULT_KUBELET_PATH,
+                   help=f"where the kubelet binary goes ({DEFAULT_KUBELET_PATH})")
+    p.add_argument("--unit-dir", default="/etc/systemd/system", help="where units go (/etc/systemd/system)")
+    return p
+
+
+def install_as_kubelet(argv: list[str]) -> int:
+    """The kubelet binary, kubelet.service and kubeadm's drop-in (services/cli/as_kubelet.py).
+    kubeadm writes the configuration; pykubelet's own units, config and bus files are not used."""
+    p = _as_kubelet_parser("pykubelet install", "Install pykubelet as the kubelet kubelet.service runs "
+                           "(for kubeadm join). Other install flags do not apply: kubeadm writes the config.")
+    p.add_argument("--python", default=sys.executable, help="the interpreter with pykubelet installed (this one)")
+    p.add_argument("--enable", action="store_true", help="also `systemctl enable kubelet.service`")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("pykubelet install: run as root (it writes the kubelet binary and units)", file=sys.stderr)
+        return 2
+    target = AsKubelet(Path(args.kubelet_path), Path(args.unit_dir), args.python, str(SRC))
+    try:
+        target.check()
+    except AsKubeletError as exc:
+        print(f"pykubelet install: {exc}", file=sys.stderr)
+        return 2
+    changed = [str(path) for path, (content, mode) in target.files().items() if write_if_changed(path, content, mode)]
+    print("\n".join([f"wrote {c}" for c in changed] + [f"kept {k}" for k in target.kept])
+          or "nothing to change: already installed")
+    if systemd_running():
+        systemctl("daemon-reload")
+        if args.enable:
+            systemctl("enable", "kubelet.service")
+    print("join a cluster with `kubeadm join ...`: it writes the kubelet's config and starts kubelet.service "
+          "(logs: journalctl -u kubelet)")
+    return 0
+
+
 def uninstall(argv: list[str]) -> int:
+    if "--as-kubelet" in argv:
+        return uninstall_as_kubelet(argv)
     p = _parser("pykubelet uninstall", "Stop the node's units and remove what `pykubelet install` wrote.")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
@@ -387,4 +437,21 @@ def uninstall(argv: list[str]) -> int:
         systemctl("daemon-reload")
     print("\n".join(f"removed {r}" for r in removed) or "nothing to remove: not installed")
     print(f"the node's state is left in {args.root_dir}")
+    return 0
+
+
+def uninstall_as_kubelet(argv: list[str]) -> int:
+    p = _as_kubelet_parser("pykubelet uninstall", "Stop kubelet.service and remove what "
+                           "`pykubelet install --as-kubelet` wrote (kubeadm's files stay: `kubeadm reset` removes them).")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("pykubelet uninstall: run as root", file=sys.stderr)
+        return 2
+    target = AsKubelet(Path(args.kubelet_path), Path(args.unit_dir), sys.executable, str(SRC))
+    if systemd_running() and is_ours(Path(args.kubelet_path)):
+        systemctl("disable", "--now", "kubelet.service")
+    removed = target.remove()
+    if systemd_running():
+        systemctl("daemon-reload")
+    print("\n".join(f"removed {r}" for r in removed) or "nothing to remove: not installed as the kubelet")
     return 0
