@@ -5,14 +5,17 @@ control plane), with pykubelet as its kubelet:
   `upload-config kubelet` and `bootstrap-token` against the tests' API server (the ConfigMaps,
   the token and the RBAC a join needs), and kube-controller-manager approves and signs kubelet
   client CSRs with the cluster CA;
-- the node is a private host (tests/bootstrap/private_host.py: /etc and /var/lib overlaid, so the
-  machine's /etc/kubernetes and /var/lib/kubelet are untouched) with a containerd of its own
-  (tests/bootstrap/host_runtime.py);
+- the node is a private host (tests/bootstrap/private_host.py: /etc, /var/lib and /usr/local
+  overlaid, so the machine's /etc/kubernetes and /var/lib/kubelet are untouched) with a containerd
+  of its own (tests/bootstrap/host_runtime.py);
+- pykubelet is installed there as the kubelet, `pykubelet install --as-kubelet --kubelet-path
+  /usr/local/bin/kubelet`: the binary, kubelet.service and kubeadm's drop-in;
 - `kubeadm join --discovery-file ... --tls-bootstrap-token ...` runs there, and once it has written
-  /var/lib/kubelet/kubeadm-flags.env the kubelet is started as kubelet.service's kubeadm drop-in
-  starts it: `pykubelet kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS
-  $KUBELET_EXTRA_ARGS`, the last from /etc/default/kubelet. Join returns once the kubelet's
-  healthz is ok and the TLS bootstrap has written /etc/kubernetes/kubelet.conf."""
+  /var/lib/kubelet/kubeadm-flags.env the kubelet is started from the installed unit and drop-in as
+  systemd would start it (tests/bootstrap/unit_command.py): `/usr/local/bin/kubelet
+  $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS`, the
+  last from /etc/default/kubelet. Join returns once the kubelet's healthz is ok and the TLS
+  bootstrap has written /etc/kubernetes/kubelet.conf."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from shared.host.facts import node_ip
 from shared.process.admin import SERVICES
 from tests.bootstrap.host_runtime import HostRuntime, HostRuntimeError
 from tests.bootstrap.private_host import PrivateHost, PrivateHostError
+from tests.bootstrap.unit_command import shell_command
 from tests.cluster.harness import KUBE_BIN, KUBE_VERSION, ControlPlane, HarnessError, ensure_kube_binaries
 from tests.integration.conftest import (
     NODE_NAME,
@@ -53,12 +57,9 @@ TOKEN_ID, TOKEN_SECRET = "pk7bt1", "0123456789abcdef"
 SIGNING_DURATION = 150
 BOOTSTRAP_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 KUBELET_ROOT = "/var/lib/kubelet"
-# What kubeadm's packaging gives kubelet.service (10-kubeadm.conf): the files are kubeadm's.
-DROP_IN_ARGS = ["--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
-                "--kubeconfig=/etc/kubernetes/kubelet.conf", f"--config={KUBELET_ROOT}/config.yaml"]
-DROP_IN = ('set -a; [ -f /var/lib/kubelet/kubeadm-flags.env ] && . /var/lib/kubelet/kubeadm-flags.env; '
-           '[ -f /etc/default/kubelet ] && . /etc/default/kubelet; set +a; '
-           'exec "$@" $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS')
+# Where a kubelet installed without a package manager goes (the Kubernetes docs' choice).
+KUBELET_PATH = "/usr/local/bin/kubelet"
+UNIT_DIR = "/etc/systemd/system"
 JOIN_TIMEOUT = 360  # kubeadm's own waits: 4 min for the kubelet's healthz, 5 for the TLS bootstrap
 
 
@@ -76,6 +77,11 @@ class Joined:
     def file(self, inside: str) -> Path:
         """A file the node wrote, by its path on the node."""
         return self.host.path(inside)
+
+    def pykubelet(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """pykubelet's command line on the node."""
+        return subprocess.run([*self.host.enter(), *PYKUBELET, *args], capture_output=True, text=True,
+                              timeout=timeout, cwd=REPO)
 
     def kubeadm(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         """kubeadm on the node."""
@@ -155,6 +161,10 @@ def joined(tmp_path_factory) -> Iterator[Joined]:
             prepare_control_plane(cp, work, kubeadm_config(cp, runtime.endpoint, kubelet_port, healthz_port))
         except (HarnessError, PrivateHostError, HostRuntimeError) as exc:
             pytest.fail(f"cannot set up the cluster and host for kubeadm join: {exc}")
+        installed = subprocess.run([*host.enter(), *PYKUBELET, "install", "--as-kubelet", "--kubelet-path", KUBELET_PATH],
+                                   capture_output=True, text=True, timeout=60, cwd=REPO)
+        if installed.returncode != 0:
+            pytest.fail(f"pykubelet install --as-kubelet failed: {installed.stdout}{installed.stderr}")
         # pykubelet's own flags, where a user adds flags: the bus and admin ports free here, the
         # pods' logs beside the test's (/var/log is not the private host's).
         nats_port, admin_base = free_port(), free_port_range(len(SERVICES))
@@ -180,7 +190,7 @@ def joined(tmp_path_factory) -> Iterator[Joined]:
             code = join.wait(timeout=JOIN_TIMEOUT)
         except subprocess.TimeoutExpired:
             code = None
-        output = join_log.read_text()
+        output = installed.stdout + join_log.read_text()
         if code != 0:
             pytest.fail(f"kubeadm join {'timed out' if code is None else f'exited with {code}'}:\n{output[-3000:]}\n"
                         f"pykubelet kubelet:\n{_tail(node.log)}")
@@ -200,8 +210,11 @@ def joined(tmp_path_factory) -> Iterator[Joined]:
 
 def launch_drop_in(host: PrivateHost, runtime: HostRuntime, work: Path, kubelet_port: int, healthz_port: int,
                    admin_base: int) -> Node:
-    """`pykubelet kubelet` on the private host, as the kubeadm drop-in of kubelet.service runs it."""
-    argv = [*host.enter(), "sh", "-c", DROP_IN, "kubelet", *PYKUBELET, "kubelet", *DROP_IN_ARGS]
+    """The kubelet on the private host, as systemd runs kubelet.service with kubeadm's drop-in."""
+    units = host.path(UNIT_DIR)
+    command = shell_command((units / "kubelet.service").read_text(),
+                            (units / "kubelet.service.d" / "10-kubeadm.conf").read_text())
+    argv = [*host.enter(), "sh", "-c", command]
     root, log, env = host.path(KUBELET_ROOT), work / "kubelet.log", watched_env(work)
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)

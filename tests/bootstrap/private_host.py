@@ -1,5 +1,6 @@
-"""A mount namespace that stands for a fresh host: /etc and /var/lib are overlays of the
-machine's, so what kubeadm and the kubelet write to /etc/kubernetes and /var/lib/kubelet lands in
+"""A mount namespace that stands for a fresh host: /etc, /var/lib and /usr/local are overlays of
+the machine's, so what kubeadm and the kubelet write to /etc/kubernetes and /var/lib/kubelet (and
+the kubelet binary `pykubelet install --as-kubelet` puts in /usr/local/bin) lands in
 upper directories under `work` (readable from the machine, at path()), and the machine's own
 /etc and /var/lib are untouched. Every process of the "host" (its containerd, kubeadm, the
 kubelet) runs inside through enter()."""
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from tests.integration.conftest import stop_process, wait_for
 
-OVERLAID = ("/etc", "/var/lib")
+OVERLAID = ("/etc", "/var/lib", "/usr/local")
 
 
 class PrivateHostError(RuntimeError):

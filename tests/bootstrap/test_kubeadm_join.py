@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.bootstrap.conftest import KUBELET_ROOT, Joined
+from tests.bootstrap.conftest import KUBELET_PATH, KUBELET_ROOT, UNIT_DIR, Joined
 from tests.integration.conftest import NODE_NAME, wait_for
 
 
@@ -19,8 +19,15 @@ def test_kubeadm_join_succeeds_with_pykubelet_as_the_kubelet(joined: Joined):
     assert f"--hostname-override={NODE_NAME}" in joined.file(f"{KUBELET_ROOT}/kubeadm-flags.env").read_text()
     assert joined.file("/etc/kubernetes/pki/ca.crt").read_bytes() == joined.cp.ca.read_bytes()
     assert not joined.file("/etc/kubernetes/bootstrap-kubelet.conf").exists()
+    # pykubelet install --as-kubelet put pykubelet where kubelet.service runs the kubelet from.
+    assert "services.cli.main kubelet" in joined.file(KUBELET_PATH).read_text()
+    assert f"ExecStart={KUBELET_PATH} $KUBELET_KUBECONFIG_ARGS" in \
+        joined.file(f"{UNIT_DIR}/kubelet.service.d/10-kubeadm.conf").read_text()
+    assert joined.node.argv[-1].endswith(f"exec {KUBELET_PATH} $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS "
+                                         "$KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS")
     # The machine's own directories were never touched.
     assert not Path("/etc/kubernetes/kubelet.conf").exists() and not Path(f"{KUBELET_ROOT}/config.yaml").exists()
+    assert not Path(KUBELET_PATH).exists() or "pykubelet" not in Path(KUBELET_PATH).read_text(errors="replace")
 
 
 def test_a_deployment_runs_on_the_node_with_logs_and_exec(joined: Joined):
