@@ -19,7 +19,6 @@ control plane), with pykubelet as its kubelet:
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 from dataclasses import dataclass
@@ -27,14 +26,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import yaml
 
-from shared.host.facts import node_ip
 from shared.process.admin import SERVICES
 from tests.bootstrap.host_runtime import HostRuntime, HostRuntimeError
 from tests.bootstrap.private_host import PrivateHost, PrivateHostError
 from tests.bootstrap.unit_command import shell_command
-from tests.cluster.harness import KUBE_BIN, KUBE_VERSION, ControlPlane, HarnessError, ensure_kube_binaries
+from tests.cluster.harness import KUBE_BIN, ControlPlane, HarnessError, ensure_kube_binaries
 from tests.integration.conftest import (
     NODE_NAME,
     PYKUBELET,
@@ -50,12 +47,19 @@ from tests.integration.conftest import (
     wait_for,
 )
 from tests.integration.event_loops import watched_env
+from tests.kubeadm_control_plane import (
+    APISERVER_ARGS,
+    TOKEN_ID,
+    TOKEN_SECRET,
+    discovery_file,
+    kubeadm_config,
+    prepare_control_plane,
+    signing_args,
+)
 
-TOKEN_ID, TOKEN_SECRET = "pk7bt1", "0123456789abcdef"
 # The signer's certificate lifetime. Its certificates start 5 minutes back (the signer's
 # backdate), so one lasts 7.5 minutes and is renewed 15-105 s after it is issued (70-90%).
 SIGNING_DURATION = 150
-BOOTSTRAP_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 KUBELET_ROOT = "/var/lib/kubelet"
 # Where a kubelet installed without a package manager goes (the Kubernetes docs' choice).
 KUBELET_PATH = "/usr/local/bin/kubelet"
@@ -99,60 +103,18 @@ class Joined:
         return next((c["status"] for c in conds if c["type"] == "Ready"), "Unknown")
 
 
-def kubeadm_config(cp: ControlPlane, cri_socket: str, kubelet_port: int, healthz_port: int) -> str:
-    """What `kubeadm init` would be given: the token, the cluster, and the kubelet configuration
-    every node that joins gets (kubelet-config): cgroupfs, as on this host, and ports free here."""
-    port = cp.server.rsplit(":", 1)[1]
-    return yaml.safe_dump_all([
-        {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
-         "bootstrapTokens": [{"token": f"{TOKEN_ID}.{TOKEN_SECRET}", "groups": [BOOTSTRAP_GROUP],
-                              "usages": ["signing", "authentication"]}],
-         # kubeadm refuses a loopback address here; the API server itself stays on loopback.
-         "localAPIEndpoint": {"advertiseAddress": node_ip(), "bindPort": int(port)},
-         "nodeRegistration": {"criSocket": cri_socket}},
-        {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
-         "kubernetesVersion": f"v{KUBE_VERSION}", "controlPlaneEndpoint": f"127.0.0.1:{port}",
-         "networking": {"serviceSubnet": "10.96.0.0/24"}},
-        {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-         "cgroupDriver": "cgroupfs", "port": kubelet_port, "healthzPort": healthz_port}])
-
-
-def discovery_file(path: Path, cp: ControlPlane) -> Path:
-    """The cluster as `kubeadm join --discovery-file` takes it: server and CA, and a user without
-    credentials (join reads cluster-info anonymously, then uses the token)."""
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "join",
-        "clusters": [{"name": "kubernetes", "cluster": {
-            "server": cp.server, "certificate-authority-data": base64.b64encode(cp.ca.read_bytes()).decode()}}],
-        "contexts": [{"name": "join", "context": {"cluster": "kubernetes", "user": "anonymous"}}],
-        "users": [{"name": "anonymous", "user": {}}]}))
-    return path
-
-
-def prepare_control_plane(cp: ControlPlane, work: Path, config: str) -> None:
-    """`kubeadm init`'s phases that a join needs, against the running API server."""
-    (work / "kubeadm.yaml").write_text(config)
-    for phase in (("upload-config", "kubeadm"), ("upload-config", "kubelet"), ("bootstrap-token",)):
-        res = subprocess.run([str(KUBE_BIN / "kubeadm"), "init", "phase", *phase, f"--config={work / 'kubeadm.yaml'}",
-                              f"--kubeconfig={cp.admin_kubeconfig}"], capture_output=True, text=True, timeout=120)
-        if res.returncode != 0:
-            raise HarnessError(f"kubeadm init phase {' '.join(phase)} failed: {res.stdout[-1500:]}{res.stderr[-2500:]}")
-
-
 @pytest.fixture(scope="package")
 def joined(tmp_path_factory) -> Iterator[Joined]:
     require_node_prerequisites()
     work = tmp_path_factory.mktemp("kubeadm-join")
-    cp = ControlPlane(work / "control-plane", NODE_NAME, apiserver_extra=("--enable-bootstrap-token-auth=true",))
+    cp = ControlPlane(work / "control-plane", NODE_NAME, apiserver_extra=APISERVER_ARGS)
     host, runtime, node, join = PrivateHost(work / "host"), None, None, None
     try:
         try:
             ensure_kube_binaries("kubeadm")
             cp.start()
             # csrapproving and csrsigning are among the controllers kube-controller-manager runs.
-            cp.start_controllers((f"--cluster-signing-cert-file={cp.pki.ca.cert}",
-                                  f"--cluster-signing-key-file={cp.pki.ca.key}",
-                                  f"--cluster-signing-duration={SIGNING_DURATION}s"))
+            cp.start_controllers(signing_args(cp, SIGNING_DURATION))
             (work / "host").mkdir()
             host.start()
             runtime = HostRuntime(work / "runtime", Path(KUBELET_ROOT), wrap=tuple(host.enter()))

@@ -46,4 +46,7 @@ def test_kubeadm_upgrade_node_writes_the_new_config_and_the_restarted_kubelet_ru
     wait_for(lambda: joined.ready() == "True", 90, "the node Ready after the restart")
     after = joined.get("pod", "runs-through-the-upgrade")["status"]["containerStatuses"][0]
     assert (after["containerID"], after["restartCount"]) == (container_id, 0), "the pod ran through the restart"
-    joined.cp.kubectl("delete", "pod", "runs-through-the-upgrade", "--wait=false")
+    # Gone before the next test, whose pod's container has the same name.
+    joined.cp.kubectl("delete", "pod", "runs-through-the-upgrade", "--timeout=120s", timeout=150)
+    wait_for(lambda: container_id.removeprefix("containerd://") not in joined.runtime.running_containers().values(),
+             60, "the pod's container to stop")

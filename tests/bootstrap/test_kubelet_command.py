@@ -8,9 +8,10 @@ import json
 
 import httpx
 
-from tests.bootstrap.conftest import TOKEN_ID, Joined
+from tests.bootstrap.conftest import Joined
 from tests.bootstrap.test_tls_bootstrap import _create_pod, _csrs, _running
 from tests.integration.conftest import relaunch_node, wait_for
+from tests.kubeadm_control_plane import TOKEN_ID
 
 
 def test_healthz_answers_as_kubeadm_waits_for_it(joined: Joined):

@@ -19,8 +19,9 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from shared.api.client_cert import CURRENT, PENDING_KEY, SIGNER
-from tests.bootstrap.conftest import BOOTSTRAP_GROUP, TOKEN_ID, Joined
+from tests.bootstrap.conftest import Joined
 from tests.integration.conftest import NODE_NAME, wait_for
+from tests.kubeadm_control_plane import BOOTSTRAP_GROUP, TOKEN_ID
 
 
 def _pair(j: Joined) -> Path:

@@ -130,6 +130,15 @@ class VirtualMachine:
                                  f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
         return res
 
+    def copy_in(self, local: Path, remote: str, timeout: float = 300) -> None:
+        """A file of this machine into the guest (a binary: scp, not run's text input)."""
+        ssh = self.ssh_argv()
+        options = [arg for arg in ssh[1:-1] if arg not in ("-p", str(self.ssh_port))]
+        res = subprocess.run(["scp", *options, "-P", str(self.ssh_port), str(local), f"{ssh[-1]}:{remote}"],
+                             capture_output=True, text=True, timeout=timeout)
+        if res.returncode != 0:
+            raise AssertionError(f"copying {local} into the guest failed: {res.stderr[-2000:]}")
+
     def mount_code(self) -> None:
         """The code disk at /mnt/code, each path bound where it is here; in fstab, so it survives reboots."""
         lines = ["/dev/vdb /mnt/code ext4 ro 0 0"]

@@ -13,10 +13,21 @@ import subprocess
 import time
 from pathlib import Path
 
+import yaml
+
 from shared.host.cgroup_names import container_cgroup, on_host, slice_unit
-from tests.cluster.harness import ControlPlane
-from tests.guest_node import PY, install_args, push_images, running_pod, status, web_spec, write_static_pod
+from tests.cluster.harness import KUBE_BIN, ControlPlane, ensure_kube_binaries
+from tests.guest_node import MANIFESTS, PY, install_args, push_images, running_pod, status, web_spec, write_static_pod
 from tests.integration.conftest import wait_for
+from tests.kubeadm_control_plane import (
+    APISERVER_ARGS,
+    TOKEN_ID,
+    TOKEN_SECRET,
+    discovery_file,
+    kubeadm_config,
+    prepare_control_plane,
+    signing_args,
+)
 
 UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", "pykubelet-eviction.service",
          "pykubelet-network.service", "pykubelet-node-api.service", "pykubelet-pod-sync.service",
@@ -296,7 +307,7 @@ def test_containers_swap_as_memory_swap_says(vm, tmp_path):
     memory.swap.max 0. LimitedSwap gives a Burstable pod from the API server its share of the
     node's swap (request / MemTotal x SwapTotal), and its pages go to swap once it outgrows its
     memory limit; a static pod (critical) still gets none, and the Node reports the swap it has.
-    Runs last: it turns the guest into a node of a cluster."""
+    Runs after the host tests: it turns the guest into a node of a cluster."""
     vm.run("sh", "-c", f"fallocate -l {SWAP_MIB}M /swapfile && chmod 600 /swapfile && mkswap -q /swapfile "
                        "&& swapon /swapfile")
     vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml", input="failSwapOn: false\n")
@@ -352,6 +363,94 @@ def test_containers_swap_as_memory_swap_says(vm, tmp_path):
                           interval=5)
         assert static["status"]["qosClass"] == "Burstable"
         assert _read(vm, f"{_container_cgroup(static)}/memory.swap.max") == "0"
+    finally:
+        if tunnel is not None:
+            tunnel.terminate()
+            tunnel.wait(timeout=30)
+        cp.stop()
+
+
+JOIN_NODE = "pykubelet-vm"
+RUNTIME = "unix:///var/lib/pykubelet/containerd/containerd.sock"
+# Under emulation the kubelet's first start and its TLS bootstrap take minutes, past kubeadm's defaults.
+JOIN_TIMEOUT_MINUTES = 25
+
+
+def _join_config() -> str:
+    return yaml.safe_dump({
+        "apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "JoinConfiguration",
+        "discovery": {"file": {"kubeConfigPath": "/root/discovery.conf"},
+                      "tlsBootstrapToken": f"{TOKEN_ID}.{TOKEN_SECRET}"},
+        "nodeRegistration": {"name": JOIN_NODE, "criSocket": RUNTIME, "ignorePreflightErrors": ["all"]},
+        "timeouts": {"kubeletHealthCheck": f"{JOIN_TIMEOUT_MINUTES}m", "tlsBootstrap": f"{JOIN_TIMEOUT_MINUTES}m"}})
+
+
+def _node_ready(cp) -> bool:
+    res = cp.kubectl("get", "node", JOIN_NODE, "-o", "json", check=False)
+    conds = json.loads(res.stdout)["status"].get("conditions", []) if res.returncode == 0 else []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+
+def test_kubeadm_join_runs_pykubelet_through_kubelet_service_and_its_drop_in(vm, tmp_path):
+    """pykubelet as kubeadm's nodes run the kubelet: `pykubelet install --as-kubelet` writes
+    /usr/bin/kubelet, kubelet.service and kubeadm's drop-in; the real `kubeadm join` writes the
+    kubelet's files, restarts kubelet.service through systemd and waits for its healthz and TLS
+    bootstrap. The node turns Ready and runs a pod from the API server, and `systemctl restart
+    kubelet` leaves the pod running. After the swap test: pykubelet.target is stopped and its
+    containerd stays as the host's runtime."""
+    vm.run("systemctl", "stop", "pykubelet.target", timeout=900)
+    vm.run("sh", "-c", f"rm -f {MANIFESTS}/*.yaml")
+    vm.run("swapoff", "-a")  # the swap test's; kubeadm's config.yaml keeps failSwapOn at true
+    # The host's runtime reads the CNI config where pykubelet's network service writes it for the
+    # kubelet's root dir, as tests/bootstrap's host runtime does.
+    vm.run("sed", "-i", "s#/var/lib/pykubelet/cni/net.d#/var/lib/kubelet/cni/net.d#",
+           "/var/lib/pykubelet/containerd/config.toml")
+    vm.run("systemctl", "start", "pykubelet-containerd.service", timeout=300)
+    ensure_kube_binaries("kubeadm")
+    vm.copy_in(KUBE_BIN / "kubeadm", "/usr/local/bin/kubeadm")
+    installed = vm.run(PY, "-m", "services.cli.main", "install", "--as-kubelet", "--python", PY)
+    assert "wrote /usr/bin/kubelet" in installed.stdout, installed.stdout
+    assert vm.run("systemd-analyze", "verify", "kubelet.service", check=False).returncode == 0
+
+    cp = ControlPlane(tmp_path / "control-plane", JOIN_NODE, apiserver_extra=APISERVER_ARGS)
+    tunnel = None
+    try:
+        cp.start()
+        cp.start_controllers(signing_args(cp, 24 * 3600))
+        tunnel = subprocess.Popen([*vm.ssh_argv()[:-1], "-N", "-o", "ExitOnForwardFailure=yes", "-R",
+                                   f"{cp.api_port}:127.0.0.1:{cp.api_port}", vm.ssh_argv()[-1]],
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        prepare_control_plane(cp, tmp_path, kubeadm_config(cp, RUNTIME, 10250, 10248, cgroup_driver="systemd"))
+        vm.run("sh", "-c", "cat > /root/discovery.conf",
+               input=discovery_file(tmp_path / "discovery.conf", cp).read_text())
+        vm.run("sh", "-c", "cat > /root/join.yaml", input=_join_config())
+        started = time.monotonic()
+        join = vm.run("kubeadm", "join", "--config", "/root/join.yaml", check=False,
+                      timeout=JOIN_TIMEOUT_MINUTES * 60 * 2 + 300)
+        journal = vm.run("journalctl", "-u", "kubelet", "--no-pager", "-n", "60", check=False).stdout
+        assert join.returncode == 0, f"{join.stdout[-3000:]}\n{join.stderr[-3000:]}\nkubelet.service:\n{journal}"
+        assert "This node has joined the cluster" in join.stdout
+        print(f"kubeadm join took {time.monotonic() - started:.0f}s under emulation")
+        # systemd runs pykubelet from the drop-in, with kubeadm's files.
+        assert _unit_property(vm, "kubelet.service", "ActiveState") == "active"
+        pid = _unit_property(vm, "kubelet.service", "MainPID")
+        cmdline = vm.run("cat", f"/proc/{pid}/cmdline").stdout.split("\0")
+        assert cmdline[1:5] == ["-m", "services.cli.main", "kubelet",
+                                "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf"], cmdline
+        assert "--config=/var/lib/kubelet/config.yaml" in cmdline and "--kubeconfig=/etc/kubernetes/kubelet.conf" in cmdline
+        wait_for(lambda: _node_ready(cp), 900, "the joined node Ready", interval=5)
+
+        manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "joined", "namespace": "default"},
+                    "spec": {"nodeName": JOIN_NODE, "terminationGracePeriodSeconds": 0, "containers": [{
+                        "name": "app", "image": BUSYBOX, "command": ["sleep", "3600"]}]}}
+        cp.kubectl("apply", "-f", "-", input_text=json.dumps(manifest))
+        pod = wait_for(lambda: (p := _api_pod(cp, "joined")) and _running(p) and p, POD_TIMEOUT,
+                       "the pod Running on the joined node", interval=5)
+        container_id = pod["status"]["containerStatuses"][0]["containerID"]
+        vm.run("systemctl", "restart", "kubelet.service", timeout=900)
+        wait_for(lambda: _node_ready(cp), 900, "the node Ready after systemctl restart kubelet", interval=5)
+        after = _api_pod(cp, "joined")["status"]["containerStatuses"][0]
+        assert (after["containerID"], after["restartCount"]) == (container_id, 0), "the pod ran through the restart"
     finally:
         if tunnel is not None:
             tunnel.terminate()
