@@ -72,6 +72,9 @@ ExecStart={kubelet_path} $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_
 
 
 def is_ours(path: Path) -> bool:
+    """A regular file (never a link, a FIFO or a device, which reading could hang on) with the marker."""
+    if path.is_symlink() or not path.is_file():
+        return False
     try:
         with open(path, "rb") as f:
             return MARKER.encode() in f.read(4096)
