@@ -6,7 +6,7 @@ shows them. The fields of an instance are absent until the container was created
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 
 class ContainerInstance(TypedDict, total=False):
@@ -35,5 +35,5 @@ class ObservedContainer(ContainerInstance, total=False):
     image_pull: str                                 # pulling, pulled in N s, already present
     waiting_reason: str
     waiting_message: str
-    allocated: dict[str, Any]                       # the requests the node granted (resize)
-    resources: dict[str, dict[str, Any]]            # what the running container has: limits, requests
+    allocated: dict[str, str]                       # the requests the node granted (resize)
+    resources: dict[str, dict[str, str]]            # what the running container has: limits, requests
