@@ -100,6 +100,13 @@ conformance: deps kube ## Upstream e2e [NodeConformance] specs on pykubelet and 
 	@deploy/build-busybox.sh >/dev/null
 	$(PY) -m tests.conformance.run --agent $(or $(CONFORMANCE_AGENT),both) $(CONFORMANCE_ARGS)
 
+.PHONY: join-baseline
+join-baseline: deps kube ## kubeadm join, upgrade node and reset with the kubelet 1.37 (the baseline) and with pykubelet, on containerd 2.x: each step's time side by side
+	@deploy/build-kube.sh kubeadm
+	@deploy/build-kube.sh kubelet
+	@deploy/build-containerd.sh >/dev/null
+	$(PY) -m pytest tests/join_baseline -p no:cacheprovider -s $(PYTEST_ARGS)
+
 .PHONY: deps-vm
 deps-vm: deps ## Install what the VM tests need: qemu (software emulation), mmdebstrap, e2fsprogs, ssh
 	@deploy/install-deps.sh --vm

@@ -27,9 +27,10 @@ def signing_args(cp: ControlPlane, duration_seconds: int) -> tuple[str, ...]:
 
 
 def kubeadm_config(cp: ControlPlane, cri_socket: str, kubelet_port: int, healthz_port: int,
-                   cgroup_driver: str = "cgroupfs") -> str:
+                   cgroup_driver: str = "cgroupfs", **kubelet: object) -> str:
     """What `kubeadm init` would be given: the token, the cluster, and the kubelet configuration
-    every node that joins gets (kubelet-config): the node's cgroup driver and its ports."""
+    every node that joins gets (kubelet-config): the node's cgroup driver and its ports, and any
+    more KubeletConfiguration fields given."""
     port = cp.server.rsplit(":", 1)[1]
     return yaml.safe_dump_all([
         {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
@@ -42,7 +43,7 @@ def kubeadm_config(cp: ControlPlane, cri_socket: str, kubelet_port: int, healthz
          "kubernetesVersion": f"v{KUBE_VERSION}", "controlPlaneEndpoint": f"127.0.0.1:{port}",
          "networking": {"serviceSubnet": "10.96.0.0/24"}},
         {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-         "cgroupDriver": cgroup_driver, "port": kubelet_port, "healthzPort": healthz_port}])
+         "cgroupDriver": cgroup_driver, "port": kubelet_port, "healthzPort": healthz_port, **kubelet}])
 
 
 def discovery_file(path: Path, cp: ControlPlane) -> Path:

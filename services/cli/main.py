@@ -31,7 +31,8 @@ As the kubelet (kubelet.service, kubeadm):
                      /var/lib/kubelet, pods kept across a stop; starts NATS and the services
 
 As systemd units (production nodes):
-  install            write the units, /etc/pykubelet and containerd's config (idempotent)
+  install            write the units, /etc/pykubelet and containerd's config (idempotent);
+                     --as-kubelet: /usr/bin/kubelet, kubelet.service and kubeadm's drop-in instead
   uninstall          stop the units and remove what install wrote
 
 Containers (docker-compose.yml):

@@ -1,0 +1,229 @@
+"""`kubeadm join`, `kubeadm upgrade node` and `kubeadm reset` with the kubelet 1.37 as the baseline
+and with pykubelet, each started as systemd runs kubelet.service with kubeadm's drop-in
+(tests/bootstrap/unit_command.py), on containerd 2.x (the kubelet 1.36 and newer needs it), in a
+private host (tests/bootstrap/private_host.py) against the tests' control plane. Each agent must
+join through the TLS bootstrap, run a Deployment's pod with `kubectl logs` working, take the
+cluster's new kubelet config after `kubeadm upgrade node` and a restart with its pod running
+through, and be reset. The time of each step is printed side by side. `make join-baseline`
+builds the kubelet, kubeadm and containerd 2.x it needs (cached)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.containerd2 import Containerd2Missing, put_first_on_path
+from services.cli.as_kubelet import drop_in
+from services.network.cni_config import write_conflist
+from shared.host.cni import cni_conf_dir, cni_ipam_dir
+from shared.process.admin import SERVICES
+from tests.bootstrap.host_runtime import HostRuntime
+from tests.bootstrap.private_host import PrivateHost
+from tests.bootstrap.unit_command import shell_command
+from tests.cluster.harness import KUBE_BIN, ControlPlane, ensure_kube_binaries
+from tests.integration.conftest import NODE_NAME, PYKUBELET, REPO, free_port, free_port_range, stop_process, wait_for
+from tests.kubeadm_control_plane import (
+    APISERVER_ARGS,
+    TOKEN_ID,
+    TOKEN_SECRET,
+    discovery_file,
+    kubeadm_config,
+    prepare_control_plane,
+    signing_args,
+)
+
+KUBELET_ROOT = "/var/lib/kubelet"
+KUBELET_PATH = "/usr/local/bin/kubelet"
+UNITS = "/etc/systemd/system"
+POD_CIDR = "10.88.0.0/24"
+JOIN_TIMEOUT = 360
+STEPS = ("kubeadm join", "node Ready", "Deployment pod running", "Ready again after upgrade + restart",
+         "kubeadm reset")
+FIGURES: dict[str, dict[str, float]] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def containerd2():
+    try:
+        line = put_first_on_path()
+    except Containerd2Missing as exc:
+        pytest.fail(str(exc))
+    for binary in ("kubelet", "kubeadm"):
+        if not (KUBE_BIN / binary).exists():
+            ensure_kube_binaries(binary)
+    yield line
+    print(f"\n{line}\n{'step (seconds since kubeadm join started)':<46}" +
+          "".join(f"{agent:>12}" for agent in FIGURES))
+    for step in STEPS:
+        print(f"{step:<46}" + "".join(f"{FIGURES[a].get(step, float('nan')):>12.1f}" for a in FIGURES))
+
+
+@dataclass
+class Host:
+    """The private host with its runtime and the agent installed as the kubelet."""
+
+    work: Path
+    host: PrivateHost
+    runtime: HostRuntime
+    agent: str
+    proc: subprocess.Popen | None = None
+
+    def install(self) -> None:
+        """The kubelet binary and kubelet.service with kubeadm's drop-in, as each is installed."""
+        if self.agent == "pykubelet":
+            res = subprocess.run([*self.host.enter(), *PYKUBELET, "install", "--as-kubelet", "--kubelet-path",
+                                  KUBELET_PATH], capture_output=True, text=True, timeout=60, cwd=REPO)
+            assert res.returncode == 0, f"pykubelet install --as-kubelet: {res.stdout}{res.stderr}"
+            # Its bus and admin ports free here, where a user adds flags.
+            extra = f"--nats-url=nats://127.0.0.1:{free_port()} --admin-port-base={free_port_range(len(SERVICES))}"
+        else:
+            binary = self.host.path(KUBELET_PATH)
+            binary.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(KUBE_BIN / "kubelet", binary)
+            units = self.host.path(UNITS)
+            (units / "kubelet.service.d").mkdir(parents=True, exist_ok=True)
+            (units / "kubelet.service").write_text(f"[Service]\nExecStart={KUBELET_PATH}\n")
+            (units / "kubelet.service.d" / "10-kubeadm.conf").write_text(drop_in(KUBELET_PATH))
+            # The kubelet has no network service: the pod network's config is there before it
+            # starts, as a CNI DaemonSet would leave it (pykubelet's own, so both get one network).
+            root = self.host.path(KUBELET_ROOT)
+            write_conflist(cni_conf_dir(root), POD_CIDR, cni_ipam_dir(Path(KUBELET_ROOT)))
+            extra = ""
+        default = self.host.path("/etc/default/kubelet")
+        default.parent.mkdir(parents=True, exist_ok=True)
+        default.write_text(f'KUBELET_EXTRA_ARGS="{extra}"\n')
+
+    def start(self) -> None:
+        """systemctl start kubelet, as the tests are its init system."""
+        units = self.host.path(UNITS)
+        command = shell_command((units / "kubelet.service").read_text(),
+                                (units / "kubelet.service.d" / "10-kubeadm.conf").read_text())
+        with open(self.work / "kubelet.log", "a") as out:
+            self.proc = subprocess.Popen([*self.host.enter(), "sh", "-c", command], stdout=out,
+                                         stderr=subprocess.STDOUT, cwd=REPO)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=150)
+            except subprocess.TimeoutExpired:
+                stop_process(self.proc)
+            self.proc = None
+
+    def kubeadm(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([*self.host.enter(), str(KUBE_BIN / "kubeadm"), *args], capture_output=True,
+                              text=True, timeout=timeout)
+
+    def log_tail(self) -> str:
+        return (self.work / "kubelet.log").read_text(errors="replace")[-3000:]
+
+
+def _node(cp: ControlPlane) -> dict | None:
+    res = cp.kubectl("get", "node", NODE_NAME, "-o", "json", check=False)
+    return json.loads(res.stdout) if res.returncode == 0 else None
+
+
+def _ready(cp: ControlPlane) -> bool:
+    conds = ((_node(cp) or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+
+def _deployment_pod(cp: ControlPlane) -> dict | None:
+    pods = json.loads(cp.kubectl("get", "pods", "-l", "app=hello", "-o", "json").stdout)["items"]
+    statuses = pods[0]["status"].get("containerStatuses") or [] if pods else []
+    return pods[0] if statuses and "running" in statuses[0]["state"] else None
+
+
+@pytest.mark.parametrize("agent", ["kubelet", "pykubelet"])
+def test_kubeadm_join_upgrade_node_and_reset(agent, tmp_path):
+    cp = ControlPlane(tmp_path / "control-plane", NODE_NAME, apiserver_extra=APISERVER_ARGS)
+    private = PrivateHost(tmp_path / "host")
+    node: Host | None = None
+    join = None
+    figures = FIGURES.setdefault(agent, {})
+    try:
+        cp.start()
+        cp.start_controllers(signing_args(cp, 3600))
+        (tmp_path / "host").mkdir()
+        private.start()
+        runtime = HostRuntime(tmp_path / "runtime", Path(KUBELET_ROOT), wrap=tuple(private.enter()))
+        node = Host(tmp_path, private, runtime, agent)
+        runtime.start()
+        # The kubelet 1.35 and newer refuses cgroup v1 unless told (pykubelet's default allows it).
+        prepare_control_plane(cp, tmp_path, kubeadm_config(
+            cp, runtime.endpoint, free_port(), free_port(), failCgroupV1=False,
+            podLogsDir=str(tmp_path / "pod-logs")))
+        node.install()
+
+        started = time.monotonic()
+        with open(tmp_path / "kubeadm-join.log", "w") as out:
+            join = subprocess.Popen([*private.enter(), str(KUBE_BIN / "kubeadm"), "join",
+                                     f"--discovery-file={discovery_file(tmp_path / 'discovery.conf', cp)}",
+                                     f"--tls-bootstrap-token={TOKEN_ID}.{TOKEN_SECRET}",
+                                     f"--cri-socket={runtime.endpoint}", f"--node-name={NODE_NAME}",
+                                     "--ignore-preflight-errors=all"], stdout=out, stderr=subprocess.STDOUT)
+        flags = private.path(f"{KUBELET_ROOT}/kubeadm-flags.env")
+        wait_for(lambda: flags.exists() or join.poll() is not None, 120, "kubeadm join to write kubeadm-flags.env")
+        node.start()  # what kubeadm's `systemctl restart kubelet` does where systemd runs
+        code = join.wait(timeout=JOIN_TIMEOUT)
+        join_log = (tmp_path / "kubeadm-join.log").read_text()
+        assert code == 0, f"{agent}: kubeadm join exited with {code}:\n{join_log[-3000:]}\n{node.log_tail()}"
+        figures["kubeadm join"] = time.monotonic() - started
+        wait_for(lambda: _ready(cp), 120, f"{agent}: the node Ready")
+        figures["node Ready"] = time.monotonic() - started
+
+        image = f"{runtime.registry}/pykubelet/busybox:1.36"
+        cp.kubectl("apply", "-f", "-", input_text=json.dumps({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hello", "namespace": "default"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "hello"}},
+                     "template": {"metadata": {"labels": {"app": "hello"}},
+                                  "spec": {"terminationGracePeriodSeconds": 2, "containers": [{
+                                      "name": "hello", "image": image,
+                                      "command": ["sh", "-c", "echo hello; exec sleep 100000"]}]}}}}))
+        pod = wait_for(lambda: _deployment_pod(cp), 120, f"{agent}: the Deployment's pod running")
+        figures["Deployment pod running"] = time.monotonic() - started
+        name, container_id = pod["metadata"]["name"], pod["status"]["containerStatuses"][0]["containerID"]
+        logs = wait_for(lambda: cp.kubectl("logs", name, check=False).stdout.strip(), 30, f"{agent}: kubectl logs")
+        assert logs == "hello"
+
+        cm = json.loads(cp.kubectl("get", "configmap", "kubelet-config", "-n", "kube-system", "-o", "json").stdout)
+        config = yaml.safe_load(cm["data"]["kubelet"])
+        config["maxPods"] = 103
+        cm["data"]["kubelet"] = yaml.safe_dump(config)
+        cp.kubectl("replace", "-f", "-", input_text=json.dumps(cm))
+        upgrade = node.kubeadm("upgrade", "node", "--ignore-preflight-errors=all")
+        assert upgrade.returncode == 0, f"{agent}: kubeadm upgrade node: {upgrade.stdout[-2000:]}{upgrade.stderr[-2000:]}"
+        restart = time.monotonic()
+        node.stop()
+        node.start()
+        wait_for(lambda: (_node(cp) or {}).get("status", {}).get("capacity", {}).get("pods") == "103", 120,
+                 f"{agent}: the node's pod capacity from the upgraded config")
+        wait_for(lambda: _ready(cp), 120, f"{agent}: the node Ready after the restart")
+        figures["Ready again after upgrade + restart"] = time.monotonic() - restart
+        after = _deployment_pod(cp)
+        assert after is not None and after["status"]["containerStatuses"][0]["containerID"] == container_id, \
+            f"{agent}: the pod did not run through the restart"
+
+        node.stop()
+        reset_started = time.monotonic()
+        reset = node.kubeadm("reset", "--force", f"--cri-socket={runtime.endpoint}")
+        assert reset.returncode == 0, f"{agent}: kubeadm reset: {reset.stdout[-2000:]}{reset.stderr[-2000:]}"
+        figures["kubeadm reset"] = time.monotonic() - reset_started
+        assert runtime.call(lambda cri: cri.list_pod_sandbox()) == []
+        assert not private.path("/etc/kubernetes/kubelet.conf").exists()
+    finally:
+        if join is not None:
+            stop_process(join, timeout=5)
+        if node is not None:
+            node.stop()
+            node.runtime.stop(str(tmp_path / "pod-logs"))
+        private.stop()
+        cp.stop()
