@@ -63,17 +63,26 @@ class HostRuntime:
         write_config(self.layout, cni_conf_dir=cni_conf_dir(self.kubelet_root), cni_bin_dir=CNI_BIN_DIR,
                      sandbox_image=f"{self.registry}/{pause.repository}:{pause.tag}", registry=self.registry,
                      restrict_oom=kernel_refuses_negative_oom_score_adj())
+        self._start_containerd(logs)
+        assert registry.poll() is None, f"the registry exited; see {logs / 'registry.log'}"
+
+    def _start_containerd(self, logs: Path) -> None:
         containerd = self._spawn([*self.wrap, "containerd", "--config", str(self.layout.config)],
-                                 logs / "containerd.log")
+                                 logs / "containerd.log", append=True)
         try:
             wait_for(lambda: containerd.poll() is None and self.answers(), START_TIMEOUT,
                      f"the host's containerd to answer on {self.endpoint}")
         except AssertionError as exc:
             raise HostRuntimeError(f"{exc}; see {logs / 'containerd.log'}") from None
-        assert registry.poll() is None, f"the registry exited; see {logs / 'registry.log'}"
 
-    def _spawn(self, argv: list[str], log: Path) -> subprocess.Popen:
-        with open(log, "w") as out:
+    def start_again(self) -> None:
+        """containerd.service's Restart=: containerd 2.x exits when its CNI config directory is
+        removed, which `kubeadm reset` does here (it is under the kubelet's root)."""
+        if not self.answers():
+            self._start_containerd(self.root.with_name(f"{self.root.name}-host-runtime"))
+
+    def _spawn(self, argv: list[str], log: Path, append: bool = False) -> subprocess.Popen:
+        with open(log, "a" if append else "w") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         self._procs = (*self._procs, proc)
         return proc

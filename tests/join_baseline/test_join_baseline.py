@@ -10,7 +10,7 @@ builds the kubelet, kubeadm and containerd 2.x it needs (cached)."""
 from __future__ import annotations
 
 import json
-import shutil
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass
@@ -21,7 +21,7 @@ import yaml
 
 from bench.containerd2 import Containerd2Missing, put_first_on_path
 from services.cli.as_kubelet import drop_in
-from services.network.cni_config import write_conflist
+from services.network.cni_config import CONFLIST_NAME, conflist
 from shared.host.cni import cni_conf_dir, cni_ipam_dir
 from shared.process.admin import SERVICES
 from tests.bootstrap.host_runtime import HostRuntime
@@ -84,21 +84,25 @@ class Host:
             # Its bus and admin ports free here, where a user adds flags.
             extra = f"--nats-url=nats://127.0.0.1:{free_port()} --admin-port-base={free_port_range(len(SERVICES))}"
         else:
-            binary = self.host.path(KUBELET_PATH)
-            binary.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(KUBE_BIN / "kubelet", binary)
-            units = self.host.path(UNITS)
-            (units / "kubelet.service.d").mkdir(parents=True, exist_ok=True)
-            (units / "kubelet.service").write_text(f"[Service]\nExecStart={KUBELET_PATH}\n")
-            (units / "kubelet.service.d" / "10-kubeadm.conf").write_text(drop_in(KUBELET_PATH))
+            # Written from inside: the merged view of a mounted overlay need not see a file put in
+            # its upper directory from outside.
+            network = cni_conf_dir(Path(KUBELET_ROOT)) / CONFLIST_NAME
+            self.inside(f"install -D -m 0755 {KUBE_BIN / 'kubelet'} {KUBELET_PATH}")
+            self.write(f"{UNITS}/kubelet.service", f"[Service]\nExecStart={KUBELET_PATH}\n")
+            self.write(f"{UNITS}/kubelet.service.d/10-kubeadm.conf", drop_in(KUBELET_PATH))
             # The kubelet has no network service: the pod network's config is there before it
             # starts, as a CNI DaemonSet would leave it (pykubelet's own, so both get one network).
-            root = self.host.path(KUBELET_ROOT)
-            write_conflist(cni_conf_dir(root), POD_CIDR, cni_ipam_dir(Path(KUBELET_ROOT)))
+            self.write(str(network), json.dumps(conflist(POD_CIDR, cni_ipam_dir(Path(KUBELET_ROOT)))))
             extra = ""
-        default = self.host.path("/etc/default/kubelet")
-        default.parent.mkdir(parents=True, exist_ok=True)
-        default.write_text(f'KUBELET_EXTRA_ARGS="{extra}"\n')
+        self.write("/etc/default/kubelet", f'KUBELET_EXTRA_ARGS="{extra}"\n')
+
+    def inside(self, script: str, stdin: str | None = None) -> None:
+        res = subprocess.run([*self.host.enter(), "sh", "-c", script], input=stdin, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0, f"on the private host, {script}: {res.stderr}"
+
+    def write(self, path: str, content: str) -> None:
+        self.inside(f"mkdir -p {shlex.quote(str(Path(path).parent))} && cat > {shlex.quote(path)}", content)
 
     def start(self) -> None:
         """systemctl start kubelet, as the tests are its init system."""
@@ -142,6 +146,7 @@ def _deployment_pod(cp: ControlPlane) -> dict | None:
     return pods[0] if statuses and "running" in statuses[0]["state"] else None
 
 
+@pytest.mark.timeout(1500)
 @pytest.mark.parametrize("agent", ["kubelet", "pykubelet"])
 def test_kubeadm_join_upgrade_node_and_reset(agent, tmp_path):
     cp = ControlPlane(tmp_path / "control-plane", NODE_NAME, apiserver_extra=APISERVER_ARGS)
@@ -217,7 +222,17 @@ def test_kubeadm_join_upgrade_node_and_reset(agent, tmp_path):
         reset = node.kubeadm("reset", "--force", f"--cri-socket={runtime.endpoint}")
         assert reset.returncode == 0, f"{agent}: kubeadm reset: {reset.stdout[-2000:]}{reset.stderr[-2000:]}"
         figures["kubeadm reset"] = time.monotonic() - reset_started
-        assert runtime.call(lambda cri: cri.list_pod_sandbox()) == []
+        runtime.start_again()
+        left: list = []
+
+        def none_left() -> bool:
+            left[:] = [runtime.call(lambda cri: cri.list_pod_sandbox())]
+            return left[0] == []
+        try:
+            wait_for(none_left, 60, f"{agent}: no pod left in the runtime after the reset")
+        except AssertionError:
+            raise AssertionError(f"{agent}: after kubeadm reset the runtime has {left[0]!r}\n{reset.stdout[-3000:]}"
+                                 f"{reset.stderr[-3000:]}") from None
         assert not private.path("/etc/kubernetes/kubelet.conf").exists()
     finally:
         if join is not None:
