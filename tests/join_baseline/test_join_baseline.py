@@ -47,6 +47,7 @@ JOIN_TIMEOUT = 360
 STEPS = ("kubeadm join", "node Ready", "Deployment pod running", "Ready again after upgrade + restart",
          "kubeadm reset")
 FIGURES: dict[str, dict[str, float]] = {}
+CONFIGZ: dict[str, dict] = {}  # agent -> its /configz for the config.yaml kubeadm wrote
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -184,6 +185,7 @@ def test_kubeadm_join_upgrade_node_and_reset(agent, tmp_path):
         figures["kubeadm join"] = time.monotonic() - started
         wait_for(lambda: _ready(cp), 120, f"{agent}: the node Ready")
         figures["node Ready"] = time.monotonic() - started
+        CONFIGZ[agent] = json.loads(cp.kubectl("get", "--raw", f"/api/v1/nodes/{NODE_NAME}/proxy/configz").stdout)
 
         image = f"{runtime.registry}/pykubelet/busybox:1.36"
         cp.kubectl("apply", "-f", "-", input_text=json.dumps({
@@ -242,3 +244,28 @@ def test_kubeadm_join_upgrade_node_and_reset(agent, tmp_path):
             node.runtime.stop(str(tmp_path / "pod-logs"))
         private.stop()
         cp.stop()
+
+
+def _zero(value: object) -> bool:
+    """What Go's encoding/json leaves out of a field marked omitempty: absent is the zero value."""
+    return value is None or value in ("", 0, False) or value == [] or value == {}
+
+
+def _differences(want: object, got: object, path: str = "") -> list[str]:
+    if isinstance(want, dict) and isinstance(got, dict):
+        return [d for k in sorted(set(want) | set(got)) for d in _differences(want.get(k), got.get(k), f"{path}.{k}")]
+    if want == got or (_zero(want) and _zero(got)):
+        return []
+    return [f"{path.lstrip('.')}: kubelet {want!r}, pykubelet {got!r}"]
+
+
+def test_configz_is_the_kubelets_for_the_config_kubeadm_wrote():
+    """Every effective value of the config.yaml kubeadm wrote, as each agent's /configz reports it
+    (through the API server's node proxy): pykubelet's defaulting is the kubelet's."""
+    assert set(CONFIGZ) == {"kubelet", "pykubelet"}, "both joins must have run first"
+    kubelet, pykubelet = CONFIGZ["kubelet"]["kubeletconfig"], CONFIGZ["pykubelet"]["kubeletconfig"]
+    # The ports are the test's free ones, chosen per run.
+    for ignored in ("port", "healthzPort"):
+        kubelet.pop(ignored, None)
+        pykubelet.pop(ignored, None)
+    assert _differences(kubelet, pykubelet) == []
