@@ -18,6 +18,7 @@ from services.node_api.metrics_merge import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from services.node_api.metrics_merge import PROBES_FAMILIES, filter_families
 from services.node_api.pods import PodRef, find_pod, pod_list
 from services.node_api.stats.provider import StatsError
+from shared.config.refused import REFUSED
 from shared.config.settings import NodeSettings
 from shared.model.container_id import runtime_container_id
 from shared.model.durations import format_duration
@@ -48,12 +49,16 @@ DURATION_FIELDS = {"syncFrequency", "fileCheckFrequency", "runtimeRequestTimeout
 
 
 def configz(settings: NodeSettings) -> dict[str, Any]:
+    """The effective KubeletConfiguration, as the kubelet's /configz shows it: every field,
+    those pykubelet refuses at anything but the kubelet's default with that default (the only
+    value it runs with)."""
     def render(obj: Any) -> Any:
         if isinstance(obj, dict):
             return {k: format_duration(v) if k in DURATION_FIELDS and isinstance(v, (int, float)) else render(v)
                     for k, v in obj.items()}
         return obj
-    return {"kubeletconfig": render(settings.kubelet.model_dump(by_alias=True))}
+    refused = {name: field.default for name, field in REFUSED.items() if field.default is not None}
+    return {"kubeletconfig": {**refused, **render(settings.kubelet.model_dump(by_alias=True))}}
 
 
 @dataclass

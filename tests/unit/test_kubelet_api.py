@@ -89,6 +89,16 @@ def test_configz_shows_durations_as_the_kubelet(settings):
     assert cfg["port"] == 10250 and cfg["readOnlyPort"] == 0
 
 
+def test_configz_names_every_field_the_kubelet_defaults(settings):
+    from shared.config.refused import FIELDS, REFUSED
+    cfg = configz(settings)["kubeletconfig"]
+    # Refused fields run at the kubelet's default, and /configz says so.
+    assert cfg["cgroupsPerQOS"] is True and cfg["memoryThrottlingFactor"] == 0.9
+    unset = {name for name, field in REFUSED.items() if field.default is None}
+    missing = [name for name in FIELDS if name not in cfg and name not in unset]
+    assert missing == []
+
+
 def test_read_only_port_serves_no_container_data(api):
     ro = api.routes(read_only=True)
     for path in ("/healthz", "/pods", "/spec", "/stats/summary", "/metrics", "/metrics/resource"):
