@@ -50,5 +50,5 @@ def test_the_feature_gate_table_is_the_kubelets():
     except FileNotFoundError as exc:
         pytest.fail(str(exc))
     assert len(gates) > 200
-    assert (REPO / "shared" / "feature_gates.py").read_text() == feature_gates_source.render(gates), \
+    assert (REPO / "shared" / "config" / "feature_gates.py").read_text() == feature_gates_source.render(gates), \
         "shared/config/feature_gates.py is out of date: .venv/bin/python -m tests.feature_gates_source > shared/config/feature_gates.py"
