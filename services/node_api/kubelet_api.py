@@ -45,20 +45,26 @@ NodeMetrics = Callable[[], Awaitable[str]]
 DURATION_FIELDS = {"syncFrequency", "fileCheckFrequency", "runtimeRequestTimeout", "nodeStatusUpdateFrequency",
                    "nodeStatusReportFrequency", "volumeStatsAggPeriod", "streamingConnectionIdleTimeout",
                    "cacheTTL", "cacheAuthorizedTTL", "cacheUnauthorizedTTL", "maxContainerRestartPeriod",
-                   "initialContainerRestartPeriod", "flushFrequency"}
+                   "initialContainerRestartPeriod", "flushFrequency", "containerLogMonitorInterval",
+                   "cpuManagerReconcilePeriod", "evictionPressureTransitionPeriod", "httpCheckFrequency",
+                   "imageMaximumGCAge", "imageMinimumGCAge", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods"}
 
 
-def configz(settings: NodeSettings) -> dict[str, Any]:
+def configz(settings: NodeSettings, serving_files: tuple[str, str] = ("", "")) -> dict[str, Any]:
     """The effective KubeletConfiguration, as the kubelet's /configz shows it: every field,
     those pykubelet refuses at anything but the kubelet's default with that default (the only
-    value it runs with)."""
+    value it runs with), and the serving certificate and key the kubelet API uses when the file
+    names none (node-api's self-signed pair, as the kubelet fills them in)."""
     def render(obj: Any) -> Any:
         if isinstance(obj, dict):
             return {k: format_duration(v) if k in DURATION_FIELDS and isinstance(v, (int, float)) else render(v)
                     for k, v in obj.items()}
         return obj
     refused = {name: field.default for name, field in REFUSED.items() if field.default is not None}
-    return {"kubeletconfig": {**refused, **render(settings.kubelet.model_dump(by_alias=True))}}
+    shown = {**refused, **render(settings.kubelet.model_dump(by_alias=True))}
+    if not shown.get("tlsCertFile") and all(serving_files):
+        shown["tlsCertFile"], shown["tlsPrivateKeyFile"] = serving_files
+    return {"kubeletconfig": shown}
 
 
 @dataclass
@@ -68,6 +74,8 @@ class KubeletAPI:
     runtime: Runtime
     stats: Stats
     node_metrics: NodeMetrics
+    # The self-signed serving certificate and key in use when the config names none (/configz).
+    serving_files: tuple[str, str] = ("", "")
 
     def routes(self, read_only: bool = False) -> Router:
         """All endpoints; the read-only port gets only those that reveal no container data.
@@ -106,7 +114,7 @@ class KubeletAPI:
         return json_response(pod_list(self.store))
 
     async def configz(self, req: Request) -> Response:
-        return json_response(configz(self.settings))
+        return json_response(configz(self.settings, self.serving_files))
 
     async def spec(self, req: Request) -> Response:
         return json_response(self.stats.machine_spec())

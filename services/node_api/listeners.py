@@ -116,6 +116,7 @@ async def start_listeners(ctx: ServiceContext, kubelet: KubeletAPI) -> None:
         cert, key = await asyncio.to_thread(serving_cert_paths, k, cert_dir, ctx.settings.node_name,
                                             [node_address(ctx.settings.node_ip)])
         tls = server_context(k, cert, key)
+        kubelet.serving_files = (str(cert), str(key))
         serving = None
     server = HTTPServer(kubelet.routes(), gate, tls, "kubelet-api")
     ctx.on_shutdown(server.stop)

@@ -146,6 +146,9 @@ class Taint(BaseModel):
         return v
 
 
+DEFAULT_LOG_OPTIONS: dict[str, Any] = {"json": {"infoBufferSize": "0"}, "text": {"infoBufferSize": "0"}}
+
+
 class LoggingConfig(BaseModel):
     """The kubelet's `logging` (component-base LoggingConfiguration): the services' log format
     and verbosity (shared/process/log_format.py). Records are written as they happen, so any
@@ -158,7 +161,8 @@ class LoggingConfig(BaseModel):
     # klog's -v: 0-3 log what pykubelet logs at INFO, 4 and more its DEBUG detail too.
     verbosity: int = Field(default=0, ge=0)
     vmodule: list[Any] = Field(default_factory=list)
-    options: dict[str, Any] = Field(default_factory=dict)
+    # The kubelet's effective options: no buffering, one stream (what pykubelet does).
+    options: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_LOG_OPTIONS))
 
     @field_validator("flush_frequency", mode="before")
     @classmethod
@@ -182,7 +186,7 @@ class LoggingConfig(BaseModel):
                     str(val) not in at_default.get(k, ()) for k, val in opts.items()):
                 raise ValueError(f"{name}: only infoBufferSize \"0\" (no buffering) and splitStream false (one "
                                  "stream) are implemented by pykubelet")
-        return {}  # every option is at its default: the same as none given
+        return dict(DEFAULT_LOG_OPTIONS)  # every option is at its default: the same as none given
 
 
 def _camel_field(info: ValidationInfo) -> str:

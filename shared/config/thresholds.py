@@ -38,7 +38,7 @@ PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
 MEMORY_SIGNALS = frozenset(s for s, r in SIGNAL_RESOURCES.items() if r == "memory")
 # The kubelet's evictionHard default. Setting evictionHard replaces it as a whole, as in 1.20.
 DEFAULT_EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%",
-                         "nodefs.inodesFree": "5%", "imagefs.available": "15%"}
+                         "nodefs.inodesFree": "5%", "imagefs.available": "15%", "imagefs.inodesFree": "5%"}
 RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
 
 

@@ -264,8 +264,18 @@ def test_configz_is_the_kubelets_for_the_config_kubeadm_wrote():
     (through the API server's node proxy): pykubelet's defaulting is the kubelet's."""
     assert set(CONFIGZ) == {"kubelet", "pykubelet"}, "both joins must have run first"
     kubelet, pykubelet = CONFIGZ["kubelet"]["kubeletconfig"], CONFIGZ["pykubelet"]["kubeletconfig"]
-    # The ports are the test's free ones, chosen per run.
-    for ignored in ("port", "healthzPort"):
-        kubelet.pop(ignored, None)
-        pykubelet.pop(ignored, None)
-    assert _differences(kubelet, pykubelet) == []
+    # Each run's own: free ports, its runtime's socket and pod log dir.
+    for per_run in ("port", "healthzPort", "containerRuntimeEndpoint", "podLogsDir"):
+        kubelet.pop(per_run, None)
+        pykubelet.pop(per_run, None)
+    differences = _differences(kubelet, pykubelet)
+    assert differences == [
+        # pykubelet's own: the first crash-loop back-off step can be tuned (the kubelet's is 10 s).
+        "crashLoopBackOff.initialContainerRestartPeriod: kubelet None, pykubelet '10s'",
+        # pykubelet pulls images in parallel by default (5 at a time); the kubelet one at a time.
+        "maxParallelImagePulls: kubelet None, pykubelet 5",
+        # pykubelet's network service runs the pod network on a CIDR of its own unless the
+        # config or the Node gives one.
+        "podCIDR: kubelet None, pykubelet '10.88.0.0/24'",
+        "serializeImagePulls: kubelet True, pykubelet False",
+    ], "\n".join(differences)

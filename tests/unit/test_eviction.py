@@ -56,7 +56,7 @@ def test_thresholds_as_quantities_and_percentages():
 def test_defaults_are_the_kubelets():
     k = KubeletConfiguration()
     assert k.eviction_hard == {"memory.available": "100Mi", "nodefs.available": "10%",
-                               "nodefs.inodesFree": "5%", "imagefs.available": "15%"}
+                               "nodefs.inodesFree": "5%", "imagefs.available": "15%", "imagefs.inodesFree": "5%"}
     assert (k.eviction_pressure_transition_period, k.image_gc_high_threshold_percent,
             k.image_gc_low_threshold_percent, k.image_minimum_gc_age) == (300.0, 85, 80, 120.0)
     assert k.enforce_node_allocatable == ["pods"]

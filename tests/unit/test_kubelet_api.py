@@ -93,7 +93,8 @@ def test_configz_names_every_field_the_kubelet_defaults(settings):
     from shared.config.refused import FIELDS, REFUSED
     cfg = configz(settings)["kubeletconfig"]
     # Refused fields run at the kubelet's default, and /configz says so.
-    assert cfg["cgroupsPerQOS"] is True and cfg["memoryThrottlingFactor"] == 0.9
+    assert cfg["cgroupsPerQOS"] is True and cfg["cpuCFSQuotaPeriod"] == "100ms"
+    assert cfg["shutdownGracePeriod"] == "0s" and cfg["imageMinimumGCAge"] == "2m0s"
     unset = {name for name, field in REFUSED.items() if field.default is None}
     missing = [name for name in FIELDS if name not in cfg and name not in unset]
     assert missing == []
