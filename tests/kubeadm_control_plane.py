@@ -66,3 +66,11 @@ def prepare_control_plane(cp: ControlPlane, work: Path, config: str) -> None:
                               f"--kubeconfig={cp.admin_kubeconfig}"], capture_output=True, text=True, timeout=120)
         if res.returncode != 0:
             raise HarnessError(f"kubeadm init phase {' '.join(phase)} failed: {res.stdout[-1500:]}{res.stderr[-2500:]}")
+
+
+def join_argv(cp: ControlPlane, work: Path, cri_socket: str, node_name: str) -> list[str]:
+    """`kubeadm join` with the discovery file and bootstrap token of this control plane, preflight
+    errors ignored (the test hosts are not clean kubeadm hosts)."""
+    return [str(KUBE_BIN / "kubeadm"), "join", f"--discovery-file={discovery_file(work / 'discovery.conf', cp)}",
+            f"--tls-bootstrap-token={TOKEN_ID}.{TOKEN_SECRET}", f"--cri-socket={cri_socket}",
+            f"--node-name={node_name}", "--ignore-preflight-errors=all"]

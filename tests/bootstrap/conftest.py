@@ -47,15 +47,7 @@ from tests.integration.conftest import (
     wait_for,
 )
 from tests.integration.event_loops import watched_env
-from tests.kubeadm_control_plane import (
-    APISERVER_ARGS,
-    TOKEN_ID,
-    TOKEN_SECRET,
-    discovery_file,
-    kubeadm_config,
-    prepare_control_plane,
-    signing_args,
-)
+from tests.kubeadm_control_plane import APISERVER_ARGS, join_argv, kubeadm_config, prepare_control_plane, signing_args
 
 # The signer's certificate lifetime. Its certificates start 5 minutes back (the signer's
 # backdate), so one lasts 7.5 minutes and is renewed 15-105 s after it is issued (70-90%).
@@ -137,11 +129,8 @@ def joined(tmp_path_factory) -> Iterator[Joined]:
                            f'--admin-port-base={admin_base} --pod-logs-dir={pod_logs}"\n')
         join_log = work / "kubeadm-join.log"
         with open(join_log, "w") as out:
-            join = subprocess.Popen([*host.enter(), str(KUBE_BIN / "kubeadm"), "join",
-                                     f"--discovery-file={discovery_file(work / 'discovery.conf', cp)}",
-                                     f"--tls-bootstrap-token={TOKEN_ID}.{TOKEN_SECRET}",
-                                     f"--cri-socket={runtime.endpoint}", f"--node-name={NODE_NAME}",
-                                     "--ignore-preflight-errors=all"], stdout=out, stderr=subprocess.STDOUT)
+            join = subprocess.Popen([*host.enter(), *join_argv(cp, work, runtime.endpoint, NODE_NAME)],
+                                    stdout=out, stderr=subprocess.STDOUT)
         # kubeadm finds no init system to restart kubelet.service with: the test is that init system.
         flags = host.path(f"{KUBELET_ROOT}/kubeadm-flags.env")
         wait_for(lambda: flags.exists() or join.poll() is not None, 120, "kubeadm join to write kubeadm-flags.env")

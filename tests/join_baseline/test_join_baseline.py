@@ -29,15 +29,7 @@ from tests.bootstrap.private_host import PrivateHost
 from tests.bootstrap.unit_command import shell_command
 from tests.cluster.harness import KUBE_BIN, ControlPlane, ensure_kube_binaries
 from tests.integration.conftest import NODE_NAME, PYKUBELET, REPO, free_port, free_port_range, stop_process, wait_for
-from tests.kubeadm_control_plane import (
-    APISERVER_ARGS,
-    TOKEN_ID,
-    TOKEN_SECRET,
-    discovery_file,
-    kubeadm_config,
-    prepare_control_plane,
-    signing_args,
-)
+from tests.kubeadm_control_plane import APISERVER_ARGS, join_argv, kubeadm_config, prepare_control_plane, signing_args
 
 KUBELET_ROOT = "/var/lib/kubelet"
 KUBELET_PATH = "/usr/local/bin/kubelet"
@@ -171,11 +163,8 @@ def test_kubeadm_join_upgrade_node_and_reset(agent, tmp_path):
 
         started = time.monotonic()
         with open(tmp_path / "kubeadm-join.log", "w") as out:
-            join = subprocess.Popen([*private.enter(), str(KUBE_BIN / "kubeadm"), "join",
-                                     f"--discovery-file={discovery_file(tmp_path / 'discovery.conf', cp)}",
-                                     f"--tls-bootstrap-token={TOKEN_ID}.{TOKEN_SECRET}",
-                                     f"--cri-socket={runtime.endpoint}", f"--node-name={NODE_NAME}",
-                                     "--ignore-preflight-errors=all"], stdout=out, stderr=subprocess.STDOUT)
+            join = subprocess.Popen([*private.enter(), *join_argv(cp, tmp_path, runtime.endpoint, NODE_NAME)],
+                                    stdout=out, stderr=subprocess.STDOUT)
         flags = private.path(f"{KUBELET_ROOT}/kubeadm-flags.env")
         wait_for(lambda: flags.exists() or join.poll() is not None, 120, "kubeadm join to write kubeadm-flags.env")
         node.start()  # what kubeadm's `systemctl restart kubelet` does where systemd runs
