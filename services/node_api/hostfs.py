@@ -4,14 +4,14 @@ interfaces, process limits. Small synchronous reads; nothing here walks a large 
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.host.mounts import unescape_mountinfo
+
 # cAdvisor leaves these out of the node's interfaces (a pod's host-side veth is the pod's).
 IGNORED_INTERFACE_PREFIXES = ("lo", "veth", "docker")
-_OCTAL = re.compile(r"\\([0-7]{3})")
 
 
 @dataclass(frozen=True)
@@ -140,13 +140,8 @@ def read_mounts(path: str | Path = "/proc/self/mountinfo") -> list[Mount]:
             major, minor = (int(x) for x in f[2].split(":"))
         except ValueError:
             continue
-        out.append(Mount(major, minor, _unescape(f[4]), r[0], _unescape(r[1])))
+        out.append(Mount(major, minor, unescape_mountinfo(f[4]), r[0], unescape_mountinfo(r[1])))
     return out
-
-
-def _unescape(s: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as \ooo
-    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), s)
 
 
 def device_of(path: str | Path, mounts: list[Mount]) -> str:

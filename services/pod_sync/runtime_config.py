@@ -198,13 +198,19 @@ def termination_log_path(node: NodeFacts, pod: Pod, c: Container, attempt: int) 
     return beneath(node.pods_dir, pod.uid, "containers", c.name, f"{attempt}.termination-log")
 
 
+# A volumeMount's mountPropagation as the kubelet asks the runtime for it (translateMountPropagation):
+# private unless the pod says otherwise. Bidirectional needs a privileged container (podspec.py)
+# and, as HostToContainer, the root dir on a shared mount (shared/host/propagation.py).
+PROPAGATION = {None: cri.PROPAGATION_PRIVATE, "None": cri.PROPAGATION_PRIVATE,
+               "HostToContainer": cri.PROPAGATION_HOST_TO_CONTAINER, "Bidirectional": cri.PROPAGATION_BIDIRECTIONAL}
+
 # The kubelet always mounts these read-only: their content is managed by the node agent.
 _ALWAYS_READ_ONLY = ("configMap", "secret", "downwardAPI", "projected")
 
 
 def volume_mounts(pod: Pod, c: Container, volumes: dict[str, Any], subpaths: SubPathMounter | None) -> list[cri.Mount]:
     """CRI bind mounts for the container's volumeMounts; `volumes` are the pod's pod_volumes rows
-    (all ready: pod-sync starts nothing before). Propagation is private (mountPropagation None).
+    (all ready: pod-sync starts nothing before), each with its mountPropagation (PROPAGATION).
     A subPath is mounted from its own bind mount, made safely (shared/host/subpath.py)."""
     kinds = {v.name: v.kind for v in pod.spec.volumes}
     mounts = []
@@ -219,7 +225,7 @@ def volume_mounts(pod: Pod, c: Container, volumes: dict[str, Any], subpaths: Sub
             host = str(subpaths.mount(pod.uid, m.name, Path(row.host_path), c.name, index, m.subPath))
         mounts.append(cri.Mount(container_path=m.mountPath, host_path=host,
                                 readonly=m.readOnly or kinds.get(m.name) in _ALWAYS_READ_ONLY,
-                                propagation=cri.PROPAGATION_PRIVATE))
+                                propagation=PROPAGATION[m.mountPropagation]))
     return mounts
 
 

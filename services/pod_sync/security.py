@@ -4,12 +4,40 @@ seccomp. (Which sysctls a pod may set: shared/model/sysctls.py.)"""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 from cri_api.v1 import api_pb2 as cri
 
+from shared.model.cpusets import parse_cpuset
 from shared.model.podspec import Container, Pod, SeccompProfile, SELinuxOptions
+
+# What the kubelet has the runtime hide (masked) and make read-only in /proc and /sys of every
+# container whose procMount is Default (pkg/securitycontext/util.go). The runtime leaves them
+# as they are for a privileged container.
+MASKED_PATHS = ("/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+                "/sys/devices/virtual/powercap")
+READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+POSSIBLE_CPUS = Path("/sys/devices/system/cpu/possible")
+
+
+@functools.cache
+def masked_paths() -> tuple[str, ...]:
+    """MASKED_PATHS, and each possible CPU's thermal_throttle directory where the host has one."""
+    try:
+        cpus = sorted(parse_cpuset(POSSIBLE_CPUS.read_text().strip()))
+    except (OSError, ValueError):
+        cpus = []
+    throttle = [p for cpu in cpus if Path(p := f"/sys/devices/system/cpu/cpu{cpu}/thermal_throttle").exists()]
+    return (*MASKED_PATHS, *throttle)
+
+
+def has_privileged_container(pod: Pod) -> bool:
+    """The kubelet's HasPrivilegedContainer: init, app or ephemeral. The sandbox must be
+    privileged for the runtime to run any privileged container in it."""
+    return any(c.securityContext is not None and c.securityContext.privileged for c in pod.spec.all_containers)
 
 
 def seccomp_dir(root_dir: Path) -> Path:
@@ -45,7 +73,7 @@ def _seccomp(profile: SeccompProfile | None, directory: Path) -> cri.SecurityPro
 
 
 def sandbox_security_context(pod: Pod, seccomp_directory: Path) -> cri.LinuxSandboxSecurityContext:
-    sc = cri.LinuxSandboxSecurityContext(namespace_options=namespaces(pod))
+    sc = cri.LinuxSandboxSecurityContext(namespace_options=namespaces(pod), privileged=has_privileged_container(pod))
     psc = pod.spec.securityContext
     if psc.runAsUser is not None:
         sc.run_as_user.value = psc.runAsUser
@@ -99,7 +127,8 @@ def container_security_context(pod: Pod, c: Container, seccomp_directory: Path,
                                seccomp_default: bool = False) -> cri.LinuxContainerSecurityContext:
     """seccomp_default (seccompDefault): RuntimeDefault for a container that names no profile,
     neither its own nor the pod's, as the kubelet does."""
-    sc = cri.LinuxContainerSecurityContext(namespace_options=namespaces(pod))
+    sc = cri.LinuxContainerSecurityContext(namespace_options=namespaces(pod), masked_paths=masked_paths(),
+                                           readonly_paths=READONLY_PATHS)
     csc = c.securityContext
     run_as_user, run_as_group = effective(pod, c, "runAsUser"), effective(pod, c, "runAsGroup")
     if run_as_user is not None:

@@ -12,6 +12,7 @@ from cri_api.v1 import api_pb2 as cri
 
 from shared.host.cni import BRIDGE
 from shared.host.mounts import unmount_all_under
+from shared.host.propagation import release_rshared
 from shared.host.safe_paths import UnsafePath, beneath
 from shared.runtime.cri import CRIClient, CRIError
 from shared.runtime.cri.labels import MANAGED_BY, pod_log_dir
@@ -61,7 +62,8 @@ def remove_bridge(name: str) -> None:
 
 async def teardown_node(root: Path, endpoint: str, pod_logs_dir: str, timeout: float = 120.0) -> None:
     """What stopping a node removes: every pod it created (with their logs), whatever is still
-    mounted under its pod and plugin directories, and the pod bridge. Problems are logged; the
+    mounted under its pod and plugin directories, the root dir's shared bind mount
+    (shared/host/propagation.py) and the pod bridge. Problems are logged; the
     stop goes on."""
     try:
         n = await asyncio.wait_for(remove_all_pods(endpoint, pod_logs_dir=pod_logs_dir), timeout)
@@ -70,4 +72,5 @@ async def teardown_node(root: Path, endpoint: str, pod_logs_dir: str, timeout: f
         log.warning("could not remove the pods: %s", exc)
     for problem in unmount_all_under(root / "pods") + unmount_all_under(root / "plugins"):
         log.warning("could not unmount %s", problem)
+    release_rshared(root)
     remove_bridge(BRIDGE)

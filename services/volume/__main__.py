@@ -17,6 +17,7 @@ from shared.bus.events import BusRecorder
 from shared.bus.messages import DesiredPodsChanged, PodRuntimeChanged
 from shared.host.facts import cpu_capacity_millicores, memory_capacity_bytes
 from shared.host.mounts import tmpfs_noswap_supported
+from shared.host.propagation import make_rshared
 from shared.host.swap import swap_capacity_bytes
 from shared.process.service import ServiceContext, service_main
 from shared.runtime.cri import CRIClient
@@ -35,6 +36,8 @@ RESYNC_PERIOD = 10.0
 
 async def setup(ctx: ServiceContext) -> None:
     k = ctx.settings.kubelet
+    # Before any volume is ready (no container mounts one before): mount propagation needs it.
+    make_rshared(ctx.settings.root_dir)
     layout = Layout(ctx.settings.root_dir)
     cri = CRIClient(k.container_runtime_endpoint, timeout=30.0)
     registry = PluginRegistry(layout.registry)

@@ -25,7 +25,7 @@ class MountError(Exception):
     pass
 
 
-def _unescape(field: str) -> str:
+def unescape_mountinfo(field: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as \ooo (octal).
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
@@ -37,7 +37,7 @@ def mount_points() -> dict[str, str]:
         for line in f:
             parts = line.split()
             sep = parts.index("-")
-            points[_unescape(parts[4])] = parts[sep + 1]
+            points[unescape_mountinfo(parts[4])] = parts[sep + 1]
     return points
 
 

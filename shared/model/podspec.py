@@ -219,9 +219,22 @@ class Lifecycle(_Model):
     preStop: LifecycleHandler | None = None
 
 
+# A capability as the runtime takes it: a name with or without CAP_, or ALL (any case; the
+# runtime rejects a name it does not know, with the container's CreateContainerError).
+CAPABILITY = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+
 class Capabilities(_Model):
-    add: list[str] = Field(default_factory=list)
-    drop: list[str] = Field(default_factory=list)
+    add: list[str] = Field(default_factory=list, max_length=64)
+    drop: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("add", "drop")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not CAPABILITY.match(name):
+                raise ValueError(f"{name[:80]!r} is not a capability name")
+        return v
 
 
 class SeccompProfile(_Model):
@@ -278,8 +291,9 @@ _WINDOWS_ONLY = "Windows options cannot apply on a Linux node"
 
 class SecurityContext(_Model):
     NO_OP = {"procMount": ("Default",)}
-    WHY_NOT = {"procMount": "only Default is supported by pykubelet (Unmasked needs the alpha ProcMountType "
-                            "feature)", "windowsOptions": _WINDOWS_ONLY}
+    WHY_NOT = {"procMount": "only Default is supported by pykubelet: Unmasked is allowed only with hostUsers: "
+                            "false (a user namespace), which pykubelet does not run",
+               "windowsOptions": _WINDOWS_ONLY}
 
     runAsUser: int | None = Field(default=None, ge=0)
     runAsGroup: int | None = Field(default=None, ge=0)
@@ -290,6 +304,16 @@ class SecurityContext(_Model):
     capabilities: Capabilities | None = None
     seccompProfile: SeccompProfile | None = None
     seLinuxOptions: SELinuxOptions | None = None
+
+    @model_validator(mode="after")
+    def _escalation(self) -> "SecurityContext":
+        """The API server's rule: no_new_privs cannot hold for a privileged or CAP_SYS_ADMIN process."""
+        if self.allowPrivilegeEscalation is False:
+            if self.privileged:
+                raise ValueError("cannot set `allowPrivilegeEscalation` to false and `privileged` to true")
+            if self.capabilities is not None and "CAP_SYS_ADMIN" in self.capabilities.add:
+                raise ValueError("cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN")
+        return self
 
 
 class PodSecurityContext(_Model):
@@ -376,9 +400,6 @@ class VolumeMount(_Model):
     def _supported(self) -> "VolumeMount":
         if self.subPathExpr:
             raise ValueError("subPathExpr is not supported by pykubelet; use subPath")
-        if self.mountPropagation not in (None, "None"):
-            raise ValueError(f"mountPropagation {self.mountPropagation} is not supported by pykubelet; "
-                             "only None (private) is")
         return self
 
 
@@ -473,6 +494,15 @@ class Container(_Model):
             probe = getattr(self, kind)
             if probe is not None and probe.successThreshold != 1:
                 raise ValueError(f"{kind}.successThreshold must be 1")
+        return self
+
+    @model_validator(mode="after")
+    def _bidirectional_only_privileged(self) -> "Container":
+        privileged = self.securityContext is not None and bool(self.securityContext.privileged)
+        for i, m in enumerate(self.volumeMounts):
+            if m.mountPropagation == "Bidirectional" and not privileged:
+                raise ValueError(f"volumeMounts[{i}].mountPropagation: Forbidden: Bidirectional mount propagation "
+                                 "is available only to privileged containers")
         return self
 
     def probe(self, kind: str) -> "Probe | None":

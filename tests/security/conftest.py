@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.host.mounts import is_mount_point
 from tests.cluster.pki import PKI, CertPair
 from tests.integration.conftest import Node, launch_node, pods, stop_node, wait_for  # noqa: F401
 from tests.integration.event_loops import assert_loops_never_blocked
@@ -90,6 +91,8 @@ def secure_node(tmp_path_factory) -> SecureNode:
     finally:
         stop_node(n)
     assert_loops_never_blocked(n.root)
+    # The volume service made the root dir a shared mount (mount propagation); the stop undoes it.
+    assert n.root.is_dir() and not is_mount_point(n.root), f"the node's stop left {n.root} mounted"
 
 
 @pytest.fixture(scope="package")

@@ -151,3 +151,69 @@ def test_bad_dns_config_is_refused():
         pod(dnsConfig={"nameservers": ["not-an-ip"]})
     with pytest.raises(ManifestInvalid, match="search domain"):
         pod(dnsConfig={"searches": ["bad domain"]})
+
+
+def test_a_privileged_container_makes_its_sandbox_privileged(tmp_path):
+    for where in ("containers", "initContainers"):
+        spec = {"containers": [{"name": "app", "image": "i:1"}]}
+        spec.setdefault(where, []).append({"name": "priv", "image": "i:1", "securityContext": {"privileged": True}})
+        p = pod(**spec)
+        assert sandbox_security_context(p, tmp_path).privileged, f"a privileged one of {where}"
+        priv = next(c for c in p.spec.all_containers if c.name == "priv")
+        assert container_security_context(p, priv, tmp_path).privileged
+        assert not container_security_context(p, p.spec.containers[0], tmp_path).privileged
+    plain = pod(containers=[{"name": "c", "image": "i:1", "securityContext": {"privileged": False}}])
+    assert not sandbox_security_context(plain, tmp_path).privileged
+
+
+def test_every_container_gets_the_kubelets_masked_and_read_only_paths(tmp_path):
+    p = pod(containers=[{"name": "c", "image": "i:1"},
+                        {"name": "d", "image": "i:1", "securityContext": {"procMount": "Default"}}])
+    for c in p.spec.containers:
+        sc = container_security_context(p, c, tmp_path)
+        assert {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"} <= set(sc.masked_paths)
+        assert list(sc.readonly_paths) == ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+
+
+@pytest.mark.parametrize("allow, no_new_privs", [(None, False), (True, False), (False, True)])
+def test_allow_privilege_escalation_both_ways(tmp_path, allow, no_new_privs):
+    sc = {} if allow is None else {"allowPrivilegeEscalation": allow}
+    p = pod(containers=[{"name": "c", "image": "i:1", "securityContext": sc}])
+    assert container_security_context(p, p.spec.containers[0], tmp_path).no_new_privs is no_new_privs
+
+
+def test_capabilities_reach_the_runtime_as_written(tmp_path):
+    p = pod(containers=[{"name": "c", "image": "i:1", "securityContext": {
+        "capabilities": {"add": ["NET_ADMIN", "CAP_SYS_TIME"], "drop": ["ALL"]}}}])
+    caps = container_security_context(p, p.spec.containers[0], tmp_path).capabilities
+    assert list(caps.add_capabilities) == ["NET_ADMIN", "CAP_SYS_TIME"] and list(caps.drop_capabilities) == ["ALL"]
+
+
+@pytest.mark.parametrize("sc, error", [
+    ({"privileged": True, "allowPrivilegeEscalation": False},
+     "cannot set `allowPrivilegeEscalation` to false and `privileged` to true"),
+    ({"capabilities": {"add": ["CAP_SYS_ADMIN"]}, "allowPrivilegeEscalation": False},
+     "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN"),
+    ({"capabilities": {"add": ["NET_ADMIN; rm -rf /"]}}, "is not a capability name"),
+    ({"capabilities": {"drop": [""]}}, "is not a capability name"),
+    ({"procMount": "Unmasked"}, "Unmasked is allowed only with hostUsers: false"),
+])
+def test_contradicting_or_malformed_security_contexts_are_refused(sc, error):
+    with pytest.raises(ManifestInvalid) as exc:
+        pod(containers=[{"name": "c", "image": "i:1", "securityContext": sc}])
+    assert error in str(exc.value)
+
+
+def test_mount_propagation_as_the_kubelet_asks_the_runtime():
+    from types import SimpleNamespace
+
+    from services.pod_sync.runtime_config import volume_mounts
+    modes = [None, "None", "HostToContainer", "Bidirectional"]
+    p = pod(volumes=[{"name": "d", "hostPath": {"path": "/var/lib/kubelet/plugins"}}],
+            containers=[{"name": "c", "image": "i:1", "securityContext": {"privileged": True},
+                         "volumeMounts": [{"name": "d", "mountPath": f"/m{i}", **({"mountPropagation": m} if m else {})}
+                                          for i, m in enumerate(modes)]}])
+    rows = {"d": SimpleNamespace(ready=True, host_path="/var/lib/kubelet/plugins")}
+    got = [m.propagation for m in volume_mounts(p, p.spec.containers[0], rows, None)]
+    assert got == [cri.PROPAGATION_PRIVATE, cri.PROPAGATION_PRIVATE, cri.PROPAGATION_HOST_TO_CONTAINER,
+                   cri.PROPAGATION_BIDIRECTIONAL]

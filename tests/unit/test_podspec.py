@@ -85,7 +85,10 @@ def test_volumes_and_mounts():
     ([{"name": "d", "emptyDir": {}}], [{"name": "d", "mountPath": "/x"}, {"name": "d", "mountPath": "/x"}],
      "mountPath '/x' is used twice"),
     ([{"name": "d", "emptyDir": {}}], [{"name": "d", "mountPath": "/x", "mountPropagation": "Bidirectional"}],
-     "only None"),
+     "volumeMounts[0].mountPropagation: Forbidden: Bidirectional mount propagation is available only to "
+     "privileged containers"),
+    ([{"name": "d", "emptyDir": {}}], [{"name": "d", "mountPath": "/x", "mountPropagation": "Shared"}],
+     "mountPropagation"),
 ])
 def test_invalid_volumes_name_the_field(volumes, mounts, error):
     with pytest.raises(ManifestInvalid) as exc:
