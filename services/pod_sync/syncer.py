@@ -49,7 +49,7 @@ from services.pod_sync.resizer import Resizer, ResizeState, generation
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
 from services.pod_sync.runtime_config import NodeFacts, SubPathMounter, container_config, pod_hostname, sandbox_config
 from services.pod_sync.runtime_driver import RuntimeDriverCheck
-from services.pod_sync.runtime_view import RuntimePod, get_runtime_pod
+from services.pod_sync.runtime_view import RuntimePod, SandboxInfo, get_runtime_pod
 from services.pod_sync.security import check_run_as_non_root, needs_image_user
 from shared.bus.events import Recorder
 from shared.config.settings import NodeSettings
@@ -351,8 +351,7 @@ class PodSyncer:
         actions = compute_pod_actions(pod, rt, self.backoff)
         step = _Step(waiting=dict(actions.waiting))
         volumes = self._volumes_or_hold(pod, actions, step)
-        sandbox = rt.current_sandbox
-        pod_ip = sandbox.ip if sandbox and sandbox.ready else ""
+        pod_ip = self._pod_ip(pod, rt.current_sandbox)
         await self._kill_and_remove(pod, rt, actions, pod_ip)
         await self._start_missing(pod, rt, actions, volumes, progress, pod_ip, step)
         self._crash_loop_backoffs(pod, rt, step)
@@ -462,7 +461,7 @@ class PodSyncer:
         ready = [sb.id for sb in rt.sandboxes if sb.ready]
         if ready:
             sandbox = rt.current_sandbox
-            await self.killer.kill_sandboxes(pod, rt, ready, grace, sandbox.ip if sandbox else "", floor=floor)
+            await self.killer.kill_sandboxes(pod, rt, ready, grace, self._hook_ip(pod, sandbox), floor=floor)
             rt = await get_runtime_pod(self.runtime, row.uid)
         if not row.finished and not rt.running_containers and not any(sb.ready for sb in rt.sandboxes):
             await self.store.run(self._write_finished, row.uid)
@@ -525,7 +524,7 @@ class PodSyncer:
             log.info("pod %s: container %s failed its %s probe; killing it", pod.full_name, c.name, r.kind)
             self._event(pod, "Normal", "Killing",
                         f"Container {c.name} failed {r.kind} probe, will be restarted")
-            await self.killer.kill_container(c, specs[c.name], sandbox.ip if sandbox else "",
+            await self.killer.kill_container(c, specs[c.name], self._hook_ip(pod, sandbox),
                                              time.monotonic() + grace, reason=reason)
             killed = True
         return killed
@@ -560,7 +559,19 @@ class PodSyncer:
         log.info("pod %s: sandbox %s started (attempt %d)", pod.full_name, sandbox_id[:13],
                  config.metadata.attempt)
         status = await self.runtime.pod_sandbox_status(sandbox_id)
-        return sandbox_id, status.network.ip, ("", "")
+        return sandbox_id, self.node.ip if pod.spec.hostNetwork else status.network.ip, ("", "")
+
+    def _pod_ip(self, pod: Pod, sandbox: SandboxInfo | None) -> str:
+        """The pod's IP as the kubelet gives it (status.podIP, the downward API, hooks): a
+        hostNetwork pod has the node's, always; any other the one its running sandbox got."""
+        if pod.spec.hostNetwork:
+            return self.node.ip
+        return sandbox.ip if sandbox and sandbox.ready else ""
+
+    def _hook_ip(self, pod: Pod, sandbox: SandboxInfo | None) -> str:
+        """Where a preStop hook of a pod being stopped reaches it: its sandbox's last IP even
+        if the sandbox is no longer ready, the node's for a hostNetwork pod."""
+        return self.node.ip if pod.spec.hostNetwork else (sandbox.ip if sandbox else "")
 
     async def _start_container(self, pod: Pod, rt: RuntimePod, spec: Container, attempt: int, init: bool,
                                sandbox_id: str, sb_config: cri.PodSandboxConfig, pod_ip: str, progress: _Progress,
@@ -634,7 +645,7 @@ class PodSyncer:
 
     def _etc_hosts(self, pod: Pod, spec: Container, pod_ip: str) -> Path | None:
         """Write the pod's managed /etc/hosts for this container, or None when it gets none."""
-        ip = pod_ip or (self.node.ip if pod.spec.hostNetwork else "")
+        ip = pod_ip
         if not wants_managed_hosts(spec, ip):
             return None
         node_hosts = node_hosts_file() if pod.spec.hostNetwork else None
@@ -751,7 +762,7 @@ class PodSyncer:
         log_dir = L.pod_log_dir(self.settings.kubelet.pod_logs_dir, pod.metadata.namespace,
                                 pod.metadata.name, pod.uid)
         progress = self._progress.get(pod.uid)
-        pod_ip = (self.node.ip if pod.spec.hostNetwork else sb.ip) if sb and sb.ready else ""
+        pod_ip = self._pod_ip(pod, sb)
         if resize is None:
             with self.store.session() as s:
                 desired = s.get(DesiredPod, pod.uid)

@@ -96,12 +96,18 @@ def test_capabilities_added_and_dropped_including_all(pods):
 
 def test_a_privileged_pod_in_the_hosts_namespaces_sees_the_host(pods):
     host_ns = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("net", "pid", "ipc")}
+    env = [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"status.{field}"}}}
+           for name, field in (("POD_IP", "podIP"), ("HOST_IP", "hostIP"))]
     pods.write_pod("host-agent", {"hostNetwork": True, "hostPID": True, "hostIPC": True, "containers": [
         sh(pods, "agent", "for k in net pid ipc; do readlink /proc/self/ns/$k; done; "
-                          "mkdir -p /tmp/m; mount -t tmpfs probe /tmp/m && echo can-mount; sleep 3600",
-           securityContext={"privileged": True})]})
-    pods.wait_running("host-agent")
-    assert output(pods, "host-agent", "agent", 4) == [host_ns["net"], host_ns["pid"], host_ns["ipc"], "can-mount"]
+                          "mkdir -p /tmp/m; mount -t tmpfs probe /tmp/m && echo can-mount; "
+                          "echo pod-ip=$POD_IP host-ip=$HOST_IP; sleep 3600",
+           securityContext={"privileged": True}, env=env)]})
+    running = pods.wait_running("host-agent")
+    out = output(pods, "host-agent", "agent", 5)
+    assert out[:4] == [host_ns["net"], host_ns["pid"], host_ns["ipc"], "can-mount"]
+    # A hostNetwork pod's IP is the node's, in its status and its downward API (as the kubelet's).
+    assert running["podIP"] and out[4] == f"pod-ip={running['podIP']} host-ip={running['podIP']}", (out, running)
 
 
 NAMES = ("master", "slave", "private", "default")
