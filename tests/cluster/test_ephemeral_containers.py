@@ -4,6 +4,7 @@ its stdin work through the kubelet API as for any container."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -71,3 +72,28 @@ def test_kubectl_debug_runs_a_container_in_the_targets_process_namespace(cluster
         st = _ephemeral(later, name)
         assert st["containerID"] == cid and "terminated" in st["state"] and st["restartCount"] == 0
     cluster.kubectl("delete", "pod", "debugme", "--wait=false")
+
+
+def test_kubectl_debug_node_runs_a_privileged_pod_in_the_hosts_namespaces(cluster, tmp_path):
+    """`kubectl debug node/NAME --profile=sysadmin`: a pod kubectl builds itself (nodeName, the
+    host's network, PID and IPC namespaces, the host's / at /host, privileged), as an operator
+    uses it to look at and repair a node."""
+    bb = cluster.node.image("busybox")
+    note = tmp_path / "from-the-host"
+    note.write_text("written on the node\n")
+    script = (f"cat /host{note}; readlink /proc/self/ns/net; test -d /proc/{os.getpid()} && echo sees-host-pids; "
+              "mkdir -p /tmp/m && mount -t tmpfs t /tmp/m && echo privileged; "
+              f"echo repaired > /host{tmp_path}/from-the-pod")
+    out = cluster.kubectl("debug", f"node/{cluster.node.node_name}", f"--image={bb}", "--profile=sysadmin",
+                          "--", "sh", "-c", script).stdout
+    name = next(w for w in out.split() if w.startswith("node-debugger-"))
+    pod = cluster.wait_pod(name, lambda p: p.get("status", {}).get("phase") in ("Succeeded", "Failed"), 60,
+                           "the node debugging pod to finish")
+    assert pod["spec"]["hostNetwork"] and pod["spec"]["hostPID"] and pod["spec"]["hostIPC"]
+    assert pod["spec"]["containers"][0]["securityContext"]["privileged"] is True
+    logs = cluster.kubectl("logs", name).stdout.splitlines()
+    assert pod["status"]["phase"] == "Succeeded", (pod["status"], logs)
+    assert logs == ["written on the node", os.readlink("/proc/self/ns/net"), "sees-host-pids", "privileged"], logs
+    assert (tmp_path / "from-the-pod").read_text() == "repaired\n", "what the pod wrote under /host is on the node"
+    assert pod["status"]["podIP"] == pod["status"]["hostIP"], "a hostNetwork pod's IP is the node's"
+    cluster.kubectl("delete", "pod", name, "--wait=true", timeout=60)

@@ -195,3 +195,80 @@ def test_csi_persistent_volume_is_staged_published_and_cleaned_up_in_order(clust
     wait_for(lambda: not (root / "pods" / uid).exists(), 30, "the pod directory to be removed")
     assert not list(staging.glob("*")), "the staging directory is removed after unstaging"
     assert (backing / "vol-1" / "table").read_text() == "row\n", "the volume's data is the plugin's, kept"
+
+
+POD_DRIVER = "pod.csi.pykubelet.test"
+
+
+def _plugin_pod(cluster, backing: Path, log: Path) -> dict:
+    """The CSI node plugin as a pod, the way CSI drivers ship it (a DaemonSet's pod on each node,
+    made here as its controller would make it): privileged, the root dir mounted Bidirectional
+    so the volumes it stages and publishes there reach the node, its registration socket in
+    <root>/plugins_registry. It runs the test plugin with the node's own Python, through the
+    host's / at /host (read-only), writing its backing directory and call log beside `log`."""
+    root = str(cluster.node.root)
+    argv = " ".join([sys.executable, "-m", "tests.csi_plugin", "--name", POD_DRIVER,
+                     "--registry-dir", f"{root}/plugins_registry", "--csi-socket", f"{root}/plugins/{POD_DRIVER}/csi.sock",
+                     "--backing", str(backing), "--log", str(log)])
+    return {"hostPID": True,
+            "volumes": [{"name": "host", "hostPath": {"path": "/"}},
+                        {"name": "kubelet-dir", "hostPath": {"path": root, "type": "Directory"}},
+                        {"name": "work", "hostPath": {"path": str(log.parent), "type": "Directory"}}],
+            "containers": [{"name": "plugin", "image": cluster.node.image("busybox"),
+                            "command": ["chroot", "/host", "sh", "-c",
+                                        f"mkdir -p {root}/plugins/{POD_DRIVER} && cd {REPO} && exec {argv}"],
+                            "securityContext": {"privileged": True},
+                            "volumeMounts": [{"name": "host", "mountPath": "/host", "readOnly": True},
+                                             {"name": "kubelet-dir", "mountPath": f"/host{root}",
+                                              "mountPropagation": "Bidirectional"},
+                                             {"name": "work", "mountPath": f"/host{log.parent}"}]}]}
+
+
+def test_a_csi_node_plugin_running_as_a_privileged_pod_publishes_volumes_other_pods_use(cluster, tmp_path):
+    from shared.host.mounts import is_mount_point
+
+    log, backing = tmp_path / "calls.jsonl", tmp_path / "backing"
+    cluster.create_pod("csi-node-plugin", _plugin_pod(cluster, backing, log))
+    try:
+        cluster.wait_pod("csi-node-plugin", _running, 60, "the plugin pod Running")
+        try:
+            wait_for(lambda: any(p["driver"] == POD_DRIVER for p in
+                                 cluster.node.admin_get("volume", "/plugins", timeout=2).json()),
+                     30, "the plugin pod's driver to register through the registration socket")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the plugin pod's log:\n"
+                                 f"{cluster.kubectl('logs', 'csi-node-plugin', check=False).stdout[-3000:]}") from None
+        _apply(cluster, {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": POD_DRIVER},
+                         "spec": {"attachRequired": False}})
+        _apply(cluster, {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-pod-plugin"},
+                         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                                  "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                                  "claimRef": {"namespace": "default", "name": "claim-pod-plugin"},
+                                  "csi": {"driver": POD_DRIVER, "volumeHandle": "vol-p"}}})
+        _apply(cluster, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                         "metadata": {"name": "claim-pod-plugin"},
+                         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                                  "volumeName": "pv-pod-plugin", "resources": {"requests": {"storage": "1Gi"}}}})
+        _bind_claim(cluster, "claim-pod-plugin")
+        cluster.create_pod("consumer", {"containers": [{
+            "name": "app", "image": cluster.node.image("busybox"),
+            "command": ["sh", "-c", "echo through-the-plugin-pod > /data/row && sleep 3600"],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "claim-pod-plugin"}}]})
+        consumer = cluster.wait_pod("consumer", _running, 60, "the consumer pod Running")
+        target = cluster.node.root / "pods" / consumer["metadata"]["uid"] / "volumes" / "kubernetes.io~csi" / \
+            "pv-pod-plugin" / "mount"
+        # The plugin mounted it in its own container; through the Bidirectional mount the node
+        # sees it, and so the consumer writes into the plugin's backing directory.
+        assert is_mount_point(target), "the plugin pod's publish reached the node"
+        wait_for(lambda: (backing / "vol-p" / "row").exists(), 20, "the consumer's write to reach the volume")
+        assert (backing / "vol-p" / "row").read_text() == "through-the-plugin-pod\n"
+        cluster.kubectl("delete", "pod", "consumer", "--wait=true", timeout=60)
+        wait_for(lambda: [c["method"] for c in _calls(log)][-2:] == ["NodeUnpublishVolume", "NodeUnstageVolume"],
+                 30, "NodeUnpublishVolume then NodeUnstageVolume")
+        assert not is_mount_point(target), "the unpublish in the plugin pod reached the node too"
+    finally:
+        cluster.kubectl("delete", "pod", "consumer", "csi-node-plugin", "--ignore-not-found", "--wait=true",
+                        timeout=60)
+        cluster.kubectl("delete", "pvc", "claim-pod-plugin", "--ignore-not-found", "--wait=false")
+        cluster.kubectl("delete", "pv", "pv-pod-plugin", "--ignore-not-found", "--wait=false")
