@@ -39,6 +39,10 @@ def up(argv: list[str]) -> int:
     g.add_argument("--keep-pods", action="store_true", help="leave pods running when the node stops")
     g.add_argument("--wait-pods", type=float, default=120.0,
                    help="seconds to wait for pods to start before printing the summary (120)")
+    g.add_argument("--cni-conf-dir", type=_absolute_dir, default=None, metavar="DIR",
+                   help="where the node's containerd reads CNI network configs (default <root-dir>/cni/net.d, where "
+                        "pykubelet writes a bridge network for the pod CIDR); another directory is left to a CNI "
+                        "agent (a DaemonSet or static pod writing its config there), as on a kubelet node")
     g.add_argument("--exec-services", action="store_true",
                    help="start each service with an interpreter of its own, as the systemd units do, instead "
                         "of forking them from one that imported their code once (shared pages: far less memory)")
@@ -47,12 +51,22 @@ def up(argv: list[str]) -> int:
         args.root_dir = DEFAULT_ROOT
     # A runtime named on the command line is the host's: used, never started or emptied.
     runtime = args.kf_container_runtime_endpoint
+    if runtime and args.cni_conf_dir:
+        p.error("--cni-conf-dir sets where the node's own containerd reads CNI configs; a runtime given with "
+                "--container-runtime-endpoint reads its own (containerd: plugins.cri.cni.conf_dir)")
     return _start(args, "pykubelet up", lambda settings: UpOptions(
         args=args, settings=settings, nats_port=args.nats_port, registry_port=args.registry_port or None,
         admin_port_base=args.admin_port_base, push_images=args.push_demo_images,
         keep_pods=args.keep_pods or runtime is not None, wait_pods=args.wait_pods,
         forker=None if args.exec_services else prepare_forker(settings),
-        runtime_endpoint=settings.kubelet.container_runtime_endpoint if runtime else None))
+        runtime_endpoint=settings.kubelet.container_runtime_endpoint if runtime else None,
+        cni_conf_dir=args.cni_conf_dir))
+
+
+def _absolute_dir(value: str) -> Path:
+    if not value.startswith("/") or ".." in value.split("/"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an absolute path without '..'")
+    return Path(value)
 
 
 def kubelet(argv: list[str]) -> int:

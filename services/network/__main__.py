@@ -6,8 +6,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from services.network.readiness import NetworkManager
+from services.network.runtime_cni import RuntimeCNI
 from shared.bus.messages import RuntimeStatusChanged
+from shared.host.cni import cni_conf_dir
 from shared.process.service import ServiceContext, service_main
+from shared.runtime.cri import CRIClient
 from shared.store import NetworkStatus
 from shared.store.runtime_status import runtime_network
 
@@ -18,8 +21,10 @@ NAME = "network"
 
 
 async def setup(ctx: ServiceContext) -> None:
+    cri = CRIClient(ctx.settings.kubelet.container_runtime_endpoint, timeout=10.0)
+    ctx.on_shutdown(cri.close)
     manager = NetworkManager(ctx.store, ctx.bus, lambda: runtime_network(ctx.store), ctx.settings.kubelet.pod_cidr,
-                             ctx.settings.root_dir)
+                             ctx.settings.root_dir, runtime_cni=RuntimeCNI(cri, cni_conf_dir(ctx.settings.root_dir)))
 
     async def on_runtime_status(_event: RuntimeStatusChanged) -> None:
         manager.wake.set()

@@ -13,10 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from shared.host.cni import BRIDGE, NETWORK_NAME
+from shared.host.cni import BRIDGE, CONFLIST_NAME, NETWORK_NAME
 from shared.host.node_dirs import private_dir
-
-CONFLIST_NAME = "10-pykubelet.conflist"
 
 
 def conflist(pod_cidr: str, ipam_dir: Path) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """Network readiness: our CNI config is written and the runtime says its network is ready (its
-NetworkReady condition, as pod-sync records the runtime's status: shared/store/runtime_status.py)."""
+NetworkReady condition, as pod-sync records the runtime's status: shared/store/runtime_status.py).
+Where the runtime reads a CNI agent's directory instead of ours (runtime_cni.py), only the
+runtime's word counts, as with the kubelet."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Callable
 from sqlalchemy.exc import DatabaseError
 
 from services.network.cni_config import write_conflist
+from services.network.runtime_cni import RuntimeCNI, config_in_use
 from shared.bus.client import Bus
 from shared.bus.messages import NetworkChanged
 from shared.host.cni import cni_conf_dir, cni_ipam_dir
@@ -31,7 +34,8 @@ def choose_pod_cidr(node_cidr: str | None, configured: str) -> str:
 
 class NetworkManager:
     def __init__(self, store: Store, bus: Bus, runtime_network: Callable[[], tuple[bool, str]], pod_cidr: str,
-                 root_dir: Path, period: float = READY_PERIOD, not_ready_period: float = NOT_READY_PERIOD) -> None:
+                 root_dir: Path, period: float = READY_PERIOD, not_ready_period: float = NOT_READY_PERIOD,
+                 runtime_cni: RuntimeCNI | None = None) -> None:
         self.store = store
         self.bus = bus
         self.runtime_network = runtime_network  # (ready, why not) of the runtime's NetworkReady
@@ -40,6 +44,7 @@ class NetworkManager:
         self.pod_cidr = pod_cidr
         self.conf_dir, self.ipam_dir = cni_conf_dir(root_dir), cni_ipam_dir(root_dir)
         self.period, self.not_ready_period = period, not_ready_period
+        self.runtime_cni = runtime_cni  # None: the runtime reads our directory (tests' fakes)
         self._last: tuple[bool, str] | None = None
         self._written: tuple[str, bool, str, str, str] | None = None
 
@@ -59,8 +64,9 @@ class NetworkManager:
         return path
 
     async def reconcile(self) -> None:
-        path = self.ensure_config()
-        if path is None:
+        agent_dir = await self.runtime_cni.agent_dir() if self.runtime_cni is not None else None
+        path = self.ensure_config() if agent_dir is None else config_in_use(agent_dir)
+        if path is None and agent_dir is None:
             ready, reason = False, "NoPodCIDR"
             message = "podCIDR is not set: set podCIDR in the kubelet config (or --pod-cidr)"
         else:
@@ -68,6 +74,9 @@ class NetworkManager:
             reason = "" if ready else "NetworkPluginNotReady"
             if not ready:
                 message = f"container runtime network not ready: {message}"
+                if agent_dir is not None:
+                    message += (f" (the runtime reads CNI configs from {agent_dir}: the network is the one a CNI "
+                                f"agent writes there{', none is there yet' if path is None else ''})")
         row = (self.pod_cidr, ready, reason, message if not ready else "ok", str(path or ""))
         if row != self._written:  # a write only when something changed: no store commit per poll
             # In a thread: the write may wait out another service's lock on the store.

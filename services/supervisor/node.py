@@ -68,6 +68,9 @@ class UpOptions:
     # --container-runtime-endpoint): used as it is, never started, stopped or emptied of its pods.
     # None: the node runs a containerd of its own under the root dir.
     runtime_endpoint: str | None = None
+    # Where the node's own containerd reads CNI configs when not pykubelet's <root>/cni/net.d:
+    # a CNI agent's directory (services/network/runtime_cni.py).
+    cni_conf_dir: Path | None = None
 
 
 async def runtime_answers(endpoint: str) -> bool:
@@ -247,7 +250,10 @@ class LocalNode:
         # readable by all.
         private_dir(cni_conf_dir(self.root))
         private_dir(cni_ipam_dir(self.root))
-        write_config(self.containerd, cni_conf_dir=cni_conf_dir(self.root), cni_bin_dir=CNI_BIN_DIR,
+        conf_dir = self.opts.cni_conf_dir or cni_conf_dir(self.root)
+        # An agent's directory as on any host (/etc/cni/net.d is 0755): its pods write there.
+        conf_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        write_config(self.containerd, cni_conf_dir=conf_dir, cni_bin_dir=CNI_BIN_DIR,
                      sandbox_image=self.sandbox_image, registry=self.registry, restrict_oom=restrict,
                      systemd_cgroup=self.opts.settings.kubelet.cgroup_driver == "systemd")
         endpoint = self.containerd.endpoint

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as cri
 
-from shared.host.cni import BRIDGE
+from shared.host.cni import BRIDGE, CONFLIST_NAME, cni_conf_dir
 from shared.host.mounts import unmount_all_under
 from shared.host.propagation import release_rshared
 from shared.host.safe_paths import UnsafePath, beneath
@@ -63,7 +63,7 @@ def remove_bridge(name: str) -> None:
 async def teardown_node(root: Path, endpoint: str, pod_logs_dir: str, timeout: float = 120.0) -> None:
     """What stopping a node removes: every pod it created (with their logs), whatever is still
     mounted under its pod and plugin directories, the root dir's shared bind mount
-    (shared/host/propagation.py) and the pod bridge. Problems are logged; the
+    (shared/host/propagation.py) and the pod bridge of pykubelet's own network. Problems are logged; the
     stop goes on."""
     try:
         n = await asyncio.wait_for(remove_all_pods(endpoint, pod_logs_dir=pod_logs_dir), timeout)
@@ -73,4 +73,5 @@ async def teardown_node(root: Path, endpoint: str, pod_logs_dir: str, timeout: f
     for problem in unmount_all_under(root / "pods") + unmount_all_under(root / "plugins"):
         log.warning("could not unmount %s", problem)
     release_rshared(root)
-    remove_bridge(BRIDGE)
+    if (cni_conf_dir(root) / CONFLIST_NAME).exists():  # not when the pods had a CNI agent's network
+        remove_bridge(BRIDGE)

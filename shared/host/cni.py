@@ -9,6 +9,8 @@ from pathlib import Path
 NETWORK_NAME = "pykubelet"
 BRIDGE = "pykube0"
 CNI_BIN_DIR = "/usr/lib/cni"
+# The network config pykubelet writes for its pod CIDR (services/network/cni_config.py).
+CONFLIST_NAME = "10-pykubelet.conflist"
 
 
 def cni_conf_dir(root_dir: Path) -> Path:

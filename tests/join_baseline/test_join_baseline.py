@@ -21,8 +21,8 @@ import yaml
 
 from bench.containerd2 import Containerd2Missing, put_first_on_path
 from services.cli.as_kubelet import drop_in
-from services.network.cni_config import CONFLIST_NAME, conflist
-from shared.host.cni import cni_conf_dir, cni_ipam_dir
+from services.network.cni_config import conflist
+from shared.host.cni import CONFLIST_NAME, cni_conf_dir, cni_ipam_dir
 from shared.process.admin import SERVICES
 from tests.bootstrap.host_runtime import HostRuntime
 from tests.bootstrap.private_host import PrivateHost

@@ -97,3 +97,45 @@ async def test_a_runtime_status_event_wakes_the_loop_at_once(tmp_path):
         assert manager.ready() == (True, "ok"), "woken, not after its 60 s period"
     finally:
         loop.cancel()
+
+
+async def test_a_runtime_reading_a_cni_agents_directory_gets_no_config_from_pykubelet(tmp_path):
+    from services.network.runtime_cni import RuntimeCNI
+    from shared.host.cni import CONFLIST_NAME, cni_conf_dir
+
+    db = tmp_path / "state.db"
+    Store(db, writer=None).create_schema()
+    runtime = FakeRuntime()
+    agent = tmp_path / "etc-cni-net.d"
+    agent.mkdir()
+    runtime.cni_conf_dir = str(agent)
+    clock = [0.0]
+    answers = [(False, "NetworkPluginNotReady: cni plugin not initialized")]
+    store = Store(db, writer="network")
+    manager = NetworkManager(store, RecordingBus(), lambda: answers[-1], "10.88.0.0/24", tmp_path,
+                             runtime_cni=RuntimeCNI(runtime, cni_conf_dir(tmp_path), clock=lambda: clock[0]))
+    await manager.reconcile()
+    assert not (cni_conf_dir(tmp_path) / CONFLIST_NAME).exists(), "no network of pykubelet's beside the agent's"
+    with store.session() as s:
+        r = s.get(NetworkStatus, 1)
+        assert (r.ready, r.reason, r.conf_path) == (False, "NetworkPluginNotReady", "")
+        assert r.message == ("container runtime network not ready: NetworkPluginNotReady: cni plugin not initialized "
+                             f"(the runtime reads CNI configs from {agent}: the network is the one a CNI agent "
+                             "writes there, none is there yet)")
+
+    # The agent writes its config (a 10-* sorts before a 99-*: libcni's choice, and so ours).
+    (agent / "99-other.conf").write_text("{}")
+    (agent / "10-agent.conflist").write_text("{}")
+    (agent / "README").write_text("not a config")
+    answers.append((True, "ok"))
+    await manager.reconcile()
+    with store.session() as s:
+        r = s.get(NetworkStatus, 1)
+        assert (r.ready, r.message, r.conf_path) == (True, "ok", str(agent / "10-agent.conflist"))
+    assert sum(op == "status" for op, _ in runtime.calls) == 1, "the runtime's config is asked once per period"
+
+    # The runtime now reads pykubelet's own directory: pykubelet's bridge network again.
+    runtime.cni_conf_dir = str(cni_conf_dir(tmp_path))
+    clock[0] += 31
+    await manager.reconcile()
+    assert (cni_conf_dir(tmp_path) / CONFLIST_NAME).exists()

@@ -57,6 +57,7 @@ class FakeRuntime:
         self.image_sizes: dict[str, int] = {}
         self.image_users: dict[str, tuple[int | None, str]] = {}  # image ref -> (uid, username) of its config  # image ref -> size list_images reports
         self.sandbox_image = "registry.k8s.io/pause:3.9"
+        self.cni_conf_dir = ""  # where the runtime says it reads CNI configs ("" : it does not say)
         self.streaming_url = "http://127.0.0.1:1"
         self._ids = itertools.count(1)
         self._ips = itertools.count(2)
@@ -110,7 +111,7 @@ class FakeRuntime:
 
     async def runtime_config(self) -> JSONObject:
         self._record("status")
-        return {"sandboxImage": self.sandbox_image}
+        return {"sandboxImage": self.sandbox_image, **({"cni": {"confDir": self.cni_conf_dir}} if self.cni_conf_dir else {})}
 
     async def cgroup_driver(self) -> str | None:
         return self.runtime_cgroup_driver
