@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from bench.agents import Kubelet, Pykubelet
 from bench.cluster import k8s, wait_node_ready
@@ -168,6 +169,17 @@ def _prune_work_dirs(kind: str) -> None:
             print(f"conformance: keeping {old}: {exc}", file=sys.stderr)
 
 
+async def _finish_in_thread(fn: Callable[[], None]) -> None:
+    """fn in a thread; a stop request while it runs waits for it to end (a thread cannot be
+    stopped), so the caller's cleanup finds every process fn started."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
+
+
 async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, nodes: int,
                     t0: float) -> dict[str, Result]:
     """Every suite in `suites` on one fresh cluster and node of `kind`; a Result per suite."""
@@ -180,8 +192,8 @@ async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, 
     results: dict[str, Result] = {}
     try:
         _log(f"{kind}: starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager ...", t0)
-        await asyncio.to_thread(cp.start)
-        await asyncio.to_thread(cp.start_controllers)
+        await _finish_in_thread(cp.start)
+        await _finish_in_thread(cp.start_controllers)
         _log(f"{kind}: starting the node ...", t0)
         agent = Pykubelet(work / "node", cp, PYKUBELET_DEFAULTS) if kind == "pykubelet" else Kubelet(work / "node", cp)
         await agent.start()
