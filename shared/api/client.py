@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, AsyncGenerator, Awaitable, Callable
 from urllib.parse import quote
 
 import httpx
@@ -234,7 +234,7 @@ class KubeApi:
                 str(meta.get("resourceVersion", "")) if isinstance(meta, dict) else "")
 
     async def watch(self, url: str, resource_version: str, timeout_seconds: int,
-                    **params: str) -> AsyncIterator[tuple[str, JSONObject]]:
+                    **params: str) -> AsyncGenerator[tuple[str, JSONObject], None]:
         """(type, object) of each change after resource_version, until the server ends the
         watch (timeout_seconds). An ERROR event raises ApiError: 410 means the version is too
         old, list again."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime as dt
 import hashlib
 import ipaddress
@@ -18,17 +19,25 @@ import logging
 import random
 from typing import Any, Callable, Protocol
 
+import httpx
+
 from shared.api.client import ApiError, KubeApi, path
 
 log = logging.getLogger(__name__)
 
+# Between looks at a CSR when its watch is not available (the kubelet watches; so do we).
 POLL = 2.0
+# One watch of a CSR lasts at most this long before it is looked at again.
+WATCH_MAX = 60.0
 NODES_GROUP = "system:nodes"
 
 
 class CSRAPI(Protocol):
     async def create(self, body: dict[str, Any]) -> str: ...          # -> the CSR's name
     async def get(self, name: str) -> dict[str, Any]: ...             # the CSR as a dict
+
+    async def wait_for_change(self, name: str, resource_version: str, timeout: float) -> None:
+        """Return once the CSR may have changed since resource_version, or after timeout."""
 
 
 class CSRDenied(RuntimeError):
@@ -158,9 +167,11 @@ async def await_certificate(api: CSRAPI, name: str, timeout: float,
                 raise CSRDenied(f"CSR {name} {cond['type'].lower()}: {cond.get('message') or cond.get('reason')}")
         if status.get("certificate"):
             return base64.b64decode(status["certificate"])
-        if asyncio.get_running_loop().time() > deadline:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
             raise TimeoutError(f"CSR {name} was not issued within {timeout:.0f}s")
-        await asyncio.sleep(POLL)
+        meta = csr.get("metadata") or {}
+        await api.wait_for_change(name, str(meta.get("resourceVersion", "")), min(left, WATCH_MAX))
 
 
 class KubeCSRs:
@@ -187,3 +198,22 @@ class KubeCSRs:
 
     async def get(self, name: str) -> dict[str, Any]:
         return await self.api.get(path(self.GROUP_VERSION, "certificatesigningrequests", name))
+
+    async def wait_for_change(self, name: str, resource_version: str, timeout: float) -> None:
+        """A watch of this one CSR (as the kubelet's WaitForCertificate), so an approval is seen
+        at once rather than at the next poll; a look every POLL seconds where it cannot watch."""
+        try:
+            await asyncio.wait_for(self._next_event(name, resource_version, timeout), timeout + POLL)
+        except asyncio.TimeoutError:
+            return
+        except (ApiError, httpx.HTTPError, ValueError) as exc:
+            log.debug("cannot watch CSR %s (%s); looking again in %.0fs", name, exc, POLL)
+            await asyncio.sleep(min(POLL, timeout))
+
+    async def _next_event(self, name: str, resource_version: str, timeout: float) -> None:
+        events = self.api.watch(path(self.GROUP_VERSION, "certificatesigningrequests"), resource_version,
+                                max(1, int(timeout)), fieldSelector=f"metadata.name={name}")
+        async with contextlib.aclosing(events):  # the stream closed at once, not when collected
+            async for kind, _ in events:
+                if kind != "BOOKMARK":
+                    return

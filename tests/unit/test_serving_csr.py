@@ -10,7 +10,7 @@ import ssl
 import pytest
 
 from services.node_api.serving_csr import SIGNER, CSRDenied, ServingCertificate
-from shared.api.csr import key_and_request, rotation_deadline, validity
+from shared.api.csr import WATCH_MAX, key_and_request, rotation_deadline, validity
 from tests.cluster.pki import PKI
 
 
@@ -22,6 +22,7 @@ class FakeCSRs:
         self.deny = deny
         self.created: list[dict] = []
         self.looks = 0
+        self.waits: list[float] = []
 
     async def create(self, body):
         self.created.append(body)
@@ -36,6 +37,9 @@ class FakeCSRs:
             return {**body, "status": {}}
         pem = self.pki.sign_csr(base64.b64decode(body["spec"]["request"]), 3600)
         return {**body, "status": {"certificate": base64.b64encode(pem).decode()}}
+
+    async def wait_for_change(self, name, resource_version, timeout):
+        self.waits.append(timeout)
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +58,7 @@ async def test_csr_is_issued_stored_and_served(tmp_path):
     assert body["spec"]["signerName"] == SIGNER
     assert body["spec"]["usages"] == ["digital signature", "key encipherment", "server auth"]
     assert cert.ready.is_set() and "valid until" in cert.state
+    assert api.waits and all(0 < w <= WATCH_MAX for w in api.waits), "waited for a change, bounded, between looks"
     assert cert.path.stat().st_mode & 0o777 == 0o600
     # a restart serves the stored certificate without a new CSR
     again = ServingCertificate(api, ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), tmp_path / "pki", "node1", [])
