@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import os
 import re
 import signal
@@ -29,7 +30,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 from bench.agents import Kubelet, Pykubelet
 from bench.cluster import k8s, wait_node_ready
@@ -169,17 +169,6 @@ def _prune_work_dirs(kind: str) -> None:
             print(f"conformance: keeping {old}: {exc}", file=sys.stderr)
 
 
-async def _finish_in_thread(fn: Callable[[], None]) -> None:
-    """fn in a thread; a stop request while it runs waits for it to end (a thread cannot be
-    stopped), so the caller's cleanup finds every process fn started."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn))
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait([task])
-        raise
-
-
 async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, nodes: int,
                     t0: float) -> dict[str, Result]:
     """Every suite in `suites` on one fresh cluster and node of `kind`; a Result per suite."""
@@ -190,10 +179,13 @@ async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, 
     (work / "cp").mkdir()
     agent = None
     results: dict[str, Result] = {}
+    # The control plane starts in a thread of its own; a stop request while it runs waits for it
+    # (a thread cannot be stopped) so that the stop below finds every process it started.
+    starting = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{kind}-control-plane-start")
     try:
         _log(f"{kind}: starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager ...", t0)
-        await _finish_in_thread(cp.start)
-        await _finish_in_thread(cp.start_controllers)
+        await asyncio.wrap_future(starting.submit(cp.start))
+        await asyncio.wrap_future(starting.submit(cp.start_controllers))
         _log(f"{kind}: starting the node ...", t0)
         agent = Pykubelet(work / "node", cp, PYKUBELET_DEFAULTS) if kind == "pykubelet" else Kubelet(work / "node", cp)
         await agent.start()
@@ -232,6 +224,7 @@ async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, 
                 (out / suite / "result.json").write_text(results[suite].to_json())
     finally:
         _log(f"{kind}: stopping (logs of the control plane and node kept in {work}) ...", t0)
+        starting.shutdown(wait=True)
         if agent is not None:
             await agent.stop()
         await asyncio.to_thread(cp.stop)
@@ -282,7 +275,11 @@ def main(argv: list[str] | None = None) -> int:
             break
         out = RESULTS / f"{stamp}-{kind}"
         out.mkdir(parents=True)
-        runs[kind] = asyncio.run(run_agent(kind, out, suites, args.focus, args.nodes, t0))
+        try:
+            runs[kind] = asyncio.run(run_agent(kind, out, suites, args.focus, args.nodes, t0))
+        except KeyboardInterrupt:  # the agent's cluster and node are stopped (run_agent's finally)
+            print(f"conformance: stopped; the {kind} run's results are incomplete", file=sys.stderr)
+            return 130
     complete = True
     for suite in suites:
         results = [runs[k][suite] for k in agents if k in runs and suite in runs[k]]
