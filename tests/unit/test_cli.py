@@ -201,3 +201,13 @@ def test_kubelet_keeps_its_state_where_the_kubelet_does(monkeypatch):
     [settings] = seen
     assert str(settings.root_dir) == "/var/lib/kubelet" and str(settings.cert_dir) == "/var/lib/kubelet/pki"
     assert settings.kubelet.container_runtime_endpoint == "unix:///run/containerd/containerd.sock"
+
+
+def test_up_refuses_a_cni_conf_dir_that_is_relative_climbs_or_has_no_containerd_to_configure(tmp_path):
+    for hostile in ("etc/cni/net.d", "/etc/cni/../../root", "../net.d"):
+        res = run("up", "--root-dir", str(tmp_path / "root"), "--cni-conf-dir", hostile)
+        assert res.returncode == 2 and f"{hostile!r} is not an absolute path without '..'" in res.stderr, res.stderr
+    res = run("up", "--root-dir", str(tmp_path / "root"), "--cni-conf-dir", "/etc/cni/net.d",
+              "--container-runtime-endpoint=unix:///run/containerd/containerd.sock")
+    assert res.returncode == 2 and "--cni-conf-dir sets where the node's own containerd reads" in res.stderr
+    assert not (tmp_path / "root").exists(), "nothing was started or made"
