@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Callable, Coroutine
 
+from services.pod_sync.metrics import POD_WORKER_DURATION
 from services.pod_sync.pleg import PLEG
 from services.pod_sync.runtime_view import list_managed_uids
 from services.pod_sync.syncer import PodSyncer, SyncResult
@@ -38,6 +40,7 @@ class PodSyncManager:
         self.resync_every = resync_every
         self.on_synced = on_synced
         self.workers = PodWorkers(self._sync)
+        self._synced: set[str] = set()  # pods synced since start: a pod's first sync is its "create"
         self.pleg = PLEG(syncer.runtime, pleg_period, self._wake, self._publish_lifecycle)
         for source in sources:
             source.on_change = self._on_source_change
@@ -46,21 +49,33 @@ class PodSyncManager:
     def sources_ready(self) -> bool:
         return all(s.synced.is_set() for s in self.sources)
 
-    async def _sync(self, uid: str) -> SyncResult:
+    async def _sync(self, uid: str, reason: str) -> SyncResult:
+        if uid not in set(self.syncer.desired_uids()):
+            operation = "kill"
+        elif uid not in self._synced:
+            operation = "create"
+        else:
+            operation = reason
+        started = time.monotonic()
         result = await self.syncer.sync(uid)
+        POD_WORKER_DURATION.labels(operation_type=operation).observe(time.monotonic() - started)
+        if result.gone:
+            self._synced.discard(uid)
+        elif operation != "kill":
+            self._synced.add(uid)
         await self.bus.publish(PodRuntimeChanged(uids=[uid]))
         return result
 
     async def _publish_lifecycle(self, events: list[ContainerEvent]) -> None:
         await self.bus.publish(PodLifecycleEvents(events=events))
 
-    def _wake(self, uids: set[str]) -> None:
+    def _wake(self, uids: set[str], reason: str = "update") -> None:
         # Until every source has reported once, a pod missing from desire may only be not yet
         # read, not deleted: leave runtime pods alone (the kubelet's "sources ready").
         if not self.sources_ready:
             return
         for uid in uids:
-            self.workers.update(uid)
+            self.workers.update(uid, reason)
 
     async def _on_source_change(self, uids: set[str]) -> None:
         await self.bus.publish(DesiredPodsChanged(uids=sorted(uids)))
@@ -80,7 +95,7 @@ class PodSyncManager:
 
     async def resync_all(self) -> set[str]:
         uids = set(self.syncer.desired_uids()) | await list_managed_uids(self.syncer.runtime)
-        self._wake(uids)
+        self._wake(uids, "sync")
         return uids
 
     async def run_resync(self) -> None:

@@ -21,3 +21,9 @@ STARTED_CONTAINER_ERRORS = Counter("kubelet_started_containers_errors_total",
 RUNNING_PODS = Gauge("kubelet_running_pods", "Number of pods that have a running pod sandbox")
 RUNNING_CONTAINERS = Gauge("kubelet_running_containers", "Number of containers currently running",
                            ["container_state"])
+
+# operation_type: create (the pod's first sync), update, sync (periodic, a retry) or kill (the
+# pod is no longer wanted), as the kubelet's pod workers say it.
+POD_WORKER_DURATION = Histogram("kubelet_pod_worker_duration_seconds",
+                                "Duration in seconds to sync a single pod. Broken down by operation type: "
+                                "create, update, or sync", ["operation_type"])

@@ -1,4 +1,8 @@
-"""One worker per pod: syncs of a pod never overlap, and a newer request replaces a queued one."""
+"""One worker per pod: syncs of a pod never overlap, and a newer request replaces a queued one.
+
+Each request says why the pod is synced, as the kubelet's pod workers do: "update" (its
+source, a probe, a volume or an eviction changed something) or "sync" (the periodic resync, a
+retry). Requests that fold into one sync keep the strongest reason; the sync is told it."""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from services.pod_sync.syncer import ERROR_RETRY, SyncResult
 
 log = logging.getLogger(__name__)
 
-SyncFn = Callable[[str], Awaitable[SyncResult]]
+SyncFn = Callable[[str, str], Awaitable[SyncResult]]  # (uid, "update" or "sync")
+_STRENGTH = {"sync": 0, "update": 1}
 
 # No single pod sync may hang the worker forever (a stuck runtime call has its own deadline too).
 SYNC_TIMEOUT = 15 * 60.0
@@ -25,11 +30,14 @@ class PodWorkers:
         self._limit = asyncio.Semaphore(max_concurrent)
         self._closed = False
         self._waiters: list[tuple[set[str], asyncio.Event]] = []
+        self._reasons: dict[str, str] = {}
 
-    def update(self, uid: str) -> None:
-        """Ask for a sync of this pod; cheap and idempotent."""
+    def update(self, uid: str, reason: str = "update") -> None:
+        """Ask for a sync of this pod ("update" or "sync"); cheap and idempotent."""
         if self._closed:
             return
+        if _STRENGTH[reason] >= _STRENGTH[self._reasons.get(uid, "sync")]:
+            self._reasons[uid] = reason
         event = self._pending.setdefault(uid, asyncio.Event())
         event.set()
         if uid not in self._tasks:
@@ -46,7 +54,7 @@ class PodWorkers:
 
     def _fire_timer(self, uid: str) -> None:
         self._timers.pop(uid, None)
-        self.update(uid)
+        self.update(uid, "sync")
 
     @property
     def active(self) -> list[str]:
@@ -77,9 +85,10 @@ class PodWorkers:
         try:
             while event.is_set():
                 event.clear()
+                reason = self._reasons.pop(uid, "sync")
                 async with self._limit:
                     try:
-                        result = await asyncio.wait_for(self._sync(uid), SYNC_TIMEOUT)
+                        result = await asyncio.wait_for(self._sync(uid, reason), SYNC_TIMEOUT)
                     except asyncio.CancelledError:
                         raise
                     except Exception:
@@ -96,6 +105,7 @@ class PodWorkers:
             self._tasks.pop(uid, None)
             if not event.is_set():
                 self._pending.pop(uid, None)
+                self._reasons.pop(uid, None)
             elif not self._closed:
                 # An update arrived as we were leaving: serve it.
                 self._tasks[uid] = asyncio.create_task(self._run(uid), name=f"pod-worker:{uid}")
