@@ -31,8 +31,35 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
-def setup_logging(service: str, fmt: str = "text", verbosity: int = 0) -> None:
-    """Send the service's log to stderr in this format; verbosity 4 or more logs DEBUG too."""
+class EarlyRecords(logging.Handler):
+    """What is logged before the configuration that says how to log is read (a deprecated flag's
+    warning): kept, and written by setup_logging in the format the configuration names."""
+
+    LIMIT = 1000  # a service logs a few lines while it reads its configuration
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.records) < self.LIMIT:
+            self.records.append(record)
+
+
+def hold_early_logs() -> EarlyRecords:
+    """Keep what is logged from now until setup_logging."""
+    early = EarlyRecords()
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(early)
+    root.setLevel(logging.INFO)
+    return early
+
+
+def setup_logging(service: str, fmt: str = "text", verbosity: int = 0, early: EarlyRecords | None = None) -> None:
+    """Send the service's log to stderr in this format; verbosity 4 or more logs DEBUG too.
+    early: what was logged before, written first in this format."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JSONFormatter(service))
@@ -45,3 +72,5 @@ def setup_logging(service: str, fmt: str = "text", verbosity: int = 0) -> None:
     root.setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)
     for noisy in ("uvicorn.access", "nats", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    for record in early.records if early else ():
+        handler.handle(record)

@@ -22,7 +22,7 @@ from shared.model.redact import secret_values
 from shared.model.version import version_line
 from shared.process.admin import AdminApp, Check, admin_port
 from shared.process.admin_token import ensure_token
-from shared.process.log_format import setup_logging
+from shared.process.log_format import hold_early_logs, setup_logging
 from shared.process.loop_watchdog import watching
 from shared.process.sd_notify import notify
 from shared.store import DesiredPod, Store
@@ -265,13 +265,14 @@ def service_main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
     if args.kf_version:
         print(version_line())
         return 0
-    setup_logging(name)
+    early = hold_early_logs()
     try:
         settings = settings_from_args(args)
     except ConfigError as exc:
+        setup_logging(name, early=early)
         print(f"pykubelet {name}: {exc}", file=sys.stderr)
         return 2
-    setup_logging(name, settings.kubelet.logging.format, settings.kubelet.logging.verbosity)
+    setup_logging(name, settings.kubelet.logging.format, settings.kubelet.logging.verbosity, early)
     try:
         # Every service's loop, forked by `pykubelet up` or exec'd, runs here: the tests' watchdog
         # for blocking callbacks (PYKUBELET_LOOP_WATCHDOG) starts here too.

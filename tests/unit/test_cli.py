@@ -114,7 +114,9 @@ def test_logging_format_json_makes_every_service_line_a_json_object(tmp_path):
     cfg = tmp_path / "k.yaml"
     cfg.write_text("logging:\n  format: json\n  verbosity: 2\n")
     proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", "probe", "--config", str(cfg),
-                             "--root-dir", str(tmp_path / "root"), "--nats-url", "nats://127.0.0.1:1"],
+                             "--root-dir", str(tmp_path / "root"), "--nats-url", "nats://127.0.0.1:1",
+                             # deprecated: warned about before the configuration is read
+                             "--pod-manifest-path", str(tmp_path / "manifests")],
                             stderr=subprocess.PIPE, text=True, cwd=REPO)
     import threading
 
@@ -131,6 +133,8 @@ def test_logging_format_json_makes_every_service_line_a_json_object(tmp_path):
         proc.kill()
         proc.wait(timeout=30)
     assert lines and "event bus error" in lines[-1]["msg"], f"no complaint about the bus in 30s: {lines}"
+    assert any(r["msg"].startswith("Flag --pod-manifest-path has been deprecated") and r["level"] == "warning"
+               for r in lines), lines
     record = lines[-1]
     assert record["level"] == "warning" and record["service"] == "probe" and record["logger"] == "shared.bus.client"
     assert isinstance(record["ts"], float) and record["caller"].startswith("client.py:")
