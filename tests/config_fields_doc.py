@@ -21,36 +21,36 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "address": ("effect", "tests/integration/test_services.py::test_the_kubelet_api_listens_where_address_and_read_only_port_say"),
     "port": ("effect", "tests/cluster/test_node_api.py::test_no_credentials_is_401"),
     "readOnlyPort": ("effect", "tests/integration/test_services.py::test_the_kubelet_api_listens_where_address_and_read_only_port_say"),
-    "tlsCertFile": ("effect", "tests/unit/test_kubelet_api_tls.py::test_tls_cert_and_key_files_are_the_certificate_clients_see"),
-    "tlsPrivateKeyFile": ("effect", "tests/unit/test_kubelet_api_tls.py::test_tls_cert_and_key_files_are_the_certificate_clients_see"),
-    "tlsCipherSuites": ("effect", "tests/unit/test_kubelet_api_tls.py::test_tls_cipher_suites_are_the_only_tls12_suites_offered"),
-    "tlsMinVersion": ("effect", "tests/unit/test_kubelet_api_tls.py::test_tls_min_version_refuses_an_older_client"),
-    "authentication": ("effect", "tests/unit/test_node_api_server.py::test_x509_client_certificate_is_the_user"),
+    "tlsCertFile": ("effect", "tests/security/test_kubelet_api_tls.py::test_the_kubelet_api_shows_the_tls_cert_file_and_speaks_tls13_only"),
+    "tlsPrivateKeyFile": ("effect", "tests/security/test_kubelet_api_tls.py::test_the_kubelet_api_shows_the_tls_cert_file_and_speaks_tls13_only"),
+    "tlsCipherSuites": ("effect", "tests/cluster/test_node_api.py::test_tls12_clients_get_only_the_configured_cipher_suites"),
+    "tlsMinVersion": ("effect", "tests/security/test_kubelet_api_tls.py::test_the_kubelet_api_shows_the_tls_cert_file_and_speaks_tls13_only"),
+    "authentication": ("effect", "tests/cluster/test_node_api.py::test_rbac_decides_per_subresource"),
     "authorization": ("effect", "tests/cluster/test_node_api.py::test_rbac_decides_per_subresource"),
-    "enableDebuggingHandlers": ("effect", "tests/unit/test_kubelet_api.py::test_debugging_handlers_off_removes_logs_and_streams"),
-    "streamingConnectionIdleTimeout": ("direct", "tests/unit/test_node_api_server.py::test_a_stream_nothing_moves_on_is_closed_after_streaming_connection_idle_timeout"),
+    "enableDebuggingHandlers": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_kubelet_api_has_no_debugging_handlers"),
+    "streamingConnectionIdleTimeout": ("effect", "tests/cluster/test_node_api.py::test_a_stream_that_carries_nothing_is_closed_after_the_idle_timeout"),
     "staticPodPath": ("effect", "tests/integration/test_static_pods.py::test_web_pod_answers_http_at_its_ip"),
-    "podLogsDir": ("effect", "tests/unit/test_syncer.py::test_new_pod_gets_sandbox_and_containers"),
+    "podLogsDir": ("effect", "tests/integration/test_lifecycle.py::test_container_logs_are_rotated"),
     "podCIDR": ("effect", "tests/integration/test_services.py::test_network_service_wrote_cni_config_and_reports_ready"),
-    "clusterDNS": ("effect", "tests/unit/test_pod_isolation.py::test_dns_cluster_first_plus_dns_config"),
-    "clusterDomain": ("effect", "tests/unit/test_pod_isolation.py::test_dns_cluster_first_plus_dns_config"),
+    "clusterDNS": ("effect", "tests/security/test_pod_isolation.py::test_a_cluster_first_pod_gets_the_cluster_dns_and_domain"),
+    "clusterDomain": ("effect", "tests/security/test_pod_isolation.py::test_a_cluster_first_pod_gets_the_cluster_dns_and_domain"),
     "containerRuntimeEndpoint": ("effect", "tests/integration/test_static_pods.py::test_web_pod_answers_http_at_its_ip"),
-    "syncFrequency": ("effect", "tests/unit/test_periods.py::test_sync_frequency_is_the_wait_between_full_resyncs"),
+    "syncFrequency": ("effect", "tests/cpu_manager/test_node_settings.py::test_running_pods_are_synced_every_sync_frequency"),
     "cpuManagerPolicy": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "reservedSystemCPUs": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "cpuManagerReconcilePeriod": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
-    "topologyManagerPolicy": ("effect", "tests/unit/test_cpu_manager.py::test_the_numa_policies_start_on_a_single_numa_host_and_are_refused_on_more"),
-    "topologyManagerScope": ("effect", "tests/unit/test_cpu_manager.py::test_the_numa_policies_start_on_a_single_numa_host_and_are_refused_on_more"),
-    "memoryManagerPolicy": ("effect", "tests/unit/test_cpu_manager.py::test_the_static_memory_policy_pins_guaranteed_containers_memory"),
-    "reservedMemory": ("effect", "tests/unit/test_cpu_manager.py::test_reserved_memory_must_be_the_nodes_memory_reservation"),
+    "topologyManagerPolicy": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
+    "topologyManagerScope": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
+    "memoryManagerPolicy": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
+    "reservedMemory": ("effect", "tests/integration/test_start_refusals.py::test_reserved_memory_must_be_the_nodes_memory_reservation"),
     "featureGates": ("parse", "tests/unit/test_config_fields.py::test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_by_name"),
     "healthzPort": ("effect", "tests/integration/test_services.py::test_healthz_is_ok_while_every_service_is_alive"),
     "healthzBindAddress": ("effect", "tests/integration/test_services.py::test_healthz_is_ok_while_every_service_is_alive"),
     "staticPodURL": ("effect", "tests/integration/test_static_pods.py::test_pods_from_the_manifest_url_run_and_go_with_it"),
-    "staticPodURLHeader": ("effect", "tests/unit/test_url_source.py::test_a_pod_at_the_url_is_a_static_pod_of_the_node"),
-    "httpCheckFrequency": ("effect", "tests/unit/test_url_source.py::test_http_check_frequency_is_how_often_the_url_is_fetched"),
-    "fileCheckFrequency": ("effect", "tests/unit/test_periods.py::test_file_check_frequency_finds_a_manifest_no_event_announced"),
-    "maxPods": ("direct", "tests/unit/test_admission.py::test_out_of_pods"),
+    "staticPodURLHeader": ("effect", "tests/integration/test_static_pods.py::test_pods_from_the_manifest_url_run_and_go_with_it"),
+    "httpCheckFrequency": ("effect", "tests/integration/test_static_pods.py::test_pods_from_the_manifest_url_run_and_go_with_it"),
+    "fileCheckFrequency": ("effect", "tests/cpu_manager/test_node_settings.py::test_a_manifest_no_directory_event_announces_is_found_within_file_check_frequency"),
+    "maxPods": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "cgroupDriver": ("effect", "tests/vm/test_production_host.py::test_pod_limits_land_in_the_pod_and_container_cgroups"),
     "shutdownGracePeriod": ("effect", "tests/vm/test_production_host.py::test_poweroff_waits_for_the_pods_to_stop_the_critical_ones_last"),
     "shutdownGracePeriodCriticalPods": ("effect", "tests/vm/test_production_host.py::test_poweroff_waits_for_the_pods_to_stop_the_critical_ones_last"),
@@ -60,15 +60,15 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "registerWithTaints": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "providerID": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "seccompDefault": ("effect", "tests/security/test_pod_isolation.py::test_namespaces_sysctls_seccomp_and_dns_reach_the_containers"),
-    "logging": ("effect", "tests/unit/test_cli.py::test_logging_format_json_makes_every_service_line_a_json_object"),
-    "containerLogMonitorInterval": ("effect", "tests/unit/test_log_rotation.py::test_container_log_monitor_interval_is_the_wait_between_checks"),
+    "logging": ("effect", "tests/cpu_manager/test_node_settings.py::test_every_service_logs_json_lines"),
+    "containerLogMonitorInterval": ("effect", "tests/integration/test_lifecycle.py::test_container_logs_are_rotated"),
     "containerLogMaxWorkers": ("effect", "tests/unit/test_log_rotation.py::test_container_log_max_workers_rotates_that_many_at_once"),
     "imageMaximumGCAge": ("effect", "tests/unit/test_pod_sync_eviction.py::test_image_maximum_gc_age_removes_images_unused_that_long_whatever_the_disk"),
     "resolvConf": ("effect", "tests/integration/test_static_pods.py::test_pods_get_the_resolv_conf_the_config_names"),
     "memorySwap": ("effect", "tests/vm/test_production_host.py::test_containers_swap_as_memory_swap_says"),
-    "failSwapOn": ("effect", "tests/unit/test_host_checks.py::test_swap_on_stops_the_start_unless_fail_swap_on_is_false"),
-    "protectKernelDefaults": ("effect", "tests/unit/test_host_checks.py::test_protect_kernel_defaults_names_each_tunable_that_differs"),
-    "failCgroupV1": ("effect", "tests/unit/test_host_checks.py::test_fail_cgroup_v1_stops_the_start_on_a_cgroup_v1_host"),
+    "failSwapOn": ("effect", "tests/integration/test_start_refusals.py::test_swap_on_refuses_the_start_unless_fail_swap_on_is_false"),
+    "protectKernelDefaults": ("effect", "tests/integration/test_start_refusals.py::test_protect_kernel_defaults_names_each_tunable_that_differs"),
+    "failCgroupV1": ("effect", "tests/integration/test_start_refusals.py::test_fail_cgroup_v1_refuses_the_start_on_this_cgroup_v1_host"),
     "runtimeRequestTimeout": ("effect", "tests/unit/test_cri_timeout.py::test_a_call_the_runtime_does_not_answer_fails_after_runtime_request_timeout"),
     "serializeImagePulls": ("effect", "tests/unit/test_image_pulls.py::test_pulls_at_once_follow_the_config"),
     "maxParallelImagePulls": ("effect", "tests/unit/test_image_pulls.py::test_pulls_at_once_follow_the_config"),
@@ -92,13 +92,13 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "evictionMaxPodGracePeriod": ("effect", "tests/unit/test_eviction.py::test_soft_threshold_waits_its_grace_period_and_caps_the_pod_grace"),
     "evictionMinimumReclaim": ("effect", "tests/unit/test_eviction.py::test_minimum_reclaim_keeps_the_threshold_until_enough_is_back"),
     "evictionPressureTransitionPeriod": ("effect", "tests/unit/test_eviction.py::test_hard_memory_threshold_evicts_the_hog_and_holds_the_condition"),
-    "kubeReserved": ("effect", "tests/unit/test_pod_sync_eviction.py::test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds"),
-    "systemReserved": ("effect", "tests/unit/test_pod_sync_eviction.py::test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds"),
+    "kubeReserved": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
+    "systemReserved": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "enforceNodeAllocatable": ("effect", "tests/integration/test_services.py::test_enforce_node_allocatable_caps_the_pods_cgroup"),
     "imageGCHighThresholdPercent": ("direct", "tests/unit/test_pod_sync_eviction.py::test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_used_first"),
     "imageGCLowThresholdPercent": ("direct", "tests/unit/test_pod_sync_eviction.py::test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_used_first"),
     "imageMinimumGCAge": ("effect", "tests/eviction/test_pressure.py::test_disk_pressure_collects_unused_images_first_then_evicts"),
-    "allowedUnsafeSysctls": ("direct", "tests/unit/test_pod_isolation.py::test_sysctls_safe_allowed_unsafe_and_host_namespaces"),
+    "allowedUnsafeSysctls": ("effect", "tests/security/test_pod_isolation.py::test_an_unsafe_sysctl_the_node_allows_is_set"),
 }
 REFUSED_TEST = "tests/unit/test_config_fields.py::test_a_refused_field_at_another_value_stops_the_start_naming_it"
 _KIND = {"effect": "effect", "direct": "effect (value given to the component)", "parse": "validation only",
@@ -108,6 +108,23 @@ _KIND = {"effect": "effect", "direct": "effect (value given to the component)", 
 def implemented() -> dict[str, object]:
     return {f.alias or name: f.default for name, f in KubeletConfiguration.model_fields.items()
             if (f.alias or name) not in ("apiVersion", "kind")}
+
+
+def _where(test: str | None) -> str:
+    """Unit tests run the code with fakes of the runtime, the bus and the host; every other
+    package runs real nodes."""
+    if not test:
+        return ""
+    return " in a unit test (fakes)" if test.startswith("tests/unit/") else " on a running node"
+
+
+def _coverage(impl: dict[str, object]) -> list[str]:
+    names = [n for n in FIELDS if n in impl]
+    live = [n for n in names if _where(TESTS.get(n, ("none", None))[1]) == " on a running node"]
+    unit = sorted(set(names) - set(live), key=str.lower)
+    return [f"{len(live)} of the {len(names)} implemented fields have their effect observed on a running node; "
+            + (f"the effect of {len(unit)} ({', '.join(f'`{n}`' for n in unit)}) is observed in unit tests only."
+               if unit else "every one is.")]
 
 
 def render() -> str:
@@ -121,11 +138,12 @@ def render() -> str:
            "",
            "Generated by `python -m tests.config_fields_doc` from `shared/config/settings.py` and "
            "`shared/config/refused.py`.", "",
+           *_coverage(impl), "",
            "| field | state | kubelet default | pykubelet | test |", "|---|---|---|---|---|"]
     for name in sorted(FIELDS, key=str.lower):
         if name in impl:
             kind, test = TESTS.get(name, ("none", None))
-            out.append(f"| `{name}` | implemented | | | {_KIND[kind]}{f': `{test}`' if test else ''} |")
+            out.append(f"| `{name}` | implemented | | | {_KIND[kind]}{_where(test)}{f': `{test}`' if test else ''} |")
         else:
             r = REFUSED[name]
             default = "unset" if r.default is None else f"`{shown(r.default)}`"

@@ -69,10 +69,18 @@ LEASE_SECONDS, STATUS_REPORT_EVERY = 20, 20
 REGISTRATION = f"nodeLeaseDurationSeconds: {LEASE_SECONDS}\nnodeStatusReportFrequency: {STATUS_REPORT_EVERY}s\n"
 # The rest as the kubelet's flags, as a seed's command line gives them.
 NODE_LABELS = {"pykubelet.io/pool": "cluster", "node.kubernetes.io/exclude-from-external-load-balancers": ""}
-SYSTEM_RESERVED_CPU_M = 100
+SYSTEM_RESERVED_CPU_M, KUBE_RESERVED_MEMORY_MI, MAX_PODS = 100, 64, 60
 SEED_FLAGS = [f"--provider-id={PROVIDER_ID}", f"--register-with-taints={TAINT['key']}={TAINT['value']}:{TAINT['effect']}",
               "--node-labels=" + ",".join(f"{k}={v}" for k, v in NODE_LABELS.items()),
-              f"--system-reserved=cpu={SYSTEM_RESERVED_CPU_M}m"]
+              f"--system-reserved=cpu={SYSTEM_RESERVED_CPU_M}m", f"--kube-reserved=memory={KUBE_RESERVED_MEMORY_MI}Mi",
+              f"--max-pods={MAX_PODS}"]
+# The kubelet API's TLS 1.2 suites (TLS 1.3, which the API server speaks, has its own), and how
+# long an exec, attach or port-forward stream may carry nothing before the node closes it (the
+# kubelet's default is 4 h).
+TLS12_SUITES = ["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"]
+STREAM_IDLE_SECONDS = 15
+KUBELET_API = (f"tlsCipherSuites: [{', '.join(TLS12_SUITES)}]\n"
+               f"streamingConnectionIdleTimeout: {STREAM_IDLE_SECONDS}s\n")
 
 
 @pytest.fixture(scope="package")
@@ -94,7 +102,7 @@ def cluster(tmp_path_factory):
         # a test's expected output must fit in one (the rotation test writes fast enough).
         node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig), *SEED_FLAGS],
                            extra_config=f"serverTLSBootstrap: true\nauthentication:\n  x509:\n"
-                                        f"    clientCAFile: {cp.ca}\n{REGISTRATION}", log_max_size=CLUSTER_LOG_MAX_SIZE)
+                                        f"    clientCAFile: {cp.ca}\n{REGISTRATION}{KUBELET_API}", log_max_size=CLUSTER_LOG_MAX_SIZE)
         c = Cluster(cp, node, signer)
         wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
         # The kubelet API listens once its serving certificate is issued (the CSR above), which

@@ -9,7 +9,9 @@ from services.node_api import serving_csr
 from services.pod_sync import api_source as pod_sync_api
 from services.volume import manager as volume_manager
 from tests.cluster.conftest import (
+    KUBE_RESERVED_MEMORY_MI,
     LEASE_SECONDS,
+    MAX_PODS,
     NODE_LABELS,
     PROVIDER_ID,
     STATUS_REPORT_EVERY,
@@ -32,7 +34,7 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
     assert NODE_LABELS.items() <= labels.items(), labels  # --node-labels
     status = node["status"]
     assert set(status["capacity"]) >= {"cpu", "memory", "pods", "ephemeral-storage"}
-    assert status["capacity"]["pods"] == "110"
+    assert status["capacity"]["pods"] == str(MAX_PODS)  # --max-pods (the kubelet's default: 110)
     info = status["nodeInfo"]
     assert info["containerRuntimeVersion"].startswith("containerd://")
     assert info["bootID"] and info["kernelVersion"] and info["osImage"]
@@ -45,6 +47,10 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
     # --system-reserved: allocatable CPU is capacity less the reservation.
     capacity_m = int(status["capacity"]["cpu"]) * 1000
     assert status["allocatable"]["cpu"] == f"{capacity_m - SYSTEM_RESERVED_CPU_M}m", status["allocatable"]
+    # --kube-reserved: allocatable memory is capacity less it and evictionHard's memory.available
+    # (the kubelet's default, 100Mi).
+    capacity_ki = int(status["capacity"]["memory"].removesuffix("Ki"))
+    assert status["allocatable"]["memory"] == f"{capacity_ki - (KUBE_RESERVED_MEMORY_MI + 100) * 1024}Ki", status
     types = {a["type"] for a in status["addresses"]}
     assert types == {"InternalIP", "Hostname"}
     conds = {c["type"]: c for c in status["conditions"]}

@@ -4,7 +4,9 @@ called directly."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import socket
 import ssl
@@ -20,6 +22,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.cluster.conftest import STREAM_IDLE_SECONDS, TLS12_SUITES
 from tests.cluster.harness import KUBE_BIN
 from tests.integration.conftest import NODE_NAME, free_port, wait_for
 
@@ -204,6 +207,62 @@ def test_port_forward_carries_parallel_connections(cluster):
             proc.wait(10)
     finally:
         cluster.kubectl("delete", "pod", "fwd", "--wait=false", check=False)
+
+
+def test_a_stream_that_carries_nothing_is_closed_after_the_idle_timeout(cluster, talker):
+    """streamingConnectionIdleTimeout (tests/cluster/conftest.py): an exec stream of `cat` that
+    is never sent a byte is closed by the node once nothing moved for that long. Straight to the
+    kubelet API: the API server pings every stream it proxies every 5 s, which keeps `kubectl
+    exec` open on the kubelet as on pykubelet."""
+    admin = cluster.cp.kubelet_client
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # who answers is not the point here
+    ctx.load_cert_chain(str(admin.cert), str(admin.key))
+    key = base64.b64encode(os.urandom(16)).decode()
+    head = ("GET /exec/default/talker/main?command=cat&input=1&output=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", cluster.node.kubelet_port), timeout=30) as raw_sock:
+        with ctx.wrap_socket(raw_sock) as tls:
+            tls.sendall(head.encode())
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = tls.recv(4096)
+                assert chunk, f"closed before the upgrade: {answer!r}"
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 101"), answer[:300]
+            tls.settimeout(STREAM_IDLE_SECONDS * 4 + 30)
+            start = time.monotonic()
+            try:
+                while tls.recv(4096):
+                    pass
+            except TimeoutError:
+                pytest.fail(f"an idle exec stream was still open after {time.monotonic() - start:.0f}s")
+            took = time.monotonic() - start
+    assert STREAM_IDLE_SECONDS - 1 <= took <= STREAM_IDLE_SECONDS * 4 + 30, took
+
+
+def tls12_handshake(cluster, ciphers: str) -> str:
+    """A TLS 1.2 handshake with the node's kubelet API offering only these OpenSSL suites: the
+    suite agreed."""
+    ctx = ssl.create_default_context(cafile=str(cluster.cp.ca))
+    ctx.check_hostname = False  # the certificate is the node's; the suites are the point here
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(ciphers)
+    with socket.create_connection(("127.0.0.1", cluster.node.kubelet_port), timeout=10) as raw_sock:
+        with ctx.wrap_socket(raw_sock) as tls:
+            return tls.cipher()[0]
+
+
+def test_tls12_clients_get_only_the_configured_cipher_suites(cluster):
+    """tlsCipherSuites (tests/cluster/conftest.py) names the AES-256 GCM suites: a TLS 1.2 client
+    offering only AES-128 ones is refused, one offering an AES-256 one gets it."""
+    assert TLS12_SUITES == ["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"]
+    agreed = tls12_handshake(cluster, "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384")
+    assert agreed in ("ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384")
+    with pytest.raises(ssl.SSLError):
+        tls12_handshake(cluster, "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                                 "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305")
 
 
 # -- the node proxy endpoints -------------------------------------------------------------------------

@@ -35,7 +35,7 @@ NODE_NAME = "testnode"
 POD_CIDR = "10.88.0.0/24"
 START_TIMEOUT = 180
 CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX = 1, 4
-LOG_MAX_SIZE, LOG_MAX_FILES = 4096, 3
+LOG_MAX_SIZE, LOG_MAX_FILES, LOG_MONITOR_EVERY = 4096, 3, 3
 # Every pod's processes at most, as production nodes set it (a fork bomb stays in its pod).
 POD_PIDS_LIMIT = 1024
 # The search domain of the node's resolvConf file: the host's resolver plus this, so a pod shows
@@ -49,7 +49,7 @@ crashLoopBackOff:
   initialContainerRestartPeriod: {CRASH_BACKOFF_INITIAL}s
   maxContainerRestartPeriod: {CRASH_BACKOFF_MAX}s
 containerLogMaxFiles: {LOG_MAX_FILES}
-containerLogMonitorInterval: 3s
+containerLogMonitorInterval: {LOG_MONITOR_EVERY}s
 volumeStatsAggPeriod: 2s
 podPidsLimit: {POD_PIDS_LIMIT}
 """

@@ -1,9 +1,10 @@
 """An HTTP server for a node's staticPodURL: it answers GET /pods.yaml with what a test wrote
-to its file (an empty file: no pods), and records the headers each request came with."""
+to its file (an empty file: no pods), and records the headers and the time of each request."""
 
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -13,11 +14,13 @@ class ManifestServer:
         self.file = file
         self.file.write_text("")
         self.headers: list[dict[str, str]] = []
+        self.times: list[float] = []  # time.monotonic() of each request
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 server.headers.append(dict(self.headers.items()))
+                server.times.append(time.monotonic())
                 body = server.file.read_bytes() if self.path == "/pods.yaml" else b""
                 self.send_response(200 if self.path == "/pods.yaml" else 404)
                 self.send_header("Content-Length", str(len(body)))

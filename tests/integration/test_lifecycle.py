@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 
-from tests.integration.conftest import CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, LOG_MAX_FILES, LOG_MAX_SIZE, wait_for
+from tests.integration.conftest import (
+    CRASH_BACKOFF_INITIAL,
+    CRASH_BACKOFF_MAX,
+    LOG_MAX_FILES,
+    LOG_MAX_SIZE,
+    LOG_MONITOR_EVERY,
+    wait_for,
+)
 
 RUNNING, EXITED = 1, 2
 
@@ -269,6 +278,20 @@ def test_container_logs_are_rotated(pods):
     assert (log_dir / "0.log").exists()
     assert (log_dir / "0.log").stat().st_size < LOG_MAX_SIZE * 20
     assert pods.cli("logs", "chatty", "--tail", "1").stdout.startswith("line ")
+    # In the node's podLogsDir (--pod-logs-dir), not the kubelet's default /var/log/pods.
+    assert not list(Path("/var/log/pods").glob(f"*_{pod['uid']}"))
+    # Looked at every containerLogMonitorInterval (3 s here; the kubelet's default is 10 s): the
+    # rotated files' time stamps (UTC, to the second) are that far apart.
+    stamps: set[datetime] = set()
+
+    def three_stamps() -> bool:
+        stamps.update(datetime.strptime(p.name.split(".")[2], "%Y%m%d-%H%M%S")
+                      for p in log_dir.glob("0.log.*") if not p.name.endswith(".tmp"))
+        return len(stamps) >= 3
+    wait_for(three_stamps, LOG_MONITOR_EVERY * 4 + 10, "three rotations", interval=0.2)
+    ordered = sorted(stamps)
+    gaps = [(b - a).total_seconds() for a, b in pairwise(ordered)]
+    assert all(LOG_MONITOR_EVERY - 1 <= g <= LOG_MONITOR_EVERY * 2 + 1 for g in gaps), gaps
 
 
 def test_dead_sandbox_is_recreated_with_all_containers(pods):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import httpx
 
-from tests.integration.conftest import MANIFEST_URL_HEADER, NODE_NAME, RESOLV_SEARCH, wait_for
+from tests.integration.conftest import HTTP_CHECK_EVERY, MANIFEST_URL_HEADER, NODE_NAME, RESOLV_SEARCH, wait_for
 
 
 def web_manifest(node, name="web", extra_env=""):
@@ -167,6 +169,11 @@ def test_pods_from_the_manifest_url_run_and_go_with_it(pods):
         assert httpx.get(f"http://{pod['podIP']}/", timeout=5).status_code == 200
         name, _, value = MANIFEST_URL_HEADER.partition(":")
         assert served.headers[-1].get(name) == value
+        # Fetched every --http-check-frequency (2 s; the kubelet's default is 20 s).
+        since = len(served.times)
+        wait_for(lambda: len(served.times) >= since + 4, HTTP_CHECK_EVERY * 4 + 10, "four more fetches of the URL")
+        gaps = [b - a for a, b in pairwise(served.times[since:])]
+        assert all(HTTP_CHECK_EVERY * 0.5 < g < HTTP_CHECK_EVERY * 3 for g in gaps), gaps
         served.serve("kind: [")  # broken: reported for the URL, the pod stays
         _, errors = pods.wait_manifest_errors(1, 20)
         assert "not valid YAML" in errors["pods.yaml"]

@@ -19,7 +19,7 @@ import pytest
 
 from shared.host.mounts import is_mount_point
 from tests.cluster.pki import PKI, CertPair
-from tests.integration.conftest import Node, launch_node, pods, stop_node, wait_for  # noqa: F401
+from tests.integration.conftest import NODE_NAME, Node, launch_node, pods, stop_node, wait_for  # noqa: F401
 from tests.integration.event_loops import assert_loops_never_blocked
 
 
@@ -68,6 +68,9 @@ def canary():
 
 # -- the node under attack -----------------------------------------------------------------------
 
+ALLOWED_UNSAFE_SYSCTL = "kernel.msgmax"
+CLUSTER_DNS, CLUSTER_DOMAIN = "192.0.2.10", "cluster.test"
+
 @dataclass
 class SecureNode:
     """The package's node and a client certificate its kubelet API accepts (x509 authentication
@@ -75,19 +78,28 @@ class SecureNode:
 
     node: Node
     client: CertPair
+    ca: Path  # the CA of the tests' PKI, which issued the client and the node's serving certificate
+    serving: CertPair  # the node's tlsCertFile and tlsPrivateKeyFile
 
 
 @pytest.fixture(scope="package")
 def secure_node(tmp_path_factory) -> SecureNode:
     pki = PKI(tmp_path_factory.mktemp("security-pki"))
     client = pki.issue("client", "security-tester", ["system:masters"])
+    serving = pki.issue("serving", NODE_NAME, server=True, ips=["127.0.0.1"])
     n = launch_node(tmp_path_factory.mktemp("security-node"), extra_config=(
         "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
         f"  x509:\n    clientCAFile: {pki.ca.cert}\nauthorization:\n  mode: AlwaysAllow\n"
         # As production nodes are set: a container naming no seccomp profile gets RuntimeDefault.
-        "seccompDefault: true\n"))
+        "seccompDefault: true\n"
+        # The kubelet API with a certificate of the cluster's CA, and TLS 1.3 only.
+        f"tlsCertFile: {serving.cert}\ntlsPrivateKeyFile: {serving.key}\ntlsMinVersion: VersionTLS13\n"
+        # An unsafe sysctl the node allows (tests/security/test_pod_isolation.py), and the
+        # cluster's DNS service a ClusterFirst pod is given.
+        f"allowedUnsafeSysctls: [\"{ALLOWED_UNSAFE_SYSCTL}\"]\n"
+        f"clusterDNS: [\"{CLUSTER_DNS}\"]\nclusterDomain: {CLUSTER_DOMAIN}\n"))
     try:
-        yield SecureNode(n, client)
+        yield SecureNode(n, client, pki.ca.cert, serving)
     finally:
         stop_node(n)
     assert_loops_never_blocked(n.root)
@@ -103,9 +115,7 @@ def node(secure_node: SecureNode) -> Node:
 def kubelet_api(sn: SecureNode, path: str, timeout: float = 5, cert: bool = True) -> tuple[int, bytes, float]:
     """GET path on the node's kubelet API, with the client certificate unless cert is False:
     (status, body, seconds it took)."""
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE  # the node's self-signed serving certificate
+    ctx = ssl.create_default_context(cafile=str(sn.ca))  # the node's serving certificate is the CA's
     if cert:
         ctx.load_cert_chain(str(sn.client.cert), str(sn.client.key))
     start = time.monotonic()

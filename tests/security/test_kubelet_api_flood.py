@@ -41,7 +41,7 @@ def enough_file_descriptors():
 def _client_context() -> ssl.SSLContext:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE  # the node's self-signed serving certificate
+    ctx.verify_mode = ssl.CERT_NONE  # a flood does not care whose certificate the node shows
     return ctx
 
 

@@ -4,8 +4,10 @@ runAsNonRoot, and a pod whose sysctl the node will not set refused as the kubele
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import RESOLV_SEARCH, wait_for
+from tests.security.conftest import ALLOWED_UNSAFE_SYSCTL, CLUSTER_DNS, CLUSTER_DOMAIN
 
 
 def sh(node, name, script, **extra):
@@ -48,6 +50,32 @@ def test_namespaces_sysctls_seccomp_and_dns_reach_the_containers(pods):
     # No profile named: the node's seccompDefault (tests/security/conftest.py) makes it RuntimeDefault.
     assert "Seccomp:\t2" in host.replace(" ", "\t"), host
     assert "Seccomp:\t0" in logs(pods, "unconfined", "u").replace(" ", "\t"), "Unconfined, as the pod asked"
+
+
+def test_an_unsafe_sysctl_the_node_allows_is_set(pods):
+    """allowedUnsafeSysctls (tests/security/conftest.py) lets a pod set kernel.msgmax, an
+    unsafe sysctl of the pod's IPC namespace; the host's value stays."""
+    host = Path("/proc/sys/kernel/msgmax").read_text().strip()
+    want = "12345" if host != "12345" else "23456"
+    pods.write_pod("tuned-ipc", {"securityContext": {"sysctls": [{"name": ALLOWED_UNSAFE_SYSCTL, "value": want}]},
+                                 "containers": [sh(pods, "app", "cat /proc/sys/kernel/msgmax; sleep 3600")]})
+    pods.wait_running("tuned-ipc")
+    assert logs(pods, "tuned-ipc", "app") == want
+    assert Path("/proc/sys/kernel/msgmax").read_text().strip() == host
+
+
+def test_a_cluster_first_pod_gets_the_cluster_dns_and_domain(pods):
+    """clusterDNS and clusterDomain (tests/security/conftest.py): a pod of dnsPolicy ClusterFirst
+    (the default) asks the cluster's DNS service and searches its namespace's domains first,
+    then the node's (its resolvConf), with ndots 5."""
+    pods.write_pod("cluster-dns", {"containers": [sh(pods, "app", "cat /etc/resolv.conf; sleep 3600")]})
+    pods.wait_running("cluster-dns")
+    conf = wait_for(lambda: (o := logs(pods, "cluster-dns", "app")) and "options" in o and o, 20, "the resolv.conf")
+    lines = [line.split() for line in conf.splitlines() if line.strip()]
+    assert ["nameserver", CLUSTER_DNS] in lines and [line for line in lines if line[0] == "nameserver"] == [
+        ["nameserver", CLUSTER_DNS]], conf
+    assert ["search", f"default.svc.{CLUSTER_DOMAIN}", f"svc.{CLUSTER_DOMAIN}", CLUSTER_DOMAIN, RESOLV_SEARCH] in lines, conf
+    assert ["options", "ndots:5"] in lines, conf
 
 
 def test_a_pod_with_a_forbidden_sysctl_is_refused(pods):

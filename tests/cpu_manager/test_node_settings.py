@@ -1,0 +1,113 @@
+"""Settings of this package's node (tests/cpu_manager/conftest.py) observed on it: service logs
+as JSON (logging.format), the kubelet API without its debugging handlers
+(enableDebuggingHandlers false), a manifest no directory event announces found within
+fileCheckFrequency, and every running pod synced every syncFrequency."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from shared.process.admin import SERVICES
+from tests.cpu_manager.conftest import FILE_CHECK_EVERY, SYNC_EVERY, SettingsNode
+
+
+def sleeper(node, name: str, **labels) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+            "spec": {"terminationGracePeriodSeconds": 2, "containers": [
+                {"name": "app", "image": node.image("busybox"), "command": ["sleep", "3600"]}]}}
+
+
+def test_every_service_logs_json_lines(settings_node: SettingsNode):
+    """logging.format json: each line of each service's log is one JSON object naming the
+    service, with the kubelet's keys."""
+    logs = settings_node.node.root / "logs"
+    for service in SERVICES:
+        lines = (logs / f"{service}.log").read_text().splitlines()
+        assert lines, f"{service} logged nothing"
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                raise AssertionError(f"{service}.log has a line that is not JSON: {line[:300]}") from None
+            assert record["service"] == service and {"ts", "caller", "msg", "logger"} <= record.keys(), record
+            assert "v" in record or "level" in record, record  # klog's verbosity, or a warning's level
+    # What a service logs before it has read its configuration is in JSON too (these flags are
+    # deprecated in the kubelet, which warns about them as each service starts).
+    assert "Flag --pod-manifest-path has been deprecated" in (logs / "pod-sync.log").read_text()
+
+
+def kubelet_api(sn: SettingsNode, method: str, path: str) -> int:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # the node's self-signed certificate
+    ctx.load_cert_chain(str(sn.client.cert), str(sn.client.key))
+    req = urllib.request.Request(f"https://127.0.0.1:{sn.node.kubelet_port}{path}", method=method)
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_kubelet_api_has_no_debugging_handlers(settings_node: SettingsNode, pods):
+    """enableDebuggingHandlers false: logs, exec, attach, port-forward and run are not served
+    (404, as the kubelet's unregistered paths); the pod list, stats and metrics are."""
+    pods.write_pod("quiet", sleeper(pods, "quiet")["spec"])
+    pods.wait_running("quiet")
+    pod = f"quiet-{pods.node_name}"
+    assert kubelet_api(settings_node, "GET", "/pods") == 200
+    assert kubelet_api(settings_node, "GET", "/stats/summary") == 200
+    for method, path in (("GET", f"/containerLogs/default/{pod}/app"), ("POST", f"/exec/default/{pod}/app?command=true"),
+                         ("POST", f"/attach/default/{pod}/app"), ("POST", f"/portForward/default/{pod}"),
+                         ("POST", f"/run/default/{pod}/app?cmd=true")):
+        assert kubelet_api(settings_node, method, path) == 404, f"{method} {path}"
+
+
+def test_a_manifest_no_directory_event_announces_is_found_within_file_check_frequency(pods, tmp_path):
+    """The manifest is a symlink to a file outside the directory: the directory's watch sees the
+    link made, not the file it points at being replaced. The rescan every fileCheckFrequency
+    finds the change (the pod's new label makes it a new static pod)."""
+    target = tmp_path / "linked.yaml"
+    target.write_text(yaml.safe_dump(sleeper(pods, "linked", version="1")))
+    link = pods.manifests / "linked.yaml"
+    link.symlink_to(target)
+    pods.written.append(link)
+    first = pods.wait_running("linked")
+    tmp = tmp_path / "linked.yaml.new"
+    tmp.write_text(yaml.safe_dump(sleeper(pods, "linked", version="2")))
+    tmp.rename(target)  # the link's directory sees no event
+    changed = time.monotonic()
+    second = pods.wait_pod("linked", lambda p: p["uid"] != first["uid"], FILE_CHECK_EVERY * 5 + 10,
+                           "the pod of the changed manifest")
+    found = time.monotonic() - changed
+    assert found < FILE_CHECK_EVERY * 5 + 10, found
+    assert second["uid"] != first["uid"]
+
+
+def pod_syncs(node) -> dict[str, float]:
+    """kubelet_pod_worker_duration_seconds_count by operation_type, from pod-sync's metrics."""
+    text = node.admin_get("pod-sync", "/metrics").text
+    return {s.labels["operation_type"]: s.value for f in text_string_to_metric_families(text)
+            if f.name == "kubelet_pod_worker_duration_seconds"
+            for s in f.samples if s.name.endswith("_count")}
+
+
+def test_running_pods_are_synced_every_sync_frequency(pods):
+    """syncFrequency 3 s: with one pod running and nothing changing, its periodic syncs
+    (operation_type "sync", as the kubelet counts them) come that often."""
+    pods.write_pod("steady", sleeper(pods, "steady")["spec"])
+    pods.wait_running("steady")
+    creates = pod_syncs(pods).get("create", 0)
+    assert creates >= 1
+    before, start = pod_syncs(pods).get("sync", 0), time.monotonic()
+    time.sleep(SYNC_EVERY * 3 + 1)
+    syncs = pod_syncs(pods).get("sync", 0) - before
+    took = time.monotonic() - start
+    # At least one sync per period for the one pod (more pods may have been running).
+    assert syncs >= int(took // SYNC_EVERY) - 1 >= 2, (syncs, took)
