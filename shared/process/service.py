@@ -199,6 +199,23 @@ def _open_store(name: str, settings: NodeSettings) -> tuple[Store, ServiceStateW
     return store, state
 
 
+async def _unless_stopped(step: Coroutine[Any, Any, object], stopping: asyncio.Event, task_name: str) -> bool:
+    """Run step until it ends (True; its error is raised) or a stop is asked (False: step is
+    cancelled)."""
+    task = asyncio.create_task(step, name=task_name)
+    stop = asyncio.create_task(stopping.wait(), name=f"{task_name}:stop")
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return False
+
+
 async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -212,7 +229,15 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     creds = bus_credentials(name, settings)
     bus = Bus(settings.nats_url, name=f"pykubelet-{name}", user=creds.user if creds else "",
               password=creds.password if creds else "")
-    await bus.connect()
+    if not await _unless_stopped(bus.connect(), stopping, f"{name}:bus-connect"):
+        # A stop asked while the bus does not answer (nats-server not up yet) ends the wait:
+        # `systemctl stop` must not wait out the connect timeout.
+        log.info("%s stopped before the event bus at %s answered", name, settings.nats_url)
+        with contextlib.suppress(Exception):  # as at the end of a run: the stop goes on
+            state.stopped()
+        await bus.close()
+        store.close()
+        return 0
     checks: dict[str, Check] = {
         "bus": lambda: (bus.connected, "connected" if bus.connected else f"not connected to {settings.nats_url}"),
         "reconciled": lambda: (state.reconciled, "reconciled since start" if state.reconciled

@@ -215,3 +215,28 @@ def test_up_refuses_a_cni_conf_dir_that_is_relative_climbs_or_has_no_containerd_
               "--container-runtime-endpoint=unix:///run/containerd/containerd.sock")
     assert res.returncode == 2 and "--cni-conf-dir sets where the node's own containerd reads" in res.stderr
     assert not (tmp_path / "root").exists(), "nothing was started or made"
+
+
+def test_a_service_waiting_for_the_bus_stops_at_once_on_sigterm(tmp_path):
+    """A stop asked while nats-server does not answer ends the wait: the service does not sit
+    out the bus's connect timeout (about 30 s) before it exits."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", "probe", "--root-dir", str(tmp_path / "root"),
+                             "--nats-url", "nats://127.0.0.1:1"], stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        for line in proc.stderr:  # once it is trying to reach the bus
+            if "event bus error" in line:
+                break
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=20)[1]
+        took = time.monotonic() - asked
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 0, rest
+    assert "probe stopped before the event bus at nats://127.0.0.1:1 answered" in rest
+    assert took < 10, f"exited {took:.1f}s after SIGTERM"
