@@ -30,11 +30,17 @@ from tenacity import (
 T = TypeVar("T")
 
 
+MESSAGE_CHARS = 300
+
+
 def describe(exc: BaseException) -> str:
-    """An error in one line: an API error as its status and reason, not its headers and body."""
+    """An error in one line: an API error as its status, reason and message (what to do next is
+    often in it), not its headers and body."""
     status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
     if status is not None and reason is not None:
-        return f"{status} {reason}"
+        message = str(getattr(exc, "message", "") or "").strip()
+        first = message.splitlines()[0][:MESSAGE_CHARS] if message else ""
+        return f"{status} {reason}: {first}" if first else f"{status} {reason}"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 

@@ -107,3 +107,15 @@ async def test_keep_running_backs_off_on_failures_and_starts_over_after_a_health
     assert gaps[0] < gaps[2], f"back-off grows: {gaps}"
     assert gaps[4] < gaps[2], f"and starts over after a healthy run: {gaps}"
     assert "watching pods failed after running 0s: stream reset; starting it again" in caplog.text
+
+
+def test_an_api_error_is_described_with_its_message_in_one_line():
+    from shared.api.client import ApiError
+    from shared.tasks.retry import describe
+
+    exc = ApiError(404, "NotFound", "Node n1 does not exist and registerNode is false: create it, or set "
+                                    "registerNode to true\nmore lines of body")
+    assert describe(exc) == ("404 NotFound: Node n1 does not exist and registerNode is false: create it, or set "
+                             "registerNode to true")
+    assert describe(ApiError(500, "InternalError")) == "500 InternalError"
+    assert len(describe(ApiError(409, "Conflict", "x" * 5000))) < 400
