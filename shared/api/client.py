@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, AsyncGenerator, Awaitable, Callable
 from urllib.parse import quote
 
 import httpx
+from prometheus_client import Histogram
 
 from shared.api.budget import SharedTokenBucket, budget_file
 from shared.api.kubeconfig import KubeconfigError as KubeconfigError  # re-exported: services import it from here
@@ -284,10 +285,21 @@ async def patch_pod_status(api: KubeApi, namespace: str, name: str, uid: str, st
         raise
 
 
+# client-go's metric, which the kubelet exports: how long each request waited for the node's
+# kubeAPIQPS / kubeAPIBurst budget.
+RATE_LIMITER_SECONDS = Histogram("rest_client_rate_limiter_duration_seconds",
+                                 "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+                                 ["verb", "host"],
+                                 buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0))
+
+
 def _client_factory(kubeconfig: Path, bucket: SharedTokenBucket,
                     renewed_cert: Path | None) -> Callable[[], httpx.AsyncClient]:
-    async def take_token(_: httpx.Request) -> None:
+    async def take_token(request: httpx.Request) -> None:
+        started = time.monotonic()
         await bucket.acquire()
+        host = request.url.host + (f":{request.url.port}" if request.url.port else "")
+        RATE_LIMITER_SECONDS.labels(verb=request.method, host=host).observe(time.monotonic() - started)
 
     def make_http() -> httpx.AsyncClient:
         override = renewed_cert if renewed_cert is not None and renewed_cert.exists() else None

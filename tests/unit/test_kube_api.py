@@ -80,13 +80,23 @@ async def test_a_watch_yields_changes_and_raises_on_an_error_event(api_server, t
 async def test_every_request_draws_on_the_node_budget(api_server, tmp_path):
     """burst 2, 5 a second: the first two requests go at once, each later one waits its token."""
     api_server.replies["/api/v1/nodes/n1"] = (200, b"{}")
+    from shared.api.client import RATE_LIMITER_SECONDS
+
+    def waited() -> tuple[float, float]:  # (requests, seconds) of rest_client_rate_limiter_duration_seconds
+        samples = [s for m in RATE_LIMITER_SECONDS.collect() for s in m.samples if s.labels.get("verb") == "GET"]
+        return (sum(s.value for s in samples if s.name.endswith("_count")),
+                sum(s.value for s in samples if s.name.endswith("_sum")))
     api = await api_client(api_server.kubeconfig(tmp_path), qps=5, burst=2, root_dir=tmp_path)
     try:
+        before = waited()
         start = time.monotonic()
         for _ in range(4):
             await api.get(path("v1", "nodes", "n1"))
         assert time.monotonic() - start >= 0.35, "requests beyond the burst wait for tokens"
         assert (tmp_path / "run" / "kube-api-budget").exists(), "the budget file every service shares"
+        # The waits are in client-go's metric, as the kubelet exports it.
+        after = waited()
+        assert after[0] - before[0] == 4 and after[1] - before[1] >= 0.35, (before, after)
     finally:
         await api.close()
 
