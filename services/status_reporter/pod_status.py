@@ -200,6 +200,11 @@ def _phase(pod: Pod, app_statuses: list[ContainerStatus], init_statuses: list[Co
     return phase
 
 
+def _could_be_running(runtime: dict[str, Any]) -> bool:
+    """A container of the pod runs, or may (the runtime could not say)."""
+    return any(c.get("state") in ("running", "unknown") for c in runtime.get("containers", []))
+
+
 def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: PodStatus | None,
                    deleting: bool = False, rejection: tuple[str, str] = ("", ""),
                    probes: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[PodStatus, str]:
@@ -267,17 +272,21 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: PodStatus
             st.pop("started", None)
         status["ephemeralContainerStatuses"] = sorted(ephemeral, key=lambda st: st["name"])
     if rejection[0]:
-        # Failed after it ran (activeDeadlineSeconds): its containers' statuses stay.
-        status["phase"], status["reason"], status["message"] = "Failed", rejection[0], rejection[1]
-        for cond in status["conditions"]:
-            if cond["type"] in ("Ready", "ContainersReady") and cond["status"] == "True":
-                cond.update(_condition(cond["type"], False, {}, "PodFailed", ""))
         if rejection[0] in BY_KUBELET:
             # Evicted or stopped for a node shutdown: the kubelet says it disrupted the pod.
             prev = prev_conds.get(DISRUPTION_TARGET)
             status["conditions"].append({
                 "type": DISRUPTION_TARGET, "status": "True", "reason": "TerminationByKubelet", "message": rejection[1],
                 "lastTransitionTime": prev["lastTransitionTime"] if prev else rfc3339(), "lastProbeTime": None})
+        if _could_be_running(runtime) and previous.get("phase") not in ("Succeeded", "Failed"):
+            # As the kubelet's status manager: no terminal phase while a container may still
+            # run (a pod stopping within its grace period holds what it holds until it is gone).
+            return status, f"stopping ({rejection[0]}): {rejection[1]}".rstrip()
+        # Failed after it ran (activeDeadlineSeconds): its containers' statuses stay.
+        status["phase"], status["reason"], status["message"] = "Failed", rejection[0], rejection[1]
+        for cond in status["conditions"]:
+            if cond["type"] in ("Ready", "ContainersReady") and cond["status"] == "True":
+                cond.update(_condition(cond["type"], False, {}, "PodFailed", ""))
         return status, f"{rejection[0]}: {rejection[1]}"
     return status, summarize(status, runtime, deleting)
 

@@ -127,6 +127,24 @@ def test_rejected_pod_is_failed_with_reason():
     assert status["podIP"] is None and why.startswith("rejected (OutOfcpu)")
 
 
+def test_an_evicted_pod_is_not_failed_until_its_containers_have_stopped():
+    """As the kubelet's status manager: while a container may still run (stopping within the
+    grace period it was given), the pod keeps its phase and shows only the DisruptionTarget
+    condition; once every container has exited it is Failed with the reason."""
+    evicted = ("Evicted", "The node was low on resource: pids. ")
+    stopping, why = compute_status(pod(), rt(running("app")), None, rejection=evicted)
+    assert stopping["phase"] == "Running" and "reason" not in stopping, stopping
+    assert cond(stopping, "DisruptionTarget") == "True"
+    assert why == "stopping (Evicted): The node was low on resource: pids."
+    unknown = {**running("app"), "state": "unknown"}
+    unsure = compute_status(pod(), rt(unknown), stopping, rejection=evicted)[0]
+    assert unsure["phase"] not in ("Failed", "Succeeded") and "reason" not in unsure, unsure
+    gone, why = compute_status(pod(), rt(exited("app", 137), ip=""), stopping, rejection=evicted)
+    assert (gone["phase"], gone["reason"], gone["message"]) == ("Failed", *evicted)
+    assert cond(gone, "DisruptionTarget") == "True" and cond(gone, "Ready") == "False"
+    assert why.startswith("Evicted: ")
+
+
 def test_one_broken_pod_does_not_stop_the_others(tmp_path):
     from services.status_reporter.reporter import PodStatusReporter
     from shared.store import DesiredPod, PodStatusRecord, Store
