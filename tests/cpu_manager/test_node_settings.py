@@ -1,11 +1,14 @@
 """Settings of this package's node (tests/cpu_manager/conftest.py) observed on it: service logs
 as JSON (logging.format), the kubelet API without its debugging handlers
 (enableDebuggingHandlers false), a manifest no directory event announces found within
-fileCheckFrequency, and every running pod synced every syncFrequency."""
+fileCheckFrequency, every running pod synced every syncFrequency, and a runtime that stops
+answering failing the node's calls after runtimeRequestTimeout."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import ssl
 import time
 import urllib.error
@@ -15,7 +18,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.process.admin import SERVICES
-from tests.cpu_manager.conftest import FILE_CHECK_EVERY, SYNC_EVERY, SettingsNode
+from tests.cpu_manager.conftest import FILE_CHECK_EVERY, RUNTIME_TIMEOUT, SYNC_EVERY, SettingsNode
+from tests.integration.conftest import wait_for
 
 
 def sleeper(node, name: str, **labels) -> dict:
@@ -111,3 +115,32 @@ def test_running_pods_are_synced_every_sync_frequency(pods):
     took = time.monotonic() - start
     # At least one sync per period for the one pod (more pods may have been running).
     assert syncs >= int(took // SYNC_EVERY) - 1 >= 2, (syncs, took)
+
+
+def runtime_errors(node, operation: str) -> float:
+    """kubelet_runtime_operations_errors_total of one operation, from pod-sync's metrics."""
+    text = node.admin_get("pod-sync", "/metrics").text
+    return sum(s.value for f in text_string_to_metric_families(text) if f.name == "kubelet_runtime_operations_errors"
+               for s in f.samples if s.name.endswith("_total") and s.labels.get("operation_type") == operation)
+
+
+def test_calls_to_a_runtime_that_stops_answering_fail_after_runtime_request_timeout(pods):
+    """runtimeRequestTimeout 10 s: containerd stopped (SIGSTOP) answers nothing; pod-sync's
+    relist (ListContainers, every second) fails once that long has passed, not sooner and not
+    after the kubelet's 2 minutes. Containers run on meanwhile, and the node works again once
+    containerd does."""
+    pods.write_pod("bystander", sleeper(pods, "bystander")["spec"])
+    before = pods.wait_running("bystander")
+    pid = int((pods.root / "run" / "containerd.pid").read_text())
+    errors = runtime_errors(pods, "list_containers")
+    os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        failed_at = wait_for(lambda: runtime_errors(pods, "list_containers") > errors and time.monotonic(),
+                             RUNTIME_TIMEOUT + 20, "a ListContainers call to fail", interval=0.5)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    waited = failed_at - stopped
+    assert RUNTIME_TIMEOUT - 1 <= waited <= RUNTIME_TIMEOUT + 20, f"the first call failed {waited:.1f}s after the stop"
+    after = pods.wait_running("bystander")
+    assert after["uid"] == before["uid"] and after["containers"][0]["restartCount"] == 0, after

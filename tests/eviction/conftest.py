@@ -23,11 +23,23 @@ DISK_THRESHOLD_MIB = 600
 # node itself, and a hog that must allocate about that much to cross it.
 MEMORY_MARGIN = 3 * GIB
 TRANSITION_SECONDS = 5
+# After a memory eviction the node evicts on until memory.available is this far above the
+# threshold (evictionMinimumReclaim): less than the margin, so an idle node is above it.
+MEMORY_MIN_RECLAIM = int(1.5 * GIB)
+# A soft threshold on pid.available this many threads below what the host has free before the node
+# starts (the node and the other tests' pods take a few hundred), acted on after SOFT_GRACE seconds,
+# giving a pod at most MAX_POD_GRACE seconds.
+PID_MARGIN, SOFT_GRACE, MAX_POD_GRACE = 1200, 5, 3
 
 
 def memory_available() -> int:
     """memory.available as the eviction service computes it (capacity - root working set)."""
     return SignalReader(Path("/"), 0).memory()["memory.available"].available
+
+
+def pids_available() -> int:
+    """pid.available as the eviction service computes it (pid_max - the threads there are)."""
+    return SignalReader(Path("/"), 0).pids()["pid.available"].available
 
 
 def _run(*argv: str) -> None:
@@ -60,6 +72,7 @@ def small_fs(tmp_path_factory):
 
 class PressureCluster(Cluster):
     memory_threshold: int = 0
+    pid_soft_threshold: int = 0
 
     def condition(self, ctype: str) -> dict:
         return next(c for c in self.node_obj()["status"]["conditions"] if c["type"] == ctype)
@@ -90,9 +103,13 @@ def pressure_cluster(tmp_path_factory, small_fs):
     except HarnessError as exc:
         cp.stop()
         pytest.fail(f"cannot start the test control plane: {exc}")
-    threshold = memory_available() - MEMORY_MARGIN
+    threshold, pid_threshold = memory_available() - MEMORY_MARGIN, pids_available() - PID_MARGIN
     config = (f"evictionHard:\n  memory.available: {threshold // MIB}Mi\n"
               f"  nodefs.available: {DISK_THRESHOLD_MIB}Mi\n"
+              f"evictionMinimumReclaim:\n  memory.available: {MEMORY_MIN_RECLAIM // MIB}Mi\n"
+              f"evictionSoft:\n  pid.available: \"{pid_threshold}\"\n"
+              f"evictionSoftGracePeriod:\n  pid.available: {SOFT_GRACE}s\n"
+              f"evictionMaxPodGracePeriod: {MAX_POD_GRACE}\n"
               f"evictionPressureTransitionPeriod: {TRANSITION_SECONDS}s\n"
               "imageMinimumGCAge: 1s\n")  # 0s would be the default 2m, as in the kubelet
     node = None
@@ -100,6 +117,7 @@ def pressure_cluster(tmp_path_factory, small_fs):
         node = launch_node(small_fs, ["--kubeconfig", str(cp.node_kubeconfig)], extra_config=config)
         c = PressureCluster(cp, node)
         c.memory_threshold = (threshold // MIB) * MIB
+        c.pid_soft_threshold = pid_threshold
         wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
         yield c
     finally:

@@ -4,6 +4,7 @@ real pressure, seen through kubectl as a user sees it."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import yaml
 from sqlalchemy import select
@@ -11,8 +12,18 @@ from sqlalchemy import select
 from shared.runtime.images.build import ImageSpec, build_image
 from shared.runtime.images.registry import push_image
 from shared.store import DiskReclaim, PodEviction
-from tests.eviction.conftest import DISK_THRESHOLD_MIB, MIB, TRANSITION_SECONDS, memory_available, pod_json
-from tests.integration.conftest import NODE_NAME, wait_for
+from tests.eviction.conftest import (
+    DISK_THRESHOLD_MIB,
+    MAX_POD_GRACE,
+    MEMORY_MIN_RECLAIM,
+    MIB,
+    SOFT_GRACE,
+    TRANSITION_SECONDS,
+    memory_available,
+    pids_available,
+    pod_json,
+)
+from tests.integration.conftest import NODE_NAME, POD_PIDS_LIMIT, wait_for
 
 STEP_MIB = 50
 
@@ -81,6 +92,12 @@ def test_memory_hog_is_evicted_and_guaranteed_pod_untouched(pressure_cluster):
     cond = c.condition("MemoryPressure")
     assert seen_pressure or cond["status"] == "True", "MemoryPressure never showed"
     wait_condition(c, "MemoryPressure", "False", TRANSITION_SECONDS + 60)
+    # Held for evictionPressureTransitionPeriod after the hog's memory was back (the hog is
+    # killed at once: a hard threshold gives no grace).
+    cleared = next(x for x in c.eviction_view()["conditions"] if x["type"] == "MemoryPressure")
+    hog_end = max(at(cs["state"]["terminated"]["finishedAt"]) for cs in st["containerStatuses"])
+    held = (at(cleared["since"]) - hog_end).total_seconds()
+    assert held >= TRANSITION_SECONDS - 2, f"MemoryPressure cleared {held:.0f}s after the hog ended"
     node_events = {e["reason"] for e in c.get("events", "--field-selector", "involvedObject.kind=Node")["items"]}
     assert {"NodeHasInsufficientMemory", "NodeHasSufficientMemory"} <= node_events
     assert any(e["pod"] == "default/hog" for e in c.eviction_view()["evictions"])
@@ -122,6 +139,87 @@ def test_static_pod_is_never_evicted_and_admission_refuses_besteffort_under_memo
         c.node.remove("static-hog.yaml")
     wait_condition(c, "MemoryPressure", "False", TRANSITION_SECONDS + 90)
     c.delete_pods("late", "welcome")
+
+
+def at(timestamp: str) -> datetime:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+
+
+def test_after_a_memory_eviction_the_node_evicts_on_until_the_minimum_reclaim_is_back(pressure_cluster):
+    """evictionMinimumReclaim (tests/eviction/conftest.py): a Burstable pod within its request
+    holds memory, a BestEffort hog pushes past the threshold. The hog goes first (it exceeds its
+    request of 0); what it frees brings memory.available back above the threshold but not
+    MEMORY_MIN_RECLAIM above it, so the node evicts the Burstable pod too, as the kubelet does.
+    Without a minimum reclaim it would stay."""
+    c = pressure_cluster
+    busybox = c.node.image("busybox")
+    start = memory_available()
+    room = start - c.memory_threshold
+    hold_mib = (room - MEMORY_MIN_RECLAIM) // MIB + 400  # the hog gone: 400Mi short of the reclaim
+    assert room - hold_mib * MIB > 500 * MIB, "the holder alone must not cross the threshold"
+    c.create_pod("holder", {"containers": [{"name": "hold", "image": busybox, "command": hog_command(hold_mib),
+                                            "resources": {"requests": {"memory": f"{hold_mib + 200}Mi"}}}]})
+    c.wait_pod("holder", lambda p: phase(p) == "Running", 60)
+    wait_for(lambda: memory_available() < start - (hold_mib - 100) * MIB, 60, f"the holder to hold {hold_mib}Mi")
+    hog_mib = (memory_available() - c.memory_threshold) // MIB + 300
+    c.create_pod("pusher", {"containers": [{"name": "hog", "image": busybox, "command": hog_command(hog_mib)}]})
+    pusher, _ = wait_evicted(c, "pusher", "MemoryPressure", "the BestEffort hog to be evicted first")
+    assert pusher["status"]["reason"] == "Evicted"
+    holder = c.pod("holder")
+    assert phase(holder) in ("Running", "Failed"), pod_json(c, "holder")
+    holder, _ = wait_evicted(c, "holder", "MemoryPressure", "the Burstable pod to be evicted for the minimum reclaim")
+    assert holder["status"]["reason"] == "Evicted"
+    assert holder["status"]["message"].startswith("The node was low on resource: memory."), holder["status"]
+    gone = [e for e in c.eviction_view()["evictions"] if e["pod"] in ("default/holder", "default/pusher")]
+    assert [e["pod"] for e in sorted(gone, key=lambda e: e["at"])] == ["default/pusher", "default/holder"], gone
+    wait_condition(c, "MemoryPressure", "False", TRANSITION_SECONDS + 60)
+    c.delete_pods("holder", "pusher")
+
+
+def test_a_soft_threshold_evicts_after_its_grace_period_giving_at_most_the_max_pod_grace(pressure_cluster):
+    """evictionSoft, evictionSoftGracePeriod and evictionMaxPodGracePeriod (tests/eviction/
+    conftest.py) on pid.available: two pods start enough processes to cross the soft threshold.
+    PIDPressure shows at once; a pod is evicted only once the threshold has been met for the
+    grace period, and is given MAX_POD_GRACE seconds, not its own 120 (its first process ignores
+    SIGTERM, so it runs until the kill)."""
+    c = pressure_cluster
+    busybox = c.node.image("busybox")
+    # Each pod 70% of the way to the threshold: one does not cross it, two do.
+    forks = (pids_available() - c.pid_soft_threshold) * 7 // 10
+    assert 200 < forks < POD_PIDS_LIMIT - 10, f"{forks} processes per pod (the node's threads changed a lot)"
+    spawner = f"trap '' TERM; i=0; while [ $i -lt {forks} ]; do sleep 3600 & i=$((i+1)); done; wait"
+    names = ("forker-a", "forker-b")
+    for name in names:
+        c.create_pod(name, {"terminationGracePeriodSeconds": 120, "containers": [
+            {"name": "f", "image": busybox, "command": ["sh", "-c", spawner]}]})
+    try:
+        pressure_since: list[str] = []
+
+        def one_evicted():
+            view = c.eviction_view()
+            cond = next((x for x in view["conditions"] if x["type"] == "PIDPressure"), None)
+            if cond is not None and cond["status"] in (True, "True") and not pressure_since:
+                pressure_since.append(cond["since"])
+            done = [p for p in map(c.pod, names) if phase(p) == "Failed"]
+            return done[0] if done else None
+        victim = wait_for(one_evicted, 180, "a forker to be evicted for pid.available")
+        assert pressure_since, "PIDPressure never showed before the eviction"
+        st = victim["status"]
+        assert (st["reason"], st["message"]) == ("Evicted", "The node was low on resource: pids. "), st
+        name = victim["metadata"]["name"]
+        decided = at(next(e["at"] for e in c.eviction_view()["evictions"] if e["pod"] == f"default/{name}"))
+        waited = (decided - at(pressure_since[0])).total_seconds()
+        assert waited >= SOFT_GRACE - 1, f"evicted {waited:.0f}s after the soft threshold was met"
+        finished = at(st["containerStatuses"][0]["state"]["terminated"]["finishedAt"])
+        given = (finished - decided).total_seconds()
+        assert given <= MAX_POD_GRACE + 10, f"the pod ran {given:.0f}s after its eviction"
+        # One pod's processes were enough: the other runs on.
+        other = c.pod(next(n for n in names if n != name))
+        assert phase(other) == "Running", pod_json(c, other["metadata"]["name"])
+    finally:
+        c.kubectl("delete", "pod", *names, "--grace-period=1", "--wait=false", "--ignore-not-found")
+        wait_for(lambda: not any(c.pod(n) for n in names), 90, "the forkers to be deleted")
+    wait_condition(c, "PIDPressure", "False", TRANSITION_SECONDS + 60)
 
 
 def nodefs_available(c) -> int:

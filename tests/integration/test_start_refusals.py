@@ -115,3 +115,23 @@ def test_reserved_memory_must_be_the_nodes_memory_reservation(tmp_path):
     refused = start(tmp_path, "memoryManagerPolicy: Static\nsystemReserved: {memory: 100Mi}\n"
                               "reservedMemory:\n- numaNode: 0\n  limits: {memory: 200Mi}\nfailCgroupV1: true\n")
     assert "reservedMemory" not in refused.stderr and "failCgroupV1" in refused.stderr, refused.stderr
+
+
+def test_a_feature_gate_other_than_the_kubelets_default_refuses_the_start_naming_it(tmp_path):
+    """featureGates: each gate of the kubelet 1.37 at its default is accepted (the node behaves as
+    the kubelet does with it); another value, in the file or with --feature-gates, is refused in
+    the kubelet's words or with what pykubelet does instead."""
+    host_is_cgroup_v1()
+    refused = start(tmp_path, "featureGates:\n  AtomicWriteVolumeUserFields: true\n")
+    assert "featureGates: AtomicWriteVolumeUserFields=true is not implemented by pykubelet (it runs with " \
+           "AtomicWriteVolumeUserFields at the kubelet's default, false); remove it" in refused.stderr, refused.stderr
+    refused = start(tmp_path, "featureGates:\n  InPlacePodVerticalScaling: false\n")
+    assert "cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true" in refused.stderr
+    conf = tmp_path / "kubelet-config.yaml"
+    res = subprocess.run([*PYKUBELET, "up", "--config", str(conf), "--root-dir", str(tmp_path / "root"),
+                          "--feature-gates=NoSuchGate=true"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert res.returncode == 2 and "unrecognized feature gate: NoSuchGate" in res.stderr, res.stderr
+    # At the kubelet's defaults: accepted; failCgroupV1 stops this start instead.
+    refused = start(tmp_path, "featureGates:\n  InPlacePodVerticalScaling: true\n  AtomicWriteVolumeUserFields: false\n"
+                              "failCgroupV1: true\n")
+    assert "feature" not in refused.stderr and "failCgroupV1" in refused.stderr, refused.stderr
