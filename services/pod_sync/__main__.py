@@ -113,14 +113,19 @@ async def setup(ctx: ServiceContext) -> None:
     reclaimer = DiskReclaimer(cri, ctx.store, ctx.bus, k.image_gc_high_threshold_percent,
                               k.image_gc_low_threshold_percent, k.image_minimum_gc_age,
                               max_age=k.image_maximum_gc_age)
-    images.on_pulled = reclaimer.pulled
+    health = NodeHealthWriter(cri, ctx.store, manager.pleg.healthy, ctx.bus)
+
+    def pulled(image_id: str) -> None:
+        reclaimer.pulled(image_id)
+        health.images_changed()  # the Node lists it at its next status update
+    images.on_pulled = pulled
+    reclaimer.on_removed = health.images_changed
     await ctx.bus.subscribe(DiskReclaimRequested, reclaimer.on_request)
     ctx.spawn("image-gc", periodic.every(IMAGE_GC_PERIOD, "image garbage collection", reclaimer.periodic_image_gc, log))
     if k.enforces_pods_allocatable:
         limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k))
         for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"], slices=node.cgroup_slices):
             log.warning("enforceNodeAllocatable: cannot limit the pods cgroup: %s", problem)
-    health = NodeHealthWriter(cri, ctx.store, manager.pleg.healthy, ctx.bus)
     ctx.checks["runtime"] = health.runtime_ready
     ctx.spawn("node-health", health.run())
     ctx.on_shutdown(manager.close)

@@ -82,6 +82,7 @@ class DiskReclaimer:
         self._first_seen: dict[str, float] = {}  # image ID -> when first listed
         self._last_used: dict[str, float] = {}  # image ID -> when last seen in use
         self._sandbox_image: str | None = None
+        self.on_removed: Callable[[], None] | None = None  # told when a collection removed images
 
     # -- what is in use -------------------------------------------------------------------------
 
@@ -248,6 +249,8 @@ class DiskReclaimer:
         await self._record(req.sequence, "disk pressure", result)
 
     async def _record(self, sequence: int, trigger: str, result: GCResult) -> None:
+        if result.images and self.on_removed is not None:
+            self.on_removed()
         # In a thread: the write may wait out another service's lock on the store.
         answered = await self.store.run(self._write_result, sequence, trigger, result)
         await self.bus.publish(DiskReclaimed(sequence=answered))

@@ -1,9 +1,11 @@
 """Publishing what node readiness is made of (runtime status, PLEG health) to the store, where
 status-reporter reads it for the Node's Ready condition and the network service reads the
-runtime's NetworkReady condition."""
+runtime's NetworkReady condition; and the runtime's images, for the Node's status.images."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -13,10 +15,9 @@ from cri_api.v1 import api_pb2 as cri
 
 from shared.bus.client import Bus
 from shared.bus.messages import RuntimeStatusChanged
-from shared.runtime.cri import CRIError, RuntimeService
+from shared.runtime.cri import CRIError, Runtime
 from shared.store import NodeHealth, Store
 from shared.store.models import utcnow
-from shared.tasks import periodic
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,20 @@ def runtime_features(status: cri.StatusResponse) -> str:
     return json.dumps({"supplementalGroupsPolicy": status.features.supplemental_groups_policy})
 
 
+# The kubelet's MaxNamesPerImageInNodeStatus: names of one image in the Node's status.images.
+MAX_NAMES_PER_IMAGE = 5
+
+
+def node_images(images: list[cri.Image]) -> str:
+    """The Node's status.images as the kubelet lists them: every image, largest first, each with
+    its digests then its tags (at most 5 names)."""
+    ordered = sorted(images, key=lambda img: (-img.size, img.id))
+    return json.dumps([{"names": [*img.repo_digests, *img.repo_tags][:MAX_NAMES_PER_IMAGE], "sizeBytes": img.size}
+                       for img in ordered])
+
+
 class NodeHealthWriter:
-    def __init__(self, runtime: RuntimeService, store: Store, pleg_healthy: Callable[[], tuple[bool, str]],
+    def __init__(self, runtime: Runtime, store: Store, pleg_healthy: Callable[[], tuple[bool, str]],
                  bus: Bus | None = None) -> None:
         self.runtime = runtime
         self.store = store
@@ -60,6 +73,7 @@ class NodeHealthWriter:
         self._runtime_version = ""  # asked again only after the runtime failed a call (it may have changed)
         self._written: tuple[object, ...] | None = None
         self._written_at = 0.0
+        self._poked = asyncio.Event()
 
     async def write_once(self) -> None:
         try:
@@ -73,22 +87,24 @@ class NodeHealthWriter:
             network_ready, network_why = _condition(conds, "NetworkReady")
             network_message = "" if network_ready else network_why
             handlers, features = runtime_handlers(status), runtime_features(status)
+            images = node_images(await self.runtime.list_images())
         except CRIError as exc:
             ready, message, self._runtime_version = False, f"container runtime is down: {exc}", ""
             network_ready, network_message = False, message
             handlers, features = "[]", ""
+            images = str(self._written[9]) if self._written else "[]"  # the last list known
         self.runtime_state = (ready, "ok" if ready else message)
         pleg_ok, pleg_message = self.pleg_healthy()
         if pleg_ok:
             pleg_message = ""
         health = (ready, message, self._runtime_version, handlers, features, network_ready, network_message,
-                  pleg_ok, pleg_message)
+                  pleg_ok, pleg_message, images)
         if health == self._written and time.monotonic() - self._written_at < REFRESH:
             return
         # In a thread: the write may wait out another service's lock on the store.
         await self.store.run(self.store.upsert, NodeHealth, {"id": 1}, {
             "runtime_ready": ready, "runtime_message": message, "runtime_version": self._runtime_version,
-            "runtime_handlers": handlers, "runtime_features": features,
+            "runtime_handlers": handlers, "runtime_features": features, "images": images,
             "network_ready": network_ready, "network_message": network_message,
             "pleg_healthy": pleg_ok, "pleg_message": pleg_message, "updated_at": utcnow()})
         changed = health != self._written
@@ -100,7 +116,26 @@ class NodeHealthWriter:
         """The admin app's readiness check: the same observation the node reports."""
         return self.runtime_state
 
+    def images_changed(self) -> None:
+        """An image was pulled or removed: record the list now, not at the next period, so the
+        Node lists it at its next status update."""
+        self._poked.set()
+
     async def run(self) -> None:
         # A store that cannot be written (a full disk) is logged and retried; the runtime's own
         # trouble is what write_once records.
-        await periodic.every(PERIOD, "recording the node's runtime health", self.write_once, log)
+        failing = False
+        while True:
+            self._poked.clear()
+            try:
+                await self.write_once()
+                if failing:
+                    log.info("recording the node's runtime health works again")
+                failing = False
+            except Exception as exc:
+                if not failing:
+                    log.warning("recording the node's runtime health failed (%s); retrying every %.0fs",
+                                exc or type(exc).__name__, PERIOD)
+                failing = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), PERIOD)

@@ -46,7 +46,7 @@ class NodeAgent:
                  lease_seconds: int, status_every: float, report_every: float,
                  node_event: Callable[[str, str, str], None], kubelet_port: int = 10250,
                  node_ip: str = "", reservations: Reservations = NO_RESERVATIONS,
-                 registration: Registration | None = None) -> None:
+                 registration: Registration | None = None, max_images: int = 50) -> None:
         self.api = api
         self.store = store
         self.name = name
@@ -60,6 +60,7 @@ class NodeAgent:
         self.node_ip = node_ip
         self.reservations = reservations
         self.registration = registration or Registration()
+        self.max_images = max_images  # nodeStatusMaxImages
         self.node_uid = ""
         self._last_reported: dict[str, Any] | None = None
         self._last_report_at = 0.0
@@ -101,7 +102,7 @@ class NodeAgent:
         self._conditions = conditions(ready, why, self._conditions, self.pressure())
         return {**node_status_facts(self.name, self.root_dir, self.max_pods, runtime.runtime_version if runtime else "",
                                    self.kubelet_port, self.node_ip, self.reservations),
-                **runtime_facts(runtime), "conditions": self._conditions}
+                **runtime_facts(runtime, self.max_images), "conditions": self._conditions}
 
     # -- registration ---------------------------------------------------------------------------
 

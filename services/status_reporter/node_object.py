@@ -48,14 +48,33 @@ def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: 
     }
 
 
-def runtime_facts(runtime: NodeHealth | None) -> dict[str, Any]:
-    """status.runtimeHandlers and status.features from what pod-sync recorded of the runtime's
-    Status; left out while unknown, or when the runtime reports none, as the kubelet does.
-    The values were written by pod-sync from CRI (JSON of bools and names); anything else there
-    is not sent on."""
+def node_images(recorded: str, max_images: int) -> list[dict[str, Any]] | None:
+    """status.images: the first max_images (-1: all) of the images pod-sync recorded, largest
+    first; None (the field removed) when there are none, as the kubelet leaves it empty. Only
+    names (strings) and sizes (integers) are sent on."""
+    try:
+        images = json.loads(recorded or "[]")
+    except ValueError:
+        return None
+    if not isinstance(images, list):
+        return None
+    if max_images > -1:
+        images = images[:max_images]
+    out = [{"names": [str(n) for n in img.get("names", []) if isinstance(n, str)],
+            "sizeBytes": int(img.get("sizeBytes", 0))}
+           for img in images if isinstance(img, dict) and isinstance(img.get("sizeBytes", 0), int)]
+    return out or None
+
+
+def runtime_facts(runtime: NodeHealth | None, max_images: int = 50) -> dict[str, Any]:
+    """status.runtimeHandlers, status.features and status.images from what pod-sync recorded of
+    the runtime's Status and images; left out while unknown, or when the runtime reports none, as
+    the kubelet does. The values were written by pod-sync from CRI (JSON of bools, names and
+    sizes); anything else there is not sent on."""
     out: dict[str, Any] = {}
     if runtime is None:
         return out
+    out["images"] = node_images(runtime.images, max_images)
     try:
         handlers = json.loads(runtime.runtime_handlers or "[]")
         features = json.loads(runtime.runtime_features) if runtime.runtime_features else None

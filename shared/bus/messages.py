@@ -110,7 +110,7 @@ class VolumesChanged(Event):
 
 class RuntimeStatusChanged(Event):
     """pod-sync recorded a change in the runtime's status (node_health): RuntimeReady,
-    NetworkReady, its version or PLEG health."""
+    NetworkReady, its version, PLEG health or its images."""
 
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.runtime.status"
     publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)

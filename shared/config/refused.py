@@ -76,7 +76,6 @@ REFUSED: dict[str, Refused] = {
     "runOnce": Refused(False, "pykubelet runs until stopped"),
     "cpuCFSQuota": Refused(True, "CPU limits are always enforced with a CFS quota"),
     "cpuCFSQuotaPeriod": Refused("100ms", "the CFS period is 100ms", duration=True),
-    "nodeStatusMaxImages": Refused(50, "the Node's status.images is not reported"),
     "maxOpenFiles": Refused(1000000, "pykubelet's processes keep the file limit they were started with"),
     "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
     "podsPerCore": Refused(0, "maxPods alone caps the pods"),

@@ -271,6 +271,8 @@ class KubeletConfiguration(ServerConfig):
     kube_api_qps: float = Field(default=50, alias="kubeAPIQPS", gt=0)
     kube_api_burst: int = Field(default=100, alias="kubeAPIBurst", ge=1)
     node_status_update_frequency: float = 10.0
+    # How many of the node's images (largest first) the Node's status.images lists; -1 for all.
+    node_status_max_images: int = Field(default=50, ge=-1)
     node_status_report_frequency: float = 300.0
     node_lease_duration_seconds: int = Field(default=40, ge=1)
     event_record_qps: float = Field(default=50, alias="eventRecordQPS", ge=0)

@@ -155,9 +155,9 @@ class NetworkStatus(Base):
 
 
 class NodeHealth(Base):
-    """pod-sync's view of the node's runtime: what node readiness is made of, and the runtime's
+    """pod-sync's view of the node's runtime: what node readiness is made of, the runtime's
     NetworkReady condition, which the network service reports from here (one runtime status
-    check for the node, as the kubelet's)."""
+    check for the node, as the kubelet's), and the runtime's images for the Node's status."""
 
     __tablename__ = "node_health"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, default=1)
@@ -168,6 +168,9 @@ class NodeHealth(Base):
     # status.runtimeHandlers and status.features (JSON; "" while the runtime reports no features).
     runtime_handlers: Mapped[str] = mapped_column(Text, default="[]")
     runtime_features: Mapped[str] = mapped_column(Text, default="")
+    # The runtime's images as the Node's status.images lists them (JSON: names and sizeBytes,
+    # largest first), every image; status-reporter keeps nodeStatusMaxImages of them.
+    images: Mapped[str] = mapped_column(Text, default="[]")
     network_ready: Mapped[bool] = mapped_column(Boolean, default=False)
     network_message: Mapped[str] = mapped_column(Text, default="")
     pleg_healthy: Mapped[bool] = mapped_column(Boolean, default=False)
