@@ -68,8 +68,13 @@ status: ## Show the local node's pods
 	@$(PYKUBELET) status --root-dir $(ROOT_DIR)
 
 .PHONY: test
-test: deps lint ## Run all tests: lint, then every suite in pyproject.toml's testpaths (unit, integration, resilience, security, security_modes, cpu_manager, cluster, bootstrap, multinode, eviction, deploy); the 1.37 control plane is built in the background on a fresh machine
+test: deps lint ## Run all tests: lint, the unit tests on every CPU, then every other suite in pyproject.toml's testpaths one test at a time (integration, resilience, security, security_modes, cpu_manager, cluster, bootstrap, multinode, eviction, deploy); the 1.37 control plane is built in the background on a fresh machine. PYTEST_ARGS=... runs what it names instead, in one session
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(PY) -m pytest tests/unit -n auto
+	$(PY) -m pytest --ignore=tests/unit
+else
 	$(PY) -m pytest $(PYTEST_ARGS)
+endif
 
 .PHONY: lint
 lint: deps ## Static checks: ruff on all code, mypy --strict on shared/ and services/
@@ -79,8 +84,8 @@ lint: deps ## Static checks: ruff on all code, mypy --strict on shared/ and serv
 	@$(PY) -m mypy
 
 .PHONY: test-unit
-test-unit: deps ## Run only the unit tests (fakes; the tests need no root, installing what is missing does)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+test-unit: deps ## Run only the unit tests, on every CPU (fakes; the tests need no root, installing what is missing does)
+	$(PY) -m pytest tests/unit -n auto $(PYTEST_ARGS)
 
 .PHONY: bench
 bench: deps kube ## Benchmarks: pod startup vs the raw CRI floor and the kubelet 1.37, probe load (prints a table, saves bench/results/)
