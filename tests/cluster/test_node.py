@@ -15,11 +15,13 @@ from tests.cluster.conftest import (
     NODE_LABELS,
     PROVIDER_ID,
     STATUS_REPORT_EVERY,
+    STATUS_UPDATE_EVERY,
     SYSTEM_RESERVED_CPU_M,
     TAINT,
 )
 from tests.cluster.harness import KUBE_VERSION
 from tests.integration.conftest import NODE_NAME, wait_for
+from tests.integration.slow_registry import distinct_images
 
 
 def _renew_time(cluster) -> datetime:
@@ -58,6 +60,33 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
     assert conds["MemoryPressure"]["status"] == "False"
     out = cluster.kubectl("get", "nodes").stdout
     assert NODE_NAME in out and " Ready " in out
+
+
+def test_the_nodes_images_are_in_its_status_within_node_status_update_frequency(cluster):
+    """status.images lists the runtime's images as the kubelet does (largest first, digests then
+    tags); a newly pulled one shows within nodeStatusUpdateFrequency (1 s here; the kubelet's
+    10 s) of its pod running, every time."""
+    n = cluster.node
+    repos = distinct_images(n.registry, "listed", 3)
+    names = [f"listed-{i}" for i in range(len(repos))]
+    delays = []
+    try:
+        for name, repo in zip(names, repos, strict=True):
+            ref = f"{n.registry}/{repo}:1.0"
+            cluster.create_pod(name, {"containers": [{"name": "app", "image": ref, "command": ["sleep", "3600"]}]})
+            cluster.wait_pod(name, lambda p: p.get("status", {}).get("phase") == "Running", 60)
+            running = time.monotonic()
+            wait_for(lambda r=ref: any(r in img["names"] for img in cluster.node_obj()["status"].get("images", [])),
+                     30, f"{ref} in the Node's status.images", interval=0.1)
+            delays.append(round(time.monotonic() - running, 1))
+    finally:
+        cluster.kubectl("delete", "pod", *names, "--wait=false", "--ignore-not-found")
+    assert max(delays) <= STATUS_UPDATE_EVERY + 2, f"seconds from Running to listed: {delays}"
+    listed = cluster.node_obj()["status"]["images"]
+    assert [i["sizeBytes"] for i in listed] == sorted((i["sizeBytes"] for i in listed), reverse=True)
+    present = n.runtime(lambda cri: cri.list_images())
+    assert len(listed) == min(50, len(present))  # nodeStatusMaxImages' default
+    assert {img["names"][0] for img in listed} <= {name for i in present for name in [*i.repo_digests, *i.repo_tags]}
 
 
 def test_lease_is_renewed(cluster):

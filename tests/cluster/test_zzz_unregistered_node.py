@@ -1,6 +1,7 @@
 """Runs after test_zz_node_stop.py stopped the node: the same node started again as one whose
 Node object an operator makes (registerNode false), with tight API budgets (kubeAPIQPS and
-kubeAPIBurst for every request, eventRecordQPS and eventBurst for events)."""
+kubeAPIBurst for every request, eventRecordQPS and eventBurst for events) and one image listed
+in its status (nodeStatusMaxImages)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.integration.conftest import NODE_NAME, relaunch_node, wait_for
 
 EVENT_QPS, API_QPS = 1, 2
 SETTINGS = (f"registerNode: false\neventRecordQPS: {EVENT_QPS}\neventBurst: 1\n"
-            f"kubeAPIQPS: {API_QPS}\nkubeAPIBurst: 1\n")
+            f"kubeAPIQPS: {API_QPS}\nkubeAPIBurst: 1\nnodeStatusMaxImages: 1\n")
 CONTAINERS = 3  # each is Created and Started: 6 events at once, and the image's Pulled
 
 
@@ -38,6 +39,10 @@ def test_a_node_that_does_not_register_waits_for_its_node_object_and_keeps_to_it
     cluster.kubectl("create", "-f", "-", input_text=json.dumps(
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME}}))
     wait_for(lambda: cluster.ready() == "True", 90, "the node to report its status on the Node made for it")
+    # nodeStatusMaxImages 1: only the largest of the node's images is listed.
+    present = n.runtime(lambda cri: cri.list_images())
+    [listed] = wait_for(lambda: cluster.node_obj()["status"].get("images"), 30, "the Node's status.images")
+    assert len(present) > 1 and listed["sizeBytes"] == max(i.size for i in present), (listed, len(present))
 
     # eventRecordQPS 1, eventBurst 1: the pod's container events (each container Created and
     # Started, the image Pulled), made within a second or two, reach the API server about a

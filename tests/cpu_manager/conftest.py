@@ -6,7 +6,8 @@ manager's single-numa-node policy and the memory manager's Static one, which a s
 Beside them, settings whose effect test_node_settings.py observes: logging as JSON, the kubelet
 API without its debugging handlers (and x509 clients of the tests' CA), short periods of the
 manifest directory's rescan (fileCheckFrequency) and of the full resync (syncFrequency), and a
-short runtimeRequestTimeout."""
+short runtimeRequestTimeout, and image pulls in parallel (serializeImagePulls false,
+maxParallelImagePulls 2)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.integration.event_loops import assert_loops_never_blocked
 RECONCILE_EVERY = 2  # seconds
 FILE_CHECK_EVERY, SYNC_EVERY = 2, 3  # seconds; the kubelet's defaults are 20 s and 1 min
 RUNTIME_TIMEOUT = 10  # runtimeRequestTimeout, seconds; the kubelet's default is 2 min
+PARALLEL_PULLS = 2  # maxParallelImagePulls, with serializeImagePulls false
 
 
 @dataclass
@@ -50,6 +52,7 @@ def settings_node(tmp_path_factory) -> Iterator[SettingsNode]:
                                  "memoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits: {memory: 100Mi}\n"
                                  "logging:\n  format: json\nenableDebuggingHandlers: false\n"
                                  f"runtimeRequestTimeout: {RUNTIME_TIMEOUT}s\n"
+                                 f"serializeImagePulls: false\nmaxParallelImagePulls: {PARALLEL_PULLS}\n"
                                  "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
                                  f"  x509:\n    clientCAFile: {pki.ca.cert}\n"
                                  "authorization:\n  mode: AlwaysAllow\n")

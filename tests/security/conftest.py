@@ -92,6 +92,8 @@ def secure_node(tmp_path_factory) -> SecureNode:
         f"  x509:\n    clientCAFile: {pki.ca.cert}\nauthorization:\n  mode: AlwaysAllow\n"
         # As production nodes are set: a container naming no seccomp profile gets RuntimeDefault.
         "seccompDefault: true\n"
+        # The kubelet's default, which pykubelet's is not: one image pull at a time.
+        "serializeImagePulls: true\n"
         # The kubelet API with a certificate of the cluster's CA, and TLS 1.3 only.
         f"tlsCertFile: {serving.cert}\ntlsPrivateKeyFile: {serving.key}\ntlsMinVersion: VersionTLS13\n"
         # An unsafe sysctl the node allows (tests/security/test_pod_isolation.py), and the

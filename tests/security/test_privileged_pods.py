@@ -114,11 +114,13 @@ NAMES = ("master", "slave", "private", "default")
 
 
 def propagation_pod(node, shared: Path, name: str, propagation: str | None) -> dict:
-    """The e2e spec's pod: privileged, the shared directory at /mnt/test with `propagation`. It
-    mounts a tmpfs of its own at /mnt/test/<name>, then, once the host says go, prints what it
-    sees of every mount there."""
+    """The e2e spec's pod: privileged, the shared directory at /mnt/test with `propagation`. Once
+    the host says start (every pod's container has its mounts by then, so none copies another's
+    mount when it is made), it mounts a tmpfs of its own at /mnt/test/<name>; once the host says
+    go, it prints what it sees of every mount there."""
     mount = {"name": "test", "mountPath": "/mnt/test", **({"mountPropagation": propagation} if propagation else {})}
-    script = (f"mkdir -p /mnt/test/{name}; mount -t tmpfs e2e-{name} /mnt/test/{name}; "
+    script = ("i=0; until [ -e /mnt/test/start ] || [ $i -gt 600 ]; do sleep 0.1; i=$((i+1)); done; "
+              f"mkdir -p /mnt/test/{name}; mount -t tmpfs e2e-{name} /mnt/test/{name}; "
               f"echo {name} > /mnt/test/{name}/file; touch /mnt/test/ready-{name}; "
               "i=0; until [ -e /mnt/test/go ] || [ $i -gt 600 ]; do sleep 0.1; i=$((i+1)); done; "
               f"for d in {' '.join(NAMES)} host; do cat /mnt/test/$d/file 2>/dev/null || echo -; done; sleep 3600")
@@ -135,6 +137,7 @@ def test_mounts_propagate_within_the_scopes_each_pod_asked_for(pods):
             pods.write_pod(f"mp-{name}", propagation_pod(pods, shared, name, propagation))
         for name in NAMES:
             pods.wait_running(f"mp-{name}")
+        (shared / "start").touch()
         wait_for(lambda: all((shared / f"ready-{n}").exists() for n in NAMES), 30, "every pod's own mount")
         (shared / "host").mkdir()
         subprocess.run(["mount", "-t", "tmpfs", "e2e-host", str(shared / "host")], check=True, timeout=30)
