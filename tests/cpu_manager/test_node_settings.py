@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from shared.process.admin import SERVICES
 from tests.cpu_manager.conftest import FILE_CHECK_EVERY, PARALLEL_PULLS, RUNTIME_TIMEOUT, SYNC_EVERY, SettingsNode
 from tests.integration.conftest import wait_for
-from tests.integration.slow_registry import BLOB_DELAY, SlowRegistry, distinct_images, most_at_once
+from tests.integration.slow_registry import most_at_once, pull_spans
 
 
 def sleeper(node, name: str, **labels) -> dict:
@@ -150,12 +150,5 @@ def test_calls_to_a_runtime_that_stops_answering_fail_after_runtime_request_time
 def test_images_are_pulled_at_most_max_parallel_image_pulls_at_once(pods):
     """serializeImagePulls false, maxParallelImagePulls 2: three pods of three new images,
     written at once; their pulls, each slowed down by the registry, run two at a time."""
-    repos = distinct_images(pods.registry, "parallel", PARALLEL_PULLS + 1)
-    with SlowRegistry(pods.registry, BLOB_DELAY) as slow:
-        for i, repo in enumerate(repos):
-            pods.write_pod(f"parallel-{i}", {"containers": [
-                {"name": "app", "image": f"{slow.address}/{repo}:1.0", "command": ["sleep", "3600"]}]})
-        for i in range(len(repos)):
-            pods.wait_running(f"parallel-{i}", 90)
-        spans = [slow.span(repo) for repo in repos]
+    spans = pull_spans(pods, "parallel", PARALLEL_PULLS + 1)
     assert most_at_once(spans) == PARALLEL_PULLS, f"pulls under way at once: {spans}"

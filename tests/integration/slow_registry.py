@@ -109,3 +109,16 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
         now += step
         best = max(best, now)
     return best
+
+
+def pull_spans(node, prefix: str, count: int) -> list[tuple[float, float]]:
+    """Static pods of `count` new images written at once, their images pulled through a slow
+    registry: each image's pull span, once every pod runs."""
+    repos = distinct_images(node.registry, prefix, count)
+    with SlowRegistry(node.registry, BLOB_DELAY) as slow:
+        for i, repo in enumerate(repos):
+            node.write_pod(f"{prefix}-{i}", {"containers": [
+                {"name": "app", "image": f"{slow.address}/{repo}:1.0", "command": ["sleep", "3600"]}]})
+        for i in range(count):
+            node.wait_running(f"{prefix}-{i}", 90)
+        return [slow.span(repo) for repo in repos]
