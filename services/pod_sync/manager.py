@@ -50,7 +50,7 @@ class PodSyncManager:
         return all(s.synced.is_set() for s in self.sources)
 
     async def _sync(self, uid: str, reason: str) -> SyncResult:
-        if uid not in set(self.syncer.desired_uids()):
+        if not self.syncer.is_desired(uid):
             operation = "kill"
         elif uid not in self._synced:
             operation = "create"

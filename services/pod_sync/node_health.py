@@ -5,7 +5,6 @@ runtime's NetworkReady condition; and the runtime's images, for the Node's statu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -18,6 +17,7 @@ from shared.bus.messages import RuntimeStatusChanged
 from shared.runtime.cri import CRIError, Runtime
 from shared.store import NodeHealth, Store
 from shared.store.models import utcnow
+from shared.tasks import periodic
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,7 @@ class NodeHealthWriter:
         self._written: tuple[object, ...] | None = None
         self._written_at = 0.0
         self._poked = asyncio.Event()
+        self._images = "[]"  # the last list the runtime gave, kept while it does not answer
 
     async def write_once(self) -> None:
         try:
@@ -87,12 +88,12 @@ class NodeHealthWriter:
             network_ready, network_why = _condition(conds, "NetworkReady")
             network_message = "" if network_ready else network_why
             handlers, features = runtime_handlers(status), runtime_features(status)
-            images = node_images(await self.runtime.list_images())
+            self._images = images = node_images(await self.runtime.list_images())
         except CRIError as exc:
             ready, message, self._runtime_version = False, f"container runtime is down: {exc}", ""
             network_ready, network_message = False, message
             handlers, features = "[]", ""
-            images = str(self._written[9]) if self._written else "[]"  # the last list known
+            images = self._images
         self.runtime_state = (ready, "ok" if ready else message)
         pleg_ok, pleg_message = self.pleg_healthy()
         if pleg_ok:
@@ -124,18 +125,4 @@ class NodeHealthWriter:
     async def run(self) -> None:
         # A store that cannot be written (a full disk) is logged and retried; the runtime's own
         # trouble is what write_once records.
-        failing = False
-        while True:
-            self._poked.clear()
-            try:
-                await self.write_once()
-                if failing:
-                    log.info("recording the node's runtime health works again")
-                failing = False
-            except Exception as exc:
-                if not failing:
-                    log.warning("recording the node's runtime health failed (%s); retrying every %.0fs",
-                                exc or type(exc).__name__, PERIOD)
-                failing = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poked.wait(), PERIOD)
+        await periodic.every(PERIOD, "recording the node's runtime health", self.write_once, log, wake=self._poked)

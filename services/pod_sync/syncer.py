@@ -162,6 +162,10 @@ class PodSyncer:
         if removed:
             log.info("removed %d pod cgroup(s) of no pod: %s", len(removed), ", ".join(removed))
 
+    def is_desired(self, uid: str) -> bool:
+        with self.store.session() as s:
+            return s.get(DesiredPod, uid) is not None
+
     def desired_uids(self) -> list[str]:
         with self.store.session() as s:
             return list(s.scalars(select(DesiredPod.uid)))

@@ -4,13 +4,18 @@ not on every attempt, so an API server outage is two log lines, not hundreds."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Awaitable, Callable
 
 
-async def every(period: float, what: str, step: Callable[[], Awaitable[object]], log: logging.Logger) -> None:
+async def every(period: float, what: str, step: Callable[[], Awaitable[object]], log: logging.Logger,
+                wake: asyncio.Event | None = None) -> None:
+    """wake: set it to run the next step now instead of at the end of the period."""
     failing = False
     while True:
+        if wake is not None:
+            wake.clear()
         try:
             await step()
             if failing:
@@ -20,4 +25,8 @@ async def every(period: float, what: str, step: Callable[[], Awaitable[object]],
             if not failing:
                 log.warning("%s failed (%s); retrying every %.0fs", what, exc or type(exc).__name__, period)
             failing = True
-        await asyncio.sleep(period)
+        if wake is None:
+            await asyncio.sleep(period)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), period)
