@@ -67,7 +67,7 @@ TAINT = {"key": "pykubelet.io/test", "value": "cluster", "effect": "PreferNoSche
 # Shorter than the kubelet's 40 s and 5 m, so tests see the lease and the status follow them.
 LEASE_SECONDS, STATUS_REPORT_EVERY = 20, 20
 # How often the node looks at its status and sends what changed (the kubelet's 10 s).
-STATUS_UPDATE_EVERY = 1
+STATUS_UPDATE_EVERY = 2
 REGISTRATION = (f"nodeLeaseDurationSeconds: {LEASE_SECONDS}\nnodeStatusReportFrequency: {STATUS_REPORT_EVERY}s\n"
                 f"nodeStatusUpdateFrequency: {STATUS_UPDATE_EVERY}s\n")
 # The rest as the kubelet's flags, as a seed's command line gives them.

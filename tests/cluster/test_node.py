@@ -64,7 +64,7 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
 
 def test_the_nodes_images_are_in_its_status_within_node_status_update_frequency(cluster):
     """status.images lists the runtime's images as the kubelet does (largest first, digests then
-    tags); a newly pulled one shows within nodeStatusUpdateFrequency (1 s here; the kubelet's
+    tags); a newly pulled one shows within nodeStatusUpdateFrequency (2 s here; the kubelet's
     10 s) of its pod running, every time."""
     n = cluster.node
     repos = distinct_images(n.registry, "listed", 3)
