@@ -57,8 +57,11 @@ class DirectoryWatch:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         if self._inotify is not None:
-            self._inotify.close()
-            self._inotify = None
+            inotify, self._inotify = self._inotify, None
+            # In a thread: closing an inotify descriptor waits for the kernel's fsnotify grace
+            # period, which has taken over 100 ms on a busy host. No reader is registered for it
+            # between next_change calls, so the loop never sees the descriptor go.
+            await asyncio.to_thread(inotify.close)
 
     def _add(self, directory: Path, depth: int) -> None:
         assert self._inotify is not None
