@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from services.pod_sync.cpu_manager import CPUManager, CPUSetReconciler, load_assignments
-from services.pod_sync.disk_gc import IMAGE_GC_PERIOD, DiskReclaimer
+from services.pod_sync.disk_gc import DiskReclaimer, gc_period
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
@@ -121,7 +121,8 @@ async def setup(ctx: ServiceContext) -> None:
     images.on_pulled = pulled
     reclaimer.on_removed = health.images_changed
     await ctx.bus.subscribe(DiskReclaimRequested, reclaimer.on_request)
-    ctx.spawn("image-gc", periodic.every(IMAGE_GC_PERIOD, "image garbage collection", reclaimer.periodic_image_gc, log))
+    ctx.spawn("image-gc", periodic.every(gc_period(k.image_maximum_gc_age), "image garbage collection",
+                                         reclaimer.periodic_image_gc, log))
     if k.enforces_pods_allocatable:
         limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k))
         for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"], slices=node.cgroup_slices):

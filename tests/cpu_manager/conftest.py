@@ -6,13 +6,20 @@ manager's single-numa-node policy and the memory manager's Static one, which a s
 Beside them, settings whose effect test_node_settings.py observes: logging as JSON, the kubelet
 API without its debugging handlers (and x509 clients of the tests' CA), short periods of the
 manifest directory's rescan (fileCheckFrequency) and of the full resync (syncFrequency), and a
-short runtimeRequestTimeout, and image pulls in parallel (serializeImagePulls false,
-maxParallelImagePulls 2)."""
+short runtimeRequestTimeout, image pulls in parallel (serializeImagePulls false,
+maxParallelImagePulls 2), and three log rotations at once (containerLogMaxWorkers).
+
+Its image filesystem is a filesystem of its own, small enough that a test can push it past image
+GC's high threshold (imageGCHighThresholdPercent) with a file of a few megabytes: a tmpfs mounted
+on the node's containerd directory before the node starts. Its images go once unused for
+imageMaximumGCAge."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -26,6 +33,12 @@ RECONCILE_EVERY = 2  # seconds
 FILE_CHECK_EVERY, SYNC_EVERY = 2, 3  # seconds; the kubelet's defaults are 20 s and 1 min
 RUNTIME_TIMEOUT = 10  # runtimeRequestTimeout, seconds; the kubelet's default is 2 min
 PARALLEL_PULLS = 2  # maxParallelImagePulls, with serializeImagePulls false
+LOG_WORKERS = 3  # containerLogMaxWorkers; the kubelet's default is 1
+# The image filesystem: 1% of it (2.6 MB) is less than one test image, so one percent between the
+# thresholds still leaves image GC a goal that some unused images reach and all of them exceed.
+IMAGEFS_MIB = 256
+GC_LOW, GC_HIGH = 40, 41  # imageGCLowThresholdPercent, imageGCHighThresholdPercent
+MAX_IMAGE_AGE = 20  # imageMaximumGCAge, seconds: image GC then runs every 5 s (a quarter of it)
 
 
 @dataclass
@@ -42,25 +55,51 @@ def settings_node(tmp_path_factory) -> Iterator[SettingsNode]:
         pytest.fail(f"the topology and memory manager tests need a single-NUMA host; this one has {len(numa_nodes())}")
     pki = PKI(tmp_path_factory.mktemp("cpu-manager-pki"))
     client = pki.issue("client", "settings-tester")
-    n = launch_node(tmp_path_factory.mktemp("cpu-manager-node"),
-                    # flags win over the config: these replace the integration node's periods
-                    [f"--file-check-frequency={FILE_CHECK_EVERY}s", f"--sync-frequency={SYNC_EVERY}s"],
-                    extra_config=f"cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"
-                                 f"cpuManagerReconcilePeriod: {RECONCILE_EVERY}s\n"
-                                 "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n"
-                                 # evictionHard's default memory.available, the node's only memory reservation
-                                 "memoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits: {memory: 100Mi}\n"
-                                 "logging:\n  format: json\nenableDebuggingHandlers: false\n"
-                                 f"runtimeRequestTimeout: {RUNTIME_TIMEOUT}s\n"
-                                 f"serializeImagePulls: false\nmaxParallelImagePulls: {PARALLEL_PULLS}\n"
-                                 "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
-                                 f"  x509:\n    clientCAFile: {pki.ca.cert}\n"
-                                 "authorization:\n  mode: AlwaysAllow\n")
+    root = tmp_path_factory.mktemp("cpu-manager-node")
+    imagefs = root / "containerd"
+    imagefs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={IMAGEFS_MIB}m,mode=0711", "pykubelet-test-imagefs",
+                    str(imagefs)], check=True, timeout=30)
     try:
-        yield SettingsNode(n, client)
+        n = _launch(root, pki)
+        try:
+            yield SettingsNode(n, client)
+        finally:
+            stop_node(n)
     finally:
-        stop_node(n)
+        _unmount(root, imagefs)
     assert_loops_never_blocked(n.root)
+
+
+def _unmount(root: Path, imagefs: Path) -> None:
+    """The node's recursive bind of its root dir onto itself (for mount propagation) holds a copy
+    of the tmpfs, so the node left that bind in place: both go, then the tmpfs beneath. Lazily,
+    if the node's processes still hold something open there."""
+    for target in (root, imagefs):
+        if subprocess.run(["mountpoint", "-q", str(target)], timeout=30).returncode != 0:
+            continue
+        if subprocess.run(["umount", "--recursive", str(target)], capture_output=True, timeout=30).returncode != 0:
+            subprocess.run(["umount", "--recursive", "--lazy", str(target)], check=True, timeout=30)
+
+
+def _launch(root, pki: PKI) -> Node:
+    return launch_node(root,
+                       # flags win over the config: these replace the integration node's periods
+                       [f"--file-check-frequency={FILE_CHECK_EVERY}s", f"--sync-frequency={SYNC_EVERY}s"],
+                       extra_config=f"cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"
+                                    f"cpuManagerReconcilePeriod: {RECONCILE_EVERY}s\n"
+                                    "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n"
+                                    # evictionHard's default memory.available, the node's only memory reservation
+                                    "memoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits: {memory: 100Mi}\n"
+                                    "logging:\n  format: json\nenableDebuggingHandlers: false\n"
+                                    f"runtimeRequestTimeout: {RUNTIME_TIMEOUT}s\n"
+                                    f"serializeImagePulls: false\nmaxParallelImagePulls: {PARALLEL_PULLS}\n"
+                                    f"containerLogMaxWorkers: {LOG_WORKERS}\n"
+                                    f"imageGCLowThresholdPercent: {GC_LOW}\nimageGCHighThresholdPercent: {GC_HIGH}\n"
+                                    f"imageMinimumGCAge: 1s\nimageMaximumGCAge: {MAX_IMAGE_AGE}s\n"
+                                    "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
+                                    f"  x509:\n    clientCAFile: {pki.ca.cert}\n"
+                                    "authorization:\n  mode: AlwaysAllow\n")
 
 
 @pytest.fixture(scope="package")

@@ -2,7 +2,8 @@
 as JSON (logging.format), the kubelet API without its debugging handlers
 (enableDebuggingHandlers false), a manifest no directory event announces found within
 fileCheckFrequency, every running pod synced every syncFrequency, and a runtime that stops
-answering failing the node's calls after runtimeRequestTimeout, and image pulls two at a time."""
+answering failing the node's calls after runtimeRequestTimeout, image pulls two at a time, and
+log compressions three at a time."""
 
 from __future__ import annotations
 
@@ -18,8 +19,16 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.process.admin import SERVICES
-from tests.cpu_manager.conftest import FILE_CHECK_EVERY, PARALLEL_PULLS, RUNTIME_TIMEOUT, SYNC_EVERY, SettingsNode
-from tests.integration.conftest import wait_for
+from tests.cpu_manager.conftest import (
+    FILE_CHECK_EVERY,
+    LOG_WORKERS,
+    PARALLEL_PULLS,
+    RUNTIME_TIMEOUT,
+    SYNC_EVERY,
+    SettingsNode,
+)
+from tests.integration.conftest import LOG_MONITOR_EVERY, wait_for
+from tests.integration.log_compression import compression_spans, two_bursts
 from tests.integration.slow_registry import most_at_once, pull_spans
 
 
@@ -152,3 +161,12 @@ def test_images_are_pulled_at_most_max_parallel_image_pulls_at_once(pods):
     written at once; their pulls, each slowed down by the registry, run two at a time."""
     spans = pull_spans(pods, "parallel", PARALLEL_PULLS + 1)
     assert most_at_once(spans) == PARALLEL_PULLS, f"pulls under way at once: {spans}"
+
+
+def test_logs_are_compressed_up_to_container_log_max_workers_at_once(pods):
+    """containerLogMaxWorkers 3: three containers' logs need rotating at the same monitor pass,
+    and their compressions (each file's birth to last write) overlap, where the default of one
+    worker (tests/integration/test_lifecycle.py) does one at a time."""
+    pods.write_pod("bursts", two_bursts(pods.image("busybox"), LOG_WORKERS, LOG_MONITOR_EVERY + 2))
+    spans = compression_spans(pods, "bursts", LOG_WORKERS, LOG_MONITOR_EVERY * 4 + 30)
+    assert most_at_once(spans) >= 2, f"compressions under way at once: {sorted(spans)}"

@@ -91,11 +91,13 @@ class SlowRegistry:
         return min(r.start for r in mine), max(r.end for r in mine)
 
 
-def distinct_images(registry: str, prefix: str, count: int) -> list[str]:
-    """Push `count` busybox images with a layer of their own each; their repositories."""
+def distinct_images(registry: str, prefix: str, count: int, padding: int = 0) -> list[str]:
+    """Push `count` busybox images with a layer of their own each; their repositories.
+    padding: bytes of random data each image carries too (it compresses to about three quarters)."""
     repos = []
     for i in range(count):
-        spec = ImageSpec(f"pykubelet/{prefix}-{i}", "1.0", ["sh"], files={"id": secrets.token_hex(16)})
+        files = {"id": secrets.token_hex(16), **({"padding": secrets.token_urlsafe(padding)[:padding]} if padding else {})}
+        spec = ImageSpec(f"pykubelet/{prefix}-{i}", "1.0", ["sh"], files=files)
         push_image(registry, build_image(spec))
         repos.append(spec.repository)
     return repos

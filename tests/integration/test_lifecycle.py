@@ -15,6 +15,8 @@ from tests.integration.conftest import (
     LOG_MONITOR_EVERY,
     wait_for,
 )
+from tests.integration.log_compression import compression_spans, two_bursts
+from tests.integration.slow_registry import most_at_once
 
 RUNNING, EXITED = 1, 2
 
@@ -292,6 +294,14 @@ def test_container_logs_are_rotated(pods):
     ordered = sorted(stamps)
     gaps = [(b - a).total_seconds() for a, b in pairwise(ordered)]
     assert all(LOG_MONITOR_EVERY - 1 <= g <= LOG_MONITOR_EVERY * 2 + 1 for g in gaps), gaps
+
+
+def test_logs_are_compressed_one_container_at_a_time(pods):
+    """containerLogMaxWorkers' default, 1: three containers' logs need rotating at the same
+    monitor pass, and their compressions (each file's birth to last write) never overlap."""
+    pods.write_pod("bursts", two_bursts(pods.image("busybox"), 3, LOG_MONITOR_EVERY + 2))
+    spans = compression_spans(pods, "bursts", 3, LOG_MONITOR_EVERY * 4 + 30)
+    assert most_at_once(spans) == 1, f"compressions under way at once: {sorted(spans)}"
 
 
 def test_dead_sandbox_is_recreated_with_all_containers(pods):

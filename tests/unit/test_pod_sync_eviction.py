@@ -7,7 +7,7 @@ import pytest
 from cri_api.v1 import api_pb2 as cri
 
 from services.pod_sync.admission import admit_under_pressure
-from services.pod_sync.disk_gc import DiskReclaimer, normalize_image
+from services.pod_sync.disk_gc import IMAGE_GC_PERIOD, DiskReclaimer, gc_period, normalize_image
 from services.status_reporter.pod_status import compute_status
 from shared.bus.messages import DiskReclaimed, DiskReclaimRequested
 from shared.model.podspec import validate_pod
@@ -236,6 +236,16 @@ async def test_image_maximum_gc_age_removes_images_unused_that_long_whatever_the
     assert done.trigger == "image max age" and "reg/stale:1" in done.images_removed
     with pytest.raises(ConfigError, match="imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"):
         load_kubelet_config({"imageMaximumGCAge": "1m"})
+
+
+def test_image_gc_runs_every_quarter_of_a_short_maximum_age():
+    """The kubelet's 5 minutes, unless imageMaximumGCAge is short enough that 5 minutes would
+    more than add a quarter to it; never more often than every 5 s."""
+    assert gc_period(0) == IMAGE_GC_PERIOD == 300
+    assert gc_period(7 * 24 * 3600) == 300
+    assert gc_period(60) == 15
+    assert gc_period(20) == 5
+    assert gc_period(2) == 5
 
 
 async def test_an_image_pulled_here_ages_from_its_pull(rt, store):
