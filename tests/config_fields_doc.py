@@ -94,6 +94,8 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "evictionPressureTransitionPeriod": ("effect", "tests/eviction/test_pressure.py::test_memory_hog_is_evicted_and_guaranteed_pod_untouched"),
     "kubeReserved": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "systemReserved": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
+    "systemReservedCgroup": ("effect", "tests/cluster/test_node.py::test_system_and_kube_reserved_are_enforced_on_their_cgroups"),
+    "kubeReservedCgroup": ("effect", "tests/cluster/test_node.py::test_system_and_kube_reserved_are_enforced_on_their_cgroups"),
     "enforceNodeAllocatable": ("effect", "tests/integration/test_services.py::test_enforce_node_allocatable_caps_the_pods_cgroup"),
     "imageGCHighThresholdPercent": ("effect", "tests/cpu_manager/test_image_gc.py::test_past_the_high_threshold_unused_images_go_until_the_low_one"),
     "imageGCLowThresholdPercent": ("effect", "tests/cpu_manager/test_image_gc.py::test_past_the_high_threshold_unused_images_go_until_the_low_one"),

@@ -12,7 +12,7 @@ from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
 from services.pod_sync.node_health import NodeHealthWriter
-from services.pod_sync.pod_cgroup import enforce_pods_allocatable
+from services.pod_sync.pod_cgroup import enforce_pods_allocatable, enforce_reserved
 from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD
 from services.pod_sync.pod_logs_gc import PodLogsGC
 from services.pod_sync.resources import CGROUP_ROOT, own_oom_score_adj
@@ -32,7 +32,7 @@ from shared.host.facts import (
     memory_capacity_bytes,
     node_address,
 )
-from shared.host.node_resources import Reservations, pods_cgroup_limits
+from shared.host.node_resources import Reservations, pods_cgroup_limits, reserved_cgroups
 from shared.host.swap import node_swap
 from shared.model.cpusets import format_cpuset
 from shared.model.quantity import to_bytes
@@ -127,6 +127,9 @@ async def setup(ctx: ServiceContext) -> None:
         limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k))
         for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"], slices=node.cgroup_slices):
             log.warning("enforceNodeAllocatable: cannot limit the pods cgroup: %s", problem)
+    for reserved in reserved_cgroups(k):
+        for problem in enforce_reserved(reserved):
+            log.warning("enforceNodeAllocatable %s: cannot limit %s: %s", reserved.key, reserved.cgroup, problem)
     ctx.checks["runtime"] = health.runtime_ready
     ctx.spawn("node-health", health.run())
     ctx.on_shutdown(manager.close)

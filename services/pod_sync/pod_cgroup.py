@@ -23,6 +23,7 @@ from pathlib import Path
 from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, KUBEPODS, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
 from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
 from shared.host.cgroup_names import CGROUPFS, SYSTEMD, on_host, slice_unit
+from shared.host.node_resources import ReservedCgroup
 from shared.model.podspec import Container, Pod
 from shared.model.qos import pod_level, pod_requests, qos_class
 from shared.model.quantity import millicores, to_bytes
@@ -312,3 +313,23 @@ def enforce_pods_allocatable(memory_bytes: int, cpu_millicores: int, root: Path 
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
     return problems
+
+
+def enforce_reserved(reserved: ReservedCgroup, root: Path = CGROUP_ROOT) -> list[str]:
+    """enforceNodeAllocatable system-reserved / kube-reserved: the reservation's cpu (as shares
+    or weight), memory and pid as limits of its existing cgroup, as the kubelet sets them; what
+    it does not name is left as it is. Returns what could not be set, in words."""
+    rel = reserved.cgroup.lstrip("/")
+    v2 = (root / "cgroup.controllers").is_file()
+    writes = []
+    if reserved.cpu_millicores is not None:
+        shares = cpu_shares(reserved.cpu_millicores)
+        writes.append((root / rel / "cpu.weight", str(cpu_weight(shares))) if v2 else
+                      (root / "cpu" / rel / "cpu.shares", str(shares)))
+    if reserved.memory_bytes is not None:
+        writes.append((root / rel / "memory.max", str(reserved.memory_bytes)) if v2 else
+                      (root / "memory" / rel / "memory.limit_in_bytes", str(reserved.memory_bytes)))
+    if reserved.pids is not None:
+        writes.append((root / rel / "pids.max", str(reserved.pids)) if v2 else
+                      (root / "pids" / rel / "pids.max", str(reserved.pids)))
+    return _write(writes)

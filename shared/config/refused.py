@@ -87,8 +87,6 @@ REFUSED: dict[str, Refused] = {
     "configMapAndSecretChangeDetectionStrategy": Refused("Watch", "configMaps and secrets are watched (the first "
                                                                   "100; the rest re-read after 60s)"),
     "showHiddenMetricsForVersion": Refused("", "no metric is hidden"),
-    "systemReservedCgroup": Refused("", "systemReserved is subtracted from allocatable, not enforced on a cgroup"),
-    "kubeReservedCgroup": Refused("", "kubeReserved is subtracted from allocatable, not enforced on a cgroup"),
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
     "kernelMemcgNotification": Refused(False, "memory signals are polled"),

@@ -51,6 +51,9 @@ from shared.model.podspec import DNS1123_SUBDOMAIN
 from shared.model.quantity import to_bytes
 from shared.model.sysctls import check_allowed_unsafe
 
+# A cgroup path from the root: "/" then parts, none of them "." or "..".
+_CGROUP_PATH = re.compile(r"(/(?!\.{1,2}(?:/|$))[A-Za-z0-9_.@:-]+)+")
+
 log = logging.getLogger(__name__)
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
@@ -294,6 +297,10 @@ class KubeletConfiguration(ServerConfig):
     kube_reserved: dict[str, str] = Field(default_factory=dict)
     system_reserved: dict[str, str] = Field(default_factory=dict)
     enforce_node_allocatable: list[str] = Field(default_factory=lambda: ["pods"])
+    # The existing cgroups (cgroupfs paths such as /system.slice) that enforceNodeAllocatable's
+    # system-reserved and kube-reserved limit to systemReserved and kubeReserved.
+    system_reserved_cgroup: str = ""
+    kube_reserved_cgroup: str = ""
     image_gc_high_threshold_percent: int = Field(default=85, alias="imageGCHighThresholdPercent", ge=0, le=100)
     image_gc_low_threshold_percent: int = Field(default=80, alias="imageGCLowThresholdPercent", ge=0, le=100)
     image_minimum_gc_age: float = Field(default=120.0, alias="imageMinimumGCAge")
@@ -387,14 +394,37 @@ class KubeletConfiguration(ServerConfig):
     @classmethod
     def _enforce(cls, v: list[str]) -> list[str]:
         for item in v:
-            if item in ("system-reserved", "kube-reserved"):
-                raise ValueError(f"{item!r} needs its own cgroup (systemReservedCgroup/kubeReservedCgroup), "
-                                 "which pykubelet does not manage; use 'pods' or 'none'")
-            if item not in ("pods", "none"):
-                raise ValueError(f"unknown value {item!r} (use 'pods' or 'none')")
+            if item not in ("pods", "system-reserved", "kube-reserved", "none"):
+                raise ValueError(f"unknown value {item!r} (use pods, system-reserved, kube-reserved or none)")
         if "none" in v and len(v) > 1:
             raise ValueError("'none' cannot be combined with other values")
         return v
+
+    @field_validator("system_reserved_cgroup", "kube_reserved_cgroup")
+    @classmethod
+    def _reserved_cgroup(cls, v: str) -> str:
+        # It becomes a path below /sys/fs/cgroup that limits are written to.
+        if v and not _CGROUP_PATH.fullmatch(v):
+            raise ValueError(f"{v!r} is not a cgroup path: give it from the cgroup root, as /system.slice or "
+                             "/kube/reserved (letters, digits and . _ - @ : in each part; no '.' or '..' parts)")
+        return v
+
+    @model_validator(mode="after")
+    def _enforced_cgroups(self) -> "KubeletConfiguration":
+        for key, field, cgroup in (("system-reserved", "systemReservedCgroup (--system-reserved-cgroup)",
+                                    self.system_reserved_cgroup),
+                                   ("kube-reserved", "kubeReservedCgroup (--kube-reserved-cgroup)",
+                                    self.kube_reserved_cgroup)):
+            if key not in self.enforce_node_allocatable:
+                continue
+            if not cgroup:
+                raise ValueError(f'invalid configuration: {field} must be specified when "{key}" contained in '
+                                 'enforceNodeAllocatable (--enforce-node-allocatable)')
+            if self.cgroup_driver == "systemd":
+                raise ValueError(f"enforceNodeAllocatable {key!r}: pykubelet enforces a reservation on its cgroup "
+                                 "with cgroupDriver cgroupfs only; take it out of enforceNodeAllocatable or use "
+                                 "cgroupfs")
+        return self
 
     @model_validator(mode="after")
     def _eviction(self) -> "KubeletConfiguration":

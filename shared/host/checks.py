@@ -10,7 +10,7 @@ from shared.config.settings import KubeletConfiguration
 from shared.config.thresholds import hard_eviction_reservation
 from shared.host.cpu_topology import numa_nodes, online_cpus, static_policy_problem
 from shared.host.facts import memory_capacity_bytes
-from shared.host.node_resources import Reservations
+from shared.host.node_resources import Reservations, reserved_cgroups
 from shared.host.swap import limited_swap_problem, node_swap
 from shared.model.quantity import to_bytes
 
@@ -108,10 +108,31 @@ def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
                         "(systemd.unified_cgroup_hierarchy=1) or set failCgroupV1 to false")
     if k.cgroup_driver == "systemd":
         problems += systemd_driver_problems(cgroup_root, run)
+    problems += reserved_cgroup_problems(k, cgroup_root)
     if (k.shutdown_grace_period or k.shutdown_grace_period_by_pod_priority) and not (run / "systemd" / "system").is_dir():
         field = "shutdownGracePeriod" if k.shutdown_grace_period else "shutdownGracePeriodByPodPriority"
         problems.append(f"{field}: a graceful node shutdown is announced by systemd-logind and this host does not "
                         f"run systemd (no {run}/systemd/system): remove {field}")
+    return problems
+
+
+def reserved_cgroup_problems(k: KubeletConfiguration, cgroup_root: Path = Path("/sys/fs/cgroup")) -> list[str]:
+    """enforceNodeAllocatable's system-reserved and kube-reserved need their cgroups to exist
+    already and a reservation to enforce, as the kubelet checks at start (in its words)."""
+    problems = []
+    v2 = (cgroup_root / "cgroup.controllers").exists()
+    for r in reserved_cgroups(k):
+        where = f'failed to enforce {r.title} Cgroup Limits on "{r.cgroup}"'
+        if r.empty:
+            problems.append(f'{where}: "{r.cgroup}" cgroup is not configured properly: {r.field} reserves no cpu, '
+                            f"memory or pid; reserve some or take {r.key} out of enforceNodeAllocatable")
+            continue
+        rel = r.cgroup.lstrip("/")
+        dirs = [cgroup_root / rel] if v2 else [cgroup_root / c / rel for c in r.v1_controllers()]
+        missing = [str(d) for d in dirs if not d.is_dir()]
+        if missing:
+            problems.append(f'{where}: "{r.cgroup}" cgroup does not exist (no {", ".join(missing)}); create it, or '
+                            f"take {r.key} out of enforceNodeAllocatable")
     return problems
 
 

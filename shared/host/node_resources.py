@@ -46,6 +46,42 @@ class Reservations:
 NO_RESERVATIONS = Reservations({})
 
 
+@dataclass(frozen=True)
+class ReservedCgroup:
+    """enforceNodeAllocatable's system-reserved or kube-reserved: the existing cgroup whose
+    limits are set to the reservation (only the resources it names)."""
+    key: str           # system-reserved, kube-reserved
+    title: str         # the kubelet's words for it in errors: System Reserved, Kube Reserved
+    field: str         # systemReserved, kubeReserved
+    cgroup: str        # from the cgroup root, validated: /system.slice
+    cpu_millicores: int | None
+    memory_bytes: int | None
+    pids: int | None
+
+    @property
+    def empty(self) -> bool:
+        return self.cpu_millicores is None and self.memory_bytes is None and self.pids is None
+
+    def v1_controllers(self) -> list[str]:
+        """The cgroup v1 hierarchies its limits go to."""
+        return [c for c, v in (("cpu", self.cpu_millicores), ("memory", self.memory_bytes), ("pids", self.pids))
+                if v is not None]
+
+
+def reserved_cgroups(kubelet: KubeletConfiguration) -> list[ReservedCgroup]:
+    out = []
+    for key, title, field, cgroup, reserved in (
+            ("system-reserved", "System Reserved", "systemReserved", kubelet.system_reserved_cgroup,
+             kubelet.system_reserved),
+            ("kube-reserved", "Kube Reserved", "kubeReserved", kubelet.kube_reserved_cgroup, kubelet.kube_reserved)):
+        if key in kubelet.enforce_node_allocatable:
+            out.append(ReservedCgroup(key, title, field, cgroup,
+                                      millicores(reserved["cpu"]) if "cpu" in reserved else None,
+                                      to_bytes(reserved["memory"]) if "memory" in reserved else None,
+                                      int(reserved["pid"]) if "pid" in reserved else None))
+    return out
+
+
 def allocatable(cpu_millicores: int, memory_bytes: int, reservations: Reservations = NO_RESERVATIONS,
                 disk_bytes: int = 0) -> dict[str, int]:
     hard = hard_eviction_reservation(list(reservations.thresholds), memory_bytes, disk_bytes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -77,6 +78,12 @@ SEED_FLAGS = [f"--provider-id={PROVIDER_ID}", f"--register-with-taints={TAINT['k
               "--node-labels=" + ",".join(f"{k}={v}" for k, v in NODE_LABELS.items()),
               f"--system-reserved=cpu={SYSTEM_RESERVED_CPU_M}m", f"--kube-reserved=memory={KUBE_RESERVED_MEMORY_MI}Mi",
               f"--max-pods={MAX_PODS}"]
+# The cgroups (made here, empty) on which the node enforces those reservations, as a seed's
+# --enforce-node-allocatable gives it.
+SYSTEM_RESERVED_CGROUP, KUBE_RESERVED_CGROUP = "/pykubelet-test-system.slice", "/pykubelet-test-kube.slice"
+SEED_FLAGS += ["--enforce-node-allocatable=pods,system-reserved,kube-reserved",
+               f"--system-reserved-cgroup={SYSTEM_RESERVED_CGROUP}", f"--kube-reserved-cgroup={KUBE_RESERVED_CGROUP}"]
+CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 # The kubelet API's TLS 1.2 suites (TLS 1.3, which the API server speaks, has its own), and how
 # long an exec, attach or port-forward stream may carry nothing before the node closes it (the
 # kubelet's default is 4 h).
@@ -100,7 +107,11 @@ def cluster(tmp_path_factory):
     node = None
     signer = KubeletServingSigner(cp)
     signer.start()
+    reserved = [CGROUP_V1_ROOT / controller / cgroup.lstrip("/") for controller in ("cpu", "memory", "pids")
+                for cgroup in (SYSTEM_RESERVED_CGROUP, KUBE_RESERVED_CGROUP)]
     try:
+        for d in reserved:
+            d.mkdir(exist_ok=True)
         # Logs up to 64 KiB before a rotation: kubectl logs reads the current file only, so
         # a test's expected output must fit in one (the rotation test writes fast enough).
         node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig), *SEED_FLAGS],
@@ -115,5 +126,8 @@ def cluster(tmp_path_factory):
     finally:
         if node is not None:
             stop_node(node)
+        for d in reserved:
+            if d.is_dir():
+                d.rmdir()  # an empty cgroup: nothing ran in it
         signer.stop()
         cp.stop()

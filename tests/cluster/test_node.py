@@ -9,6 +9,8 @@ from services.node_api import serving_csr
 from services.pod_sync import api_source as pod_sync_api
 from services.volume import manager as volume_manager
 from tests.cluster.conftest import (
+    CGROUP_V1_ROOT,
+    KUBE_RESERVED_CGROUP,
     KUBE_RESERVED_MEMORY_MI,
     LEASE_SECONDS,
     MAX_PODS,
@@ -16,6 +18,7 @@ from tests.cluster.conftest import (
     PROVIDER_ID,
     STATUS_REPORT_EVERY,
     STATUS_UPDATE_EVERY,
+    SYSTEM_RESERVED_CGROUP,
     SYSTEM_RESERVED_CPU_M,
     TAINT,
 )
@@ -60,6 +63,20 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
     assert conds["MemoryPressure"]["status"] == "False"
     out = cluster.kubectl("get", "nodes").stdout
     assert NODE_NAME in out and " Ready " in out
+
+
+def test_system_and_kube_reserved_are_enforced_on_their_cgroups(cluster):
+    """--enforce-node-allocatable=pods,system-reserved,kube-reserved with --system-reserved-cgroup
+    and --kube-reserved-cgroup, as a seed gives them: the system cgroup gets the cpu.shares of
+    --system-reserved's 100m, the kube cgroup the memory limit of --kube-reserved's 64Mi, and
+    what neither reserves stays unlimited, as the kubelet sets them."""
+    system, kube = (CGROUP_V1_ROOT / c.lstrip("/") for c in (SYSTEM_RESERVED_CGROUP, KUBE_RESERVED_CGROUP))
+    assert int((CGROUP_V1_ROOT / "cpu" / system.name / "cpu.shares").read_text()) == SYSTEM_RESERVED_CPU_M * 1024 // 1000
+    limit = int((CGROUP_V1_ROOT / "memory" / kube.name / "memory.limit_in_bytes").read_text())
+    assert limit == KUBE_RESERVED_MEMORY_MI * 2**20
+    unlimited = int((CGROUP_V1_ROOT / "memory" / "memory.limit_in_bytes").read_text())
+    assert int((CGROUP_V1_ROOT / "memory" / system.name / "memory.limit_in_bytes").read_text()) == unlimited
+    assert int((CGROUP_V1_ROOT / "cpu" / kube.name / "cpu.shares").read_text()) == 1024  # the kernel's default
 
 
 def test_the_nodes_images_are_in_its_status_within_node_status_update_frequency(cluster):

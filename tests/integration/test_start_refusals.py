@@ -1,6 +1,7 @@
 """The host checks of the kubelet, on this host, with the real `pykubelet up`: swap
 (failSwapOn), the kernel tunables (protectKernelDefaults), the cgroup version (failCgroupV1) and
-the memory manager's reservation (reservedMemory). A refusal names what is wrong, in the
+the memory manager's reservation (reservedMemory), the cgroups of enforced reservations
+(systemReservedCgroup). A refusal names what is wrong, in the
 kubelet's words, and nothing of the node is made: not its root dir, not a process.
 
 The host is changed only for the length of one start, and put back: a swap file switched on,
@@ -115,6 +116,26 @@ def test_reserved_memory_must_be_the_nodes_memory_reservation(tmp_path):
     refused = start(tmp_path, "memoryManagerPolicy: Static\nsystemReserved: {memory: 100Mi}\n"
                               "reservedMemory:\n- numaNode: 0\n  limits: {memory: 200Mi}\nfailCgroupV1: true\n")
     assert "reservedMemory" not in refused.stderr and "failCgroupV1" in refused.stderr, refused.stderr
+
+
+def test_a_reserved_cgroup_that_does_not_exist_refuses_the_start(tmp_path):
+    """enforceNodeAllocatable system-reserved: its cgroup must exist (the kubelet does not make
+    it); once it does, that check passes."""
+    host_is_cgroup_v1()
+    cgroup = f"pykubelet-test-refusal-{tmp_path.name}"
+    config = (f"enforceNodeAllocatable: [pods, system-reserved]\nsystemReservedCgroup: /{cgroup}\n"
+              "systemReserved: {memory: 50Mi}\nfailCgroupV1: true\n")
+    refused = start(tmp_path, config)
+    assert (f'failed to enforce System Reserved Cgroup Limits on "/{cgroup}": "/{cgroup}" cgroup does not exist '
+            f"(no /sys/fs/cgroup/memory/{cgroup}); create it, or take system-reserved out of "
+            "enforceNodeAllocatable") in refused.stderr, refused.stderr
+    made = Path("/sys/fs/cgroup/memory") / cgroup
+    made.mkdir()
+    try:
+        refused = start(tmp_path, config)
+    finally:
+        made.rmdir()
+    assert "System Reserved" not in refused.stderr and "failCgroupV1" in refused.stderr, refused.stderr
 
 
 def test_a_feature_gate_other_than_the_kubelets_default_refuses_the_start_naming_it(tmp_path):

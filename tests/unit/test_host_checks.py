@@ -81,3 +81,33 @@ def test_the_systemd_cgroup_driver_needs_systemd_and_cgroup_v2(tmp_path):
         "cgroupDriver: pykubelet drives systemd's slices on cgroup v2 only and this host runs cgroup v1: boot it "
         "with systemd.unified_cgroup_hierarchy=1 or set cgroupDriver to cgroupfs"]
     assert startup_problems(load_kubelet_config({})[0], proc, cgroup, run=tmp_path / "none") == []
+
+
+RESERVED = {"enforceNodeAllocatable": ["pods", "system-reserved", "kube-reserved"],
+            "systemReservedCgroup": "/system.slice", "systemReserved": {"cpu": "100m", "pid": "1000"},
+            "kubeReservedCgroup": "/kube/reserved", "kubeReserved": {"memory": "64Mi"}}
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_a_reserved_cgroup_that_does_not_exist_stops_the_start(tmp_path, v2):
+    """As the kubelet: each enforced reservation's cgroup must exist, in every cgroup v1
+    hierarchy its limits go to."""
+    proc, cgroup = host(tmp_path, cgroup_v2=v2)
+    made = ["system.slice", "kube/reserved"] if v2 else ["cpu/system.slice", "pids/system.slice", "memory/kube/reserved"]
+    for rel in made[1:]:
+        (cgroup / rel).mkdir(parents=True)
+    missing = cgroup / made[0]
+    assert problems(RESERVED, proc, cgroup) == [
+        'failed to enforce System Reserved Cgroup Limits on "/system.slice": "/system.slice" cgroup does not exist '
+        f"(no {missing}); create it, or take system-reserved out of enforceNodeAllocatable"]
+    missing.mkdir(parents=True)
+    assert problems(RESERVED, proc, cgroup) == []
+    assert problems({**RESERVED, "enforceNodeAllocatable": ["pods"]}, tmp_path / "x", tmp_path / "y") == []
+
+
+def test_an_enforced_reservation_that_reserves_nothing_stops_the_start(tmp_path):
+    proc, cgroup = host(tmp_path)
+    (cgroup / "kube").mkdir()
+    assert problems({"enforceNodeAllocatable": ["kube-reserved"], "kubeReservedCgroup": "/kube"}, proc, cgroup) == [
+        'failed to enforce Kube Reserved Cgroup Limits on "/kube": "/kube" cgroup is not configured properly: '
+        "kubeReserved reserves no cpu, memory or pid; reserve some or take kube-reserved out of enforceNodeAllocatable"]

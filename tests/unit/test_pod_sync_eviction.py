@@ -180,6 +180,35 @@ def test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds(tmp_path)
     assert len(problems) == 1 and "memory.limit_in_bytes" in problems[0], "what cannot be set is said, not raised"
 
 
+@pytest.mark.parametrize("v2", [True, False])
+def test_system_and_kube_reserved_limit_their_cgroups_to_what_they_reserve(tmp_path, v2):
+    """enforceNodeAllocatable system-reserved / kube-reserved: each reservation's resources as
+    limits of its cgroup (cpu as shares, or weight on v2); what it does not name is untouched."""
+    from services.pod_sync.pod_cgroup import enforce_reserved
+    from shared.config.settings import KubeletConfiguration
+    from shared.host.node_resources import reserved_cgroups
+
+    k = KubeletConfiguration.model_validate({
+        "enforceNodeAllocatable": ["pods", "system-reserved", "kube-reserved"],
+        "systemReservedCgroup": "/system.slice", "systemReserved": {"cpu": "100m", "pid": "1000"},
+        "kubeReservedCgroup": "/kube", "kubeReserved": {"memory": "64Mi"}})
+    system, kube = reserved_cgroups(k)
+    if v2:
+        (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+        for d in ("system.slice", "kube"):
+            (tmp_path / d).mkdir()
+    else:
+        for d in ("cpu/system.slice", "pids/system.slice", "memory/kube"):
+            (tmp_path / d).mkdir(parents=True)
+    assert enforce_reserved(system, root=tmp_path) == [] and enforce_reserved(kube, root=tmp_path) == []
+    written = {str(p.relative_to(tmp_path)): p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
+    written.pop("cgroup.controllers", None)
+    assert written == ({"system.slice/cpu.weight": "4", "system.slice/pids.max": "1000",
+                        "kube/memory.max": str(64 * 2**20)} if v2 else
+                       {"cpu/system.slice/cpu.shares": "102", "pids/system.slice/pids.max": "1000",
+                        "memory/kube/memory.limit_in_bytes": str(64 * 2**20)})
+
+
 async def test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_used_first(syncer, rt, store):
     old, newer = "sha256:" + "1" * 64, "sha256:" + "2" * 64
     rt.images.update({"reg/old:1": old, "reg/newer:1": newer})
