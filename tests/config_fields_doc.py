@@ -54,7 +54,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "cgroupDriver": ("effect", "tests/vm/test_production_host.py::test_pod_limits_land_in_the_pod_and_container_cgroups"),
     "shutdownGracePeriod": ("effect", "tests/vm/test_production_host.py::test_poweroff_waits_for_the_pods_to_stop_the_critical_ones_last"),
     "shutdownGracePeriodCriticalPods": ("effect", "tests/vm/test_production_host.py::test_poweroff_waits_for_the_pods_to_stop_the_critical_ones_last"),
-    "shutdownGracePeriodByPodPriority": ("direct", "tests/unit/test_node_shutdown.py::test_shutdown_grace_period_is_two_priority_groups_as_the_kubelet_reads_it"),
+    "shutdownGracePeriodByPodPriority": ("effect", "tests/vm/test_production_host.py::test_poweroff_stops_the_pods_group_by_group_of_shutdown_grace_period_by_pod_priority"),
     "podPidsLimit": ("effect", "tests/security/test_fork_bomb.py::test_a_fork_bomb_is_held_at_the_pod_pids_limit"),
     "registerNode": ("effect", "tests/cluster/test_zzz_unregistered_node.py::test_a_node_that_does_not_register_waits_for_its_node_object_and_keeps_to_its_budgets"),
     "registerWithTaints": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
@@ -125,9 +125,10 @@ def _coverage(impl: dict[str, object]) -> list[str]:
     names = [n for n in FIELDS if n in impl]
     live = [n for n in names if _where(TESTS.get(n, ("none", None))[1]) == " on a running node"]
     unit = sorted(set(names) - set(live), key=str.lower)
+    if not unit:
+        return [f"All {len(names)} implemented fields have their effect observed on a running node."]
     return [f"{len(live)} of the {len(names)} implemented fields have their effect observed on a running node; "
-            + (f"the effect of {len(unit)} ({', '.join(f'`{n}`' for n in unit)}) is observed in unit tests only."
-               if unit else "every one is.")]
+            f"the effect of {len(unit)} ({', '.join(f'`{n}`' for n in unit)}) is observed in unit tests only."]
 
 
 def render() -> str:
