@@ -50,6 +50,8 @@ def gc_period(max_age: float) -> float:
     if not max_age:
         return IMAGE_GC_PERIOD
     return min(IMAGE_GC_PERIOD, max(MIN_GC_PERIOD, max_age / 4))
+
+
 IMAGES_REMOVED = Counter("pykubelet_image_gc_removed_images_total", "Images removed by garbage collection",
                          ["trigger"])
 BYTES_FREED = Counter("pykubelet_image_gc_freed_bytes_total", "Bytes of images removed by garbage collection",

@@ -319,17 +319,15 @@ def enforce_reserved(reserved: ReservedCgroup, root: Path = CGROUP_ROOT) -> list
     """enforceNodeAllocatable system-reserved / kube-reserved: the reservation's cpu (as shares
     or weight), memory and pid as limits of its existing cgroup, as the kubelet sets them; what
     it does not name is left as it is. Returns what could not be set, in words."""
-    rel = reserved.cgroup.lstrip("/")
     v2 = (root / "cgroup.controllers").is_file()
     writes = []
     if reserved.cpu_millicores is not None:
         shares = cpu_shares(reserved.cpu_millicores)
-        writes.append((root / rel / "cpu.weight", str(cpu_weight(shares))) if v2 else
-                      (root / "cpu" / rel / "cpu.shares", str(shares)))
+        writes.append((reserved.directory(root, "cpu") / ("cpu.weight" if v2 else "cpu.shares"),
+                       str(cpu_weight(shares) if v2 else shares)))
     if reserved.memory_bytes is not None:
-        writes.append((root / rel / "memory.max", str(reserved.memory_bytes)) if v2 else
-                      (root / "memory" / rel / "memory.limit_in_bytes", str(reserved.memory_bytes)))
+        writes.append((reserved.directory(root, "memory") / ("memory.max" if v2 else "memory.limit_in_bytes"),
+                       str(reserved.memory_bytes)))
     if reserved.pids is not None:
-        writes.append((root / rel / "pids.max", str(reserved.pids)) if v2 else
-                      (root / "pids" / rel / "pids.max", str(reserved.pids)))
+        writes.append((reserved.directory(root, "pids") / "pids.max", str(reserved.pids)))
     return _write(writes)

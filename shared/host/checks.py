@@ -120,15 +120,13 @@ def reserved_cgroup_problems(k: KubeletConfiguration, cgroup_root: Path = Path("
     """enforceNodeAllocatable's system-reserved and kube-reserved need their cgroups to exist
     already and a reservation to enforce, as the kubelet checks at start (in its words)."""
     problems = []
-    v2 = (cgroup_root / "cgroup.controllers").exists()
     for r in reserved_cgroups(k):
         where = f'failed to enforce {r.title} Cgroup Limits on "{r.cgroup}"'
         if r.empty:
             problems.append(f'{where}: "{r.cgroup}" cgroup is not configured properly: {r.field} reserves no cpu, '
                             f"memory or pid; reserve some or take {r.key} out of enforceNodeAllocatable")
             continue
-        rel = r.cgroup.lstrip("/")
-        dirs = [cgroup_root / rel] if v2 else [cgroup_root / c / rel for c in r.v1_controllers()]
+        dirs = dict.fromkeys(r.directory(cgroup_root, c) for c in r.v1_controllers())
         missing = [str(d) for d in dirs if not d.is_dir()]
         if missing:
             problems.append(f'{where}: "{r.cgroup}" cgroup does not exist (no {", ".join(missing)}); create it, or '

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shared.config.thresholds import Threshold, hard_eviction_reservation
@@ -66,6 +67,11 @@ class ReservedCgroup:
         """The cgroup v1 hierarchies its limits go to."""
         return [c for c, v in (("cpu", self.cpu_millicores), ("memory", self.memory_bytes), ("pids", self.pids))
                 if v is not None]
+
+    def directory(self, cgroup_root: Path, controller: str) -> Path:
+        """Where its limits of one controller are: the one cgroup on v2, that hierarchy's on v1."""
+        rel = self.cgroup.lstrip("/")
+        return cgroup_root / rel if (cgroup_root / "cgroup.controllers").is_file() else cgroup_root / controller / rel
 
 
 def reserved_cgroups(kubelet: KubeletConfiguration) -> list[ReservedCgroup]:
