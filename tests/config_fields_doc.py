@@ -95,6 +95,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "kubeReserved": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "systemReserved": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "systemReservedCgroup": ("effect", "tests/cluster/test_node.py::test_system_and_kube_reserved_are_enforced_on_their_cgroups"),
+    "cgroupRoot": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_pods_cgroups_are_below_cgroup_root"),
     "kubeReservedCgroup": ("effect", "tests/cluster/test_node.py::test_system_and_kube_reserved_are_enforced_on_their_cgroups"),
     "enforceNodeAllocatable": ("effect", "tests/integration/test_services.py::test_enforce_node_allocatable_caps_the_pods_cgroup"),
     "imageGCHighThresholdPercent": ("effect", "tests/cpu_manager/test_image_gc.py::test_past_the_high_threshold_unused_images_go_until_the_low_one"),

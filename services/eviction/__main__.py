@@ -12,6 +12,7 @@ from services.eviction.pod_usage import UsageCollector
 from services.eviction.signals import SignalReader
 from shared.bus.events import BusRecorder
 from shared.bus.messages import DiskReclaimed
+from shared.host.cgroups import CgroupReader
 from shared.host.facts import boot_id, cpu_capacity_millicores, memory_capacity_bytes
 from shared.host.node_resources import Reservations, allocatable
 from shared.process.service import ServiceContext, service_main
@@ -31,8 +32,9 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.on_shutdown(cri.close)
     thresholds = k.eviction_thresholds()
     alloc = allocatable(cpu_capacity_millicores(), memory_capacity_bytes(), Reservations.from_config(k))
-    signals = SignalReader(ctx.settings.root_dir, alloc["memory"])
-    manager = EvictionManager(ctx.store, ctx.bus, signals, UsageCollector(cri), thresholds,
+    cgroups = CgroupReader(kubepods=k.kubepods)
+    signals = SignalReader(ctx.settings.root_dir, alloc["memory"], cgroups)
+    manager = EvictionManager(ctx.store, ctx.bus, signals, UsageCollector(cri, cgroups), thresholds,
                               k.eviction_pressure_transition_period, k.eviction_max_pod_grace_period,
                               BusRecorder(ctx.bus), find_imagefs=lambda: imagefs_mountpoint(cri))
     loop = EvictionLoop(manager)

@@ -10,9 +10,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.host.cgroup_names import container_cgroup
 from shared.host.cgroups import CgroupReader
 from shared.host.disk_usage import tree_usage
+from shared.model.cgroup_names import container_cgroup
 from shared.model.podspec import Pod
 from shared.runtime.cri import CRIError, RuntimeService
 

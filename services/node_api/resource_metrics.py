@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from services.node_api.snapshot import Snapshot
-from shared.host.cgroup_names import container_cgroup
+from shared.model.cgroup_names import container_cgroup
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 NS_PER_S = 1e9
@@ -173,7 +173,7 @@ class _CadvisorSeries:
             self.network(root, node["network"])
         for sc in node.get("systemContainers", []):
             if sc["name"] == "pods":
-                self.series({"id": "/kubepods"}, sc)
+                self.series({"id": snap.kubepods}, sc)
 
     def pods(self, snap: Snapshot) -> None:
         for pod in snap.summary["pods"]:

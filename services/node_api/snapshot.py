@@ -37,6 +37,7 @@ class Snapshot:
     containers: dict[tuple[str, str], ContainerIds] = field(default_factory=dict)  # (pod uid, name)
     node_fs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (device, FsStats)
     image_device: str = ""  # the device holding the image filesystem (containers' writable layers)
+    kubepods: str = "/kubepods"  # the pods' cgroup on this host, cAdvisor's id of the "pods" container
 
 
 def rfc3339(ts: float | None) -> str | None:

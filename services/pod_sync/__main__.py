@@ -23,7 +23,6 @@ from services.pod_sync.systemd_slices import SystemdSlices
 from shared.bus.events import BusRecorder
 from shared.bus.messages import DiskReclaimRequested, MirrorPodsChanged
 from shared.config.settings import ConfigError
-from shared.host.cgroup_names import SYSTEMD
 from shared.host.checks import startup_problems
 from shared.host.cpu_topology import numa_nodes
 from shared.host.facts import (
@@ -34,6 +33,7 @@ from shared.host.facts import (
 )
 from shared.host.node_resources import Reservations, pods_cgroup_limits, reserved_cgroups
 from shared.host.swap import node_swap
+from shared.model.cgroup_names import SYSTEMD
 from shared.model.cpusets import format_cpuset
 from shared.model.quantity import to_bytes
 from shared.process.service import ServiceContext, service_main
@@ -61,6 +61,7 @@ async def setup(ctx: ServiceContext) -> None:
                      pods_dir=ctx.settings.root_dir / "pods", seccomp_default=k.seccomp_default,
                      labels=ctx.settings.node_labels,
                      cgroup_slices=SystemdSlices(CGROUP_ROOT) if k.cgroup_driver == SYSTEMD else None,
+                     kubepods=k.kubepods,
                      guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "",
                      swap=node_swap(k.memory_swap.swap_behavior))
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
@@ -125,10 +126,11 @@ async def setup(ctx: ServiceContext) -> None:
                                          reclaimer.periodic_image_gc, log))
     if k.enforces_pods_allocatable:
         limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k))
-        for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"], slices=node.cgroup_slices):
+        for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"], slices=node.cgroup_slices,
+                                                kubepods=node.kubepods):
             log.warning("enforceNodeAllocatable: cannot limit the pods cgroup: %s", problem)
     for reserved in reserved_cgroups(k):
-        for problem in enforce_reserved(reserved):
+        for problem in enforce_reserved(reserved, slices=node.cgroup_slices):
             log.warning("enforceNodeAllocatable %s: cannot limit %s: %s", reserved.key, reserved.cgroup, problem)
     ctx.checks["runtime"] = health.runtime_ready
     ctx.spawn("node-health", health.run())

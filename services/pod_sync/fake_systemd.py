@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from services.pod_sync.systemd_slices import INFINITY, NO_SUCH_UNIT, UNIT_EXISTS, BusError
-from shared.host.cgroup_names import slice_path
+from shared.model.cgroup_names import slice_path
 
 _FILES = {"CPUWeight": "cpu.weight", "MemoryMax": "memory.max", "TasksMax": "pids.max"}
 

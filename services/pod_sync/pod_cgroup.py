@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, KUBEPODS, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
+from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
 from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
-from shared.host.cgroup_names import CGROUPFS, SYSTEMD, on_host, slice_unit
 from shared.host.node_resources import ReservedCgroup
+from shared.model.cgroup_names import CGROUPFS, KUBEPODS, SYSTEMD, on_host, slice_unit
 from shared.model.podspec import Container, Pod
 from shared.model.qos import pod_level, pod_requests, qos_class
 from shared.model.quantity import millicores, to_bytes
@@ -184,23 +184,25 @@ def resize(parent: str, new: PodCgroupConfig, containers_done: bool, root: Path 
     return _write(_files(parent, target, root, pids=False))
 
 
-def qos_tier_shares(pods: list[Pod]) -> dict[str, int]:
+def qos_tier_shares(pods: list[Pod], kubepods: str = KUBEPODS) -> dict[str, int]:
     """cpu.shares of the QoS tiers (the kubelet's QoS container manager): BestEffort pods
     share the minimum; Burstable pods their requests together; Guaranteed pods sit in
     /kubepods itself."""
     burstable = sum(pod_requests(p)["cpu"] for p in pods if qos_class(p) == "Burstable")
-    return {"/kubepods/besteffort": MIN_SHARES, "/kubepods/burstable": cpu_shares(burstable)}
+    return {f"{kubepods}/besteffort": MIN_SHARES, f"{kubepods}/burstable": cpu_shares(burstable)}
 
 
-def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None) -> list[str]:
+def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None,
+                  kubepods: str = KUBEPODS) -> list[str]:
     """Write the tiers' shares (making the tiers where missing); what failed, in words."""
+    tiers = qos_tier_shares(pods, kubepods)
     if slices is not None:
-        return [problem for tier, value in qos_tier_shares(pods).items()
+        return [problem for tier, value in tiers.items()
                 for problem in _apply(slices, tier, PodCgroupConfig(value, None, None), f"QoS tier {tier}",
                                       pids=False, memory=False)]
     v2 = (root / "cgroup.controllers").is_file()
     files = []
-    for tier, value in qos_tier_shares(pods).items():
+    for tier, value in tiers.items():
         d = root / tier.strip("/") if v2 else root / "cpu" / tier.strip("/")
         try:
             d.mkdir(parents=True, exist_ok=True)
@@ -213,7 +215,6 @@ def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT, slices: SystemdSlic
 # A pod cgroup younger than this is never an orphan: pod-sync makes it just before the sandbox.
 ORPHAN_MIN_AGE = 30.0
 _UID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_TIERS = ("/kubepods", "/kubepods/burstable", "/kubepods/besteffort")
 
 
 def _tier_dir(tier: str, root: Path, slices: SystemdSlices | None) -> Path:
@@ -221,10 +222,11 @@ def _tier_dir(tier: str, root: Path, slices: SystemdSlices | None) -> Path:
     return root / rel if (root / "cgroup.controllers").is_file() else root / "cpu" / rel
 
 
-def pod_cgroups(root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None) -> dict[str, str]:
+def pod_cgroups(root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None,
+                kubepods: str = KUBEPODS) -> dict[str, str]:
     """Every pod cgroup under the QoS tiers, by pod UID: {uid: "/kubepods/<tier>/pod<uid>"}."""
     found: dict[str, str] = {}
-    for tier in _TIERS:
+    for tier in (kubepods, f"{kubepods}/burstable", f"{kubepods}/besteffort"):
         d = _tier_dir(tier, root, slices)
         prefix = "pod" if slices is None else slice_unit(tier).removesuffix(".slice") + "-pod"
         suffix = "" if slices is None else ".slice"
@@ -292,33 +294,45 @@ def _rmdir(d: Path) -> None:
 
 
 def enforce_pods_allocatable(memory_bytes: int, cpu_millicores: int, root: Path = CGROUP_ROOT,
-                             slices: SystemdSlices | None = None) -> list[str]:
+                             slices: SystemdSlices | None = None, kubepods: str = KUBEPODS) -> list[str]:
     """enforceNodeAllocatable=pods: cap /kubepods at capacity minus kubeReserved and
     systemReserved, so pods together cannot take what the system and pykubelet were promised.
     Returns what could not be set, in words (the caller logs it; pods still run)."""
     if slices is not None:
-        return _apply(slices, KUBEPODS, PodCgroupConfig(cpu_shares(cpu_millicores), None, memory_bytes),
+        return _apply(slices, kubepods, PodCgroupConfig(cpu_shares(cpu_millicores), None, memory_bytes),
                       "pods (node allocatable)", pids=False)
     problems = []
     v2 = (root / "cgroup.controllers").is_file()
     shares = cpu_shares(cpu_millicores)
-    writes = ([(root / "kubepods" / "memory.max", str(memory_bytes)),
-               (root / "kubepods" / "cpu.weight", str(cpu_weight(shares)))] if v2 else
-              [(root / "memory" / "kubepods" / "memory.limit_in_bytes", str(memory_bytes)),
-               (root / "cpu" / "kubepods" / "cpu.shares", str(shares))])
+    rel = kubepods.strip("/")
+    writes = ([(root / rel / "memory.max", str(memory_bytes)),
+               (root / rel / "cpu.weight", str(cpu_weight(shares)))] if v2 else
+              [(root / "memory" / rel / "memory.limit_in_bytes", str(memory_bytes)),
+               (root / "cpu" / rel / "cpu.shares", str(shares))])
+    if v2:
+        # Delegate the controllers down to it (cgroupRoot's cgroup may have none enabled).
+        ancestors = [root]
+        for part in rel.split("/")[:-1]:
+            ancestors.append(ancestors[-1] / part)
+        writes = [(d / "cgroup.subtree_control", "+cpu +memory +pids") for d in ancestors] + writes
     for path, value in writes:
         try:
-            path.parent.mkdir(exist_ok=True)
+            path.parent.mkdir(exist_ok=True)  # kubepods; its parent, the cgroup root, exists (a start check)
             path.write_text(value)
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
     return problems
 
 
-def enforce_reserved(reserved: ReservedCgroup, root: Path = CGROUP_ROOT) -> list[str]:
+def enforce_reserved(reserved: ReservedCgroup, root: Path = CGROUP_ROOT,
+                     slices: SystemdSlices | None = None) -> list[str]:
     """enforceNodeAllocatable system-reserved / kube-reserved: the reservation's cpu (as shares
     or weight), memory and pid as limits of its existing cgroup, as the kubelet sets them; what
-    it does not name is left as it is. Returns what could not be set, in words."""
+    it does not name is left as it is. With the systemd driver the cgroup is a slice systemd
+    runs (/system.slice), so they go to it as the unit's properties. Returns what could not be
+    set, in words."""
+    if slices is not None:
+        return _change_reserved_slice(slices, reserved)
     v2 = (root / "cgroup.controllers").is_file()
     writes = []
     if reserved.cpu_millicores is not None:
@@ -331,3 +345,18 @@ def enforce_reserved(reserved: ReservedCgroup, root: Path = CGROUP_ROOT) -> list
     if reserved.pids is not None:
         writes.append((reserved.directory(root, "pids") / "pids.max", str(reserved.pids)))
     return _write(writes)
+
+
+def _change_reserved_slice(slices: SystemdSlices, reserved: ReservedCgroup) -> list[str]:
+    props: list[tuple[str, tuple[str, int]]] = []
+    if reserved.cpu_millicores is not None:
+        props.append(("CPUWeight", ("t", cpu_weight(cpu_shares(reserved.cpu_millicores)))))
+    if reserved.memory_bytes is not None:
+        props.append(("MemoryMax", ("t", reserved.memory_bytes)))
+    if reserved.pids is not None:
+        props.append(("TasksMax", ("t", reserved.pids)))
+    try:
+        slices.change(reserved.unit, props)
+    except SlicesError as exc:
+        return [str(exc)]
+    return []

@@ -153,7 +153,7 @@ class Resizer:
 
     def _pod_cgroup(self, pod: Pod, state: ResizeState, containers_done: bool) -> str:
         """The pod cgroup's part of a resize (pod_cgroup.resize); "" when done or not needed."""
-        parent = pod_cgroup_parent(pod, qos_class(pod))
+        parent = pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods)
         if state.in_progress is None or not pod_cgroup.exists(parent, self.node.cgroup_root, self.node.cgroup_slices):
             return ""  # nothing to resize, or no pod cgroup yet: it is made with the allocation
         problems = pod_cgroup.resize(parent, pod_cgroup.pod_cgroup_config(pod), containers_done, self.node.cgroup_root,

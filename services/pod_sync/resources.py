@@ -2,6 +2,7 @@
 
 The kubelet's layout: /kubepods (Guaranteed pods directly below), /kubepods/burstable,
 /kubepods/besteffort, then pod<uid>, then one cgroup per container that the runtime creates.
+With cgroupRoot set, /kubepods is below it (/custom/kubepods).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from cri_api.v1 import api_pb2 as cri
 from services.pod_sync.swap import apply_swap
 from services.pod_sync.systemd_slices import SystemdSlices
 from shared.host.swap import NodeSwap
+from shared.model.cgroup_names import KUBEPODS
 from shared.model.podspec import Container, Pod
 from shared.model.qos import pod_level
 from shared.model.quantity import millicores, to_bytes
@@ -22,7 +24,6 @@ from shared.model.quantity import millicores, to_bytes
 log = logging.getLogger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-KUBEPODS = "/kubepods"
 CPU_PERIOD = 100_000
 MIN_SHARES = 2
 MAX_SHARES = 262_144
@@ -46,9 +47,9 @@ GUARANTEED_OOM_SCORE_ADJ = -997
 BESTEFFORT_OOM_SCORE_ADJ = 1000
 
 
-def pod_cgroup_parent(pod: Pod, qos: str) -> str:
+def pod_cgroup_parent(pod: Pod, qos: str, kubepods: str = KUBEPODS) -> str:
     tier = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}[qos]
-    return f"{KUBEPODS}{tier}/pod{pod.uid}"
+    return f"{kubepods}{tier}/pod{pod.uid}"
 
 
 def _pod_level_share(pod: Pod | None) -> int:

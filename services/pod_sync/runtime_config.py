@@ -17,10 +17,10 @@ from services.pod_sync.resources import CGROUP_ROOT, container_resources, pod_cg
 from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
 from services.pod_sync.systemd_slices import SystemdSlices
 from shared.config.settings import NodeSettings
-from shared.host.cgroup_names import on_host
 from shared.host.node_dirs import private_dir
 from shared.host.safe_paths import beneath
 from shared.host.swap import NodeSwap
+from shared.model.cgroup_names import KUBEPODS, on_host
 from shared.model.downward_api import metadata_field, resource_field
 from shared.model.podspec import ENV_NAME, Container, EphemeralContainer, Pod
 from shared.model.qos import qos_class
@@ -46,6 +46,7 @@ class NodeFacts:
     oom_floor: int | None  # lowest oom_score_adj allowed here, None when unrestricted
     pods_dir: Path         # <root>/pods: per-pod files such as termination-message logs
     cgroup_root: Path = CGROUP_ROOT  # where pod cgroups are made (services/pod_sync/pod_cgroup.py)
+    kubepods: str = KUBEPODS  # the pods' cgroup, below cgroupRoot (cgroupfs name)
     # The systemd cgroup driver's connection to systemd; None with the cgroupfs driver.
     cgroup_slices: SystemdSlices | None = None
     seccomp_default: bool = False    # seccompDefault: RuntimeDefault for containers naming no profile
@@ -90,7 +91,8 @@ def sandbox_config(pod: Pod, attempt: int, settings: NodeSettings) -> cri.PodSan
         linux=cri.LinuxPodSandboxConfig(
             # The cgroup's path for the driver: /kubepods/... or /kubepods.slice/... (the runtime's
             # driver matches: containerd's SystemdCgroup).
-            cgroup_parent=on_host(pod_cgroup_parent(pod, qos_class(pod)), settings.kubelet.cgroup_driver),
+            cgroup_parent=on_host(pod_cgroup_parent(pod, qos_class(pod), settings.kubelet.kubepods),
+                                  settings.kubelet.cgroup_driver),
             security_context=sandbox_security_context(pod, seccomp_dir(settings.root_dir)),
             sysctls={x.name: x.value for x in pod.spec.securityContext.sysctls}),
     )

@@ -151,7 +151,8 @@ class PodSyncer:
     async def remove_orphaned_pod_cgroups(self, known: set[str]) -> None:
         """Pod cgroups of no pod pod-sync knows (desired now, or in the runtime: `known`) are a
         crashed run's or a pod's removed while pod-sync was down: remove the empty ones."""
-        found = await asyncio.to_thread(pod_cgroup.pod_cgroups, self.node.cgroup_root, self.node.cgroup_slices)
+        found = await asyncio.to_thread(pod_cgroup.pod_cgroups, self.node.cgroup_root, self.node.cgroup_slices,
+                                        self.node.kubepods)
         # Read after the listing: a pod admitted since has its cgroup made after it was desired.
         known = known | set(self.desired_uids())
         orphans = {uid: name for uid, name in found.items() if uid not in known}
@@ -282,7 +283,7 @@ class PodSyncer:
         # pod admitted so far.
         with self.store.session() as s:
             pods = self._admitted_others(s, "")
-        problems = pod_cgroup.set_qos_tiers(pods, self.node.cgroup_root, self.node.cgroup_slices)
+        problems = pod_cgroup.set_qos_tiers(pods, self.node.cgroup_root, self.node.cgroup_slices, self.node.kubepods)
         if problems:
             log.warning("QoS cgroups: %s", "; ".join(problems))
 
@@ -545,7 +546,7 @@ class PodSyncer:
         # The pod's cgroup first, with its settings: the sandbox and the containers start in it.
         # In a thread: with the systemd driver this is a D-Bus round trip to systemd.
         problems = await asyncio.to_thread(
-            pod_cgroup.ensure, pod_cgroup_parent(pod, qos_class(pod)),
+            pod_cgroup.ensure, pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods),
             pod_cgroup.pod_cgroup_config(pod, self.settings.kubelet.pod_pids_limit), self.node.cgroup_root,
             self.node.cgroup_slices)
         if problems:
@@ -722,8 +723,8 @@ class PodSyncer:
             for s in rt.sandboxes:
                 await self.runtime.remove_pod_sandbox(s.id)
         if pod is not None:
-            await asyncio.to_thread(remove_pod_cgroups, pod_cgroup_parent(pod, qos_class(pod)),
-                                    self.node.cgroup_slices)
+            parent = pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods)
+            await asyncio.to_thread(remove_pod_cgroups, parent, self.node.cgroup_slices)
             await self._set_qos_tiers()
         # Only pod-sync's own files; the pod directory (with its volumes) is the volume service's to
         # remove, once it has unmounted them. Its logs stay a while for a last look (pod_logs_gc).

@@ -22,7 +22,7 @@ from jeepney import DBusAddress, DBusErrorResponse, new_method_call
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
 from jeepney.wrappers import unwrap_msg
 
-from shared.host.cgroup_names import SYSTEMD, on_host, slice_unit
+from shared.model.cgroup_names import SYSTEMD, on_host, slice_unit
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,10 @@ class SystemdSlices:
             # parent slice loaded implicitly): start it as it is now.
             self._start(unit)
         self._wait_for(name, unit)
+
+    def change(self, unit: str, props: list[tuple[str, tuple[str, Any]]]) -> None:
+        """Set `props` on a unit that runs already (one pykubelet did not make, as system.slice)."""
+        self._set(unit, props)
 
     def _cgroup(self, name: str) -> Path:
         return self.cgroup_root / on_host(name, SYSTEMD).lstrip("/")

@@ -55,7 +55,7 @@ class Refused:
     duration: bool = False  # compared as a duration ("10s" == "10000ms")
 
 
-_CGROUPS = "pod cgroups are under /kubepods (kubepods.slice with cgroupDriver systemd) with the kubelet's QoS tiers"
+_CGROUPS = "every pod has its own cgroup below the kubelet's QoS tiers (/kubepods, /kubepods/burstable, /kubepods/besteffort)"
 _NO_CPU_MANAGER = "the static policy gives whole CPUs by topology order, without policy options"
 _NO_HANDLER = "pykubelet serves only the kubelet API's /pods, /stats, /metrics, /logs, /exec and /configz routes"
 
@@ -66,7 +66,6 @@ REFUSED: dict[str, Refused] = {
     "oomScoreAdj": Refused(-999, "pykubelet's processes keep the oom_score_adj they were started with"),
     "kubeletCgroups": Refused("", "pykubelet's processes stay in the cgroup they were started in"),
     "systemCgroups": Refused("", "system processes are not moved"),
-    "cgroupRoot": Refused("", _CGROUPS),
     "cgroupsPerQOS": Refused(True, _CGROUPS),
     "cpuManagerPolicyOptions": Refused({}, _NO_CPU_MANAGER),
     "topologyManagerPolicyOptions": Refused({}, "the topology manager's policies are for single-NUMA hosts, where "

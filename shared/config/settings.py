@@ -44,6 +44,7 @@ from shared.config.thresholds import (
     parse_thresholds,
 )
 from shared.model import safe_yaml
+from shared.model.cgroup_names import SLICE, kubepods_name, slice_path
 from shared.model.cpusets import CPUSetError, parse_cpuset
 from shared.model.durations import format_duration, parse_duration, to_seconds
 from shared.model.ip import ip_address
@@ -55,6 +56,21 @@ from shared.model.sysctls import check_allowed_unsafe
 _CGROUP_PATH = re.compile(r"(/(?!\.{1,2}(?:/|$))[A-Za-z0-9_.@:-]+)+")
 
 log = logging.getLogger(__name__)
+
+
+def _check_reserved_slice(field: str, cgroup: str) -> None:
+    """With the systemd driver a reserved cgroup is a slice unit, named by where systemd keeps it
+    (the kubelet takes the unit from the last part): /system.slice, /kube.slice/kube-reserved.slice.
+    A path elsewhere would name one unit and check another cgroup."""
+    unit = cgroup.rsplit("/", 1)[-1]
+    if not unit.endswith(SLICE) or unit == "-" + SLICE:
+        raise ValueError(f"{field} {cgroup!r}: with cgroupDriver systemd it names a slice unit, as /system.slice")
+    try:
+        kept = slice_path(unit)
+    except ValueError as exc:
+        raise ValueError(f"{field} {cgroup!r}: {exc}") from None
+    if kept != cgroup:
+        raise ValueError(f"{field} {cgroup!r}: systemd keeps the slice {unit} at {kept}; give that path")
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
@@ -255,10 +271,12 @@ class KubeletConfiguration(ServerConfig):
     # NoSwap (the default) or LimitedSwap for containers (services/pod_sync/swap.py).
     memory_swap: MemorySwapConfiguration = Field(default_factory=MemorySwapConfiguration)
     protect_kernel_defaults: bool = False
-    # How pod and QoS cgroups are made (shared/host/cgroup_names.py): directories under /kubepods, or
+    # How pod and QoS cgroups are made (shared/model/cgroup_names.py): directories under /kubepods, or
     # slice units through systemd's D-Bus API (kubepods.slice and below) with the runtime told to
     # match (containerd's SystemdCgroup).
     cgroup_driver: Literal["cgroupfs", "systemd"] = "cgroupfs"
+    # The cgroup the pods' /kubepods goes below ("" and "/": the root); it must exist already.
+    cgroup_root: str = ""
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
     fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
@@ -400,6 +418,27 @@ class KubeletConfiguration(ServerConfig):
             raise ValueError("'none' cannot be combined with other values")
         return v
 
+    @field_validator("cgroup_root")
+    @classmethod
+    def _cgroup_root(cls, v: str) -> str:
+        # It becomes the path below /sys/fs/cgroup that every pod cgroup is made under.
+        if v not in ("", "/") and not _CGROUP_PATH.fullmatch(v):
+            raise ValueError(f"{v!r} is not a cgroup path: give it from the cgroup root, as /pykubelet (letters, "
+                             "digits and . _ - @ : in each part; no '.' or '..' parts)")
+        return v
+
+    @model_validator(mode="after")
+    def _systemd_cgroup_root(self) -> "KubeletConfiguration":
+        if self.cgroup_driver == "systemd" and self.cgroup_root not in ("", "/"):
+            raise ValueError(f"cgroupRoot {self.cgroup_root!r}: with cgroupDriver systemd pykubelet keeps "
+                             "kubepods.slice at the root; leave cgroupRoot unset or use cgroupDriver cgroupfs")
+        return self
+
+    @property
+    def kubepods(self) -> str:
+        """The pods' cgroup (cgroupfs name): /kubepods, or below cgroupRoot."""
+        return kubepods_name(self.cgroup_root)
+
     @field_validator("system_reserved_cgroup", "kube_reserved_cgroup")
     @classmethod
     def _reserved_cgroup(cls, v: str) -> str:
@@ -421,9 +460,7 @@ class KubeletConfiguration(ServerConfig):
                 raise ValueError(f'invalid configuration: {field} must be specified when "{key}" contained in '
                                  'enforceNodeAllocatable (--enforce-node-allocatable)')
             if self.cgroup_driver == "systemd":
-                raise ValueError(f"enforceNodeAllocatable {key!r}: pykubelet enforces a reservation on its cgroup "
-                                 "with cgroupDriver cgroupfs only; take it out of enforceNodeAllocatable or use "
-                                 "cgroupfs")
+                _check_reserved_slice(field, cgroup)
         return self
 
     @model_validator(mode="after")

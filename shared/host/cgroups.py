@@ -13,14 +13,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.host.cgroup_names import DRIVERS, SYSTEMD, on_host
 from shared.host.facts import parse_meminfo
+from shared.model.cgroup_names import DRIVERS, KUBEPODS, SYSTEMD, on_host
 
 # The kubelet treats a limit at or above this as "no limit" (the kernel rounds 2^63-1 down).
 UNLIMITED = 1 << 62
-# The node's layout, as pod-sync creates it (services/pod_sync/resources.py), in cgroupfs names;
-# with the systemd driver the same cgroups are slices (shared/host/cgroup_names.py).
-KUBEPODS = "/kubepods"
+# The node's layout below /kubepods (or cgroupRoot's), as pod-sync creates it
+# (services/pod_sync/resources.py), in cgroupfs names; with the systemd driver the same cgroups
+# are slices (shared/model/cgroup_names.py).
 QOS_TIERS = ("", "/burstable", "/besteffort")
 # /proc/stat counts in USER_HZ ticks, 100 on every Linux ABI Python runs on.
 USER_HZ = 100
@@ -80,9 +80,11 @@ def read_meminfo(path: Path) -> dict[str, int]:
 
 
 class CgroupReader:
-    def __init__(self, root: str | Path = "/sys/fs/cgroup", proc: str | Path = "/proc") -> None:
+    def __init__(self, root: str | Path = "/sys/fs/cgroup", proc: str | Path = "/proc",
+                 kubepods: str = KUBEPODS) -> None:
         self.root = Path(root)
         self.proc = Path(proc)
+        self.pods_cgroup = kubepods  # cgroupfs name: /kubepods, or below cgroupRoot
         self.version = 2 if (self.root / "cgroup.controllers").is_file() else 1
 
     def _dir(self, controller: str, cgroup: str) -> Path:
@@ -104,8 +106,8 @@ class CgroupReader:
 
     def kubepods(self) -> str:
         """The pods' cgroup as it is on this host: /kubepods, or kubepods.slice (systemd driver)."""
-        systemd = on_host(KUBEPODS, SYSTEMD)
-        return systemd if not self.exists(KUBEPODS) and self.exists(systemd) else KUBEPODS
+        systemd = on_host(self.pods_cgroup, SYSTEMD)
+        return systemd if not self.exists(self.pods_cgroup) and self.exists(systemd) else self.pods_cgroup
 
     def pod_cgroup(self, pod_uid: str) -> str | None:
         """The pod's cgroup under the pods' cgroup, whichever QoS tier it is in and whichever
@@ -114,7 +116,7 @@ class CgroupReader:
             return None
         for tier in QOS_TIERS:
             for driver in DRIVERS:
-                name = on_host(f"{KUBEPODS}{tier}/pod{pod_uid}", driver)
+                name = on_host(f"{self.pods_cgroup}{tier}/pod{pod_uid}", driver)
                 if self.exists(name):
                     return name
         return None

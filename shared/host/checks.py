@@ -108,12 +108,33 @@ def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
                         "(systemd.unified_cgroup_hierarchy=1) or set failCgroupV1 to false")
     if k.cgroup_driver == "systemd":
         problems += systemd_driver_problems(cgroup_root, run)
+    problems += cgroup_root_problems(k, cgroup_root)
     problems += reserved_cgroup_problems(k, cgroup_root)
     if (k.shutdown_grace_period or k.shutdown_grace_period_by_pod_priority) and not (run / "systemd" / "system").is_dir():
         field = "shutdownGracePeriod" if k.shutdown_grace_period else "shutdownGracePeriodByPodPriority"
         problems.append(f"{field}: a graceful node shutdown is announced by systemd-logind and this host does not "
                         f"run systemd (no {run}/systemd/system): remove {field}")
     return problems
+
+
+# The v1 hierarchies the pods' cgroups are made in (by pod-sync or the runtime) below cgroupRoot.
+_POD_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")
+
+
+def cgroup_root_problems(k: KubeletConfiguration, cgroup_root: Path = Path("/sys/fs/cgroup")) -> list[str]:
+    """cgroupRoot must exist already in every hierarchy the pods use, as the kubelet checks."""
+    rel = k.cgroup_root.strip("/")
+    if not rel:
+        return []
+    if (cgroup_root / "cgroup.controllers").is_file():
+        dirs = [cgroup_root / rel]
+    else:
+        dirs = [cgroup_root / c / rel for c in _POD_CONTROLLERS if (cgroup_root / c).is_dir()]
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if not missing:
+        return []
+    return [f'invalid configuration: cgroup-root "{k.cgroup_root}" has some missing paths: {", ".join(missing)}; '
+            "create it, or leave cgroupRoot (--cgroup-root) unset"]
 
 
 def reserved_cgroup_problems(k: KubeletConfiguration, cgroup_root: Path = Path("/sys/fs/cgroup")) -> list[str]:

@@ -63,6 +63,12 @@ class ReservedCgroup:
     def empty(self) -> bool:
         return self.cpu_millicores is None and self.memory_bytes is None and self.pids is None
 
+    @property
+    def unit(self) -> str:
+        """The slice unit it is with the systemd driver (validated as where systemd keeps it):
+        /kube.slice/kube-reserved.slice -> kube-reserved.slice."""
+        return self.cgroup.rsplit("/", 1)[-1]
+
     def v1_controllers(self) -> list[str]:
         """The cgroup v1 hierarchies its limits go to."""
         return [c for c, v in (("cpu", self.cpu_millicores), ("memory", self.memory_bytes), ("pids", self.pids))

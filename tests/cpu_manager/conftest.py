@@ -39,6 +39,11 @@ LOG_WORKERS = 3  # containerLogMaxWorkers; the kubelet's default is 1
 IMAGEFS_MIB = 256
 GC_LOW, GC_HIGH = 40, 41  # imageGCLowThresholdPercent, imageGCHighThresholdPercent
 MAX_IMAGE_AGE = 20  # imageMaximumGCAge, seconds: image GC then runs every 5 s (a quarter of it)
+# cgroupRoot: the node's pods are below /pykubelet-test-settings/kubepods, not /kubepods.
+CGROUP_ROOT = "/pykubelet-test-settings"
+CGROUPS = Path("/sys/fs/cgroup")
+CGROUP_ROOT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer",
+                           "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "systemd", "unified")
 
 
 @dataclass
@@ -61,6 +66,7 @@ def settings_node(tmp_path_factory) -> Iterator[SettingsNode]:
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={IMAGEFS_MIB}m,mode=0711", "pykubelet-test-imagefs",
                     str(imagefs)], check=True, timeout=30)
     try:
+        _make_cgroup_root()
         n = _launch(root, pki)
         try:
             yield SettingsNode(n, client)
@@ -68,7 +74,31 @@ def settings_node(tmp_path_factory) -> Iterator[SettingsNode]:
             stop_node(n)
     finally:
         _unmount(root, imagefs)
+        _remove_cgroup_root()
     assert_loops_never_blocked(n.root)
+
+
+def _cgroup_root_dirs() -> list[Path]:
+    return [CGROUPS / c / CGROUP_ROOT.strip("/") for c in CGROUP_ROOT_CONTROLLERS if (CGROUPS / c).is_dir()]
+
+
+def _make_cgroup_root() -> None:
+    """cgroupRoot exists before the node starts (the node checks it does). A new v1 cpuset cgroup
+    has no CPUs or memory nodes: it gets its parent's, as the pods below it need them."""
+    for d in _cgroup_root_dirs():
+        d.mkdir(exist_ok=True)
+        if d.parent.name == "cpuset":
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                (d / name).write_text((d.parent / name).read_text())
+
+
+def _remove_cgroup_root() -> None:
+    """Deepest first: what the node left below (empty once its pods are gone), then the root."""
+    for d in _cgroup_root_dirs():
+        if d.is_dir():
+            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                sub.rmdir()
+            d.rmdir()
 
 
 def _unmount(root: Path, imagefs: Path) -> None:
@@ -97,6 +127,7 @@ def _launch(root, pki: PKI) -> Node:
                                     f"containerLogMaxWorkers: {LOG_WORKERS}\n"
                                     f"imageGCLowThresholdPercent: {GC_LOW}\nimageGCHighThresholdPercent: {GC_HIGH}\n"
                                     f"imageMinimumGCAge: 1s\nimageMaximumGCAge: {MAX_IMAGE_AGE}s\n"
+                                    f"cgroupRoot: {CGROUP_ROOT}\n"
                                     "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
                                     f"  x509:\n    clientCAFile: {pki.ca.cert}\n"
                                     "authorization:\n  mode: AlwaysAllow\n")

@@ -2,8 +2,8 @@
 as JSON (logging.format), the kubelet API without its debugging handlers
 (enableDebuggingHandlers false), a manifest no directory event announces found within
 fileCheckFrequency, every running pod synced every syncFrequency, and a runtime that stops
-answering failing the node's calls after runtimeRequestTimeout, image pulls two at a time, and
-log compressions three at a time."""
+answering failing the node's calls after runtimeRequestTimeout, image pulls two at a time,
+log compressions three at a time, and the pods' cgroups below cgroupRoot."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.process.admin import SERVICES
 from tests.cpu_manager.conftest import (
+    CGROUP_ROOT,
     FILE_CHECK_EVERY,
     LOG_WORKERS,
     PARALLEL_PULLS,
@@ -67,6 +69,45 @@ def kubelet_api(sn: SettingsNode, method: str, path: str) -> int:
             return resp.status
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+def kubelet_json(sn: SettingsNode, path: str) -> dict:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # the node's self-signed certificate
+    ctx.load_cert_chain(str(sn.client.cert), str(sn.client.key))
+    with urllib.request.urlopen(f"https://127.0.0.1:{sn.node.kubelet_port}{path}", context=ctx, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_the_pods_cgroups_are_below_cgroup_root(settings_node: SettingsNode, pods):
+    """cgroupRoot /pykubelet-test-settings: the pods' cgroup, its QoS tiers and each pod's cgroup
+    are below it, with the pod's settings; nothing of this node's is under /kubepods; the node's
+    stats find them there; a pod's cgroup goes with it."""
+    cgroups = Path("/sys/fs/cgroup")
+    kubepods = CGROUP_ROOT.strip("/") + "/kubepods"
+    manifest = pods.write_pod("rooted", {"terminationGracePeriodSeconds": 1, "containers": [
+        {"name": "app", "image": pods.image("busybox"), "command": ["sleep", "3600"],
+         "resources": {"requests": {"cpu": "100m"}}}]})
+    pod = pods.wait_running("rooted")
+    uid = pod["uid"]
+    cid = pod["containers"][0]["containerID"].removeprefix("containerd://")
+    pod_dir = cgroups / "cpu" / kubepods / "burstable" / f"pod{uid}"
+    assert (pod_dir / "cpu.shares").read_text().strip() == "102", "100m as the pod's cpu.shares"
+    assert (pod_dir / cid / "cgroup.procs").read_text().split(), "the container runs in its cgroup below the pod's"
+    assert (cgroups / "pids" / kubepods / "burstable" / f"pod{uid}" / "pids.max").is_file()
+    assert (cgroups / "cpu" / kubepods / "besteffort" / "cpu.shares").read_text().strip() == "2"
+    # enforceNodeAllocatable pods (the default) caps the pods' cgroup where it is.
+    assert int((cgroups / "memory" / kubepods / "memory.limit_in_bytes").read_text()) < 2**62
+    assert not (cgroups / "cpu" / "kubepods" / "burstable" / f"pod{uid}").exists()
+
+    summary = kubelet_json(settings_node, "/stats/summary")
+    stats = next(p for p in summary["pods"] if p["podRef"]["uid"] == uid)
+    assert stats["cpu"]["usageCoreNanoSeconds"] > 0 and stats["memory"]["workingSetBytes"] > 0, stats
+    system = {c["name"]: c for c in summary["node"]["systemContainers"]}
+    assert system["pods"]["memory"]["workingSetBytes"] > 0, system
+
+    manifest.unlink()
+    wait_for(lambda: not pod_dir.exists(), 60, "the pod's cgroup removed with it")
 
 
 def test_the_kubelet_api_has_no_debugging_handlers(settings_node: SettingsNode, pods):

@@ -138,6 +138,18 @@ def test_a_reserved_cgroup_that_does_not_exist_refuses_the_start(tmp_path):
     assert "System Reserved" not in refused.stderr and "failCgroupV1" in refused.stderr, refused.stderr
 
 
+def test_a_cgroup_root_that_does_not_exist_refuses_the_start(tmp_path):
+    """cgroupRoot must exist in every hierarchy the pods use, as the kubelet checks."""
+    host_is_cgroup_v1()
+    cgroup = f"pykubelet-test-root-{tmp_path.name}"
+    refused = start(tmp_path, f"cgroupRoot: /{cgroup}\nfailCgroupV1: true\n")
+    assert f'invalid configuration: cgroup-root "/{cgroup}" has some missing paths: /sys/fs/cgroup/cpu/{cgroup}' \
+        in refused.stderr, refused.stderr
+    assert "leave cgroupRoot (--cgroup-root) unset" in refused.stderr
+    refused = start(tmp_path, "cgroupRoot: /a/../../etc\n")
+    assert "cgroupRoot: '/a/../../etc' is not a cgroup path" in refused.stderr, refused.stderr
+
+
 def test_a_feature_gate_other_than_the_kubelets_default_refuses_the_start_naming_it(tmp_path):
     """featureGates: each gate of the kubelet 1.37 at its default is accepted (the node behaves as
     the kubelet does with it); another value, in the file or with --feature-gates, is refused in

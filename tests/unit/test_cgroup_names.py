@@ -1,8 +1,8 @@
-"""The node's cgroups by driver (shared/host/cgroup_names.py): the kubelet's systemd slice names."""
+"""The node's cgroups by driver (shared/model/cgroup_names.py): the kubelet's systemd slice names."""
 
 import pytest
 
-from shared.host.cgroup_names import container_cgroup, on_host, slice_path, slice_unit, slice_units
+from shared.model.cgroup_names import container_cgroup, on_host, slice_path, slice_unit, slice_units
 
 
 def test_cgroupfs_names_are_the_paths():

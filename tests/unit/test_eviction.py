@@ -74,8 +74,10 @@ def test_defaults_are_the_kubelets():
     ({"systemReserved": {"memory": "a lot"}}, "systemReserved[memory]"),
     ({"enforceNodeAllocatable": ["kube-reserved"]}, 'kubeReservedCgroup (--kube-reserved-cgroup) must be specified '
                                                      'when "kube-reserved" contained in enforceNodeAllocatable'),
-    ({"enforceNodeAllocatable": ["system-reserved"], "systemReservedCgroup": "/system.slice",
-      "cgroupDriver": "systemd"}, "with cgroupDriver cgroupfs only"),
+    ({"enforceNodeAllocatable": ["system-reserved"], "systemReservedCgroup": "/system",
+      "cgroupDriver": "systemd"}, "'/system': with cgroupDriver systemd it names a slice unit, as /system.slice"),
+    ({"enforceNodeAllocatable": ["kube-reserved"], "kubeReservedCgroup": "/kube-reserved.slice",
+      "cgroupDriver": "systemd"}, "systemd keeps the slice kube-reserved.slice at /kube.slice/kube-reserved.slice"),
     ({"systemReservedCgroup": "/a/../../etc"}, "systemReservedCgroup: '/a/../../etc' is not a cgroup path"),
     ({"kubeReservedCgroup": "kube.slice"}, "give it from the cgroup root"),
     ({"enforceNodeAllocatable": ["pods", "reserved"]}, "unknown value 'reserved'"),

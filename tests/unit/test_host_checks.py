@@ -111,3 +111,22 @@ def test_an_enforced_reservation_that_reserves_nothing_stops_the_start(tmp_path)
     assert problems({"enforceNodeAllocatable": ["kube-reserved"], "kubeReservedCgroup": "/kube"}, proc, cgroup) == [
         'failed to enforce Kube Reserved Cgroup Limits on "/kube": "/kube" cgroup is not configured properly: '
         "kubeReserved reserves no cpu, memory or pid; reserve some or take kube-reserved out of enforceNodeAllocatable"]
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_a_cgroup_root_that_does_not_exist_stops_the_start(tmp_path, v2):
+    """cgroupRoot must exist in every hierarchy the pods use (v1: those mounted), as the kubelet
+    checks; the default root always does."""
+    proc, cgroup = host(tmp_path, cgroup_v2=v2)
+    hierarchies = [cgroup] if v2 else [cgroup / c for c in ("cpu", "cpuacct", "memory", "pids")]
+    for h in hierarchies[:-1]:
+        (h / "custom/nodes").mkdir(parents=True)
+    if not v2:
+        hierarchies[-1].mkdir()
+    missing = hierarchies[-1] / "custom/nodes"
+    assert problems({"cgroupRoot": "/custom/nodes"}, proc, cgroup) == [
+        f'invalid configuration: cgroup-root "/custom/nodes" has some missing paths: {missing}; create it, or '
+        "leave cgroupRoot (--cgroup-root) unset"]
+    missing.mkdir(parents=True)
+    assert problems({"cgroupRoot": "/custom/nodes"}, proc, cgroup) == []
+    assert problems({"cgroupRoot": "/"}, proc, cgroup) == []

@@ -221,3 +221,40 @@ def test_a_hostile_directory_name_is_no_pod(tmp_path):
     (tmp_path / "cpu/kubepods/pod..%2f").mkdir(parents=True)
     (tmp_path / "cpu/kubepods/pod").mkdir(parents=True)
     assert pod_cgroup.pod_cgroups(tmp_path) == {}
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_with_a_cgroup_root_the_pods_cgroups_are_below_it(tmp_path, v2):
+    """cgroupRoot /custom: the pods' cgroup is /custom/kubepods; its tiers, the pods' cgroups and
+    node allocatable's cap are there, and only there (v2: the controllers delegated down to it)."""
+    from services.pod_sync.resources import pod_cgroup_parent
+    from shared.config.settings import KubeletConfiguration
+    from shared.host.cgroups import CgroupReader
+
+    kubepods = KubeletConfiguration.model_validate({"cgroupRoot": "/custom"}).kubepods
+    assert kubepods == "/custom/kubepods"
+    if v2:
+        (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+        (tmp_path / "custom").mkdir()
+    else:
+        for c in ("cpu", "cpuacct", "memory", "pids"):
+            (tmp_path / c / "custom").mkdir(parents=True)
+    p = pod(limits(requests={"cpu": "100m"}))
+    parent = pod_cgroup_parent(p, qos_class(p), kubepods)
+    assert parent == "/custom/kubepods/burstable/poduid1"
+    assert pod_cgroup.ensure(parent, pod_cgroup_config(p), tmp_path) == []
+    assert pod_cgroup.set_qos_tiers([p], tmp_path, kubepods=kubepods) == []
+    assert pod_cgroup.enforce_pods_allocatable(2**30, 1500, tmp_path, kubepods=kubepods) == []
+    cpu = tmp_path / "custom/kubepods" if v2 else tmp_path / "cpu/custom/kubepods"
+    memory = tmp_path / "custom/kubepods" if v2 else tmp_path / "memory/custom/kubepods"
+    assert (cpu / "burstable/poduid1").is_dir() and (cpu / "besteffort").is_dir()
+    assert (memory / ("memory.max" if v2 else "memory.limit_in_bytes")).read_text() == str(2**30)
+    if v2:
+        assert (tmp_path / "custom/cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert not (tmp_path / "kubepods").exists() and not (tmp_path / "cpu/kubepods").exists()
+    assert pod_cgroup.pod_cgroups(tmp_path, kubepods=kubepods) == {"uid1": parent}
+    assert pod_cgroup.pod_cgroups(tmp_path) == {}, "the default root's /kubepods holds none of them"
+    if not v2:
+        (tmp_path / "cpuacct/custom/kubepods/burstable/poduid1").mkdir(parents=True)
+    reader = CgroupReader(tmp_path, kubepods=kubepods)
+    assert reader.kubepods() == "/custom/kubepods" and reader.pod_cgroup("uid1") == parent

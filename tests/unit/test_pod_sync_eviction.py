@@ -209,6 +209,35 @@ def test_system_and_kube_reserved_limit_their_cgroups_to_what_they_reserve(tmp_p
                         "memory/kube/memory.limit_in_bytes": str(64 * 2**20)})
 
 
+def test_with_the_systemd_driver_the_reserved_slices_get_the_reservations_as_unit_properties(tmp_path):
+    """cgroupDriver systemd: system.slice runs already (systemd's own), so its reservation goes
+    to systemd as the unit's properties (systemd writes the files and keeps them through a
+    daemon-reload); what the reservation does not name is not sent."""
+    from services.pod_sync.fake_systemd import FakeSystemdBus
+    from services.pod_sync.pod_cgroup import enforce_reserved
+    from services.pod_sync.systemd_slices import SystemdSlices
+    from shared.config.settings import KubeletConfiguration
+    from shared.host.node_resources import reserved_cgroups
+
+    k = KubeletConfiguration.model_validate({
+        "cgroupDriver": "systemd", "enforceNodeAllocatable": ["pods", "system-reserved", "kube-reserved"],
+        "systemReservedCgroup": "/system.slice", "systemReserved": {"cpu": "100m", "pid": "1000"},
+        "kubeReservedCgroup": "/kube.slice/kube-reserved.slice", "kubeReserved": {"memory": "64Mi"}})
+    bus = FakeSystemdBus(tmp_path)
+    bus.units.update({"system.slice": {}, "kube-reserved.slice": {}})
+    slices = SystemdSlices(tmp_path, bus)
+    system, kube = reserved_cgroups(k)
+    assert enforce_reserved(system, slices=slices) == [] and enforce_reserved(kube, slices=slices) == []
+    assert bus.units == {"system.slice": {"CPUWeight": 4, "TasksMax": 1000},
+                         "kube-reserved.slice": {"MemoryMax": 64 * 2**20}}
+    assert (tmp_path / "kube.slice/kube-reserved.slice/memory.max").read_text() == str(64 * 2**20)
+    assert [m for m, _ in bus.calls] == ["SetUnitProperties"] * 2, "an existing unit is changed, never made"
+
+    bus.refuse["system.slice"] = "org.freedesktop.DBus.Error.AccessDenied"
+    problems = enforce_reserved(system, slices=slices)
+    assert len(problems) == 1 and "systemd refused to change system.slice" in problems[0]
+
+
 async def test_periodic_image_gc_frees_down_to_the_low_threshold_least_recently_used_first(syncer, rt, store):
     old, newer = "sha256:" + "1" * 64, "sha256:" + "2" * 64
     rt.images.update({"reg/old:1": old, "reg/newer:1": newer})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from shared.host.cgroup_names import container_cgroup, on_host, slice_unit
+from shared.model.cgroup_names import container_cgroup, on_host, slice_unit
 from tests.cluster.harness import KUBE_BIN, ControlPlane, ensure_kube_binaries
 from tests.guest_node import MANIFESTS, PY, install_args, push_images, running_pod, status, web_spec, write_static_pod
 from tests.integration.conftest import wait_for
@@ -158,6 +158,57 @@ def test_pod_limits_land_in_the_pod_and_container_cgroups(vm):
     vm.run("rm", "/etc/kubernetes/manifests/guaranteed.yaml")
     wait_for(lambda: vm.run("test", "-d", _pod_cgroup(pod), check=False).returncode != 0, POD_TIMEOUT,
              "the pod's slice removed", interval=5)
+
+
+RESERVED = ("enforceNodeAllocatable: [pods, system-reserved, kube-reserved]\n"
+            "systemReservedCgroup: /system.slice\nsystemReserved: {cpu: 200m, pid: '100000'}\n"
+            "kubeReservedCgroup: /kubereserved.slice\nkubeReserved: {memory: 64Mi, pid: '1000'}\n")
+
+
+def test_system_and_kube_reserved_are_enforced_on_their_slices_through_systemd(vm):
+    """cgroupDriver systemd: system.slice (systemd's own) and a slice made for the kube daemons
+    get the reservations as unit properties, so systemd writes the files and a daemon-reload
+    keeps them; kubepods.slice is capped at the node's memory minus the reservations."""
+    config = "/etc/pykubelet/config.yaml"
+    vm.run("cp", config, f"{config}.before-reserved")
+    vm.run("sh", "-c", "cat > /etc/systemd/system/kubereserved.slice",
+           input="[Unit]\nDescription=the kube daemons' reservation (test)\n[Slice]\n")
+    try:
+        vm.run("systemctl", "daemon-reload")
+        vm.run("systemctl", "start", "kubereserved.slice")
+        vm.run("sh", "-c", f"cat >> {config}", input=RESERVED)
+        vm.run("systemctl", "restart", "pykubelet-pod-sync.service", timeout=900)
+        assert _unit_property(vm, "pykubelet-pod-sync.service", "ActiveState") == "active"
+        weight = str(1 + ((204 - 2) * 9999) // 262142)  # 200m as shares (204), as a weight
+        vm.run("systemctl", "daemon-reload")  # systemd writes the files again from the properties
+        assert _unit_property(vm, "system.slice", "CPUWeight") == weight
+        assert _read(vm, "/sys/fs/cgroup/system.slice/cpu.weight") == weight
+        assert _read(vm, "/sys/fs/cgroup/system.slice/pids.max") == "100000"
+        assert _read(vm, "/sys/fs/cgroup/system.slice/memory.max") == "max", "system.slice reserves no memory"
+        assert _unit_property(vm, "kubereserved.slice", "MemoryMax") == str(64 * 2**20)
+        assert _read(vm, "/sys/fs/cgroup/kubereserved.slice/memory.max") == str(64 * 2**20)
+        assert _read(vm, "/sys/fs/cgroup/kubereserved.slice/pids.max") == "1000"
+        mem_total = next(int(line.split()[1]) for line in vm.run("cat", "/proc/meminfo").stdout.splitlines()
+                         if line.startswith("MemTotal:"))
+        assert _read(vm, "/sys/fs/cgroup/kubepods.slice/memory.max") == str(mem_total * 1024 - 64 * 2**20)
+
+        # A slice that is not there refuses the start in the kubelet's words.
+        vm.run("systemctl", "stop", "kubereserved.slice")
+        vm.run("systemctl", "restart", "pykubelet-pod-sync.service", timeout=900, check=False)
+        refusal = 'failed to enforce Kube Reserved Cgroup Limits on "/kubereserved.slice"'
+
+        def journal() -> str | None:
+            text = vm.run("journalctl", "-u", "pykubelet-pod-sync.service", "-n", "60", "--no-pager",
+                          "-o", "cat").stdout
+            return text if refusal in text else None
+        wait_for(journal, 120, "pod-sync's refusal in its journal", interval=3)
+    finally:
+        vm.run("mv", f"{config}.before-reserved", config)
+        vm.run("rm", "-f", "/etc/systemd/system/kubereserved.slice")
+        vm.run("systemctl", "stop", "kubereserved.slice", check=False)
+        vm.run("systemctl", "revert", "system.slice", check=False)  # the runtime properties set above
+        vm.run("systemctl", "daemon-reload")
+        vm.run("systemctl", "restart", "pykubelet-pod-sync.service", timeout=900)
 
 
 def test_a_reboot_brings_the_node_and_its_pods_back(vm):

@@ -20,9 +20,9 @@ from services.node_api.stats.cpu_rates import CpuRates
 from services.node_api.stats.summary_fields import Pass, compact, cri_time, fs_stats, u64
 from services.node_api.stats.volumes import PodView, VolumeStats
 from shared.config.settings import NodeSettings
-from shared.host.cgroup_names import container_cgroup
-from shared.host.cgroups import KUBEPODS, CgroupReader
+from shared.host.cgroups import CgroupReader
 from shared.host.disk_usage import tree_usage
+from shared.model.cgroup_names import container_cgroup
 from shared.model.container_id import runtime_container_id
 from shared.runtime.cri import labels as L
 from shared.store import DesiredPod, PodRuntime, PodVolume, Store
@@ -75,7 +75,7 @@ class PodStats:
             view: PodView) -> dict[str, Any]:
         now, full = g.now, g.full
         uid, name, namespace = pod_uid(sandbox), label(sandbox, L.POD_NAME), label(sandbox, L.POD_NAMESPACE)
-        pod_cgroup = self.cgroups.pod_cgroup(uid) or f"{KUBEPODS}/pod{uid}"
+        pod_cgroup = self.cgroups.pod_cgroup(uid) or f"{self.cgroups.pods_cgroup}/pod{uid}"
         g.snap.pods[uid] = PodIds(sandbox.id, pod_cgroup)
         log_dir = self._log_dir(view, namespace, name, uid) if full else None
         out_containers = self._containers(g, sandbox, containers, cstats, view, pod_cgroup, log_dir)

@@ -59,7 +59,8 @@ class StatsProvider:
         self.images = images
         self.store = store
         self.settings = settings
-        cgroups = cgroups or CgroupReader()
+        cgroups = cgroups or CgroupReader(kubepods=settings.kubelet.kubepods)
+        self.cgroups = cgroups
         proc = Path(proc)
         self.machine = machine or MachineSpec(MachineFacts(proc=proc))
         self.rates = CpuRates(clock)
@@ -114,7 +115,7 @@ class StatsProvider:
                 self.node.image_fs(self.images, now) if full else _no_image_fs())
         except CRIError as exc:
             raise StatsError(f"failed to list pod stats: {exc}") from exc
-        g = Pass(now, full, Snapshot(time=now, summary={}))
+        g = Pass(now, full, Snapshot(time=now, summary={}, kubepods=self.cgroups.kubepods()))
         node = self.node.node(g, *image_fs)
         ready = [s for s in sandboxes if s.state == cri.SANDBOX_READY]
         views = self._store_views({pod_uid(s) for s in ready}) if full else {}

@@ -19,6 +19,15 @@ SLICE = ".slice"
 _PART = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
+KUBEPODS = "/kubepods"
+
+
+def kubepods_name(cgroup_root: str) -> str:
+    """The pods' cgroup below cgroupRoot, as the kubelet places it: /kubepods for the default
+    ("" or "/"), /custom/kubepods for "/custom"."""
+    return "/" + "/".join([*_parts(cgroup_root), "kubepods"])
+
+
 def _parts(name: str) -> list[str]:
     parts = [p for p in name.split("/") if p]
     for p in parts:
