@@ -117,7 +117,9 @@ deps-vm: deps ## Install what the VM tests need: qemu (software emulation), mmde
 	@deploy/install-deps.sh --vm
 
 .PHONY: test-vm
-test-vm: deps-vm ## pykubelet on a systemd + cgroup v2 host: a Debian guest under qemu (image built once, cached in /var/cache/pykubelet/vm)
+test-vm: deps-vm ## pykubelet on a systemd + cgroup v2 host: a Debian guest under qemu (image built once, cached in /var/cache/pykubelet/vm), beside the kubelet 1.37
+	@deploy/build-kube.sh kubelet
+	@deploy/build-containerd.sh >/dev/null
 	$(PY) -m pytest tests/vm -p no:cacheprovider --timeout 3600 $(PYTEST_ARGS)
 
 .PHONY: kube

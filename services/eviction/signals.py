@@ -5,7 +5,8 @@
 - allocatableMemory.available: allocatable memory minus the working set of /kubepods.
 - nodefs.*: the filesystem of the root dir (pods, logs, emptyDirs); imagefs.*: the filesystem
   the runtime keeps images on (CRI ImageFsInfo), often the same one.
-- pid.available: kernel.pid_max minus the threads the kernel has now.
+- pid.available: the lesser of kernel.pid_max and kernel.threads-max, minus the threads the
+  kernel has now.
 
 Reading memory costs two small cgroup files, cheap enough to poll every half second near a
 threshold; the rest is read once per housekeeping cycle.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from shared.config.thresholds import MEMORY_SIGNALS
 from shared.host.cgroups import CgroupReader
-from shared.host.facts import memory_capacity_bytes
+from shared.host.facts import memory_capacity_bytes, task_max
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,15 @@ class SignalReader:
         return out
 
     def pids(self) -> Observations:
+        pid_max = task_max(self.proc)
         try:
-            pid_max = int((self.proc / "sys/kernel/pid_max").read_text())
             # /proc/loadavg's fourth field is running/total scheduling entities (threads).
             threads = int((self.proc / "loadavg").read_text().split()[3].split("/")[1])
         except (OSError, ValueError, IndexError) as exc:
             log.warning("cannot measure pid.available: %s", exc)
+            return {}
+        if pid_max is None:
+            log.warning("cannot measure pid.available: neither %s/sys/kernel/pid_max nor threads-max reads", self.proc)
             return {}
         return {"pid.available": Observed(max(0, pid_max - threads), pid_max)}
 

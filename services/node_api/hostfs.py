@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.host.facts import task_max
 from shared.host.mounts import unescape_mountinfo
 
 # cAdvisor leaves these out of the node's interfaces (a pod's host-side veth is the pod's).
@@ -102,13 +103,13 @@ def default_route_interface(path: str | Path = "/proc/net/route") -> str | None:
 
 
 def rlimit(proc: str | Path = "/proc") -> dict[str, int]:
-    """The kubelet's RlimitStats: pid_max and the number of tasks (sysinfo's procs, which is
-    the second number of the fourth field of /proc/loadavg)."""
+    """The kubelet's RlimitStats: the most tasks the kernel allows (the lesser of pid_max and
+    threads-max) and the number of tasks (sysinfo's procs, which is the second number of the
+    fourth field of /proc/loadavg)."""
     out: dict[str, int] = {}
-    try:
-        out["maxpid"] = int((Path(proc) / "sys/kernel/pid_max").read_text().strip())
-    except (OSError, ValueError):
-        pass
+    most = task_max(Path(proc))
+    if most is not None:
+        out["maxpid"] = most
     try:
         out["curproc"] = int((Path(proc) / "loadavg").read_text().split()[3].split("/")[1])
     except (OSError, ValueError, IndexError):

@@ -30,6 +30,7 @@ from shared.host.facts import (
     kernel_refuses_negative_oom_score_adj,
     memory_capacity_bytes,
     node_address,
+    task_max,
 )
 from shared.host.node_resources import Reservations, pods_cgroup_limits, reserved_cgroups
 from shared.host.swap import node_swap
@@ -124,11 +125,12 @@ async def setup(ctx: ServiceContext) -> None:
     await ctx.bus.subscribe(DiskReclaimRequested, reclaimer.on_request)
     ctx.spawn("image-gc", periodic.every(gc_period(k.image_maximum_gc_age), "image garbage collection",
                                          reclaimer.periodic_image_gc, log))
-    if k.enforces_pods_allocatable:
-        limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k))
-        for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"], slices=node.cgroup_slices,
-                                                kubepods=node.kubepods):
-            log.warning("enforceNodeAllocatable: cannot limit the pods cgroup: %s", problem)
+    # As the kubelet, whether or not enforceNodeAllocatable has "pods": then with the capacity.
+    limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k),
+                                task_max(), enforced=k.enforces_pods_allocatable)
+    for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"], slices=node.cgroup_slices,
+                                            kubepods=node.kubepods, pids=limits.get("pid")):
+        log.warning("node allocatable: cannot limit the pods cgroup: %s", problem)
     for reserved in reserved_cgroups(k):
         for problem in enforce_reserved(reserved, slices=node.cgroup_slices):
             log.warning("enforceNodeAllocatable %s: cannot limit %s: %s", reserved.key, reserved.cgroup, problem)

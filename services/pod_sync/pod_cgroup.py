@@ -294,13 +294,15 @@ def _rmdir(d: Path) -> None:
 
 
 def enforce_pods_allocatable(memory_bytes: int, cpu_millicores: int, root: Path = CGROUP_ROOT,
-                             slices: SystemdSlices | None = None, kubepods: str = KUBEPODS) -> list[str]:
-    """enforceNodeAllocatable=pods: cap /kubepods at capacity minus kubeReserved and
-    systemReserved, so pods together cannot take what the system and pykubelet were promised.
-    Returns what could not be set, in words (the caller logs it; pods still run)."""
+                             slices: SystemdSlices | None = None, kubepods: str = KUBEPODS,
+                             pids: int | None = None) -> list[str]:
+    """Node allocatable on /kubepods (pods_cgroup_limits): with enforceNodeAllocatable=pods, capacity
+    minus kubeReserved and systemReserved, so pods together cannot take what the system and
+    pykubelet were promised. pids: its pids.max, None to leave it. Returns what could not be set,
+    in words (the caller logs it; pods still run)."""
     if slices is not None:
-        return _apply(slices, kubepods, PodCgroupConfig(cpu_shares(cpu_millicores), None, memory_bytes),
-                      "pods (node allocatable)", pids=False)
+        return _apply(slices, kubepods, PodCgroupConfig(cpu_shares(cpu_millicores), None, memory_bytes, pids),
+                      "pods (node allocatable)", pids=pids is not None)
     problems = []
     v2 = (root / "cgroup.controllers").is_file()
     shares = cpu_shares(cpu_millicores)
@@ -309,6 +311,8 @@ def enforce_pods_allocatable(memory_bytes: int, cpu_millicores: int, root: Path 
                (root / rel / "cpu.weight", str(cpu_weight(shares)))] if v2 else
               [(root / "memory" / rel / "memory.limit_in_bytes", str(memory_bytes)),
                (root / "cpu" / rel / "cpu.shares", str(shares))])
+    if pids is not None and (v2 or (root / "pids").is_dir()):
+        writes.append((root / rel / "pids.max" if v2 else root / "pids" / rel / "pids.max", str(pids)))
     if v2:
         # Delegate the controllers down to it (cgroupRoot's cgroup may have none enabled).
         ancestors = [root]

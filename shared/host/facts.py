@@ -51,6 +51,18 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return out
 
 
+def task_max(proc: Path = Path("/proc")) -> int | None:
+    """How many tasks the kernel allows at once: the lesser of kernel.pid_max and
+    kernel.threads-max, as the kubelet counts the node's pid capacity; None when neither reads."""
+    limits = []
+    for name in ("pid_max", "threads-max"):
+        try:
+            limits.append(int((proc / "sys/kernel" / name).read_text()))
+        except (OSError, ValueError):
+            continue
+    return min(limits) if limits else None
+
+
 def memory_capacity_bytes(meminfo: str = "/proc/meminfo") -> int:
     total = parse_meminfo(Path(meminfo).read_text()).get("MemTotal")
     if total is None:

@@ -105,11 +105,16 @@ def allocatable(cpu_millicores: int, memory_bytes: int, reservations: Reservatio
     }
 
 
-def pods_cgroup_limits(cpu_millicores: int, memory_bytes: int, reservations: Reservations) -> dict[str, int]:
-    """What enforceNodeAllocatable=pods puts on /kubepods: capacity minus the reservations, but
-    not minus the hard eviction thresholds, so the node evicts before the kernel kills."""
-    return {"cpu": max(0, cpu_millicores - reservations.reserved_amount("cpu")),
-            "memory": max(0, memory_bytes - reservations.reserved_amount("memory"))}
+def pods_cgroup_limits(cpu_millicores: int, memory_bytes: int, reservations: Reservations,
+                       pids: int | None = None, enforced: bool = True) -> dict[str, int]:
+    """What the kubelet puts on /kubepods: with enforceNodeAllocatable=pods, capacity minus the
+    reservations, but not minus the hard eviction thresholds, so the node evicts before the
+    kernel kills; without it, the capacity (a cgroup's default cpu shares would starve the pods).
+    pids: the node's pid capacity (task_max), None when unknown."""
+    capacity = {"cpu": cpu_millicores, "memory": memory_bytes, **({"pid": pids} if pids is not None else {})}
+    if not enforced:
+        return capacity
+    return {name: max(0, value - reservations.reserved_amount(name)) for name, value in capacity.items()}
 
 
 def disk_capacity_bytes(path: str) -> int:

@@ -131,13 +131,16 @@ def test_healthz_is_ok_while_every_service_is_alive(node):
 
 def test_enforce_node_allocatable_caps_the_pods_cgroup(node):
     """enforceNodeAllocatable (the kubelet's default ["pods"]): /kubepods is capped at
-    allocatable before eviction thresholds, here the whole node (the test node reserves nothing)."""
+    allocatable before eviction thresholds, here the whole node (the test node reserves nothing);
+    its pids.max at the node's pid capacity, the lesser of pid_max and threads-max."""
     from pathlib import Path
 
-    from shared.host.facts import cpu_capacity_millicores, memory_capacity_bytes
+    from shared.host.facts import cpu_capacity_millicores, memory_capacity_bytes, task_max
 
     kubepods = Path("/sys/fs/cgroup")
     limit = int((kubepods / "memory" / "kubepods" / "memory.limit_in_bytes").read_text())
     page = 4096  # the kernel keeps a limit in pages
     assert memory_capacity_bytes() - page < limit <= memory_capacity_bytes(), limit
     assert int((kubepods / "cpu" / "kubepods" / "cpu.shares").read_text()) == cpu_capacity_millicores() * 1024 // 1000
+    assert int((kubepods / "pids" / "kubepods" / "pids.max").read_text()) == task_max() == min(
+        int(Path(f"/proc/sys/kernel/{name}").read_text()) for name in ("pid_max", "threads-max"))

@@ -110,12 +110,13 @@ def test_signals_as_the_kubelet_computes_them(tmp_path):
     _write(proc / "meminfo", f"MemTotal:       {8 * GIB // 1024} kB\nMemAvailable:   {7 * GIB // 1024} kB\n")
     _write(proc / "loadavg", "0.10 0.20 0.30 2/345 6789\n")
     _write(proc / "sys/kernel/pid_max", "32768\n")
+    _write(proc / "sys/kernel/threads-max", "20000\n")  # fewer: the node's pid capacity, as the kubelet's
     reader = SignalReader(tmp_path, allocatable_memory=6 * GIB, cgroups=CgroupReader(cg, proc), proc=proc)
     obs = reader.all()
     # Working set = usage - inactive file: page cache that is active counts as used.
     assert obs["memory.available"] == Observed(8 * GIB - (3 * GIB - GIB // 2), 8 * GIB)
     assert obs["allocatableMemory.available"] == Observed(6 * GIB - (GIB - GIB // 4), 6 * GIB)
-    assert obs["pid.available"] == Observed(32768 - 345, 32768)
+    assert obs["pid.available"] == Observed(20000 - 345, 20000)
     assert obs["nodefs.available"].capacity > 0 and obs["imagefs.available"] == obs["nodefs.available"]
 
 

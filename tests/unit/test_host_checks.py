@@ -130,3 +130,14 @@ def test_a_cgroup_root_that_does_not_exist_stops_the_start(tmp_path, v2):
     missing.mkdir(parents=True)
     assert problems({"cgroupRoot": "/custom/nodes"}, proc, cgroup) == []
     assert problems({"cgroupRoot": "/"}, proc, cgroup) == []
+
+
+def test_the_nodes_pid_capacity_is_the_lesser_of_pid_max_and_threads_max(tmp_path):
+    from shared.host.facts import task_max
+
+    (tmp_path / "sys/kernel").mkdir(parents=True)
+    assert task_max(tmp_path) is None
+    (tmp_path / "sys/kernel/pid_max").write_text("4194304\n")
+    assert task_max(tmp_path) == 4194304
+    (tmp_path / "sys/kernel/threads-max").write_text("23676\n")
+    assert task_max(tmp_path) == 23676

@@ -73,6 +73,7 @@ def host(tmp_path):
                               "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n")
     write(proc / "loadavg", "0.10 0.20 0.30 2/345 6789\n")
     write(proc / "sys/kernel/pid_max", "4194304\n")
+    write(proc / "sys/kernel/threads-max", "192735\n")
     write(proc / "self/mountinfo", "")
     return cg, proc
 
@@ -261,7 +262,7 @@ async def test_node_summary_from_the_root_cgroup_and_proc(node, settings):
     assert image_fs["usedBytes"] == 12345 and image_fs["inodesUsed"] == 67
     assert image_fs["capacityBytes"] == st.f_blocks * st.f_frsize, "statvfs of the image fs mountpoint"
     assert image_fs["time"] == rfc3339(T0)
-    assert n["rlimit"]["maxpid"] == 4194304 and n["rlimit"]["curproc"] == 345
+    assert n["rlimit"]["maxpid"] == 192735 and n["rlimit"]["curproc"] == 345
     pods_cg = n["systemContainers"][0]
     assert pods_cg["name"] == "pods" and pods_cg["memory"]["workingSetBytes"] == GIB - GIB // 4
     assert pods_cg["memory"]["availableBytes"] == 6 * GIB - (GIB - GIB // 4), "the /kubepods limit"

@@ -165,15 +165,19 @@ def test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds(tmp_path)
     from shared.config.settings import KubeletConfiguration
     from shared.host.node_resources import Reservations, pods_cgroup_limits
 
-    for controller in ("memory", "cpu"):
+    for controller in ("memory", "cpu", "pids"):
         (tmp_path / controller).mkdir()
-    k = KubeletConfiguration.model_validate({"kubeReserved": {"memory": "512Mi", "cpu": "500m"},
+    k = KubeletConfiguration.model_validate({"kubeReserved": {"memory": "512Mi", "cpu": "500m", "pid": "100"},
                                              "systemReserved": {"memory": "512Mi"}})
-    limits = pods_cgroup_limits(2000, 8 * 2**30, Reservations.from_config(k))
-    assert limits == {"cpu": 1500, "memory": 7 * 2**30}, "the 100Mi hard threshold stays inside /kubepods"
-    assert enforce_pods_allocatable(limits["memory"], limits["cpu"], root=tmp_path) == []
+    limits = pods_cgroup_limits(2000, 8 * 2**30, Reservations.from_config(k), pids=20000)
+    assert limits == {"cpu": 1500, "memory": 7 * 2**30, "pid": 19900}, \
+        "the 100Mi hard threshold stays inside /kubepods"
+    assert pods_cgroup_limits(2000, 8 * 2**30, Reservations.from_config(k), pids=20000, enforced=False) == \
+        {"cpu": 2000, "memory": 8 * 2**30, "pid": 20000}, "without enforceNodeAllocatable pods: the capacity"
+    assert enforce_pods_allocatable(limits["memory"], limits["cpu"], root=tmp_path, pids=limits["pid"]) == []
     assert (tmp_path / "memory/kubepods/memory.limit_in_bytes").read_text() == str(7 * 2**30)
     assert (tmp_path / "cpu/kubepods/cpu.shares").read_text() == str(1500 * 1024 // 1000)
+    assert (tmp_path / "pids/kubepods/pids.max").read_text() == "19900"
     no_memory_controller = tmp_path / "other"
     (no_memory_controller / "cpu").mkdir(parents=True)
     problems = enforce_pods_allocatable(limits["memory"], limits["cpu"], root=no_memory_controller)

@@ -71,8 +71,9 @@ def test_qos_tiers_and_node_allocatable_are_slices_too(systemd, tmp_path):
     assert (tmp_path / "kubepods.slice/kubepods-burstable.slice/cpu.weight").read_text() == \
         str(1 + ((1536 - 2) * 9999) // 262_142)
     assert not (tmp_path / "kubepods.slice/kubepods-burstable.slice/memory.max").exists(), "a tier has no limits"
-    assert enforce_pods_allocatable(1024 * MI, 1500, slices=slices) == []
+    assert enforce_pods_allocatable(1024 * MI, 1500, slices=slices, pids=23676) == []
     assert (tmp_path / "kubepods.slice/memory.max").read_text() == str(1024 * MI)
+    assert (tmp_path / "kubepods.slice/pids.max").read_text() == "23676"
 
 
 def test_the_pods_slice_is_stopped_with_the_pod(systemd, tmp_path):

@@ -15,9 +15,22 @@ from pathlib import Path
 
 import yaml
 
+from bench.containerd2 import BIN as CONTAINERD_BIN
+from bench.containerd2 import TOOLS as CONTAINERD_TOOLS
 from shared.model.cgroup_names import container_cgroup, on_host, slice_unit
 from tests.cluster.harness import KUBE_BIN, ControlPlane, ensure_kube_binaries
-from tests.guest_node import MANIFESTS, PY, install_args, push_images, running_pod, status, web_spec, write_static_pod
+from tests.guest_node import (
+    MANIFESTS,
+    PY,
+    REGISTRY,
+    REPO,
+    install_args,
+    push_images,
+    running_pod,
+    status,
+    web_spec,
+    write_static_pod,
+)
 from tests.integration.conftest import wait_for
 from tests.kubeadm_control_plane import (
     APISERVER_ARGS,
@@ -209,6 +222,145 @@ def test_system_and_kube_reserved_are_enforced_on_their_slices_through_systemd(v
         vm.run("systemctl", "revert", "system.slice", check=False)  # the runtime properties set above
         vm.run("systemctl", "daemon-reload")
         vm.run("systemctl", "restart", "pykubelet-pod-sync.service", timeout=900)
+
+
+# The kubelet 1.37 beside pykubelet in this guest: its own containerd 2.x (the kubelet 1.36+ needs
+# one), root dir and static pod directory; the same node name, so the static pods have the same names.
+BASELINE = "/var/lib/kubelet-baseline"
+BASELINE_BIN = "/usr/local/lib/kubelet-baseline"
+BASELINE_MANIFESTS = "/etc/kubelet-baseline/manifests"
+BASELINE_ENDPOINT = f"unix://{BASELINE}/containerd/containerd.sock"
+PYKUBELET_ENDPOINT = "unix:///var/lib/pykubelet/containerd/containerd.sock"
+NODE = "pykubelet-vm"
+COMPARED_QOS = {"cmp-guaranteed": "Guaranteed", "cmp-burstable": "Burstable", "cmp-besteffort": "BestEffort"}
+# pykubelet's install config where it differs from the kubelet's defaults and matters here; the
+# kubelet serves nothing the test needs, and reads the same manifests from its own directory.
+BASELINE_CONFIG = f"""apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: {BASELINE_MANIFESTS}
+containerRuntimeEndpoint: {BASELINE_ENDPOINT}
+cgroupDriver: systemd
+podPidsLimit: {POD_PIDS_LIMIT}
+seccompDefault: true
+failSwapOn: false
+readOnlyPort: 0
+authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: false}}}}
+authorization: {{mode: AlwaysAllow}}
+"""
+WRITE_CONTAINERD_CONFIG = f"""
+from pathlib import Path
+from services.supervisor.containerd_config import ContainerdLayout, write_config
+write_config(ContainerdLayout(Path("{BASELINE}/containerd")), cni_conf_dir=Path("{BASELINE}/cni"),
+             cni_bin_dir="/usr/lib/cni", sandbox_image="{REGISTRY}/pykubelet/pause:3.9", registry="{REGISTRY}",
+             restrict_oom=False, systemd_cgroup=True)
+"""
+
+
+def _compared_pods() -> dict[str, dict]:
+    """One pod of each QoS class; on the host's network, so the kubelet needs no CNI config."""
+    host = {"hostNetwork": True, "terminationGracePeriodSeconds": 0}
+    return {
+        "cmp-guaranteed": {**host, "containers": [{"name": "app", "image": BUSYBOX, "command": ["sleep", "3600"],
+                                                   "resources": {"limits": {"cpu": "200m", "memory": "64Mi"}}}]},
+        "cmp-burstable": {**host, "containers": [_spin("app", 2, resources={
+            "requests": {"cpu": "1500m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})]},
+        "cmp-besteffort": {**host, "containers": [_spin("app", 2)]},
+    }
+
+
+def _figures(vm, endpoint: str) -> dict:
+    cmd = (f"cd {REPO} && {PY} -m tests.vm.cgroup_figures {endpoint} {NODE} "
+           + " ".join(f"{name}={qos}" for name, qos in COMPARED_QOS.items()))
+
+    def ready() -> dict | None:
+        res = vm.run("sh", "-c", cmd, check=False, timeout=300)
+        return json.loads(res.stdout) if res.returncode == 0 else None
+    return wait_for(ready, POD_TIMEOUT, f"the compared pods running on {endpoint}", interval=10)
+
+
+def _burstable_share(vm, paths: dict[str, str]) -> float:
+    """The Burstable spinner's part of the CPU both spinners used over 15 s."""
+    def usage(name: str) -> int:
+        return int(dict(line.split() for line in _read(vm, f"{paths[name]}/cpu.stat").splitlines())["usage_usec"])
+    before = {n: usage(n) for n in ("cmp-burstable", "cmp-besteffort")}
+    time.sleep(15)
+    used = {n: usage(n) - before[n] for n in before}
+    return used["cmp-burstable"] / max(1, sum(used.values()))
+
+
+def _no_pod_slices(vm) -> bool:
+    return not vm.run("find", "/sys/fs/cgroup/kubepods.slice", "-name", "*-pod*.slice", check=False).stdout.strip()
+
+
+def _measure(vm, manifests: str, endpoint: str) -> tuple[dict, float]:
+    for name, spec in _compared_pods().items():
+        manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        vm.run("sh", "-c", f"cat > {manifests}/{name}.yaml", input=yaml.safe_dump(manifest))
+    try:
+        got = _figures(vm, endpoint)
+        return got, _burstable_share(vm, got.pop("paths"))
+    finally:
+        vm.run("sh", "-c", f"rm -f {manifests}/cmp-*.yaml")
+        wait_for(lambda: _no_pod_slices(vm), POD_TIMEOUT, f"the compared pods' slices gone ({endpoint})", interval=5)
+
+
+def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
+    """The same three pods (Guaranteed, Burstable, BestEffort) under pykubelet, then under the
+    kubelet 1.37, on one containerd 2.x in this guest (runc converts a container's cpu shares
+    to cpu.weight, so both agents drive the same build): every value either agent leaves in the
+    pods' slices, their containers' scopes, the QoS tiers and kubepods.slice is the same, and so
+    is the container's oom_score_adj; the Burstable spinner's share of the CPU is printed beside."""
+    kubelet = KUBE_BIN / "kubelet"
+    binaries = [kubelet, *(CONTAINERD_BIN / t for t in CONTAINERD_TOOLS)]
+    missing = [str(p) for p in binaries if not p.exists()]
+    assert not missing, (f"the baseline is not built ({', '.join(missing)}): `make test-vm` builds it with "
+                         "deploy/build-kube.sh kubelet and deploy/build-containerd.sh")
+    # Only the compared pods on each agent (and the kubelet would take another's slice for an orphan).
+    vm.run("rm", "-f", f"{MANIFESTS}/web.yaml")
+    wait_for(lambda: _no_pod_slices(vm), POD_TIMEOUT, "pykubelet's pods gone", interval=5)
+    vm.run("mkdir", "-p", BASELINE_BIN, BASELINE_MANIFESTS)
+    for path in binaries:
+        vm.copy_in(path, f"{BASELINE_BIN}/{path.name}")
+    vm.run(PY, "-c", WRITE_CONTAINERD_CONFIG)
+    vm.run("sh", "-c", f"cat > {BASELINE}/config.yaml", input=BASELINE_CONFIG)
+    env = f"PATH={BASELINE_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    flags = "/etc/pykubelet/flags.env"
+    vm.run("cp", flags, f"{flags}.before-baseline")
+    try:
+        vm.run("systemd-run", "--unit=baseline-containerd", f"--setenv={env}", f"{BASELINE_BIN}/containerd",
+               "--config", f"{BASELINE}/containerd/config.toml")
+        # pykubelet's services on that containerd: a later flag wins over the unit's own.
+        vm.run("sed", "-i", f"s#^\\(PYKUBELET_ARGS=.*\\)'$#\\1 --container-runtime-endpoint {BASELINE_ENDPOINT}'#",
+               flags)
+        assert BASELINE_ENDPOINT in _read(vm, flags), _read(vm, flags)
+        vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
+        ours, our_share = _measure(vm, MANIFESTS, BASELINE_ENDPOINT)
+        vm.run("systemctl", "stop", "pykubelet.target", timeout=900)
+
+        vm.run("systemd-run", "--unit=baseline-kubelet", f"--setenv={env}", f"{BASELINE_BIN}/kubelet",
+               f"--config={BASELINE}/config.yaml", f"--root-dir={BASELINE}/root", f"--hostname-override={NODE}",
+               "--v=2")
+        try:
+            theirs, their_share = _measure(vm, BASELINE_MANIFESTS, BASELINE_ENDPOINT)
+        except AssertionError as exc:
+            journal = vm.run("journalctl", "-u", "baseline-kubelet", "--no-pager", "-n", "80", check=False).stdout
+            raise AssertionError(f"{exc}\nthe kubelet's journal:\n{journal}") from None
+    finally:
+        vm.run("systemctl", "stop", "baseline-kubelet.service", "baseline-containerd.service", check=False,
+               timeout=300)
+        vm.run("systemctl", "reset-failed", check=False)
+        vm.run("mv", f"{flags}.before-baseline", flags)
+        vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
+        write_static_pod(vm, "web", web_spec())
+
+    width = max(map(len, ours))
+    print(f"\n{'':{width}}  {'pykubelet':>22}  {'kubelet 1.37':>22}")
+    for key in sorted(ours):
+        print(f"{key:{width}}  {ours[key]:>22}  {theirs.get(key, '-'):>22}{'' if ours[key] == theirs.get(key) else '  <-'}")
+    print(f"{'Burstable spinner share of the CPU':{width}}  {our_share:>22.1%}  {their_share:>22.1%}")
+    differ = {k: (ours[k], theirs.get(k)) for k in ours if ours[k] != theirs.get(k)}
+    assert not differ, f"pykubelet and the kubelet 1.37 differ (pykubelet, kubelet): {differ}"
+    wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running again under pykubelet", interval=5)
 
 
 def test_a_reboot_brings_the_node_and_its_pods_back(vm):
