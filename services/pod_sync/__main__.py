@@ -11,6 +11,7 @@ from services.pod_sync.disk_gc import DiskReclaimer, gc_period
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
+from services.pod_sync.memory_qos import memory_throttling
 from services.pod_sync.node_health import NodeHealthWriter
 from services.pod_sync.pod_cgroup import enforce_pods_allocatable, enforce_reserved
 from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD
@@ -32,7 +33,7 @@ from shared.host.facts import (
     node_address,
     task_max,
 )
-from shared.host.node_resources import Reservations, pods_cgroup_limits, reserved_cgroups
+from shared.host.node_resources import Reservations, allocatable, pods_cgroup_limits, reserved_cgroups
 from shared.host.swap import node_swap
 from shared.model.cgroup_names import SYSTEMD
 from shared.model.cpusets import format_cpuset
@@ -64,7 +65,9 @@ async def setup(ctx: ServiceContext) -> None:
                      cgroup_slices=SystemdSlices(CGROUP_ROOT) if k.cgroup_driver == SYSTEMD else None,
                      kubepods=k.kubepods,
                      guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "",
-                     swap=node_swap(k.memory_swap.swap_behavior))
+                     swap=node_swap(k.memory_swap.swap_behavior),
+                     memory_throttling=memory_throttling(k.memory_throttling_factor, CGROUP_ROOT, allocatable(
+                         cpu_capacity_millicores(), memory_capacity_bytes(), Reservations.from_config(k))["memory"]))
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)

@@ -37,9 +37,12 @@ class PodCgroupConfig:
     cpu_quota: int | None  # None: no CPU limit
     memory_limit: int | None  # None: no memory limit
     pids_limit: int | None = None  # podPidsLimit; None: no limit
+    # memory.high from memoryThrottlingFactor (services/pod_sync/memory_qos.py; cgroup v2);
+    # None: left as it is.
+    memory_high: int | None = None
 
 
-def _limits(pod: Pod, name: str) -> int | None:
+def pod_limits(pod: Pod, name: str) -> int | None:
     """The pod's limit of one resource: its pod-level limit, else the sum of its containers'
     (the larger of that and its biggest init container) when every container has one."""
     own = pod_level(pod)
@@ -65,7 +68,7 @@ def pod_cgroup_config(pod: Pod, pod_pids_limit: int = -1) -> PodCgroupConfig:
     pids = pod_pids_limit if pod_pids_limit > 0 else None
     if qos_class(pod) == "BestEffort":
         return PodCgroupConfig(MIN_SHARES, None, None, pids)
-    cpu_limit, memory_limit = _limits(pod, "cpu"), _limits(pod, "memory")
+    cpu_limit, memory_limit = pod_limits(pod, "cpu"), pod_limits(pod, "memory")
     return PodCgroupConfig(cpu_shares=cpu_shares(pod_requests(pod)["cpu"]),
                            cpu_quota=cpu_quota(cpu_limit) if cpu_limit is not None else None,
                            memory_limit=memory_limit, pids_limit=pids)
@@ -95,6 +98,7 @@ def _files(parent: str, config: PodCgroupConfig, root: Path, pids: bool = True,
         return [(d / "cpu.weight", str(cpu_weight(config.cpu_shares))),
                 (d / "cpu.max", f"{config.cpu_quota if config.cpu_quota is not None else 'max'} {CPU_PERIOD}"),
                 (d / "memory.max", str(config.memory_limit) if config.memory_limit is not None else "max"),
+                *([(d / "memory.high", str(config.memory_high))] if config.memory_high is not None else []),
                 *([(d / "pids.max", pids_max)] if pids else [])]
     cpu, memory = root / "cpu" / rel, root / "memory" / rel
     return [(cpu / "cpu.shares", str(config.cpu_shares)), (cpu / "cpu.cfs_period_us", str(CPU_PERIOD)),

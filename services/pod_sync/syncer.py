@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 import time
@@ -43,6 +44,7 @@ from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_ma
 from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
 from services.pod_sync.killing import MIN_GRACE, Killer
+from services.pod_sync.memory_qos import pod_memory_high
 from services.pod_sync.observed import observed_containers
 from services.pod_sync.pull_secrets import Credential
 from services.pod_sync.resizer import Resizer, ResizeState, generation
@@ -545,10 +547,12 @@ class PodSyncer:
             return "", "", ("FailedCreatePodSandBox", problem)
         # The pod's cgroup first, with its settings: the sandbox and the containers start in it.
         # In a thread: with the systemd driver this is a D-Bus round trip to systemd.
+        cgroup = pod_cgroup.pod_cgroup_config(pod, self.settings.kubelet.pod_pids_limit)
+        if self.node.memory_throttling is not None:
+            cgroup = dataclasses.replace(cgroup, memory_high=pod_memory_high(pod, self.node.memory_throttling))
         problems = await asyncio.to_thread(
-            pod_cgroup.ensure, pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods),
-            pod_cgroup.pod_cgroup_config(pod, self.settings.kubelet.pod_pids_limit), self.node.cgroup_root,
-            self.node.cgroup_slices)
+            pod_cgroup.ensure, pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods), cgroup,
+            self.node.cgroup_root, self.node.cgroup_slices)
         if problems:
             message = f"Failed to set up the pod cgroup: {'; '.join(problems)}"
             log.warning("pod %s: %s", pod.full_name, message)

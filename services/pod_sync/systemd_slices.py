@@ -90,6 +90,8 @@ class SliceSettings(Protocol):
     def memory_limit(self) -> int | None: ...
     @property
     def pids_limit(self) -> int | None: ...
+    @property
+    def memory_high(self) -> int | None: ...
 
 
 def properties(settings: SliceSettings, cpu_period: int, weight: int, pids: bool = True,
@@ -105,6 +107,8 @@ def properties(settings: SliceSettings, cpu_period: int, weight: int, pids: bool
         props.append(("CPUQuotaPeriodUSec", ("t", cpu_period)))
     if memory:
         props.append(("MemoryMax", ("t", INFINITY if settings.memory_limit is None else settings.memory_limit)))
+        if settings.memory_high is not None:
+            props.append(("MemoryHigh", ("t", settings.memory_high)))
     if pids:
         props.append(("TasksMax", ("t", INFINITY if settings.pids_limit is None else settings.pids_limit)))
     return props

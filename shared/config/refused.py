@@ -93,8 +93,6 @@ REFUSED: dict[str, Refused] = {
     "enableSystemLogQuery": Refused(False, _NO_HANDLER),
     "enableProfilingHandler": Refused(True, _NO_HANDLER),
     "enableDebugFlagsHandler": Refused(True, _NO_HANDLER),
-    # Unset in the kubelet 1.37: MemoryQoS then sets no memory.high, as pykubelet does not.
-    "memoryThrottlingFactor": Refused(None, "no memory.high is set"),
     "tracing": Refused(None, "no traces are exported"),
     "localStorageCapacityIsolation": Refused(True, "ephemeral-storage limits are enforced by eviction"),
     "imageServiceEndpoint": Refused("", "images are pulled through containerRuntimeEndpoint"),

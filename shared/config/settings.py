@@ -277,6 +277,9 @@ class KubeletConfiguration(ServerConfig):
     cgroup_driver: Literal["cgroupfs", "systemd"] = "cgroupfs"
     # The cgroup the pods' /kubepods goes below ("" and "/": the root); it must exist already.
     cgroup_root: str = ""
+    # memory.high for containers (and pods with pod-level resources) on cgroup v2: request +
+    # factor x (limit - request) (services/pod_sync/memory_qos.py). Unset: none, as the kubelet 1.37.
+    memory_throttling_factor: float | None = None
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
     fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
@@ -416,6 +419,14 @@ class KubeletConfiguration(ServerConfig):
                 raise ValueError(f"unknown value {item!r} (use pods, system-reserved, kube-reserved or none)")
         if "none" in v and len(v) > 1:
             raise ValueError("'none' cannot be combined with other values")
+        return v
+
+    @field_validator("memory_throttling_factor")
+    @classmethod
+    def _memory_throttling_factor(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v <= 1.0:
+            raise ValueError(f"invalid configuration: memoryThrottlingFactor {v} must be greater than 0 and less "
+                             "than or equal to 1.0")
         return v
 
     @field_validator("cgroup_root")

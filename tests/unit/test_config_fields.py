@@ -42,7 +42,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
     ("imageServiceEndpoint", "unix:///run/x.sock"), ("oomScoreAdj", -900),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
-    ("memoryThrottlingFactor", 0.9), ("makeIPTablesUtilChains", False), ("singleProcessOOMKill", True),
+    ("makeIPTablesUtilChains", False), ("singleProcessOOMKill", True),
 ])
 def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value):
     with pytest.raises(ConfigError) as exc:
@@ -79,7 +79,6 @@ def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_b
 
 @pytest.mark.parametrize("name,value", [
     ("cpuManagerPolicyOptions", None), ("cpuCFSQuotaPeriod", "0.1s"),
-    ("memoryThrottlingFactor", None),
     ("podsPerCore", 0), ("tracing", None),
 ])
 def test_the_default_in_another_spelling_is_the_default(name, value):

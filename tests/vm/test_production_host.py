@@ -232,6 +232,8 @@ BASELINE_MANIFESTS = "/etc/kubelet-baseline/manifests"
 BASELINE_ENDPOINT = f"unix://{BASELINE}/containerd/containerd.sock"
 PYKUBELET_ENDPOINT = "unix:///var/lib/pykubelet/containerd/containerd.sock"
 NODE = "pykubelet-vm"
+# Set for both agents: memory.high on the containers that have room between request and limit.
+THROTTLING = "memoryThrottlingFactor: 0.9\n"
 COMPARED_QOS = {"cmp-guaranteed": "Guaranteed", "cmp-burstable": "Burstable", "cmp-besteffort": "BestEffort"}
 # pykubelet's install config where it differs from the kubelet's defaults and matters here; the
 # kubelet serves nothing the test needs, and reads the same manifests from its own directory.
@@ -246,7 +248,7 @@ failSwapOn: false
 readOnlyPort: 0
 authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: false}}}}
 authorization: {{mode: AlwaysAllow}}
-"""
+{THROTTLING}"""
 WRITE_CONTAINERD_CONFIG = f"""
 from pathlib import Path
 from services.supervisor.containerd_config import ContainerdLayout, write_config
@@ -309,7 +311,9 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
     kubelet 1.37, on one containerd 2.x in this guest (runc converts a container's cpu shares
     to cpu.weight, so both agents drive the same build): every value either agent leaves in the
     pods' slices, their containers' scopes, the QoS tiers and kubepods.slice is the same, and so
-    is the container's oom_score_adj; the Burstable spinner's share of the CPU is printed beside."""
+    is the container's oom_score_adj; the Burstable spinner's share of the CPU is printed beside.
+    Both run with memoryThrottlingFactor 0.9, so the Burstable and BestEffort containers get a
+    memory.high."""
     kubelet = KUBE_BIN / "kubelet"
     binaries = [kubelet, *(CONTAINERD_BIN / t for t in CONTAINERD_TOOLS)]
     missing = [str(p) for p in binaries if not p.exists()]
@@ -324,8 +328,9 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
     vm.run(PY, "-c", WRITE_CONTAINERD_CONFIG)
     vm.run("sh", "-c", f"cat > {BASELINE}/config.yaml", input=BASELINE_CONFIG)
     env = f"PATH={BASELINE_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    flags = "/etc/pykubelet/flags.env"
-    vm.run("cp", flags, f"{flags}.before-baseline")
+    flags, config = "/etc/pykubelet/flags.env", "/etc/pykubelet/config.yaml"
+    for path in (flags, config):
+        vm.run("cp", path, f"{path}.before-baseline")
     try:
         vm.run("systemd-run", "--unit=baseline-containerd", f"--setenv={env}", f"{BASELINE_BIN}/containerd",
                "--config", f"{BASELINE}/containerd/config.toml")
@@ -333,6 +338,7 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
         vm.run("sed", "-i", f"s#^\\(PYKUBELET_ARGS=.*\\)'$#\\1 --container-runtime-endpoint {BASELINE_ENDPOINT}'#",
                flags)
         assert BASELINE_ENDPOINT in _read(vm, flags), _read(vm, flags)
+        vm.run("sh", "-c", f"cat >> {config}", input=THROTTLING)
         vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
         ours, our_share = _measure(vm, MANIFESTS, BASELINE_ENDPOINT)
         vm.run("systemctl", "stop", "pykubelet.target", timeout=900)
@@ -349,7 +355,8 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
         vm.run("systemctl", "stop", "baseline-kubelet.service", "baseline-containerd.service", check=False,
                timeout=300)
         vm.run("systemctl", "reset-failed", check=False)
-        vm.run("mv", f"{flags}.before-baseline", flags)
+        for path in (flags, config):
+            vm.run("mv", f"{path}.before-baseline", path)
         vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
         write_static_pod(vm, "web", web_spec())
 
@@ -360,6 +367,9 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
     print(f"{'Burstable spinner share of the CPU':{width}}  {our_share:>22.1%}  {their_share:>22.1%}")
     differ = {k: (ours[k], theirs.get(k)) for k in ours if ours[k] != theirs.get(k)}
     assert not differ, f"pykubelet and the kubelet 1.37 differ (pykubelet, kubelet): {differ}"
+    # floor(64Mi + 0.9 x (256Mi - 64Mi)), down to a page; none where request is limit.
+    assert (ours["container/cmp-burstable/memory.high"], ours["container/cmp-guaranteed/memory.high"]) == \
+        ("248299520", "max")
     wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running again under pykubelet", interval=5)
 
 
