@@ -110,11 +110,15 @@ def pods_cgroup_limits(cpu_millicores: int, memory_bytes: int, reservations: Res
     """What the kubelet puts on /kubepods: with enforceNodeAllocatable=pods, capacity minus the
     reservations, but not minus the hard eviction thresholds, so the node evicts before the
     kernel kills; without it, the capacity (a cgroup's default cpu shares would starve the pods).
-    pids: the node's pid capacity (task_max), None when unknown."""
+    pids: the node's pid capacity (task_max), None when unknown. Reservations of every pid leave
+    no "pid": pids.max stays as it is, as with the kubelet (a limit of 0 is none to it)."""
     capacity = {"cpu": cpu_millicores, "memory": memory_bytes, **({"pid": pids} if pids is not None else {})}
     if not enforced:
         return capacity
-    return {name: max(0, value - reservations.reserved_amount(name)) for name, value in capacity.items()}
+    limits = {name: max(0, value - reservations.reserved_amount(name)) for name, value in capacity.items()}
+    if limits.get("pid") == 0:
+        del limits["pid"]
+    return limits
 
 
 def disk_capacity_bytes(path: str) -> int:

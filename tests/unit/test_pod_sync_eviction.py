@@ -174,6 +174,8 @@ def test_pods_cgroup_capped_at_allocatable_without_the_hard_thresholds(tmp_path)
         "the 100Mi hard threshold stays inside /kubepods"
     assert pods_cgroup_limits(2000, 8 * 2**30, Reservations.from_config(k), pids=20000, enforced=False) == \
         {"cpu": 2000, "memory": 8 * 2**30, "pid": 20000}, "without enforceNodeAllocatable pods: the capacity"
+    assert "pid" not in pods_cgroup_limits(2000, 8 * 2**30, Reservations.from_config(k), pids=100), \
+        "every pid reserved: pids.max is left as it is, never 0"
     assert enforce_pods_allocatable(limits["memory"], limits["cpu"], root=tmp_path, pids=limits["pid"]) == []
     assert (tmp_path / "memory/kubepods/memory.limit_in_bytes").read_text() == str(7 * 2**30)
     assert (tmp_path / "cpu/kubepods/cpu.shares").read_text() == str(1500 * 1024 // 1000)

@@ -152,6 +152,10 @@ def test_a_burstable_pod_gets_the_cpu_a_best_effort_pod_wants_too(vm):
     assert share >= 0.9, f"burstable {got_b / 1e6:.1f}s of CPU, best-effort {got_e / 1e6:.1f}s ({share:.1%})"
     for name in ("burstable-spin", "besteffort-spin"):
         vm.run("rm", f"/etc/kubernetes/manifests/{name}.yaml")
+    # Gone before the next test: spinners left behind would starve what it starts.
+    for pod in (b, e):
+        wait_for(lambda p=pod: vm.run("test", "-d", _pod_cgroup(p), check=False).returncode != 0, POD_TIMEOUT,
+                 "the spinner's slice removed", interval=5)
 
 
 def test_pod_limits_land_in_the_pod_and_container_cgroups(vm):
@@ -600,10 +604,17 @@ def test_containers_swap_as_memory_swap_says(vm, tmp_path):
                                       "limits": {"memory": f"{SWAPPER_LIMIT_MIB}Mi"}}}]}}
         cp.kubectl("apply", "-f", "-", input_text=json.dumps(manifest))
         wait_for(lambda: _running(_api_pod(cp, "swapper")), POD_TIMEOUT, "the swapper pod Running", interval=5)
-        pod = next(p for p in status(vm)["pods"] if p["name"] == "swapper")
-        cgroup = _container_cgroup(pod)
         share = int(SWAPPER_REQUEST_MIB * 2**20 / (_meminfo_kib(vm, "MemTotal") * 1024) * swap_total)
-        assert _read(vm, f"{cgroup}/memory.swap.max") == str(share // PAGE * PAGE), "the kernel keeps whole pages"
+
+        def swap_max() -> str | None:
+            # Of the container running now: an OOM kill may have replaced the one seen before.
+            pod = next(p for p in status(vm)["pods"] if p["name"] == "swapper")
+            res = vm.run("cat", f"{_container_cgroup(pod)}/memory.swap.max", check=False)
+            return res.stdout.strip() if res.returncode == 0 else None
+        assert wait_for(swap_max, 120, "the swapper container's memory.swap.max", interval=2) == \
+            str(share // PAGE * PAGE), "the kernel keeps whole pages"
+        # The pod's slice outlives its containers, and counts their swap.
+        cgroup = _pod_cgroup(next(p for p in status(vm)["pods"] if p["name"] == "swapper"))
         # Pushed past its memory limit, its pages go to swap (NoSwap's containers have none). The
         # kernel holds them to the share: past it, the pod's cgroup OOM-kills the dd, as with the
         # kubelet (under emulation reclaim is slow enough that it also may before the share is full).
