@@ -33,7 +33,7 @@ from shared.host.facts import (
     node_address,
     task_max,
 )
-from shared.host.node_resources import Reservations, allocatable, pods_cgroup_limits, reserved_cgroups
+from shared.host.node_resources import Reservations, pods_cgroup_limits, reserved_cgroups
 from shared.host.swap import node_swap
 from shared.model.cgroup_names import SYSTEMD
 from shared.model.cpusets import format_cpuset
@@ -66,7 +66,7 @@ async def setup(ctx: ServiceContext) -> None:
                      kubepods=k.kubepods,
                      guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "",
                      swap=node_swap(k.memory_swap.swap_behavior),
-                     memory_throttling=memory_throttling(k.memory_throttling_factor, CGROUP_ROOT, allocatable(
+                     memory_throttling=memory_throttling(k.memory_throttling_factor, CGROUP_ROOT, pods_cgroup_limits(
                          cpu_capacity_millicores(), memory_capacity_bytes(), Reservations.from_config(k))["memory"]))
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)

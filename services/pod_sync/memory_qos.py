@@ -4,7 +4,8 @@ on by default there; cgroup v2 only, where memory.high exists).
 memory.high is where the kernel starts reclaiming a cgroup's memory and throttling its
 allocations, below the limit where it would kill: request + factor x (limit - request), rounded
 down to a page. A container without a memory limit of its own takes the node's allocatable
-memory as its limit; one whose request is its limit (Guaranteed) gets none, and neither does a
+memory as its limit (before the eviction thresholds: capacity minus the reservations, as the
+kubelet's GetNodeAllocatableAbsolute); one whose request is its limit (Guaranteed) gets none, and neither does a
 value not above the request. A pod with pod-level resources gets one on its own cgroup too, from
 its requests and limits. Unset (the kubelet's default), memory.high stays "max".
 """
@@ -31,7 +32,7 @@ MEMORY_HIGH = "memory.high"
 @dataclass(frozen=True)
 class MemoryThrottling:
     factor: float     # memoryThrottlingFactor, in (0, 1]
-    allocatable: int  # the node's allocatable memory, bytes: the limit of a container without one
+    allocatable: int  # capacity minus the reservations, bytes: the limit of a container without one
     page: int = PAGE
 
 
