@@ -57,8 +57,9 @@ async def setup(ctx: ServiceContext) -> None:
     if problems:
         raise ConfigError("not starting: " + "; ".join(problems))
     cri = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
-    node = NodeFacts(name=ctx.settings.node_name, ip=node_address(ctx.settings.node_ip), cpu_millicores=cpu_capacity_millicores(),
-                     memory_bytes=memory_capacity_bytes(),
+    cpu, memory, reservations = cpu_capacity_millicores(), memory_capacity_bytes(), Reservations.from_config(k)
+    node = NodeFacts(name=ctx.settings.node_name, ip=node_address(ctx.settings.node_ip), cpu_millicores=cpu,
+                     memory_bytes=memory,
                      oom_floor=own_oom_score_adj() if kernel_refuses_negative_oom_score_adj() else None,
                      pods_dir=ctx.settings.root_dir / "pods", seccomp_default=k.seccomp_default,
                      labels=ctx.settings.node_labels,
@@ -66,8 +67,8 @@ async def setup(ctx: ServiceContext) -> None:
                      kubepods=k.kubepods,
                      guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "",
                      swap=node_swap(k.memory_swap.swap_behavior),
-                     memory_throttling=memory_throttling(k.memory_throttling_factor, CGROUP_ROOT, pods_cgroup_limits(
-                         cpu_capacity_millicores(), memory_capacity_bytes(), Reservations.from_config(k))["memory"]))
+                     memory_throttling=memory_throttling(k.memory_throttling_factor, CGROUP_ROOT,
+                                                         pods_cgroup_limits(cpu, memory, reservations)["memory"]))
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
@@ -92,7 +93,7 @@ async def setup(ctx: ServiceContext) -> None:
         ctx.spawn("watch-services", env_source.watch_services())
         ctx.on_shutdown(api.close)
     cpus = CPUManager.from_config(k.cpu_manager_policy, k.reserved_system_cpus,
-                                  Reservations.from_config(k).reserved_amount("cpu"))
+                                  reservations.reserved_amount("cpu"))
     if cpus.static:
         cpus.assignments = await ctx.store.run(load_assignments, ctx.store)  # the CPUs given out before a restart
     syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, recorder, env_source, cpus=cpus)
@@ -129,8 +130,7 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.spawn("image-gc", periodic.every(gc_period(k.image_maximum_gc_age), "image garbage collection",
                                          reclaimer.periodic_image_gc, log))
     # As the kubelet, whether or not enforceNodeAllocatable has "pods": then with the capacity.
-    limits = pods_cgroup_limits(node.cpu_millicores, node.memory_bytes, Reservations.from_config(k),
-                                task_max(), enforced=k.enforces_pods_allocatable)
+    limits = pods_cgroup_limits(cpu, memory, reservations, task_max(), enforced=k.enforces_pods_allocatable)
     for problem in enforce_pods_allocatable(limits["memory"], limits["cpu"], slices=node.cgroup_slices,
                                             kubepods=node.kubepods, pids=limits.get("pid")):
         log.warning("node allocatable: cannot limit the pods cgroup: %s", problem)

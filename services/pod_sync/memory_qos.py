@@ -63,8 +63,11 @@ def container_memory_high(c: Container, pod: Pod | None, t: MemoryThrottling) ->
         return None  # the pod's cgroup throttles it (pod_memory_high)
     if request == limit and request != 0:
         return None
-    high = _high(request, limit or t.allocatable, t.factor, t.page) if (limit or t.allocatable) > 0 else 0
-    return high if high != 0 and high > request else None
+    ceiling = limit or t.allocatable
+    if ceiling <= 0:
+        return None
+    high = _high(request, ceiling, t.factor, t.page)
+    return high if high > request else None
 
 
 def pod_memory_high(pod: Pod, t: MemoryThrottling) -> int | None:
@@ -78,4 +81,4 @@ def pod_memory_high(pod: Pod, t: MemoryThrottling) -> int | None:
     if limit is None or limit == 0 or (request == limit and request != 0):
         return None
     high = _high(request, limit, t.factor, t.page)
-    return high if high > 0 and high > request else None
+    return high if high > request else None
