@@ -92,11 +92,14 @@ async def test_every_request_draws_on_the_node_budget(api_server, tmp_path):
         start = time.monotonic()
         for _ in range(4):
             await api.get(path("v1", "nodes", "n1"))
-        assert time.monotonic() - start >= 0.35, "requests beyond the burst wait for tokens"
+        elapsed = time.monotonic() - start
+        assert elapsed >= 0.35, "requests beyond the burst wait for tokens"
         assert (tmp_path / "run" / "kube-api-budget").exists(), "the budget file every service shares"
-        # The waits are in client-go's metric, as the kubelet exports it.
+        # The waits are in client-go's metric, as the kubelet exports it. The time the requests
+        # themselves take refills the bucket, so on a busy machine the waits add up to less than
+        # the 0.4 s the tokens alone would need; they are never more than the time it all took.
         after = waited()
-        assert after[0] - before[0] == 4 and after[1] - before[1] >= 0.35, (before, after)
+        assert after[0] - before[0] == 4 and 0.1 <= after[1] - before[1] <= elapsed, (before, after, elapsed)
     finally:
         await api.close()
 
