@@ -96,6 +96,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "systemReserved": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "systemReservedCgroup": ("effect", "tests/cluster/test_node.py::test_system_and_kube_reserved_are_enforced_on_their_cgroups"),
     "memoryThrottlingFactor": ("effect", "tests/vm/test_production_host.py::test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets"),
+    "memoryReservationPolicy": ("effect", "tests/vm/test_production_host.py::test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets"),
     "cgroupRoot": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_pods_cgroups_are_below_cgroup_root"),
     "kubeReservedCgroup": ("effect", "tests/cluster/test_node.py::test_system_and_kube_reserved_are_enforced_on_their_cgroups"),
     "enforceNodeAllocatable": ("effect", "tests/integration/test_services.py::test_enforce_node_allocatable_caps_the_pods_cgroup"),

@@ -11,7 +11,7 @@ from services.pod_sync.disk_gc import DiskReclaimer, gc_period
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
-from services.pod_sync.memory_qos import memory_throttling
+from services.pod_sync.memory_qos import memory_protection, memory_throttling
 from services.pod_sync.node_health import NodeHealthWriter
 from services.pod_sync.pod_cgroup import enforce_pods_allocatable, enforce_reserved
 from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD
@@ -68,7 +68,8 @@ async def setup(ctx: ServiceContext) -> None:
                      guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "",
                      swap=node_swap(k.memory_swap.swap_behavior),
                      memory_throttling=memory_throttling(k.memory_throttling_factor, CGROUP_ROOT,
-                                                         pods_cgroup_limits(cpu, memory, reservations)["memory"]))
+                                                         pods_cgroup_limits(cpu, memory, reservations)["memory"]),
+                     memory_protection=memory_protection(k.memory_reservation_policy, CGROUP_ROOT))
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
@@ -137,6 +138,10 @@ async def setup(ctx: ServiceContext) -> None:
     for reserved in reserved_cgroups(k):
         for problem in enforce_reserved(reserved, slices=node.cgroup_slices):
             log.warning("enforceNodeAllocatable %s: cannot limit %s: %s", reserved.key, reserved.cgroup, problem)
+    # The QoS tiers below it, as the kubelet's QoS manager sets them at its start: for the pods
+    # admitted so far, with the memory protection a run under TieredReservation left reset to 0
+    # when the policy is None now.
+    await syncer.update_qos_tiers()
     ctx.checks["runtime"] = health.runtime_ready
     ctx.spawn("node-health", health.run())
     ctx.on_shutdown(manager.close)

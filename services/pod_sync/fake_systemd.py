@@ -11,7 +11,8 @@ from typing import Any
 from services.pod_sync.systemd_slices import INFINITY, NO_SUCH_UNIT, UNIT_EXISTS, BusError
 from shared.model.cgroup_names import slice_path
 
-_FILES = {"CPUWeight": "cpu.weight", "MemoryMax": "memory.max", "MemoryHigh": "memory.high", "TasksMax": "pids.max"}
+_FILES = {"CPUWeight": "cpu.weight", "MemoryMax": "memory.max", "MemoryHigh": "memory.high", "MemoryMin": "memory.min",
+          "MemoryLow": "memory.low", "TasksMax": "pids.max"}
 
 
 class FakeSystemdBus:

@@ -8,6 +8,13 @@ memory as its limit (before the eviction thresholds: capacity minus the reservat
 kubelet's GetNodeAllocatableAbsolute); one whose request is its limit (Guaranteed) gets none, and neither does a
 value not above the request. A pod with pod-level resources gets one on its own cgroup too, from
 its requests and limits. Unset (the kubelet's default), memory.high stays "max".
+
+memory.min and memory.low come from memoryReservationPolicy. With TieredReservation a
+Guaranteed pod's memory request is protected outright (memory.min: the kernel never reclaims
+it) and a Burstable pod's softly (memory.low: reclaimed only when nothing unprotected is left),
+on the container, on the pod's cgroup and, summed, on the QoS tiers above them, since the kernel
+protects a cgroup only as far as its ancestors are protected too. With None, the default, every
+one of them is 0, which also clears what an earlier TieredReservation run left on the tiers.
 """
 
 from __future__ import annotations
@@ -20,13 +27,16 @@ from pathlib import Path
 
 from services.pod_sync.pod_cgroup import pod_limits
 from shared.model.podspec import Container, Pod
-from shared.model.qos import pod_level, pod_requests
+from shared.model.qos import pod_level, pod_requests, qos_class
 from shared.model.quantity import to_bytes
 
 log = logging.getLogger(__name__)
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MEMORY_HIGH = "memory.high"
+MEMORY_MIN = "memory.min"
+MEMORY_LOW = "memory.low"
+TIERED = "TieredReservation"
 
 
 @dataclass(frozen=True)
@@ -82,3 +92,59 @@ def pod_memory_high(pod: Pod, t: MemoryThrottling) -> int | None:
         return None
     high = _high(request, limit, t.factor, t.page)
     return high if high > request else None
+
+
+@dataclass(frozen=True)
+class MemoryProtection:
+    """memoryReservationPolicy on cgroup v2; tiered: TieredReservation, else None (all zeros)."""
+    tiered: bool
+
+
+def memory_protection(policy: str, cgroup_root: Path) -> MemoryProtection | None:
+    """The node's memory protection; None on cgroup v1, which has neither file (the kubelet
+    sets neither there; the log says so when TieredReservation was asked for)."""
+    if not (cgroup_root / "cgroup.controllers").is_file():
+        if policy == TIERED:
+            log.warning("memoryReservationPolicy %s: memory.min and memory.low exist on cgroup v2 only and this "
+                        "host runs cgroup v1, so no pod is protected (as with the kubelet)", policy)
+        return None
+    return MemoryProtection(policy == TIERED)
+
+
+def _protected(pod: Pod, request: int) -> dict[str, int]:
+    """The protection of `request` bytes of a pod of this QoS class: hard for Guaranteed, soft
+    for Burstable."""
+    if request <= 0:
+        return {}
+    return {MEMORY_MIN if qos_class(pod) == "Guaranteed" else MEMORY_LOW: request}
+
+
+def container_memory_protection(c: Container, pod: Pod, p: MemoryProtection) -> dict[str, str]:
+    """The container's memory.min / memory.low for the CRI's unified map: its memory request
+    with TieredReservation, both 0 otherwise (a container resized or recreated under None keeps
+    no stale protection)."""
+    request_q = c.resources.request("memory")
+    request = to_bytes(request_q) if request_q is not None else 0
+    if p.tiered and request > 0:
+        return {k: str(v) for k, v in _protected(pod, request).items()}
+    return {MEMORY_MIN: "0", MEMORY_LOW: "0"}
+
+
+def pod_memory_protection(pod: Pod, p: MemoryProtection) -> dict[str, int]:
+    """The pod cgroup's memory.min / memory.low: its memory request, with TieredReservation only
+    (a new pod cgroup starts at 0)."""
+    return _protected(pod, pod_requests(pod)["memory"]) if p.tiered else {}
+
+
+def tier_memory_protection(pods: list[Pod], p: MemoryProtection) -> tuple[int, int]:
+    """(the Guaranteed pods' memory requests, the Burstable pods') that the QoS tiers protect:
+    kubepods takes memory.min of both and memory.low of the Burstable ones, the Burstable tier
+    memory.low of its own. Both 0 under None."""
+    if not p.tiered:
+        return 0, 0
+    totals = {"Guaranteed": 0, "Burstable": 0}
+    for pod in pods:
+        qos = qos_class(pod)
+        if qos in totals:
+            totals[qos] += pod_requests(pod)["memory"]
+    return totals["Guaranteed"], totals["Burstable"]

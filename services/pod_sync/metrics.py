@@ -27,3 +27,12 @@ RUNNING_CONTAINERS = Gauge("kubelet_running_containers", "Number of containers c
 POD_WORKER_DURATION = Histogram("kubelet_pod_worker_duration_seconds",
                                 "Duration in seconds to sync a single pod. Broken down by operation type: "
                                 "create, update, or sync", ["operation_type"])
+
+# memoryReservationPolicy TieredReservation (cgroup v2): what the QoS tiers protect, as the
+# kubelet 1.37 reports it (its MemoryQoS gate is on by default).
+MEMORY_QOS_MIN_BYTES = Gauge("kubelet_memory_qos_node_memory_min_bytes",
+                             "Total cgroup v2 memory.min in bytes for Guaranteed pods. This memory is hard-reserved "
+                             "and never reclaimed by the kernel.")
+MEMORY_QOS_LOW_BYTES = Gauge("kubelet_memory_qos_node_memory_low_bytes",
+                             "Total cgroup v2 memory.low in bytes for Burstable pods. This memory is soft-reserved "
+                             "and may be reclaimed under extreme pressure.")

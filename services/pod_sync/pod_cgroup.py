@@ -37,9 +37,11 @@ class PodCgroupConfig:
     cpu_quota: int | None  # None: no CPU limit
     memory_limit: int | None  # None: no memory limit
     pids_limit: int | None = None  # podPidsLimit; None: no limit
-    # memory.high from memoryThrottlingFactor (services/pod_sync/memory_qos.py; cgroup v2);
-    # None: left as it is.
+    # memory.high from memoryThrottlingFactor, memory.min / memory.low from memoryReservationPolicy
+    # (services/pod_sync/memory_qos.py; cgroup v2); None: left as it is.
     memory_high: int | None = None
+    memory_min: int | None = None
+    memory_low: int | None = None
 
 
 def pod_limits(pod: Pod, name: str) -> int | None:
@@ -98,7 +100,9 @@ def _files(parent: str, config: PodCgroupConfig, root: Path, pids: bool = True,
         return [(d / "cpu.weight", str(cpu_weight(config.cpu_shares))),
                 (d / "cpu.max", f"{config.cpu_quota if config.cpu_quota is not None else 'max'} {CPU_PERIOD}"),
                 (d / "memory.max", str(config.memory_limit) if config.memory_limit is not None else "max"),
-                *([(d / "memory.high", str(config.memory_high))] if config.memory_high is not None else []),
+                *[(d / name, str(value)) for name, value in (("memory.high", config.memory_high),
+                                                              ("memory.min", config.memory_min),
+                                                              ("memory.low", config.memory_low)) if value is not None],
                 *([(d / "pids.max", pids_max)] if pids else [])]
     cpu, memory = root / "cpu" / rel, root / "memory" / rel
     return [(cpu / "cpu.shares", str(config.cpu_shares)), (cpu / "cpu.cfs_period_us", str(CPU_PERIOD)),
@@ -196,14 +200,33 @@ def qos_tier_shares(pods: list[Pod], kubepods: str = KUBEPODS) -> dict[str, int]
     return {f"{kubepods}/besteffort": MIN_SHARES, f"{kubepods}/burstable": cpu_shares(burstable)}
 
 
+def tier_protection(guaranteed: int, burstable: int, kubepods: str = KUBEPODS) -> dict[str, dict[str, int]]:
+    """memory.min / memory.low of kubepods and the Burstable tier from the memory requests the
+    pods below protect (memory_qos.tier_memory_protection): a cgroup's protection reaches only
+    as far as its ancestors', so kubepods covers both classes."""
+    return {kubepods: {"memory.min": guaranteed + burstable, "memory.low": burstable},
+            f"{kubepods}/burstable": {"memory.low": burstable}}
+
+
+_PROTECTION_PROPERTIES = {"memory.min": "MemoryMin", "memory.low": "MemoryLow"}
+
+
 def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT, slices: SystemdSlices | None = None,
-                  kubepods: str = KUBEPODS) -> list[str]:
-    """Write the tiers' shares (making the tiers where missing); what failed, in words."""
+                  kubepods: str = KUBEPODS, protection: tuple[int, int] | None = None) -> list[str]:
+    """Write the tiers' shares (making the tiers where missing) and, given (Guaranteed,
+    Burstable) protected bytes, the tiers' memory protection (cgroup v2); what failed, in words."""
     tiers = qos_tier_shares(pods, kubepods)
+    protect = tier_protection(*protection, kubepods) if protection is not None else {}
     if slices is not None:
-        return [problem for tier, value in tiers.items()
-                for problem in _apply(slices, tier, PodCgroupConfig(value, None, None), f"QoS tier {tier}",
-                                      pids=False, memory=False)]
+        problems = [problem for tier, value in tiers.items()
+                    for problem in _apply(slices, tier, PodCgroupConfig(value, None, None), f"QoS tier {tier}",
+                                          pids=False, memory=False)]
+        for name, values in protect.items():
+            try:
+                slices.change(slice_unit(name), [(_PROTECTION_PROPERTIES[k], ("t", v)) for k, v in values.items()])
+            except SlicesError as exc:
+                problems.append(str(exc))
+        return problems
     v2 = (root / "cgroup.controllers").is_file()
     files = []
     for tier, value in tiers.items():
@@ -213,6 +236,8 @@ def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT, slices: SystemdSlic
         except OSError as exc:
             return [f"creating the QoS cgroup {tier}: {exc.strerror or exc}"]
         files.append((d / "cpu.weight", str(cpu_weight(value))) if v2 else (d / "cpu.shares", str(value)))
+    if v2:
+        files += [(root / name.strip("/") / k, str(v)) for name, values in protect.items() for k, v in values.items()]
     return _write(files)
 
 

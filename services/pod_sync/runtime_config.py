@@ -12,7 +12,13 @@ from services.pod_sync.dns import dns_config
 from services.pod_sync.env_sources import EnvObjects
 from services.pod_sync.etc_hosts import ETC_HOSTS
 from services.pod_sync.exec_strings import ExecStrings
-from services.pod_sync.memory_qos import MEMORY_HIGH, MemoryThrottling, container_memory_high
+from services.pod_sync.memory_qos import (
+    MEMORY_HIGH,
+    MemoryProtection,
+    MemoryThrottling,
+    container_memory_high,
+    container_memory_protection,
+)
 from services.pod_sync.resize import annotation as resize_annotation
 from services.pod_sync.resources import CGROUP_ROOT, container_resources, pod_cgroup_parent
 from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
@@ -59,6 +65,8 @@ class NodeFacts:
     swap: NodeSwap | None = None
     # memoryThrottlingFactor on cgroup v2 (services/pod_sync/memory_qos.py); None: no memory.high.
     memory_throttling: MemoryThrottling | None = None
+    # memoryReservationPolicy on cgroup v2 (memory_qos.py); None (cgroup v1): no memory.min/low.
+    memory_protection: MemoryProtection | None = None
 
 
 def linux_resources(pod: Pod, c: Container, qos: str, node: NodeFacts, cpuset: str = "") -> cri.LinuxContainerResources:
@@ -66,6 +74,8 @@ def linux_resources(pod: Pod, c: Container, qos: str, node: NodeFacts, cpuset: s
     res = container_resources(c, qos, node.memory_bytes, node.oom_floor, pod, cpuset, node.guaranteed_mems, node.swap)
     if node.memory_throttling is not None and (high := container_memory_high(c, pod, node.memory_throttling)):
         res.unified[MEMORY_HIGH] = str(high)
+    if node.memory_protection is not None:
+        res.unified.update(container_memory_protection(c, pod, node.memory_protection))
     return res
 
 

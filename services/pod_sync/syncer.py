@@ -44,7 +44,7 @@ from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_ma
 from services.pod_sync.hooks import HookFailed, run_hook
 from services.pod_sync.images import ImageManager, ImagePullError
 from services.pod_sync.killing import MIN_GRACE, Killer
-from services.pod_sync.memory_qos import pod_memory_high
+from services.pod_sync.memory_qos import pod_memory_high, pod_memory_protection, tier_memory_protection
 from services.pod_sync.observed import observed_containers
 from services.pod_sync.pull_secrets import Credential
 from services.pod_sync.resizer import Resizer, ResizeState, generation
@@ -142,6 +142,7 @@ class PodSyncer:
         self._pods = PodCache()
         self._capacity = allocatable(node.cpu_millicores, node.memory_bytes,
                                      Reservations.from_config(settings.kubelet))
+        self._tiers_protected = False  # the QoS tiers' memory protection written since the start
 
     # -- reading the store -------------------------------------------------------------------
 
@@ -275,7 +276,7 @@ class PodSyncer:
                                                             DesiredPod.deleting.is_(False), DesiredPod.uid != uid))
                 for pod in (self._pods.get(d.uid, d.manifest),)]
 
-    async def _set_qos_tiers(self) -> None:
+    async def update_qos_tiers(self) -> None:
         """The Burstable tier's CPU shares follow its pods' requests, BestEffort's stay at the
         minimum: without them each tier weighs as much as any one Guaranteed pod."""
         await self.store.run(self._write_qos_tiers)
@@ -285,9 +286,24 @@ class PodSyncer:
         # pod admitted so far.
         with self.store.session() as s:
             pods = self._admitted_others(s, "")
-        problems = pod_cgroup.set_qos_tiers(pods, self.node.cgroup_root, self.node.cgroup_slices, self.node.kubepods)
+        protection = self._tier_protection(pods)
+        problems = pod_cgroup.set_qos_tiers(pods, self.node.cgroup_root, self.node.cgroup_slices, self.node.kubepods,
+                                            protection)
+        if protection is not None and not problems:
+            self._tiers_protected = True
+            M.MEMORY_QOS_MIN_BYTES.set(protection[0])
+            M.MEMORY_QOS_LOW_BYTES.set(protection[1])
         if problems:
             log.warning("QoS cgroups: %s", "; ".join(problems))
+
+    def _tier_protection(self, pods: list[Pod]) -> tuple[int, int] | None:
+        """The memory the QoS tiers protect (Guaranteed, Burstable), None to leave it: with
+        TieredReservation it follows the pods; with None it is reset to 0 once, at the first
+        write after the start (as the kubelet, which leaves it alone after that)."""
+        p = self.node.memory_protection
+        if p is None or (not p.tiered and self._tiers_protected):
+            return None
+        return tier_memory_protection(pods, p)
 
     def _others_for_resize(self, uid: str) -> list[Pod]:
         with self.store.session() as s:
@@ -372,7 +388,7 @@ class PodSyncer:
         if resize.snapshot() != resize_before:
             await self.store.run(self._save_resize, uid, resize)
             if resize.allocated is not allocated_before:
-                await self._set_qos_tiers()  # a granted resize changes its tier's requests
+                await self.update_qos_tiers()  # a granted resize changes its tier's requests
         await self._collect_garbage(pod, fresh)
         await self._record(pod, fresh, step.waiting, step.error, resize)
         self._observe_start(pod, fresh, progress)
@@ -550,6 +566,10 @@ class PodSyncer:
         cgroup = pod_cgroup.pod_cgroup_config(pod, self.settings.kubelet.pod_pids_limit)
         if self.node.memory_throttling is not None:
             cgroup = dataclasses.replace(cgroup, memory_high=pod_memory_high(pod, self.node.memory_throttling))
+        if self.node.memory_protection is not None:
+            protect = pod_memory_protection(pod, self.node.memory_protection)
+            cgroup = dataclasses.replace(cgroup, memory_min=protect.get("memory.min"),
+                                         memory_low=protect.get("memory.low"))
         problems = await asyncio.to_thread(
             pod_cgroup.ensure, pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods), cgroup,
             self.node.cgroup_root, self.node.cgroup_slices)
@@ -558,7 +578,7 @@ class PodSyncer:
             log.warning("pod %s: %s", pod.full_name, message)
             self._event(pod, "Warning", "FailedCreatePodSandBox", message)
             return "", "", ("FailedCreatePodSandBox", message)
-        await self._set_qos_tiers()
+        await self.update_qos_tiers()
         try:
             sandbox_id = await self.runtime.run_pod_sandbox(config)
         except CRIError as exc:
@@ -729,7 +749,7 @@ class PodSyncer:
         if pod is not None:
             parent = pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods)
             await asyncio.to_thread(remove_pod_cgroups, parent, self.node.cgroup_slices)
-            await self._set_qos_tiers()
+            await self.update_qos_tiers()
         # Only pod-sync's own files; the pod directory (with its volumes) is the volume service's to
         # remove, once it has unmounted them. Its logs stay a while for a last look (pod_logs_gc).
         try:

@@ -92,6 +92,10 @@ class SliceSettings(Protocol):
     def pids_limit(self) -> int | None: ...
     @property
     def memory_high(self) -> int | None: ...
+    @property
+    def memory_min(self) -> int | None: ...
+    @property
+    def memory_low(self) -> int | None: ...
 
 
 def properties(settings: SliceSettings, cpu_period: int, weight: int, pids: bool = True,
@@ -107,8 +111,10 @@ def properties(settings: SliceSettings, cpu_period: int, weight: int, pids: bool
         props.append(("CPUQuotaPeriodUSec", ("t", cpu_period)))
     if memory:
         props.append(("MemoryMax", ("t", INFINITY if settings.memory_limit is None else settings.memory_limit)))
-        if settings.memory_high is not None:
-            props.append(("MemoryHigh", ("t", settings.memory_high)))
+        for prop, value in (("MemoryHigh", settings.memory_high), ("MemoryMin", settings.memory_min),
+                            ("MemoryLow", settings.memory_low)):
+            if value is not None:
+                props.append((prop, ("t", value)))
     if pids:
         props.append(("TasksMax", ("t", INFINITY if settings.pids_limit is None else settings.pids_limit)))
     return props

@@ -104,7 +104,6 @@ REFUSED: dict[str, Refused] = {
     "mergeDefaultEvictionSettings": Refused(False, "evictionHard replaces the default thresholds, as the "
                                                    "kubelet's default"),
     "defaultPodSysctls": Refused({}, "pods get only the sysctls they ask for"),
-    "memoryReservationPolicy": Refused("None", "no memory.min or memory.low is set"),
     "singleProcessOOMKill": Refused(None, "the kernel's OOM killer decides (one process on cgroup v1, the "
                                           "container's group where cgroup v2 sets memory.oom.group)"),
     "tlsCurvePreferences": Refused([], "the kubelet API's TLS curves are Python's defaults"),

@@ -280,6 +280,10 @@ class KubeletConfiguration(ServerConfig):
     # memory.high for containers (and pods with pod-level resources) on cgroup v2: request +
     # factor x (limit - request) (services/pod_sync/memory_qos.py). Unset: none, as the kubelet 1.37.
     memory_throttling_factor: float | None = None
+    # cgroup v2 memory protection from memory requests (services/pod_sync/memory_qos.py):
+    # TieredReservation gives Guaranteed pods memory.min and Burstable pods memory.low; None
+    # (the kubelet's default) sets neither and resets what a former TieredReservation left.
+    memory_reservation_policy: str = "None"
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
     fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
@@ -427,6 +431,14 @@ class KubeletConfiguration(ServerConfig):
         if v is not None and not 0 < v <= 1.0:
             raise ValueError(f"invalid configuration: memoryThrottlingFactor {v} must be greater than 0 and less "
                              "than or equal to 1.0")
+        return v
+
+    @field_validator("memory_reservation_policy")
+    @classmethod
+    def _memory_reservation_policy(cls, v: str) -> str:
+        if v not in ("None", "TieredReservation"):
+            raise ValueError(f'invalid configuration: option "{v}" specified for memoryReservationPolicy. Valid '
+                             'options are "None" or "TieredReservation"')
         return v
 
     @field_validator("cgroup_root")

@@ -25,9 +25,9 @@ from shared.runtime.cri import CRIClient
 CGROUPS = Path("/sys/fs/cgroup")
 TIERS = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}
 # What the agents set (or leave) on each level; memory.swap.max is the container's swap (NoSwap: 0).
-POD_FILES = ("cpu.weight", "cpu.max", "memory.max", "memory.min", "memory.high", "pids.max")
+POD_FILES = ("cpu.weight", "cpu.max", "memory.max", "memory.min", "memory.low", "memory.high", "pids.max")
 CONTAINER_FILES = (*POD_FILES, "memory.swap.max")
-NODE_FILES = ("cpu.weight", "cpu.max", "memory.max", "pids.max")
+NODE_FILES = ("cpu.weight", "cpu.max", "memory.max", "memory.min", "memory.low", "pids.max")
 NOT_RUNNING = 3
 
 

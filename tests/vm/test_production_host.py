@@ -237,7 +237,7 @@ BASELINE_ENDPOINT = f"unix://{BASELINE}/containerd/containerd.sock"
 PYKUBELET_ENDPOINT = "unix:///var/lib/pykubelet/containerd/containerd.sock"
 NODE = "pykubelet-vm"
 # Set for both agents: memory.high on the containers that have room between request and limit.
-THROTTLING = "memoryThrottlingFactor: 0.9\n"
+MEMORY_QOS = "memoryThrottlingFactor: 0.9\nmemoryReservationPolicy: TieredReservation\n"
 COMPARED_QOS = {"cmp-guaranteed": "Guaranteed", "cmp-burstable": "Burstable", "cmp-besteffort": "BestEffort"}
 # pykubelet's install config where it differs from the kubelet's defaults and matters here; the
 # kubelet serves nothing the test needs, and reads the same manifests from its own directory.
@@ -252,7 +252,7 @@ failSwapOn: false
 readOnlyPort: 0
 authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: false}}}}
 authorization: {{mode: AlwaysAllow}}
-{THROTTLING}"""
+{MEMORY_QOS}"""
 WRITE_CONTAINERD_CONFIG = f"""
 from pathlib import Path
 from services.supervisor.containerd_config import ContainerdLayout, write_config
@@ -317,7 +317,8 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
     pods' slices, their containers' scopes, the QoS tiers and kubepods.slice is the same, and so
     is the container's oom_score_adj; the Burstable spinner's share of the CPU is printed beside.
     Both run with memoryThrottlingFactor 0.9, so the Burstable and BestEffort containers get a
-    memory.high."""
+    memory.high, and memoryReservationPolicy TieredReservation, so the Guaranteed pod's memory
+    request is its memory.min, the Burstable pod's its memory.low, and the tiers hold both."""
     kubelet = KUBE_BIN / "kubelet"
     binaries = [kubelet, *(CONTAINERD_BIN / t for t in CONTAINERD_TOOLS)]
     missing = [str(p) for p in binaries if not p.exists()]
@@ -342,7 +343,7 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
         vm.run("sed", "-i", f"s#^\\(PYKUBELET_ARGS=.*\\)'$#\\1 --container-runtime-endpoint {BASELINE_ENDPOINT}'#",
                flags)
         assert BASELINE_ENDPOINT in _read(vm, flags), _read(vm, flags)
-        vm.run("sh", "-c", f"cat >> {config}", input=THROTTLING)
+        vm.run("sh", "-c", f"cat >> {config}", input=MEMORY_QOS)
         vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
         ours, our_share = _measure(vm, MANIFESTS, BASELINE_ENDPOINT)
         vm.run("systemctl", "stop", "pykubelet.target", timeout=900)
@@ -374,6 +375,12 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
     # floor(64Mi + 0.9 x (256Mi - 64Mi)), down to a page; none where request is limit.
     assert (ours["container/cmp-burstable/memory.high"], ours["container/cmp-guaranteed/memory.high"]) == \
         ("248299520", "max")
+    # 64Mi requested by each: held outright for the Guaranteed pod, softly for the Burstable one.
+    mi64 = str(64 * 2**20)
+    assert (ours["pod/cmp-guaranteed/memory.min"], ours["container/cmp-guaranteed/memory.min"],
+            ours["pod/cmp-burstable/memory.low"], ours["container/cmp-burstable/memory.low"],
+            ours["tier/burstable/memory.low"], ours["kubepods/memory.low"]) == (mi64,) * 6
+    assert ours["kubepods/memory.min"] == str(128 * 2**20)
     wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running again under pykubelet", interval=5)
 
 
