@@ -83,7 +83,8 @@ def _rel(parent: str, slices: SystemdSlices | None) -> str:
 def _apply(slices: SystemdSlices, name: str, config: PodCgroupConfig, what: str, pids: bool = True,
            memory: bool = True) -> list[str]:
     try:
-        slices.apply(name, properties(config, CPU_PERIOD, cpu_weight(config.cpu_shares), pids=pids, memory=memory),
+        slices.apply(name, properties(config, CPU_PERIOD, cpu_weight(config.cpu_shares), pids=pids, memory=memory,
+                                      legacy=slices.legacy),
                      f"pykubelet {what}")
     except SlicesError as exc:
         return [str(exc)]
@@ -383,9 +384,10 @@ def enforce_reserved(reserved: ReservedCgroup, root: Path = CGROUP_ROOT,
 def _change_reserved_slice(slices: SystemdSlices, reserved: ReservedCgroup) -> list[str]:
     props: list[tuple[str, tuple[str, int]]] = []
     if reserved.cpu_millicores is not None:
-        props.append(("CPUWeight", ("t", cpu_weight(cpu_shares(reserved.cpu_millicores)))))
+        shares = cpu_shares(reserved.cpu_millicores)
+        props.append(("CPUShares", ("t", shares)) if slices.legacy else ("CPUWeight", ("t", cpu_weight(shares))))
     if reserved.memory_bytes is not None:
-        props.append(("MemoryMax", ("t", reserved.memory_bytes)))
+        props.append(("MemoryLimit" if slices.legacy else "MemoryMax", ("t", reserved.memory_bytes)))
     if reserved.pids is not None:
         props.append(("TasksMax", ("t", reserved.pids)))
     try:

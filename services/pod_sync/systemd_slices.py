@@ -8,6 +8,10 @@ pids.max from the unit's properties, and writes them again from those properties
 re-realizes the tree (a daemon-reload, another unit starting beside). A value written straight
 into the files would be undone then, so the settings go to systemd as properties, and systemd
 writes the files.
+
+On cgroup v1 systemd does the same in each controller's tree (cpu, memory, pids) from the
+legacy properties (properties(legacy=True)); the trees it does not manage (cpuset, hugetlb) are
+made by the runtime below the slice's path when a container needs them.
 """
 
 from __future__ import annotations
@@ -99,21 +103,26 @@ class SliceSettings(Protocol):
 
 
 def properties(settings: SliceSettings, cpu_period: int, weight: int, pids: bool = True,
-               memory: bool = True) -> list[tuple[str, tuple[str, Any]]]:
-    """The unit properties of a slice's resources (cgroup v2). pids=False / memory=False leave
-    those limits as they are (a resize does not touch pids.max; a QoS tier has only a weight)."""
+               memory: bool = True, legacy: bool = False) -> list[tuple[str, tuple[str, Any]]]:
+    """The unit properties of a slice's resources. pids=False / memory=False leave those limits
+    as they are (a resize does not touch pids.max; a QoS tier has only a weight).
+
+    legacy (cgroup v1) takes the properties runc's systemd manager gives there, as the kubelet's
+    slices get them: CPUShares, since systemd would turn a CPUWeight into shares on a coarser
+    scale (weight x 1024 / 100), and MemoryLimit; v1 has no memory.high, min or low."""
     quota = settings.cpu_quota
     props: list[tuple[str, tuple[str, Any]]] = [
-        ("CPUWeight", ("t", weight)),
+        ("CPUShares", ("t", settings.cpu_shares)) if legacy else ("CPUWeight", ("t", weight)),
         ("CPUQuotaPerSecUSec", ("t", INFINITY if quota is None else quota * USEC_PER_SEC // cpu_period)),
     ]
     if quota is not None:
         props.append(("CPUQuotaPeriodUSec", ("t", cpu_period)))
     if memory:
-        props.append(("MemoryMax", ("t", INFINITY if settings.memory_limit is None else settings.memory_limit)))
+        limit = INFINITY if settings.memory_limit is None else settings.memory_limit
+        props.append(("MemoryLimit" if legacy else "MemoryMax", ("t", limit)))
         for prop, value in (("MemoryHigh", settings.memory_high), ("MemoryMin", settings.memory_min),
                             ("MemoryLow", settings.memory_low)):
-            if value is not None:
+            if value is not None and not legacy:
                 props.append((prop, ("t", value)))
     if pids:
         props.append(("TasksMax", ("t", INFINITY if settings.pids_limit is None else settings.pids_limit)))
@@ -130,6 +139,8 @@ class SystemdSlices:
     def __init__(self, cgroup_root: Path, bus: SystemBus | None = None) -> None:
         self.cgroup_root = cgroup_root
         self.bus = bus if bus is not None else SystemBus()
+        # cgroup v1 (systemd's legacy or hybrid layout): each controller has its own tree.
+        self.legacy = not (cgroup_root / "cgroup.controllers").is_file()
 
     def apply(self, name: str, props: list[tuple[str, tuple[str, Any]]], description: str) -> None:
         """Make the slice of cgroup `name` ("/kubepods/burstable/pod<uid>") with `props`, or
@@ -154,7 +165,9 @@ class SystemdSlices:
         self._set(unit, props)
 
     def _cgroup(self, name: str) -> Path:
-        return self.cgroup_root / on_host(name, SYSTEMD).lstrip("/")
+        # On v1, the cpu tree's: every slice pykubelet starts asks for CPU accounting.
+        base = self.cgroup_root / "cpu" if self.legacy else self.cgroup_root
+        return base / on_host(name, SYSTEMD).lstrip("/")
 
     def _start(self, unit: str) -> None:
         try:

@@ -156,11 +156,9 @@ def reserved_cgroup_problems(k: KubeletConfiguration, cgroup_root: Path = Path("
 
 
 def systemd_driver_problems(cgroup_root: Path = Path("/sys/fs/cgroup"), run: Path = Path("/run")) -> list[str]:
-    """cgroupDriver: systemd needs systemd as the init system, and (in pykubelet) cgroup v2."""
+    """cgroupDriver: systemd needs systemd as the init system (on cgroup v2, or v1 in systemd's
+    legacy or hybrid layout)."""
     if not (run / "systemd" / "system").is_dir():
         return ["cgroupDriver: systemd needs systemd as the init system and this host does not run it "
                 "(no /run/systemd/system): set cgroupDriver to cgroupfs"]
-    if not (cgroup_root / "cgroup.controllers").exists():
-        return ["cgroupDriver: pykubelet drives systemd's slices on cgroup v2 only and this host runs cgroup v1: "
-                "boot it with systemd.unified_cgroup_hierarchy=1 or set cgroupDriver to cgroupfs"]
     return []

@@ -199,6 +199,7 @@ def test_with_the_systemd_driver_the_tiers_protection_is_a_property_of_their_sli
     from services.pod_sync.pod_cgroup import set_qos_tiers
     from services.pod_sync.systemd_slices import SystemdSlices, properties
 
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
     bus = FakeSystemdBus(tmp_path)
     bus.units["kubepods.slice"] = {}
     b = pod({"requests": {"memory": "32Mi"}})

@@ -229,6 +229,7 @@ def test_with_the_systemd_driver_the_reserved_slices_get_the_reservations_as_uni
         "cgroupDriver": "systemd", "enforceNodeAllocatable": ["pods", "system-reserved", "kube-reserved"],
         "systemReservedCgroup": "/system.slice", "systemReserved": {"cpu": "100m", "pid": "1000"},
         "kubeReservedCgroup": "/kube.slice/kube-reserved.slice", "kubeReserved": {"memory": "64Mi"}})
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
     bus = FakeSystemdBus(tmp_path)
     bus.units.update({"system.slice": {}, "kube-reserved.slice": {}})
     slices = SystemdSlices(tmp_path, bus)
@@ -324,3 +325,21 @@ async def test_an_image_pulled_here_ages_from_its_pull(rt, store):
     result = await gc.free_images(None, "disk pressure")
     assert "reg/pulled:1" not in rt.images, result
     assert "reg/listed:1" in rt.images, "first seen only now: younger than imageMinimumGCAge"
+
+
+def test_on_cgroup_v1_a_reserved_slice_gets_cpu_shares_and_memory_limit(tmp_path):
+    from services.pod_sync.fake_systemd import FakeSystemdBus
+    from services.pod_sync.pod_cgroup import enforce_reserved
+    from services.pod_sync.systemd_slices import SystemdSlices
+    from shared.config.settings import KubeletConfiguration
+    from shared.host.node_resources import reserved_cgroups
+
+    k = KubeletConfiguration.model_validate({
+        "cgroupDriver": "systemd", "enforceNodeAllocatable": ["pods", "system-reserved"],
+        "systemReservedCgroup": "/system.slice", "systemReserved": {"cpu": "100m", "memory": "64Mi"}})
+    bus = FakeSystemdBus(tmp_path)  # cgroup v1
+    bus.units["system.slice"] = {}
+    (system,) = reserved_cgroups(k)
+    assert enforce_reserved(system, slices=SystemdSlices(tmp_path, bus)) == []
+    assert bus.units["system.slice"] == {"CPUShares": 102, "MemoryLimit": 64 * 2**20}
+    assert (tmp_path / "memory/system.slice/memory.limit_in_bytes").read_text() == str(64 * 2**20)

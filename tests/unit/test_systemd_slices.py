@@ -114,3 +114,35 @@ def test_a_slice_of_no_pod_is_stopped_once_empty_and_old(systemd, tmp_path):
     assert pod_cgroup.remove_orphans({uid: name}, tmp_path, slices, min_age=0) == [name]
     assert bus.calls[-1] == ("StopUnit", f"kubepods-besteffort-pod{uid.replace('-', '_')}.slice")
     assert pod_cgroup.pod_cgroups(tmp_path, slices) == {"uid1": POD}
+
+
+def test_on_cgroup_v1_the_slices_get_the_legacy_properties_runc_gives_there(tmp_path):
+    """systemd's legacy layout: CPUShares (a CPUWeight would come back as weight x 1024 / 100,
+    1536 shares as 604) and MemoryLimit, which systemd writes into the cpu, memory and pids
+    trees; the pod cgroup is found and read back in them."""
+    bus = FakeSystemdBus(tmp_path)  # no cgroup.controllers: v1
+    slices = SystemdSlices(tmp_path, bus)
+    assert slices.legacy
+    props = dict(properties(PodCgroupConfig(1536, 50_000, 96 * MI, 4096, memory_high=90 * MI), 100_000, 59,
+                            legacy=True))
+    assert props == {"CPUShares": ("t", 1536), "CPUQuotaPerSecUSec": ("t", 500_000),
+                     "CPUQuotaPeriodUSec": ("t", 100_000), "MemoryLimit": ("t", 96 * MI), "TasksMax": ("t", 4096)}
+    config = PodCgroupConfig(cpu_shares=1536, cpu_quota=50_000, memory_limit=96 * MI, pids_limit=1024)
+    assert pod_cgroup.ensure(POD, config, tmp_path, slices) == []
+    assert (tmp_path / "cpu" / POD_DIR / "cpu.shares").read_text() == "1536"
+    assert (tmp_path / "cpu" / POD_DIR / "cpu.cfs_quota_us").read_text() == "50000"
+    assert (tmp_path / "memory" / POD_DIR / "memory.limit_in_bytes").read_text() == str(96 * MI)
+    assert (tmp_path / "pids" / POD_DIR / "pids.max").read_text() == "1024"
+    assert pod_cgroup.exists(POD, tmp_path, slices)
+    assert pod_cgroup.current(POD, tmp_path, slices) == PodCgroupConfig(1536, 50_000, 96 * MI)
+    assert pod_cgroup.pod_cgroups(tmp_path, slices) == {"uid1": POD}
+    # The tiers weigh in shares, exactly.
+    burstable = pod(limits(memory="64Mi", requests={"cpu": "1500m"}))
+    assert pod_cgroup.set_qos_tiers([burstable], tmp_path, slices) == []
+    assert bus.units["kubepods-burstable.slice"]["CPUShares"] == 1536
+    assert (tmp_path / "cpu/kubepods.slice/kubepods-besteffort.slice/cpu.shares").read_text() == "2"
+    assert enforce_pods_allocatable(2 * 1024 * MI, 2000, tmp_path, slices, pids=5000) == []
+    assert bus.units["kubepods.slice"]["MemoryLimit"] == 2 * 1024 * MI
+    assert bus.units["kubepods.slice"]["CPUShares"] == 2048
+    remove_pod_cgroups(POD, slices)
+    assert not (tmp_path / "cpu" / POD_DIR).exists() and not pod_cgroup.exists(POD, tmp_path, slices)

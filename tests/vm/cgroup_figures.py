@@ -1,13 +1,14 @@
 """Run inside the guest: what a node agent wrote into the cgroups of its pods and of the QoS
-tiers (systemd driver, cgroup v2), as one JSON object on stdout, so pykubelet's figures and the
-kubelet's in the same guest can be compared key by key.
+tiers (systemd driver, cgroup v2 or v1), as one JSON object on stdout, so pykubelet's figures and
+the kubelet's in the same guest can be compared key by key.
 
     python -m tests.vm.cgroup_figures <CRI endpoint> <node name> <pod>=<QoS class> ...
 
 A pod is the static pod <pod>-<node name> with one container "app"; the keys name the cgroup and
 its file ("pod/guaranteed/memory.max", "container/guaranteed/oom_score_adj", "tier/burstable/
-cpu.weight"). Prints {} and exits 3 while a pod or its container is not running yet. The pod
-slices' paths come too (under "paths"), for reading their CPU use.
+cpu.weight"; on v1 the file names are v1's, "pod/guaranteed/memory.limit_in_bytes"). Prints {}
+and exits 3 while a pod or its container is not running yet. The pod slices' paths come too
+(under "paths"; v1: in the cpuacct tree), for reading their CPU use.
 """
 
 from __future__ import annotations
@@ -28,7 +29,37 @@ TIERS = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort
 POD_FILES = ("cpu.weight", "cpu.max", "memory.max", "memory.min", "memory.low", "memory.high", "pids.max")
 CONTAINER_FILES = (*POD_FILES, "memory.swap.max")
 NODE_FILES = ("cpu.weight", "cpu.max", "memory.max", "memory.min", "memory.low", "pids.max")
+# cgroup v1: each file in its controller's tree.
+V1_POD_FILES = ("cpu/cpu.shares", "cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us", "memory/memory.limit_in_bytes",
+                "pids/pids.max")
+V1_CONTAINER_FILES = (*V1_POD_FILES, "memory/memory.swappiness")
+V1_NODE_FILES = ("cpu/cpu.shares", "cpu/cpu.cfs_quota_us", "memory/memory.limit_in_bytes", "pids/pids.max")
 NOT_RUNNING = 3
+
+
+class Layout:
+    """Where a cgroup's files are: one tree (v2), or a tree per controller (v1)."""
+
+    def __init__(self, root: Path = CGROUPS) -> None:
+        self.root = root
+        self.v2 = (root / "cgroup.controllers").is_file()
+        self.pod_files = POD_FILES if self.v2 else V1_POD_FILES
+        self.container_files = CONTAINER_FILES if self.v2 else V1_CONTAINER_FILES
+        self.node_files = NODE_FILES if self.v2 else V1_NODE_FILES
+
+    def file(self, cgroup: str, name: str) -> Path:
+        """name: "cpu.weight" (v2) or "cpu/cpu.shares" (v1)."""
+        if self.v2:
+            return self.root / cgroup.lstrip("/") / name
+        controller, file = name.split("/")
+        return self.root / controller / cgroup.lstrip("/") / file
+
+    def cpu_dir(self, cgroup: str) -> Path:
+        return self.root / ("" if self.v2 else "cpuacct") / cgroup.lstrip("/")
+
+
+def _key(name: str) -> str:
+    return name.split("/")[-1]
 
 
 def _read(path: Path) -> str:
@@ -64,28 +95,29 @@ async def _running(endpoint: str, node: str, names: list[str]) -> dict[str, tupl
     return found
 
 
-def figures(endpoint: str, node: str, pods: dict[str, str]) -> dict[str, object] | None:
+def figures(endpoint: str, node: str, pods: dict[str, str], layout: Layout | None = None) -> dict[str, object] | None:
     running = asyncio.run(_running(endpoint, node, list(pods)))
     if set(running) != set(pods):
         return None
+    at = layout or Layout()
     out: dict[str, object] = {}
-    kubepods = CGROUPS / on_host("/kubepods", SYSTEMD).lstrip("/")
-    for f in NODE_FILES:
-        out[f"kubepods/{f}"] = _read(kubepods / f)
+    kubepods = on_host("/kubepods", SYSTEMD)
+    for f in at.node_files:
+        out[f"kubepods/{_key(f)}"] = _read(at.file(kubepods, f))
     for tier in ("burstable", "besteffort"):
-        for f in NODE_FILES:
-            out[f"tier/{tier}/{f}"] = _read(CGROUPS / on_host(f"/kubepods/{tier}", SYSTEMD).lstrip("/") / f)
+        for f in at.node_files:
+            out[f"tier/{tier}/{_key(f)}"] = _read(at.file(on_host(f"/kubepods/{tier}", SYSTEMD), f))
     paths = {}
     for name, qos in pods.items():
         uid, container_id = running[name]
-        pod = CGROUPS / on_host(f"/kubepods{TIERS[qos]}/pod{uid}", SYSTEMD).lstrip("/")
-        container = Path(container_cgroup(str(pod), container_id))
-        paths[name] = str(pod)
-        for f in POD_FILES:
-            out[f"pod/{name}/{f}"] = _read(pod / f)
-        for f in CONTAINER_FILES:
-            out[f"container/{name}/{f}"] = _read(container / f)
-        out[f"container/{name}/oom_score_adj"] = _oom_score_adj(container)
+        pod = on_host(f"/kubepods{TIERS[qos]}/pod{uid}", SYSTEMD)
+        container = container_cgroup(pod, container_id)
+        paths[name] = str(at.cpu_dir(pod))
+        for f in at.pod_files:
+            out[f"pod/{name}/{_key(f)}"] = _read(at.file(pod, f))
+        for f in at.container_files:
+            out[f"container/{name}/{_key(f)}"] = _read(at.file(container, f))
+        out[f"container/{name}/oom_score_adj"] = _oom_score_adj(at.cpu_dir(container))
     out["paths"] = paths
     return out
 

@@ -1,5 +1,6 @@
 """The production host: a Debian bookworm guest booted under qemu (software emulation: KVM fails
-on these machines), systemd as PID 1 and cgroup v2, which this machine is not.
+on these machines), systemd as PID 1 and cgroup v2, which this machine is not (and, for the
+systemd driver on cgroup v1, the same guest booted with systemd's legacy layout).
 
 The image (deploy/vm-image.sh) is built once and cached outside the checkout; each session boots
 a throwaway copy-on-write layer over it. This checkout and its interpreter reach the guest on a
@@ -72,8 +73,9 @@ def make_code_disk(work: Path) -> Path:
 class VirtualMachine:
     """One qemu guest: boots, runs commands over ssh, reboots and powers off."""
 
-    def __init__(self, image: Path, work: Path) -> None:
+    def __init__(self, image: Path, work: Path, kernel_args: str = "") -> None:
         self.image, self.work = image, work
+        self.kernel_args = kernel_args  # besides the root and the console
         self.disk = work / "root.qcow2"
         self.console = work / "console.log"
         self.ssh_port = _free_port()
@@ -87,7 +89,7 @@ class VirtualMachine:
     def boot(self, starting: bool = False) -> None:
         argv = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "2", "-m", "3072",
                 "-nographic", "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
-                "-append", "root=/dev/vda rw console=ttyS0",
+                "-append", f"root=/dev/vda rw console=ttyS0 {self.kernel_args}".strip(),
                 "-drive", f"file={self.disk},if=virtio,format=qcow2",
                 "-drive", f"file={self.code_disk},if=virtio,format=raw,readonly=on",
                 "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
@@ -198,13 +200,13 @@ def ensure_image() -> Path:
     return CACHE
 
 
-@pytest.fixture(scope="package")
-def vm(tmp_path_factory):
+def booted_guest(tmp_path_factory, kernel_args: str = ""):
+    """A guest booted from the cached image with the code mounted; powered off at the end."""
     if os.geteuid() != 0:
         pytest.fail("the VM tests build an image with mmdebstrap and need root")
     image = ensure_image()
     work = tmp_path_factory.mktemp("vm")
-    machine = VirtualMachine(image, work)
+    machine = VirtualMachine(image, work, kernel_args)
     machine.create(make_code_disk(work))
     try:
         machine.boot()
@@ -213,3 +215,16 @@ def vm(tmp_path_factory):
     finally:
         machine.poweroff()
         print(f"guest console log: {machine.console}")
+
+
+@pytest.fixture(scope="package")
+def vm(tmp_path_factory):
+    """The guest as Debian boots it: systemd and cgroup v2."""
+    yield from booted_guest(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def vm_cgroup_v1(tmp_path_factory):
+    """A guest whose systemd mounts the cgroup v1 controllers (its legacy, hybrid layout), as
+    hosts older than cgroup v2 run; ended with its module, before the cgroup v2 guest boots."""
+    yield from booted_guest(tmp_path_factory, "systemd.unified_cgroup_hierarchy=0")

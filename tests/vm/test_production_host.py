@@ -15,22 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from bench.containerd2 import BIN as CONTAINERD_BIN
-from bench.containerd2 import TOOLS as CONTAINERD_TOOLS
 from shared.model.cgroup_names import container_cgroup, on_host, slice_unit
 from tests.cluster.harness import KUBE_BIN, ControlPlane, ensure_kube_binaries
-from tests.guest_node import (
-    MANIFESTS,
-    PY,
-    REGISTRY,
-    REPO,
-    install_args,
-    push_images,
-    running_pod,
-    status,
-    web_spec,
-    write_static_pod,
-)
+from tests.guest_node import MANIFESTS, PY, install_args, push_images, running_pod, status, web_spec, write_static_pod
 from tests.integration.conftest import wait_for
 from tests.kubeadm_control_plane import (
     APISERVER_ARGS,
@@ -41,48 +28,26 @@ from tests.kubeadm_control_plane import (
     prepare_control_plane,
     signing_args,
 )
-
-UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", "pykubelet-eviction.service",
-         "pykubelet-network.service", "pykubelet-node-api.service", "pykubelet-pod-sync.service",
-         "pykubelet-probe.service", "pykubelet-status-reporter.service", "pykubelet-volume.service"]
-BUSYBOX = "127.0.0.1:5000/pykubelet/busybox:1.36"
-POD_PIDS_LIMIT = 4096  # install's config.yaml (the CIS benchmark's setting)
-DRIVER = ("import asyncio; from shared.runtime.cri import CRIClient; "
-          "print(asyncio.run(CRIClient('unix:///var/lib/pykubelet/containerd/containerd.sock').cgroup_driver()))")
-# Under emulation a pod takes about a minute from manifest to running.
-POD_TIMEOUT = 420
-
-
-def _read(vm, path: str) -> str:
-    return vm.run("cat", path).stdout.strip()
-
-
-def _pod_name(pod: dict) -> str:
-    tier = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}[pod["status"]["qosClass"]]
-    return f"/kubepods{tier}/pod{pod['uid']}"
+from tests.vm.guest import (
+    BUSYBOX,
+    DRIVER,
+    POD_PIDS_LIMIT,
+    POD_TIMEOUT,
+    compare_with_kubelet,
+    pod_name,
+    read,
+    spin,
+    unit_property,
+    units_active,
+)
 
 
 def _pod_cgroup(pod: dict) -> str:
-    return "/sys/fs/cgroup" + on_host(_pod_name(pod), "systemd")
+    return "/sys/fs/cgroup" + on_host(pod_name(pod), "systemd")
 
 
 def _container_cgroup(pod: dict, index: int = 0) -> str:
     return container_cgroup(_pod_cgroup(pod), pod["containers"][index]["containerID"].removeprefix("containerd://"))
-
-
-def _unit_property(vm, unit: str, name: str) -> str:
-    return vm.run("systemctl", "show", "-p", name, "--value", unit).stdout.strip()
-
-
-def _units_active(vm) -> list[str]:
-    states = vm.run("systemctl", "is-active", *UNITS, check=False).stdout.split()
-    return [u for u, state in zip(UNITS, states, strict=True) if state != "active"]
-
-
-def _spin(name: str, loops: int, **resources) -> dict:
-    """A container that keeps `loops` CPUs busy."""
-    script = " & ".join(["while :; do :; done"] * loops)
-    return {"name": name, "image": BUSYBOX, "command": ["sh", "-c", script], **resources}
 
 
 def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
@@ -98,7 +63,7 @@ def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
 
     # Type=notify: start returns once every service says it is ready.
     vm.run("systemctl", "start", "pykubelet.target", timeout=900)
-    assert not _units_active(vm), vm.run("systemctl", "status", "--no-pager", "-n", "20", *_units_active(vm),
+    assert not units_active(vm), vm.run("systemctl", "status", "--no-pager", "-n", "20", *units_active(vm),
                                          check=False).stdout
     pod = wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running", interval=5)
     page = vm.run("busybox", "wget", "-qO-", f"http://{pod['podIP']}/")
@@ -106,14 +71,14 @@ def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
     # containerd says the driver pod-sync checks against its own.
     assert vm.run(PY, "-c", DRIVER).stdout.strip() == "systemd"
     # The pod is a slice of systemd's, its container a scope in it.
-    unit = slice_unit(_pod_name(pod))
-    assert _unit_property(vm, unit, "ActiveState") == "active"
+    unit = slice_unit(pod_name(pod))
+    assert unit_property(vm, unit, "ActiveState") == "active"
     assert vm.run("test", "-d", _container_cgroup(pod), check=False).returncode == 0, _container_cgroup(pod)
     # Node allocatable (enforceNodeAllocatable: pods, no reservations): the node's memory.
     mem_total = next(int(line.split()[1]) for line in vm.run("cat", "/proc/meminfo").stdout.splitlines()
                      if line.startswith("MemTotal:"))
-    assert _read(vm, "/sys/fs/cgroup/kubepods.slice/memory.max") == str(mem_total * 1024)
-    assert _unit_property(vm, "kubepods.slice", "MemoryMax") == str(mem_total * 1024)
+    assert read(vm, "/sys/fs/cgroup/kubepods.slice/memory.max") == str(mem_total * 1024)
+    assert unit_property(vm, "kubepods.slice", "MemoryMax") == str(mem_total * 1024)
 
     # What the README tells an operator to look at.
     target = vm.run("systemctl", "status", "--no-pager", "pykubelet.target", check=False).stdout
@@ -127,22 +92,22 @@ def test_a_burstable_pod_gets_the_cpu_a_best_effort_pod_wants_too(vm):
     BestEffort tier the minimum weight and the Burstable tier its pods' requests, so the Burstable
     pod takes at least 90% of the CPU they use together."""
     write_static_pod(vm, "burstable-spin", {"terminationGracePeriodSeconds": 0, "containers": [
-        _spin("app", 2, resources={"requests": {"cpu": "1500m"}})]})
-    write_static_pod(vm, "besteffort-spin", {"terminationGracePeriodSeconds": 0, "containers": [_spin("app", 2)]})
+        spin("app", 2, resources={"requests": {"cpu": "1500m"}})]})
+    write_static_pod(vm, "besteffort-spin", {"terminationGracePeriodSeconds": 0, "containers": [spin("app", 2)]})
     b = wait_for(lambda: running_pod(vm, "burstable-spin"), POD_TIMEOUT, "the Burstable spinner", interval=5)
     e = wait_for(lambda: running_pod(vm, "besteffort-spin"), POD_TIMEOUT, "the BestEffort spinner", interval=5)
     assert (b["status"]["qosClass"], e["status"]["qosClass"]) == ("Burstable", "BestEffort")
     # cgroup v2 weights: shares 1536 -> 59, shares 2 -> 1 (the kubelet's conversion), as the
     # slices' properties, so systemd keeps them.
     burstable_weight = str(1 + ((1536 - 2) * 9999) // 262142)
-    assert _read(vm, "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/cpu.weight") == "1"
-    assert _read(vm, "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight") == burstable_weight
-    assert _unit_property(vm, "kubepods-burstable.slice", "CPUWeight") == burstable_weight
+    assert read(vm, "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/cpu.weight") == "1"
+    assert read(vm, "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight") == burstable_weight
+    assert unit_property(vm, "kubepods-burstable.slice", "CPUWeight") == burstable_weight
     vm.run("systemctl", "daemon-reload")  # systemd writes every cgroup again from its units
-    assert _read(vm, "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight") == burstable_weight
+    assert read(vm, "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight") == burstable_weight
 
     def usage(pod: dict) -> int:
-        stat = dict(line.split() for line in _read(vm, f"{_pod_cgroup(pod)}/cpu.stat").splitlines())
+        stat = dict(line.split() for line in read(vm, f"{_pod_cgroup(pod)}/cpu.stat").splitlines())
         return int(stat["usage_usec"])
     before = usage(b), usage(e)
     time.sleep(15)
@@ -166,11 +131,11 @@ def test_pod_limits_land_in_the_pod_and_container_cgroups(vm):
     assert pod["status"]["qosClass"] == "Guaranteed"
     assert _pod_cgroup(pod).startswith("/sys/fs/cgroup/kubepods.slice/kubepods-pod")
     for cgroup in (_pod_cgroup(pod), _container_cgroup(pod)):
-        assert _read(vm, f"{cgroup}/cpu.max") == "20000 100000", cgroup
-        assert _read(vm, f"{cgroup}/memory.max") == str(64 * 2**20), cgroup
-    assert _read(vm, f"{_pod_cgroup(pod)}/pids.max") == str(POD_PIDS_LIMIT)
-    assert _read(vm, f"{_pod_cgroup(pod)}/cpu.weight") == str(1 + ((204 - 2) * 9999) // 262142)
-    assert _unit_property(vm, slice_unit(_pod_name(pod)), "MemoryMax") == str(64 * 2**20)
+        assert read(vm, f"{cgroup}/cpu.max") == "20000 100000", cgroup
+        assert read(vm, f"{cgroup}/memory.max") == str(64 * 2**20), cgroup
+    assert read(vm, f"{_pod_cgroup(pod)}/pids.max") == str(POD_PIDS_LIMIT)
+    assert read(vm, f"{_pod_cgroup(pod)}/cpu.weight") == str(1 + ((204 - 2) * 9999) // 262142)
+    assert unit_property(vm, slice_unit(pod_name(pod)), "MemoryMax") == str(64 * 2**20)
     # The pod gone, its slice goes too.
     vm.run("rm", "/etc/kubernetes/manifests/guaranteed.yaml")
     wait_for(lambda: vm.run("test", "-d", _pod_cgroup(pod), check=False).returncode != 0, POD_TIMEOUT,
@@ -195,19 +160,19 @@ def test_system_and_kube_reserved_are_enforced_on_their_slices_through_systemd(v
         vm.run("systemctl", "start", "kubereserved.slice")
         vm.run("sh", "-c", f"cat >> {config}", input=RESERVED)
         vm.run("systemctl", "restart", "pykubelet-pod-sync.service", timeout=900)
-        assert _unit_property(vm, "pykubelet-pod-sync.service", "ActiveState") == "active"
+        assert unit_property(vm, "pykubelet-pod-sync.service", "ActiveState") == "active"
         weight = str(1 + ((204 - 2) * 9999) // 262142)  # 200m as shares (204), as a weight
         vm.run("systemctl", "daemon-reload")  # systemd writes the files again from the properties
-        assert _unit_property(vm, "system.slice", "CPUWeight") == weight
-        assert _read(vm, "/sys/fs/cgroup/system.slice/cpu.weight") == weight
-        assert _read(vm, "/sys/fs/cgroup/system.slice/pids.max") == "100000"
-        assert _read(vm, "/sys/fs/cgroup/system.slice/memory.max") == "max", "system.slice reserves no memory"
-        assert _unit_property(vm, "kubereserved.slice", "MemoryMax") == str(64 * 2**20)
-        assert _read(vm, "/sys/fs/cgroup/kubereserved.slice/memory.max") == str(64 * 2**20)
-        assert _read(vm, "/sys/fs/cgroup/kubereserved.slice/pids.max") == "1000"
+        assert unit_property(vm, "system.slice", "CPUWeight") == weight
+        assert read(vm, "/sys/fs/cgroup/system.slice/cpu.weight") == weight
+        assert read(vm, "/sys/fs/cgroup/system.slice/pids.max") == "100000"
+        assert read(vm, "/sys/fs/cgroup/system.slice/memory.max") == "max", "system.slice reserves no memory"
+        assert unit_property(vm, "kubereserved.slice", "MemoryMax") == str(64 * 2**20)
+        assert read(vm, "/sys/fs/cgroup/kubereserved.slice/memory.max") == str(64 * 2**20)
+        assert read(vm, "/sys/fs/cgroup/kubereserved.slice/pids.max") == "1000"
         mem_total = next(int(line.split()[1]) for line in vm.run("cat", "/proc/meminfo").stdout.splitlines()
                          if line.startswith("MemTotal:"))
-        assert _read(vm, "/sys/fs/cgroup/kubepods.slice/memory.max") == str(mem_total * 1024 - 64 * 2**20)
+        assert read(vm, "/sys/fs/cgroup/kubepods.slice/memory.max") == str(mem_total * 1024 - 64 * 2**20)
 
         # A slice that is not there refuses the start in the kubelet's words.
         vm.run("systemctl", "stop", "kubereserved.slice")
@@ -228,150 +193,24 @@ def test_system_and_kube_reserved_are_enforced_on_their_slices_through_systemd(v
         vm.run("systemctl", "restart", "pykubelet-pod-sync.service", timeout=900)
 
 
-# The kubelet 1.37 beside pykubelet in this guest: its own containerd 2.x (the kubelet 1.36+ needs
-# one), root dir and static pod directory; the same node name, so the static pods have the same names.
-BASELINE = "/var/lib/kubelet-baseline"
-BASELINE_BIN = "/usr/local/lib/kubelet-baseline"
-BASELINE_MANIFESTS = "/etc/kubelet-baseline/manifests"
-BASELINE_ENDPOINT = f"unix://{BASELINE}/containerd/containerd.sock"
-PYKUBELET_ENDPOINT = "unix:///var/lib/pykubelet/containerd/containerd.sock"
-NODE = "pykubelet-vm"
-# Set for both agents: memory.high on the containers that have room between request and limit.
+# Set for both agents: memory.high on the containers that have room between request and limit,
+# memory.min and memory.low from the memory requests.
 MEMORY_QOS = "memoryThrottlingFactor: 0.9\nmemoryReservationPolicy: TieredReservation\n"
-COMPARED_QOS = {"cmp-guaranteed": "Guaranteed", "cmp-burstable": "Burstable", "cmp-besteffort": "BestEffort"}
-# pykubelet's install config where it differs from the kubelet's defaults and matters here; the
-# kubelet serves nothing the test needs, and reads the same manifests from its own directory.
-BASELINE_CONFIG = f"""apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: {BASELINE_MANIFESTS}
-containerRuntimeEndpoint: {BASELINE_ENDPOINT}
-cgroupDriver: systemd
-podPidsLimit: {POD_PIDS_LIMIT}
-seccompDefault: true
-failSwapOn: false
-readOnlyPort: 0
-authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: false}}}}
-authorization: {{mode: AlwaysAllow}}
-{MEMORY_QOS}"""
-WRITE_CONTAINERD_CONFIG = f"""
-from pathlib import Path
-from services.supervisor.containerd_config import ContainerdLayout, write_config
-write_config(ContainerdLayout(Path("{BASELINE}/containerd")), cni_conf_dir=Path("{BASELINE}/cni"),
-             cni_bin_dir="/usr/lib/cni", sandbox_image="{REGISTRY}/pykubelet/pause:3.9", registry="{REGISTRY}",
-             restrict_oom=False, systemd_cgroup=True)
-"""
-
-
-def _compared_pods() -> dict[str, dict]:
-    """One pod of each QoS class; on the host's network, so the kubelet needs no CNI config."""
-    host = {"hostNetwork": True, "terminationGracePeriodSeconds": 0}
-    return {
-        "cmp-guaranteed": {**host, "containers": [{"name": "app", "image": BUSYBOX, "command": ["sleep", "3600"],
-                                                   "resources": {"limits": {"cpu": "200m", "memory": "64Mi"}}}]},
-        "cmp-burstable": {**host, "containers": [_spin("app", 2, resources={
-            "requests": {"cpu": "1500m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})]},
-        "cmp-besteffort": {**host, "containers": [_spin("app", 2)]},
-    }
-
-
-def _figures(vm, endpoint: str) -> dict:
-    cmd = (f"cd {REPO} && {PY} -m tests.vm.cgroup_figures {endpoint} {NODE} "
-           + " ".join(f"{name}={qos}" for name, qos in COMPARED_QOS.items()))
-
-    def ready() -> dict | None:
-        res = vm.run("sh", "-c", cmd, check=False, timeout=300)
-        return json.loads(res.stdout) if res.returncode == 0 else None
-    return wait_for(ready, POD_TIMEOUT, f"the compared pods running on {endpoint}", interval=10)
-
-
-def _burstable_share(vm, paths: dict[str, str]) -> float:
-    """The Burstable spinner's part of the CPU both spinners used over 15 s."""
-    def usage(name: str) -> int:
-        return int(dict(line.split() for line in _read(vm, f"{paths[name]}/cpu.stat").splitlines())["usage_usec"])
-    before = {n: usage(n) for n in ("cmp-burstable", "cmp-besteffort")}
-    time.sleep(15)
-    used = {n: usage(n) - before[n] for n in before}
-    return used["cmp-burstable"] / max(1, sum(used.values()))
-
-
-def _no_pod_slices(vm) -> bool:
-    return not vm.run("find", "/sys/fs/cgroup/kubepods.slice", "-name", "*-pod*.slice", check=False).stdout.strip()
-
-
-def _measure(vm, manifests: str, endpoint: str) -> tuple[dict, float]:
-    for name, spec in _compared_pods().items():
-        manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-        vm.run("sh", "-c", f"cat > {manifests}/{name}.yaml", input=yaml.safe_dump(manifest))
-    try:
-        got = _figures(vm, endpoint)
-        return got, _burstable_share(vm, got.pop("paths"))
-    finally:
-        vm.run("sh", "-c", f"rm -f {manifests}/cmp-*.yaml")
-        wait_for(lambda: _no_pod_slices(vm), POD_TIMEOUT, f"the compared pods' slices gone ({endpoint})", interval=5)
 
 
 def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
     """The same three pods (Guaranteed, Burstable, BestEffort) under pykubelet, then under the
-    kubelet 1.37, on one containerd 2.x in this guest (runc converts a container's cpu shares
-    to cpu.weight, so both agents drive the same build): every value either agent leaves in the
-    pods' slices, their containers' scopes, the QoS tiers and kubepods.slice is the same, and so
-    is the container's oom_score_adj; the Burstable spinner's share of the CPU is printed beside.
-    Both run with memoryThrottlingFactor 0.9, so the Burstable and BestEffort containers get a
-    memory.high, and memoryReservationPolicy TieredReservation, so the Guaranteed pod's memory
-    request is its memory.min, the Burstable pod's its memory.low, and the tiers hold both."""
-    kubelet = KUBE_BIN / "kubelet"
-    binaries = [kubelet, *(CONTAINERD_BIN / t for t in CONTAINERD_TOOLS)]
-    missing = [str(p) for p in binaries if not p.exists()]
-    assert not missing, (f"the baseline is not built ({', '.join(missing)}): `make test-vm` builds it with "
-                         "deploy/build-kube.sh kubelet and deploy/build-containerd.sh")
-    # Only the compared pods on each agent (and the kubelet would take another's slice for an orphan).
-    vm.run("rm", "-f", f"{MANIFESTS}/web.yaml")
-    wait_for(lambda: _no_pod_slices(vm), POD_TIMEOUT, "pykubelet's pods gone", interval=5)
-    vm.run("mkdir", "-p", BASELINE_BIN, BASELINE_MANIFESTS)
-    for path in binaries:
-        vm.copy_in(path, f"{BASELINE_BIN}/{path.name}")
-    vm.run(PY, "-c", WRITE_CONTAINERD_CONFIG)
-    vm.run("sh", "-c", f"cat > {BASELINE}/config.yaml", input=BASELINE_CONFIG)
-    env = f"PATH={BASELINE_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    flags, config = "/etc/pykubelet/flags.env", "/etc/pykubelet/config.yaml"
-    for path in (flags, config):
-        vm.run("cp", path, f"{path}.before-baseline")
-    try:
-        vm.run("systemd-run", "--unit=baseline-containerd", f"--setenv={env}", f"{BASELINE_BIN}/containerd",
-               "--config", f"{BASELINE}/containerd/config.toml")
-        # pykubelet's services on that containerd: a later flag wins over the unit's own.
-        vm.run("sed", "-i", f"s#^\\(PYKUBELET_ARGS=.*\\)'$#\\1 --container-runtime-endpoint {BASELINE_ENDPOINT}'#",
-               flags)
-        assert BASELINE_ENDPOINT in _read(vm, flags), _read(vm, flags)
-        vm.run("sh", "-c", f"cat >> {config}", input=MEMORY_QOS)
-        vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
-        ours, our_share = _measure(vm, MANIFESTS, BASELINE_ENDPOINT)
-        vm.run("systemctl", "stop", "pykubelet.target", timeout=900)
-
-        vm.run("systemd-run", "--unit=baseline-kubelet", f"--setenv={env}", f"{BASELINE_BIN}/kubelet",
-               f"--config={BASELINE}/config.yaml", f"--root-dir={BASELINE}/root", f"--hostname-override={NODE}",
-               "--v=2")
-        try:
-            theirs, their_share = _measure(vm, BASELINE_MANIFESTS, BASELINE_ENDPOINT)
-        except AssertionError as exc:
-            journal = vm.run("journalctl", "-u", "baseline-kubelet", "--no-pager", "-n", "80", check=False).stdout
-            raise AssertionError(f"{exc}\nthe kubelet's journal:\n{journal}") from None
-    finally:
-        vm.run("systemctl", "stop", "baseline-kubelet.service", "baseline-containerd.service", check=False,
-               timeout=300)
-        vm.run("systemctl", "reset-failed", check=False)
-        for path in (flags, config):
-            vm.run("mv", f"{path}.before-baseline", path)
-        vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
-        write_static_pod(vm, "web", web_spec())
-
-    width = max(map(len, ours))
-    print(f"\n{'':{width}}  {'pykubelet':>22}  {'kubelet 1.37':>22}")
-    for key in sorted(ours):
-        print(f"{key:{width}}  {ours[key]:>22}  {theirs.get(key, '-'):>22}{'' if ours[key] == theirs.get(key) else '  <-'}")
-    print(f"{'Burstable spinner share of the CPU':{width}}  {our_share:>22.1%}  {their_share:>22.1%}")
-    differ = {k: (ours[k], theirs.get(k)) for k in ours if ours[k] != theirs.get(k)}
-    assert not differ, f"pykubelet and the kubelet 1.37 differ (pykubelet, kubelet): {differ}"
+    kubelet 1.37, on one containerd 2.x in this guest (tests/vm/guest.py): every value either
+    agent leaves in the pods' slices, their containers' scopes, the QoS tiers and kubepods.slice
+    is the same, and so is the container's oom_score_adj; the Burstable spinner's share of the
+    CPU is printed beside. Both run with memoryThrottlingFactor 0.9, so the Burstable and
+    BestEffort containers get a memory.high, and memoryReservationPolicy TieredReservation, so
+    the Guaranteed pod's memory request is its memory.min, the Burstable pod's its memory.low,
+    and the tiers hold both."""
+    cmp = compare_with_kubelet(vm, MEMORY_QOS)
+    print(cmp.table())
+    assert not cmp.differ(), f"pykubelet and the kubelet 1.37 differ (pykubelet, kubelet): {cmp.differ()}"
+    ours = cmp.ours
     # floor(64Mi + 0.9 x (256Mi - 64Mi)), down to a page; none where request is limit.
     assert (ours["container/cmp-burstable/memory.high"], ours["container/cmp-guaranteed/memory.high"]) == \
         ("248299520", "max")
@@ -389,7 +228,7 @@ def test_a_reboot_brings_the_node_and_its_pods_back(vm):
     assert before is not None
     vm.reboot()
     assert vm.run("systemctl", "is-enabled", "pykubelet.target").stdout.strip() == "enabled"
-    wait_for(lambda: not _units_active(vm), 900, "every unit active after the reboot", interval=5)
+    wait_for(lambda: not units_active(vm), 900, "every unit active after the reboot", interval=5)
     after = wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running after the reboot",
                      interval=5)
     # The containers went with the old boot: a new sandbox and container, the same pod.
@@ -416,7 +255,7 @@ def test_memory_pressure_is_seen_on_cgroup_v2(vm):
     vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml",
            input=f"evictionHard:\n  memory.available: {threshold_mib}Mi\n")
     vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
-    wait_for(lambda: not _units_active(vm), 900, "every unit active after the restart", interval=5)
+    wait_for(lambda: not units_active(vm), 900, "every unit active after the restart", interval=5)
     signals = {s["signal"]: s for s in wait_for(lambda: _pressure(vm)["signals"], 300, "memory signals", interval=5)}
     assert signals["memory.available"]["hard"]["thresholdValue"] == threshold_mib * 2**20
     assert not signals["memory.available"]["hard"]["met"], signals["memory.available"]
@@ -490,7 +329,7 @@ def test_poweroff_waits_for_the_pods_to_stop_the_critical_ones_last(vm):
     assert "the node is shutting down: stopping its pods within 90s" in journal, journal[-3000:]
     assert "letting systemd-logind go on with the shutdown" in journal, journal[-3000:]
 
-    wait_for(lambda: not _units_active(vm), 900, "every unit active after the boot", interval=5)
+    wait_for(lambda: not units_active(vm), 900, "every unit active after the boot", interval=5)
     for name in ("ordinary", "critical", "web"):
         wait_for(lambda n=name: running_pod(vm, n), POD_TIMEOUT, f"the static pod {name} Running again",
                  interval=5)
@@ -537,7 +376,7 @@ def test_poweroff_stops_the_pods_group_by_group_of_shutdown_grace_period_by_pod_
                          "-o", "cat").stdout
         for priority, seconds in BY_PRIORITY:
             assert f"of priority {priority} and up within {seconds}s" in journal, journal[-3000:]
-        wait_for(lambda: not _units_active(vm), 900, "every unit active after the boot", interval=5)
+        wait_for(lambda: not units_active(vm), 900, "every unit active after the boot", interval=5)
     finally:
         vm.run("rm", "-f", *(f"/etc/kubernetes/manifests/{name}.yaml" for name in pods), check=False)
 
@@ -580,9 +419,9 @@ def test_containers_swap_as_memory_swap_says(vm, tmp_path):
                        "&& swapon /swapfile")
     vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml", input="failSwapOn: false\n")
     vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
-    wait_for(lambda: not _units_active(vm), 900, "every unit active with swap on", interval=5)
+    wait_for(lambda: not units_active(vm), 900, "every unit active with swap on", interval=5)
     web = wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running", interval=5)
-    assert _read(vm, f"{_container_cgroup(web)}/memory.swap.max") == "0", "NoSwap: no container swaps"
+    assert read(vm, f"{_container_cgroup(web)}/memory.swap.max") == "0", "NoSwap: no container swaps"
 
     cp = ControlPlane(tmp_path / "control-plane", "pykubelet-vm")
     tunnel = None
@@ -596,7 +435,7 @@ def test_containers_swap_as_memory_swap_says(vm, tmp_path):
                timeout=300)
         vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml", input="memorySwap:\n  swapBehavior: LimitedSwap\n")
         vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
-        wait_for(lambda: not _units_active(vm), 900, "every unit active with LimitedSwap", interval=5)
+        wait_for(lambda: not units_active(vm), 900, "every unit active with LimitedSwap", interval=5)
         node = wait_for(lambda: (n := cp.kubectl("get", "node", "pykubelet-vm", "-o", "json", check=False))
                         .returncode == 0 and json.loads(n.stdout), 300, "the guest registered as a Node", interval=5)
         swap_total = _meminfo_kib(vm, "SwapTotal") * 1024
@@ -625,11 +464,11 @@ def test_containers_swap_as_memory_swap_says(vm, tmp_path):
         # Pushed past its memory limit, its pages go to swap (NoSwap's containers have none). The
         # kernel holds them to the share: past it, the pod's cgroup OOM-kills the dd, as with the
         # kubelet (under emulation reclaim is slow enough that it also may before the share is full).
-        swapped = wait_for(lambda: int(_read(vm, f"{cgroup}/memory.swap.current")), 300,
+        swapped = wait_for(lambda: int(read(vm, f"{cgroup}/memory.swap.current")), 300,
                            "the swapper's pages in swap", interval=2)
         print(f"swapper: memory.swap.max {share / 2**20:.0f}Mi, {swapped / 2**10:.0f}KiB in swap when first seen")
         web = wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running", interval=5)
-        assert int(_read(vm, f"{_container_cgroup(web)}/memory.swap.current")) == 0, "a static pod has none"
+        assert int(read(vm, f"{_container_cgroup(web)}/memory.swap.current")) == 0, "a static pod has none"
         # A static pod is critical: no swap, Burstable or not.
         write_static_pod(vm, "static-burstable", {"terminationGracePeriodSeconds": 0, "containers": [{
             "name": "app", "image": BUSYBOX, "command": ["sleep", "3600"],
@@ -637,7 +476,7 @@ def test_containers_swap_as_memory_swap_says(vm, tmp_path):
         static = wait_for(lambda: running_pod(vm, "static-burstable"), POD_TIMEOUT, "the static pod Running",
                           interval=5)
         assert static["status"]["qosClass"] == "Burstable"
-        assert _read(vm, f"{_container_cgroup(static)}/memory.swap.max") == "0"
+        assert read(vm, f"{_container_cgroup(static)}/memory.swap.max") == "0"
     finally:
         if tunnel is not None:
             tunnel.terminate()
@@ -707,8 +546,8 @@ def test_kubeadm_join_runs_pykubelet_through_kubelet_service_and_its_drop_in(vm,
         assert "This node has joined the cluster" in join.stdout
         print(f"kubeadm join took {time.monotonic() - started:.0f}s under emulation")
         # systemd runs pykubelet from the drop-in, with kubeadm's files.
-        assert _unit_property(vm, "kubelet.service", "ActiveState") == "active"
-        pid = _unit_property(vm, "kubelet.service", "MainPID")
+        assert unit_property(vm, "kubelet.service", "ActiveState") == "active"
+        pid = unit_property(vm, "kubelet.service", "MainPID")
         cmdline = vm.run("cat", f"/proc/{pid}/cmdline").stdout.split("\0")
         assert cmdline[1:5] == ["-m", "services.cli.main", "kubelet",
                                 "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf"], cmdline

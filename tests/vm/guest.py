@@ -1,0 +1,216 @@
+"""What the VM tests share: reading the guest's cgroups and units, spinner pods, and pykubelet and
+the kubelet 1.37 run one after the other on the same pods in one guest (compare_with_kubelet),
+on cgroup v2 (test_production_host.py) and v1 (test_cgroup_v1_systemd.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import yaml
+
+from bench.containerd2 import BIN as CONTAINERD_BIN
+from bench.containerd2 import TOOLS as CONTAINERD_TOOLS
+from tests.cluster.harness import KUBE_BIN
+from tests.guest_node import MANIFESTS, PY, REGISTRY, REPO, web_spec, write_static_pod
+from tests.integration.conftest import wait_for
+
+UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", "pykubelet-eviction.service",
+         "pykubelet-network.service", "pykubelet-node-api.service", "pykubelet-pod-sync.service",
+         "pykubelet-probe.service", "pykubelet-status-reporter.service", "pykubelet-volume.service"]
+BUSYBOX = "127.0.0.1:5000/pykubelet/busybox:1.36"
+POD_PIDS_LIMIT = 4096  # install's config.yaml (the CIS benchmark's setting)
+# Under emulation a pod takes about a minute from manifest to running.
+POD_TIMEOUT = 420
+NODE = "pykubelet-vm"
+DRIVER = ("import asyncio; from shared.runtime.cri import CRIClient; "
+          "print(asyncio.run(CRIClient('unix:///var/lib/pykubelet/containerd/containerd.sock').cgroup_driver()))")
+
+
+def pod_name(pod: dict) -> str:
+    """The pod's cgroup by its cgroupfs name, from `pykubelet status`'s pod."""
+    tier = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}[pod["status"]["qosClass"]]
+    return f"/kubepods{tier}/pod{pod['uid']}"
+
+
+def read(vm, path: str) -> str:
+    return vm.run("cat", path).stdout.strip()
+
+
+def unit_property(vm, unit: str, name: str) -> str:
+    return vm.run("systemctl", "show", "-p", name, "--value", unit).stdout.strip()
+
+
+def units_active(vm) -> list[str]:
+    """The node's units that are not active."""
+    states = vm.run("systemctl", "is-active", *UNITS, check=False).stdout.split()
+    return [u for u, state in zip(UNITS, states, strict=True) if state != "active"]
+
+
+def spin(name: str, loops: int, **resources) -> dict:
+    """A container that keeps `loops` CPUs busy."""
+    script = " & ".join(["while :; do :; done"] * loops)
+    return {"name": name, "image": BUSYBOX, "command": ["sh", "-c", script], **resources}
+
+
+def no_pod_slices(vm) -> bool:
+    """No pod slice left under kubepods.slice (v2's tree, or v1's cpu tree)."""
+    found = vm.run("find", "/sys/fs/cgroup/kubepods.slice", "/sys/fs/cgroup/cpu/kubepods.slice", "-name",
+                   "*-pod*.slice", check=False).stdout
+    return not found.strip()
+
+
+# The kubelet 1.37 beside pykubelet in the guest: its own containerd 2.x (the kubelet 1.36+ needs
+# one), root dir and static pod directory; the same node name, so the static pods have the same names.
+BASELINE = "/var/lib/kubelet-baseline"
+BASELINE_BIN = "/usr/local/lib/kubelet-baseline"
+BASELINE_MANIFESTS = "/etc/kubelet-baseline/manifests"
+BASELINE_ENDPOINT = f"unix://{BASELINE}/containerd/containerd.sock"
+COMPARED_QOS = {"cmp-guaranteed": "Guaranteed", "cmp-burstable": "Burstable", "cmp-besteffort": "BestEffort"}
+# pykubelet's install config where it differs from the kubelet's defaults and matters here; the
+# kubelet serves nothing the test needs, and reads the same manifests from its own directory.
+BASELINE_CONFIG = f"""apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: {BASELINE_MANIFESTS}
+containerRuntimeEndpoint: {BASELINE_ENDPOINT}
+cgroupDriver: systemd
+podPidsLimit: {POD_PIDS_LIMIT}
+seccompDefault: true
+failSwapOn: false
+readOnlyPort: 0
+authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: false}}}}
+authorization: {{mode: AlwaysAllow}}
+"""
+WRITE_CONTAINERD_CONFIG = f"""
+from pathlib import Path
+from services.supervisor.containerd_config import ContainerdLayout, write_config
+write_config(ContainerdLayout(Path("{BASELINE}/containerd")), cni_conf_dir=Path("{BASELINE}/cni"),
+             cni_bin_dir="/usr/lib/cni", sandbox_image="{REGISTRY}/pykubelet/pause:3.9", registry="{REGISTRY}",
+             restrict_oom=False, systemd_cgroup=True)
+"""
+
+
+def compared_pods() -> dict[str, dict]:
+    """One pod of each QoS class; on the host's network, so the kubelet needs no CNI config."""
+    host = {"hostNetwork": True, "terminationGracePeriodSeconds": 0}
+    return {
+        "cmp-guaranteed": {**host, "containers": [{"name": "app", "image": BUSYBOX, "command": ["sleep", "3600"],
+                                                   "resources": {"limits": {"cpu": "200m", "memory": "64Mi"}}}]},
+        "cmp-burstable": {**host, "containers": [spin("app", 2, resources={
+            "requests": {"cpu": "1500m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})]},
+        "cmp-besteffort": {**host, "containers": [spin("app", 2)]},
+    }
+
+
+def _figures(vm, endpoint: str) -> dict:
+    cmd = (f"cd {REPO} && {PY} -m tests.vm.cgroup_figures {endpoint} {NODE} "
+           + " ".join(f"{name}={qos}" for name, qos in COMPARED_QOS.items()))
+
+    def ready() -> dict | None:
+        res = vm.run("sh", "-c", cmd, check=False, timeout=300)
+        return json.loads(res.stdout) if res.returncode == 0 else None
+    return wait_for(ready, POD_TIMEOUT, f"the compared pods running on {endpoint}", interval=10)
+
+
+def _cpu_used_ns(vm, cgroup_dir: str) -> int:
+    """The CPU time a cgroup used: cpu.stat's usage_usec (v2), cpuacct.usage (v1)."""
+    res = vm.run("cat", f"{cgroup_dir}/cpu.stat", check=False)
+    stat = dict(line.split() for line in res.stdout.splitlines()) if res.returncode == 0 else {}
+    if "usage_usec" in stat:
+        return int(stat["usage_usec"]) * 1000
+    return int(read(vm, f"{cgroup_dir}/cpuacct.usage"))
+
+
+def burstable_share(vm, paths: dict[str, str]) -> float:
+    """The Burstable spinner's part of the CPU both spinners used over 15 s."""
+    before = {n: _cpu_used_ns(vm, paths[n]) for n in ("cmp-burstable", "cmp-besteffort")}
+    time.sleep(15)
+    used = {n: _cpu_used_ns(vm, paths[n]) - before[n] for n in before}
+    return used["cmp-burstable"] / max(1, sum(used.values()))
+
+
+def _measure(vm, manifests: str, endpoint: str) -> tuple[dict, float]:
+    for name, spec in compared_pods().items():
+        manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        vm.run("sh", "-c", f"cat > {manifests}/{name}.yaml", input=yaml.safe_dump(manifest))
+    try:
+        got = _figures(vm, endpoint)
+        return got, burstable_share(vm, got.pop("paths"))
+    finally:
+        vm.run("sh", "-c", f"rm -f {manifests}/cmp-*.yaml")
+        wait_for(lambda: no_pod_slices(vm), POD_TIMEOUT, f"the compared pods' slices gone ({endpoint})", interval=5)
+
+
+@dataclass
+class Comparison:
+    ours: dict
+    theirs: dict
+    our_share: float
+    their_share: float
+
+    def differ(self) -> dict:
+        return {k: (self.ours[k], self.theirs.get(k)) for k in self.ours if self.ours[k] != self.theirs.get(k)}
+
+    def table(self) -> str:
+        width = max(map(len, self.ours))
+        lines = [f"\n{'':{width}}  {'pykubelet':>22}  {'kubelet 1.37':>22}"]
+        for key in sorted(self.ours):
+            mark = "" if self.ours[key] == self.theirs.get(key) else "  <-"
+            lines.append(f"{key:{width}}  {self.ours[key]:>22}  {self.theirs.get(key, '-'):>22}{mark}")
+        lines.append(f"{'Burstable spinner share of the CPU':{width}}  {self.our_share:>22.1%}  "
+                     f"{self.their_share:>22.1%}")
+        return "\n".join(lines)
+
+
+def compare_with_kubelet(vm, config: str = "", baseline_config: str = "") -> Comparison:
+    """The compared pods under pykubelet, then under the kubelet 1.37, both on one containerd 2.x
+    (runc converts a container's cpu shares to cpu.weight, so both agents drive the same build),
+    `config` added to both agents' config files and `baseline_config` to the kubelet's alone;
+    pykubelet's node is as it was afterwards, running the web pod."""
+    binaries = [KUBE_BIN / "kubelet", *(CONTAINERD_BIN / t for t in CONTAINERD_TOOLS)]
+    missing = [str(p) for p in binaries if not p.exists()]
+    assert not missing, (f"the baseline is not built ({', '.join(missing)}): `make test-vm` builds it with "
+                         "deploy/build-kube.sh kubelet and deploy/build-containerd.sh")
+    # Only the compared pods on each agent (and the kubelet would take another's slice for an orphan).
+    vm.run("rm", "-f", f"{MANIFESTS}/web.yaml")
+    wait_for(lambda: no_pod_slices(vm), POD_TIMEOUT, "pykubelet's pods gone", interval=5)
+    vm.run("mkdir", "-p", BASELINE_BIN, BASELINE_MANIFESTS)
+    for path in binaries:
+        vm.copy_in(path, f"{BASELINE_BIN}/{path.name}")
+    vm.run(PY, "-c", WRITE_CONTAINERD_CONFIG)
+    vm.run("sh", "-c", f"cat > {BASELINE}/config.yaml", input=BASELINE_CONFIG + config + baseline_config)
+    env = f"PATH={BASELINE_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    flags, config_file = "/etc/pykubelet/flags.env", "/etc/pykubelet/config.yaml"
+    for path in (flags, config_file):
+        vm.run("cp", path, f"{path}.before-baseline")
+    try:
+        vm.run("systemd-run", "--unit=baseline-containerd", f"--setenv={env}", f"{BASELINE_BIN}/containerd",
+               "--config", f"{BASELINE}/containerd/config.toml")
+        # pykubelet's services on that containerd: a later flag wins over the unit's own.
+        vm.run("sed", "-i", f"s#^\\(PYKUBELET_ARGS=.*\\)'$#\\1 --container-runtime-endpoint {BASELINE_ENDPOINT}'#",
+               flags)
+        assert BASELINE_ENDPOINT in read(vm, flags), read(vm, flags)
+        if config:
+            vm.run("sh", "-c", f"cat >> {config_file}", input=config)
+        vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
+        ours, our_share = _measure(vm, MANIFESTS, BASELINE_ENDPOINT)
+        vm.run("systemctl", "stop", "pykubelet.target", timeout=900)
+
+        vm.run("systemd-run", "--unit=baseline-kubelet", f"--setenv={env}", f"{BASELINE_BIN}/kubelet",
+               f"--config={BASELINE}/config.yaml", f"--root-dir={BASELINE}/root", f"--hostname-override={NODE}",
+               "--v=2")
+        try:
+            theirs, their_share = _measure(vm, BASELINE_MANIFESTS, BASELINE_ENDPOINT)
+        except AssertionError as exc:
+            journal = vm.run("journalctl", "-u", "baseline-kubelet", "--no-pager", "-n", "80", check=False).stdout
+            raise AssertionError(f"{exc}\nthe kubelet's journal:\n{journal}") from None
+    finally:
+        vm.run("systemctl", "stop", "baseline-kubelet.service", "baseline-containerd.service", check=False,
+               timeout=300)
+        vm.run("systemctl", "reset-failed", check=False)
+        for path in (flags, config_file):
+            vm.run("mv", f"{path}.before-baseline", path)
+        vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
+        write_static_pod(vm, "web", web_spec())
+    return Comparison(ours, theirs, our_share, their_share)
