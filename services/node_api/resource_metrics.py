@@ -125,6 +125,12 @@ def _cadvisor_families() -> _Families:
          "Cumulative count of errors encountered while transmitting", ["interface"]),
         ("gauge", "container_start_time_seconds", "Start time of the container since unix epoch in seconds.", []),
         ("gauge", "container_last_seen", "Last time a container was seen by the exporter", []),
+        *(("counter", f"container_pressure_{resource}_{kind}_seconds_total", help_.format(word), [])
+          for resource, word in (("cpu", "CPU"), ("memory", "memory"), ("io", "IO"))
+          for kind, help_ in (("stalled", "Total time duration no tasks in the container could make progress due "
+                                          "to {} congestion."),
+                              ("waiting", "Total time duration tasks in the container have waited due to {} "
+                                          "congestion."))),
     ):
         f.family(kind, name, help_, _BASE + extra)
     f.family("gauge", "container_scrape_error",
@@ -209,7 +215,19 @@ class _CadvisorSeries:
                           ("container_memory_rss", "rssBytes")):
             if m.get(key) is not None:
                 self.f.add(name, labels, m[key], m["time"])
+        self.pressure(labels, stats)
         self.started(labels, stats)
+
+    def pressure(self, labels: dict[str, str], stats: dict[str, Any]) -> None:
+        """cAdvisor's pressure counters (cgroup v2): the time all tasks stalled ("full") and some
+        waited, from the kernel's microseconds."""
+        for resource in ("cpu", "memory", "io"):
+            at = stats.get(resource) or {}
+            psi = at.get("psi")
+            if psi:
+                for kind, line in (("stalled", "full"), ("waiting", "some")):
+                    self.f.add(f"container_pressure_{resource}_{kind}_seconds_total", labels,
+                               psi[line]["total"] / 1e6, at["time"])
 
     def started(self, labels: dict[str, str], stats: dict[str, Any]) -> None:
         if stats.get("startTime"):

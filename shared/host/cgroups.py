@@ -47,6 +47,32 @@ class CgroupSample:
 MemoryFigures = tuple[int | None, int | None, int | None, int | None, int | None, int | None]
 
 
+# Pressure stall information (cgroup v2): the resources with a <resource>.pressure file.
+PSI_RESOURCES = ("cpu", "memory", "io")
+_PSI_KEYS = ("avg10", "avg60", "avg300", "total")
+
+
+def parse_psi(text: str) -> dict[str, dict[str, float | int]] | None:
+    """A pressure file ("some avg10=0.12 avg60=0.00 avg300=0.00 total=12345" and a "full" line)
+    in the Summary API's PSIStats shape; a missing "full" line (cpu before Linux 5.13) counts as
+    zeros, as cAdvisor reads it. total is the kernel's microseconds, as the kubelet passes it on.
+    None when there is no "some" line or a value is not a number."""
+    out: dict[str, dict[str, float | int]] = {}
+    for line in text.splitlines():
+        kind, *fields = line.split()
+        if kind not in ("some", "full"):
+            continue
+        try:
+            values = dict(f.split("=", 1) for f in fields)
+            out[kind] = {"total": int(values["total"]), **{k: float(values[k]) for k in _PSI_KEYS[:3]}}
+        except (KeyError, ValueError):
+            return None
+    if "some" not in out:
+        return None
+    out.setdefault("full", {"total": 0, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0})
+    return out
+
+
 def _read_int(path: Path) -> int | None:
     try:
         return int(path.read_text().split()[0])
@@ -137,6 +163,28 @@ class CgroupReader:
         stat = _read_keyed(d / "memory.stat")
         return _working_set(_read_int(d / "memory.usage_in_bytes"),
                             stat.get("total_inactive_file", stat.get("inactive_file")))
+
+    def psi(self, cgroup: str = "/") -> dict[str, dict[str, dict[str, float | int]]]:
+        """{resource: PSIStats} from the cgroup's pressure files, as the kubelet 1.37 reports them
+        (its KubeletPSI feature); {} on cgroup v1, or where the kernel keeps no pressure figures.
+        The root reads /proc/pressure where the root cgroup has no files of its own."""
+        if self.version != 2:
+            return {}
+        out = {}
+        for resource in PSI_RESOURCES:
+            try:
+                path = self._dir(resource, cgroup) / f"{resource}.pressure"
+            except ValueError:  # not a cgroup name (a runtime's odd container ID): nothing to read
+                return {}
+            if cgroup.strip("/") == "" and not path.is_file():
+                path = self.proc / "pressure" / resource
+            try:
+                stats = parse_psi(path.read_text())
+            except OSError:
+                continue
+            if stats is not None:
+                out[resource] = stats
+        return out
 
     def process_count(self, cgroup: str) -> int | None:
         return _read_int(self._dir("pids", cgroup) / "pids.current")

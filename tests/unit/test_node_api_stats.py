@@ -141,7 +141,7 @@ class Node:
         self.layer.mkdir()
         cg, proc = host
         self.cgroup_root = cg
-        self.stats = StatsProvider(self.runtime, self.runtime, store, settings, cgroups=CgroupReader(cg),
+        self.stats = StatsProvider(self.runtime, self.runtime, store, settings, cgroups=CgroupReader(cg, proc),
                                    proc=proc, machine=machine(tmp_path), clock=self.clock)
         self.runtime.image_fs = cri.ImageFsInfoResponse(image_filesystems=[cri.FilesystemUsage(
             timestamp=T0 * 10**9, fs_id=cri.FilesystemIdentifier(mountpoint=str(self.layer)),
@@ -530,3 +530,75 @@ def test_machine_spec(node):
     assert numa["caches"] == [{"size": 8 * 2**20, "type": "Unified", "level": 3}]
     assert (spec["cloud_provider"], spec["instance_type"], spec["instance_id"]) == ("Unknown", "Unknown", "None")
     assert node.stats.machine_spec() is spec, "gathered once, then cached"
+
+
+# -- pressure stall information (cgroup v2) ---------------------------------------------------
+
+PSI_TEXT = ("some avg10=1.50 avg60=0.25 avg300=0.05 total=123456\n"
+            "full avg10=0.50 avg60=0.10 avg300=0.01 total=2000000\n")
+PSI = {"some": {"total": 123456, "avg10": 1.5, "avg60": 0.25, "avg300": 0.05},
+       "full": {"total": 2000000, "avg10": 0.5, "avg60": 0.1, "avg300": 0.01}}
+
+
+def test_pressure_files_are_read_in_the_summary_apis_shape():
+    from shared.host.cgroups import parse_psi
+
+    assert parse_psi(PSI_TEXT) == PSI
+    # cpu.pressure has no "full" line before Linux 5.13: zeros, as cAdvisor reads it.
+    assert parse_psi(PSI_TEXT.splitlines()[0])["full"] == {"total": 0, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0}
+    for garbage in ("", "full avg10=1 avg60=1 avg300=1 total=1\n", "some avg10=x avg60=0 avg300=0 total=1\n",
+                    "some avg10=0 avg60=0\n", "some total\n"):
+        assert parse_psi(garbage) is None, garbage
+
+
+async def test_on_cgroup_v2_the_summary_and_cadvisor_metrics_carry_pressure_stalls(tmp_path, settings, store, host):
+    """The kubelet 1.37's KubeletPSI: cpu.psi, memory.psi and io.psi of the node (the root's, from
+    /proc/pressure), the pods' cgroup, each pod and each container, and cAdvisor's
+    container_pressure_* counters in seconds."""
+    _, proc = host
+    root = tmp_path / "cg2"
+    write(root / "cgroup.controllers", "cpu memory io pids\n")
+    for resource in ("cpu", "memory", "io"):
+        write(proc / "pressure" / resource, PSI_TEXT)
+    n = Node(tmp_path, settings, store, (root, proc))
+    try:
+        sid, cids = await n.start_pod()
+        pod = root / "kubepods/besteffort/poduid-1"
+        for cgroup in (root / "kubepods", pod, pod / cids["app"]):
+            write(cgroup / "cpu.stat", "usage_usec 1000\n")
+            write(cgroup / "memory.current", "1000\n")
+            write(cgroup / "memory.stat", "anon 10\n")
+            for resource in ("cpu", "memory", "io"):
+                write(cgroup / f"{resource}.pressure", PSI_TEXT)
+        write(pod / cids["app"] / "memory.pressure", PSI_TEXT.replace("total=2000000", "total=4500000"))
+        n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
+        summary = await n.stats.summary()
+        node = summary["node"]
+        assert node["cpu"]["psi"] == node["memory"]["psi"] == node["io"]["psi"] == PSI
+        assert node["systemContainers"][0]["io"]["psi"] == PSI
+        [p] = summary["pods"]
+        assert p["cpu"]["psi"] == p["memory"]["psi"] == p["io"]["psi"] == PSI
+        app = next(c for c in p["containers"] if c["name"] == "app")
+        assert app["memory"]["psi"]["full"]["total"] == 4500000 and app["cpu"]["psi"] == PSI
+        sidecar = next(c for c in p["containers"] if c["name"] == "sidecar")
+        assert "psi" not in sidecar["cpu"] and "io" not in sidecar, "no cgroup of its own to read"
+
+        text = (await n.stats.cadvisor_metrics()).decode()
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+
+        def value(name: str, cgroup_id: str) -> float:
+            return next(s.value for s in samples if s.name == name and s.labels["id"] == cgroup_id)
+        assert value("container_pressure_cpu_stalled_seconds_total", "/") == 2.0, "full's total, µs to s"
+        assert value("container_pressure_io_waiting_seconds_total", "/kubepods/besteffort/poduid-1") == 0.123456
+        assert value("container_pressure_memory_stalled_seconds_total",
+                     f"/kubepods/besteffort/poduid-1/{cids['app']}") == 4.5
+    finally:
+        await n.stats.close()
+
+
+async def test_on_cgroup_v1_there_are_no_pressure_figures(node):
+    """The kernel keeps pressure figures per cgroup on v2 only: none are made up on v1."""
+    await two_samples(node)
+    summary = await node.stats.summary()
+    assert "psi" not in repr(summary) and "io" not in summary["node"]
+    assert b"container_pressure" not in await node.stats.cadvisor_metrics()

@@ -54,11 +54,15 @@ def spin(name: str, loops: int, **resources) -> dict:
     return {"name": name, "image": BUSYBOX, "command": ["sh", "-c", script], **resources}
 
 
-def no_pod_slices(vm) -> bool:
-    """No pod slice left under kubepods.slice (v2's tree, or v1's cpu tree)."""
+def pod_slices(vm) -> int:
+    """How many pod slices there are under kubepods.slice (v2's tree, or v1's cpu tree)."""
     found = vm.run("find", "/sys/fs/cgroup/kubepods.slice", "/sys/fs/cgroup/cpu/kubepods.slice", "-name",
                    "*-pod*.slice", check=False).stdout
-    return not found.strip()
+    return len(found.split())
+
+
+def no_pod_slices(vm) -> bool:
+    return pod_slices(vm) == 0
 
 
 # The kubelet 1.37 beside pykubelet in the guest: its own containerd 2.x (the kubelet 1.36+ needs

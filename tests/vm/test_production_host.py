@@ -35,6 +35,7 @@ from tests.vm.guest import (
     POD_TIMEOUT,
     compare_with_kubelet,
     pod_name,
+    pod_slices,
     read,
     spin,
     unit_property,
@@ -121,6 +122,61 @@ def test_a_burstable_pod_gets_the_cpu_a_best_effort_pod_wants_too(vm):
     for pod in (b, e):
         wait_for(lambda p=pod: vm.run("test", "-d", _pod_cgroup(p), check=False).returncode != 0, POD_TIMEOUT,
                  "the spinner's slice removed", interval=5)
+
+
+READ_ONLY_PORT = 10255
+
+
+def _read_only(vm, path: str) -> str:
+    return vm.run("busybox", "wget", "-qO-", f"http://127.0.0.1:{READ_ONLY_PORT}{path}").stdout
+
+
+def test_the_summary_and_cadvisor_metrics_show_pressure_stalls_on_cgroup_v2(vm):
+    """The kubelet 1.37 reports pressure stall information (KubeletPSI, on and locked): two
+    spinners of two loops each on the guest's two CPUs wait for the CPU, and /stats/summary shows
+    it in the pod's and the container's cpu.psi (the kernel's cpu.pressure of their slice and
+    scope), beside memory.psi and io.psi and the node's own; /metrics/cadvisor has the same as
+    container_pressure_* counters. Read on the read-only port, turned on for the test."""
+    config = "/etc/pykubelet/config.yaml"
+    vm.run("cp", config, f"{config}.before-psi")
+    try:
+        vm.run("sed", "-i", f"s/^readOnlyPort: 0$/readOnlyPort: {READ_ONLY_PORT}/", config)
+        assert f"readOnlyPort: {READ_ONLY_PORT}" in read(vm, config)
+        vm.run("systemctl", "restart", "pykubelet-node-api.service", timeout=900)
+        for name in ("spin-a", "spin-b"):
+            write_static_pod(vm, name, {"terminationGracePeriodSeconds": 0, "containers": [spin("app", 2)]})
+        pods = [wait_for(lambda n=name: running_pod(vm, n), POD_TIMEOUT, f"the spinner {name}", interval=5)
+                for name in ("spin-a", "spin-b")]
+        time.sleep(15)  # the kernel's 10-second average fills
+
+        def waited(pod: dict) -> dict | None:
+            summary = json.loads(_read_only(vm, "/stats/summary"))
+            found = [p for p in summary["pods"] if p["podRef"]["uid"] == pod["uid"]]
+            return (summary | {"pod": found[0]}) if found and "psi" in found[0].get("cpu", {}) else None
+        summary = wait_for(lambda: waited(pods[0]), 120, "the spinner's stats with PSI", interval=5)
+        pod, node = summary["pod"], summary["node"]
+        some = pod["cpu"]["psi"]["some"]
+        print(f"spinner pod cpu.psi some: avg10 {some['avg10']}%, total {some['total']} us")
+        assert some["total"] > 0 and some["avg10"] > 0, pod["cpu"]["psi"]
+        [app] = pod["containers"]
+        assert app["cpu"]["psi"]["some"]["total"] > 0, app
+        for stats in (node, pod, app):
+            assert set(stats["memory"]["psi"]) == set(stats["io"]["psi"]) == {"full", "some"}, stats
+            assert set(stats["cpu"]["psi"]["full"]) == {"total", "avg10", "avg60", "avg300"}
+        assert node["cpu"]["psi"]["some"]["total"] >= some["total"], "the node's covers its pods'"
+
+        slice_id = on_host(pod_name(pods[0]), "systemd")
+        metrics = _read_only(vm, "/metrics/cadvisor")
+        line = next((m for m in metrics.splitlines() if m.startswith("container_pressure_cpu_waiting_seconds_total{")
+                     and f'id="{slice_id}"' in m), None)
+        assert line is not None and float(line.split()[1]) > 0, line
+    finally:
+        for name in ("spin-a", "spin-b"):
+            vm.run("rm", "-f", f"/etc/kubernetes/manifests/{name}.yaml")
+        vm.run("mv", f"{config}.before-psi", config)
+        vm.run("systemctl", "restart", "pykubelet-node-api.service", timeout=900)
+        wait_for(lambda: pod_slices(vm) <= 1, POD_TIMEOUT, "the spinners' slices gone (the web pod's stays)",
+                 interval=5)
 
 
 def test_pod_limits_land_in_the_pod_and_container_cgroups(vm):

@@ -1,5 +1,6 @@
 """The node's part of the Summary: CPU and memory of the root cgroup and of the "pods" system
-container (/kubepods), the node's network from /proc, its root and image filesystems and rlimit."""
+container (/kubepods), with their pressure stall figures on cgroup v2, the node's network from
+/proc, its root and image filesystems and rlimit."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from cri_api.v1 import api_pb2 as cri
 
 from services.node_api.hostfs import default_route_interface, device_of, node_interfaces, read_mounts, rlimit, statfs
 from services.node_api.stats.cpu_rates import CpuRates
-from services.node_api.stats.summary_fields import Pass, compact, cri_time, fs_stats, u64
+from services.node_api.stats.summary_fields import Pass, add_psi, compact, cri_time, fs_stats, u64
 from shared.config.settings import NodeSettings
 from shared.host.cgroups import CgroupReader, CgroupSample
 from shared.host.facts import boot_time, memory_capacity_bytes
@@ -64,6 +65,7 @@ class NodeStats:
                                 "startTime": started,
                                 "cpu": self.cgroup_cpu("/", root),
                                 "memory": self.cgroup_memory(root, capacity)}
+        add_psi(node, self.cgroups.psi("/"), root.time)
         if g.full:
             node["network"] = self._network(now)
             root_fs = statfs(self.settings.root_dir)
@@ -85,9 +87,9 @@ class NodeStats:
         if not self.cgroups.exists(kubepods):
             return []
         sample = self.cgroups.sample(kubepods)
-        return [compact({"name": "pods", "startTime": self.cgroups.created(kubepods),
-                         "cpu": self.cgroup_cpu(kubepods, sample),
-                         "memory": self.cgroup_memory(sample, sample.memory_limit)})]
+        pods = {"name": "pods", "startTime": self.cgroups.created(kubepods), "cpu": self.cgroup_cpu(kubepods, sample),
+                "memory": self.cgroup_memory(sample, sample.memory_limit)}
+        return [compact(add_psi(pods, self.cgroups.psi(kubepods), sample.time))]
 
     def cgroup_cpu(self, cgroup: str, s: CgroupSample) -> dict[str, Any] | None:
         if s.cpu_usage_ns is None:

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from services.node_api.hostfs import FsInfo, statfs
 from services.node_api.snapshot import ContainerIds, PodIds
 from services.node_api.stats.cpu_rates import CpuRates
-from services.node_api.stats.summary_fields import Pass, compact, cri_time, fs_stats, u64
+from services.node_api.stats.summary_fields import Pass, add_psi, compact, cri_time, fs_stats, u64
 from services.node_api.stats.volumes import PodView, VolumeStats
 from shared.config.settings import NodeSettings
 from shared.host.cgroups import CgroupReader
@@ -75,7 +75,8 @@ class PodStats:
             view: PodView) -> dict[str, Any]:
         now, full = g.now, g.full
         uid, name, namespace = pod_uid(sandbox), label(sandbox, L.POD_NAME), label(sandbox, L.POD_NAMESPACE)
-        pod_cgroup = self.cgroups.pod_cgroup(uid) or f"{self.cgroups.pods_cgroup}/pod{uid}"
+        found = self.cgroups.pod_cgroup(uid)
+        pod_cgroup = found or f"{self.cgroups.pods_cgroup}/pod{uid}"
         g.snap.pods[uid] = PodIds(sandbox.id, pod_cgroup)
         log_dir = self._log_dir(view, namespace, name, uid) if full else None
         out_containers = self._containers(g, sandbox, containers, cstats, view, pod_cgroup, log_dir)
@@ -89,6 +90,8 @@ class PodStats:
             pod["memory"] = cri_memory(linux.memory, now)
         if "cpu" not in pod and "memory" not in pod:
             pod.update(sum_cpu_memory(out_containers))
+        if found is not None:
+            add_psi(pod, self.cgroups.psi(found), now)
         if full and linux is not None and linux.HasField("network"):
             pod["network"] = cri_network(linux.network, now)
         if full:
@@ -121,9 +124,10 @@ class PodStats:
             if g.full:
                 entry["rootfs"] = _rootfs(st, g.layer_fs)
                 entry["logs"] = _container_logs(log_dir, cname, g.logs_fs, g.now)
+            cgroup = container_cgroup(pod_cgroup, c.id)
+            add_psi(entry, self.cgroups.psi(cgroup), g.now)
             out.append(compact(entry))
-            g.snap.containers[(uid, cname)] = ContainerIds(c.id, view.images.get(c.id) or c.image.image,
-                                                           container_cgroup(pod_cgroup, c.id))
+            g.snap.containers[(uid, cname)] = ContainerIds(c.id, view.images.get(c.id) or c.image.image, cgroup)
         out.sort(key=lambda e: e["name"])
         return out
 

@@ -41,3 +41,14 @@ def u64(msg: Any, name: str) -> int | None:
 def cri_time(ns: int, default: float) -> float:
     """A CRI timestamp (ns) in seconds, or `default` when the runtime gave none."""
     return ns / 1e9 if ns > 0 else default
+
+
+def add_psi(stats: dict[str, Any], psi: dict[str, dict[str, Any]], now: float) -> dict[str, Any]:
+    """Pressure stall figures into a node's, pod's or container's stats: cpu.psi, memory.psi and
+    io.psi, where the kubelet 1.37 has them (cgroup v2); `psi` from CgroupReader.psi."""
+    for resource in ("cpu", "memory"):
+        if resource in psi and isinstance(stats.get(resource), dict):
+            stats[resource]["psi"] = psi[resource]
+    if "io" in psi:
+        stats["io"] = {"time": now, "psi": psi["io"]}
+    return stats
