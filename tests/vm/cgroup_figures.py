@@ -32,7 +32,7 @@ NODE_FILES = ("cpu.weight", "cpu.max", "memory.max", "memory.min", "memory.low",
 # cgroup v1: each file in its controller's tree.
 V1_POD_FILES = ("cpu/cpu.shares", "cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us", "memory/memory.limit_in_bytes",
                 "pids/pids.max")
-V1_CONTAINER_FILES = (*V1_POD_FILES, "memory/memory.swappiness")
+V1_CONTAINER_FILES = (*V1_POD_FILES, "memory/memory.memsw.limit_in_bytes", "memory/memory.swappiness")
 V1_NODE_FILES = ("cpu/cpu.shares", "cpu/cpu.cfs_quota_us", "memory/memory.limit_in_bytes", "pids/pids.max")
 NOT_RUNNING = 3
 
