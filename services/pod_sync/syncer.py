@@ -278,7 +278,8 @@ class PodSyncer:
 
     async def update_qos_tiers(self) -> None:
         """The Burstable tier's CPU shares follow its pods' requests, BestEffort's stay at the
-        minimum: without them each tier weighs as much as any one Guaranteed pod."""
+        minimum: without them each tier weighs as much as any one Guaranteed pod. On cgroup v2
+        the tiers' memory protection follows the pods too (memoryReservationPolicy)."""
         await self.store.run(self._write_qos_tiers)
 
     def _write_qos_tiers(self) -> None:
