@@ -65,6 +65,47 @@ def no_pod_slices(vm) -> bool:
     return pod_slices(vm) == 0
 
 
+# Both agents serve /stats/summary and /metrics/cadvisor here while they are compared.
+READ_ONLY_PORT = 10255
+
+
+def read_only(vm, path: str) -> str:
+    """GET path on the node agent's read-only port."""
+    return vm.run("busybox", "wget", "-qO-", f"http://127.0.0.1:{READ_ONLY_PORT}{path}").stdout
+
+
+def summary_shape(summary: dict, pods: list[str]) -> set[str]:
+    """The field paths of a Summary (/stats/summary) for the node and the named pods: lists of
+    named things by name ("pods[cmp-burstable].containers[app].cpu.psi.some.total"), other lists
+    as "[]", so two agents' summaries compare by the fields they fill, not their values."""
+    def walk(value: object, at: str) -> set[str]:
+        if isinstance(value, dict):
+            out = {at}
+            for key, inner in value.items():
+                out |= walk(inner, f"{at}.{key}")
+            return out
+        if isinstance(value, list):
+            out = {at}
+            for item in value:
+                name = item.get("name") if isinstance(item, dict) else None
+                if at.endswith("interfaces"):
+                    name = None  # the host's interfaces are not the agents'
+                out |= walk(item, f"{at}[{name}]" if isinstance(name, str) else f"{at}[]")
+            return out
+        return {at}
+    shapes = walk(summary.get("node", {}), "node")
+    static = {f"{name}-{NODE}": name for name in pods}  # a static pod's name ends in the node's
+    for pod in summary.get("pods", []):
+        name = pod.get("podRef", {}).get("name", "")
+        if name in static:
+            shapes |= walk(pod, f"pods[{static[name]}]")
+    return shapes
+
+
+def metric_families(text: str) -> set[str]:
+    return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+
+
 # The kubelet 1.37 beside pykubelet in the guest: its own containerd 2.x (the kubelet 1.36+ needs
 # one), root dir and static pod directory; the same node name, so the static pods have the same names.
 BASELINE = "/var/lib/kubelet-baseline"
@@ -82,7 +123,7 @@ cgroupDriver: systemd
 podPidsLimit: {POD_PIDS_LIMIT}
 seccompDefault: true
 failSwapOn: false
-readOnlyPort: 0
+readOnlyPort: {READ_ONLY_PORT}
 authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: false}}}}
 authorization: {{mode: AlwaysAllow}}
 """
@@ -134,13 +175,23 @@ def burstable_share(vm, paths: dict[str, str]) -> float:
     return used["cmp-burstable"] / max(1, sum(used.values()))
 
 
-def _measure(vm, manifests: str, endpoint: str) -> tuple[dict, float]:
+@dataclass
+class Measured:
+    figures: dict
+    share: float
+    summary: set[str]   # summary_shape of its /stats/summary
+    cadvisor: set[str]  # the families of its /metrics/cadvisor
+
+
+def _measure(vm, manifests: str, endpoint: str) -> Measured:
     for name, spec in compared_pods().items():
         manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
         vm.run("sh", "-c", f"cat > {manifests}/{name}.yaml", input=yaml.safe_dump(manifest))
     try:
         got = _figures(vm, endpoint)
-        return got, burstable_share(vm, got.pop("paths"))
+        share = burstable_share(vm, got.pop("paths"))  # 15 s: both agents have sampled twice since
+        return Measured(got, share, summary_shape(json.loads(read_only(vm, "/stats/summary")), list(COMPARED_QOS)),
+                        metric_families(read_only(vm, "/metrics/cadvisor")))
     finally:
         vm.run("sh", "-c", f"rm -f {manifests}/cmp-*.yaml")
         wait_for(lambda: no_pod_slices(vm), POD_TIMEOUT, f"the compared pods' slices gone ({endpoint})", interval=5)
@@ -152,6 +203,20 @@ class Comparison:
     theirs: dict
     our_share: float
     their_share: float
+    our_summary: set[str]
+    their_summary: set[str]
+    our_cadvisor: set[str]
+    their_cadvisor: set[str]
+
+    def shapes(self) -> str:
+        """Where the agents' /stats/summary fields and /metrics/cadvisor families differ."""
+        lines = []
+        for what, ours, theirs in (("/stats/summary fields", self.our_summary, self.their_summary),
+                                   ("/metrics/cadvisor families", self.our_cadvisor, self.their_cadvisor)):
+            lines.append(f"{what}: {len(ours & theirs)} in both")
+            lines += [f"  only the kubelet 1.37: {p}" for p in sorted(theirs - ours)]
+            lines += [f"  only pykubelet: {p}" for p in sorted(ours - theirs)]
+        return "\n".join(lines)
 
     def differ(self) -> dict:
         return {k: (self.ours[k], self.theirs.get(k)) for k in self.ours if self.ours[k] != self.theirs.get(k)}
@@ -197,15 +262,17 @@ def compare_with_kubelet(vm, config: str = "", baseline_config: str = "") -> Com
         assert BASELINE_ENDPOINT in read(vm, flags), read(vm, flags)
         if config:
             vm.run("sh", "-c", f"cat >> {config_file}", input=config)
+        vm.run("sed", "-i", f"s/^readOnlyPort: 0$/readOnlyPort: {READ_ONLY_PORT}/", config_file)
+        assert f"readOnlyPort: {READ_ONLY_PORT}" in read(vm, config_file)
         vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
-        ours, our_share = _measure(vm, MANIFESTS, BASELINE_ENDPOINT)
+        ours = _measure(vm, MANIFESTS, BASELINE_ENDPOINT)
         vm.run("systemctl", "stop", "pykubelet.target", timeout=900)
 
         vm.run("systemd-run", "--unit=baseline-kubelet", f"--setenv={env}", f"{BASELINE_BIN}/kubelet",
                f"--config={BASELINE}/config.yaml", f"--root-dir={BASELINE}/root", f"--hostname-override={NODE}",
                "--v=2")
         try:
-            theirs, their_share = _measure(vm, BASELINE_MANIFESTS, BASELINE_ENDPOINT)
+            theirs = _measure(vm, BASELINE_MANIFESTS, BASELINE_ENDPOINT)
         except AssertionError as exc:
             journal = vm.run("journalctl", "-u", "baseline-kubelet", "--no-pager", "-n", "80", check=False).stdout
             raise AssertionError(f"{exc}\nthe kubelet's journal:\n{journal}") from None
@@ -217,4 +284,5 @@ def compare_with_kubelet(vm, config: str = "", baseline_config: str = "") -> Com
             vm.run("mv", f"{path}.before-baseline", path)
         vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
         write_static_pod(vm, "web", web_spec())
-    return Comparison(ours, theirs, our_share, their_share)
+    return Comparison(ours.figures, theirs.figures, ours.share, theirs.share, ours.summary, theirs.summary,
+                      ours.cadvisor, theirs.cadvisor)

@@ -33,10 +33,12 @@ from tests.vm.guest import (
     DRIVER,
     POD_PIDS_LIMIT,
     POD_TIMEOUT,
+    READ_ONLY_PORT,
     compare_with_kubelet,
     pod_name,
     pod_slices,
     read,
+    read_only,
     spin,
     unit_property,
     units_active,
@@ -124,13 +126,6 @@ def test_a_burstable_pod_gets_the_cpu_a_best_effort_pod_wants_too(vm):
                  "the spinner's slice removed", interval=5)
 
 
-READ_ONLY_PORT = 10255
-
-
-def _read_only(vm, path: str) -> str:
-    return vm.run("busybox", "wget", "-qO-", f"http://127.0.0.1:{READ_ONLY_PORT}{path}").stdout
-
-
 def test_the_summary_and_cadvisor_metrics_show_pressure_stalls_on_cgroup_v2(vm):
     """The kubelet 1.37 reports pressure stall information (KubeletPSI, on and locked): two
     spinners of two loops each on the guest's two CPUs wait for the CPU, and /stats/summary shows
@@ -150,7 +145,7 @@ def test_the_summary_and_cadvisor_metrics_show_pressure_stalls_on_cgroup_v2(vm):
         time.sleep(15)  # the kernel's 10-second average fills
 
         def waited(pod: dict) -> dict | None:
-            summary = json.loads(_read_only(vm, "/stats/summary"))
+            summary = json.loads(read_only(vm, "/stats/summary"))
             found = [p for p in summary["pods"] if p["podRef"]["uid"] == pod["uid"]]
             return (summary | {"pod": found[0]}) if found and "psi" in found[0].get("cpu", {}) else None
         summary = wait_for(lambda: waited(pods[0]), 120, "the spinner's stats with PSI", interval=5)
@@ -166,7 +161,7 @@ def test_the_summary_and_cadvisor_metrics_show_pressure_stalls_on_cgroup_v2(vm):
         assert node["cpu"]["psi"]["some"]["total"] >= some["total"], "the node's covers its pods'"
 
         slice_id = on_host(pod_name(pods[0]), "systemd")
-        metrics = _read_only(vm, "/metrics/cadvisor")
+        metrics = read_only(vm, "/metrics/cadvisor")
         line = next((m for m in metrics.splitlines() if m.startswith("container_pressure_cpu_waiting_seconds_total{")
                      and f'id="{slice_id}"' in m), None)
         assert line is not None and float(line.split()[1]) > 0, line
@@ -265,6 +260,7 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
     and the tiers hold both."""
     cmp = compare_with_kubelet(vm, MEMORY_QOS)
     print(cmp.table())
+    print(cmp.shapes())
     assert not cmp.differ(), f"pykubelet and the kubelet 1.37 differ (pykubelet, kubelet): {cmp.differ()}"
     ours = cmp.ours
     # floor(64Mi + 0.9 x (256Mi - 64Mi)), down to a page; none where request is limit.
