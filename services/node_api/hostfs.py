@@ -83,25 +83,6 @@ def node_interfaces(path: str | Path = "/proc/net/dev") -> list[InterfaceCounter
     return [i for i in read_net_dev(path) if not i.name.startswith(IGNORED_INTERFACE_PREFIXES)]
 
 
-def default_route_interface(path: str | Path = "/proc/net/route") -> str | None:
-    """The interface of the IPv4 default route with the lowest metric."""
-    best: tuple[int, str] | None = None
-    try:
-        lines = Path(path).read_text().splitlines()[1:]
-    except OSError:
-        return None
-    for line in lines:
-        f = line.split()
-        if len(f) >= 8 and f[1] == "00000000" and f[7] == "00000000":
-            try:
-                metric = int(f[6])
-            except ValueError:
-                continue
-            if best is None or metric < best[0]:
-                best = (metric, f[0])
-    return best[1] if best else None
-
-
 def rlimit(proc: str | Path = "/proc") -> dict[str, int]:
     """The kubelet's RlimitStats: the most tasks the kernel allows (the lesser of pid_max and
     threads-max) and the number of tasks (sysinfo's procs, which is the second number of the

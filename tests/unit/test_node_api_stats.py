@@ -602,3 +602,13 @@ async def test_on_cgroup_v1_there_are_no_pressure_figures(node):
     summary = await node.stats.summary()
     assert "psi" not in repr(summary) and "io" not in summary["node"]
     assert b"container_pressure" not in await node.stats.cadvisor_metrics()
+
+
+async def test_only_eth0_is_inlined_as_the_nodes_network_as_the_kubelet_does(node, host):
+    """The kubelet's default interface is eth0 by name: a host whose interfaces are named
+    otherwise has its network listed, with nothing inline."""
+    _, proc = host
+    write(proc / "net/dev", (proc / "net/dev").read_text().replace("eth0:", "ens3:"))
+    net = (await node.stats.summary())["node"]["network"]
+    assert [i["name"] for i in net["interfaces"]] == ["ens3", "ens4"]
+    assert "name" not in net and "rxBytes" not in net

@@ -10,7 +10,7 @@ from typing import Any, Callable, Protocol
 
 from cri_api.v1 import api_pb2 as cri
 
-from services.node_api.hostfs import default_route_interface, device_of, node_interfaces, read_mounts, rlimit, statfs
+from services.node_api.hostfs import device_of, node_interfaces, read_mounts, rlimit, statfs
 from services.node_api.stats.cpu_rates import CpuRates
 from services.node_api.stats.summary_fields import Pass, add_psi, compact, cri_time, fs_stats, u64
 from shared.config.settings import NodeSettings
@@ -19,6 +19,8 @@ from shared.host.facts import boot_time, memory_capacity_bytes
 from shared.runtime.cri.client import CRIError
 
 log = logging.getLogger(__name__)
+
+DEFAULT_INTERFACE = "eth0"  # the kubelet's defaultNetworkInterfaceName
 
 
 class ImageFsSource(Protocol):
@@ -110,9 +112,9 @@ class NodeStats:
         interfaces = node_interfaces(self.proc / "net/dev")
         if not interfaces:
             return None
-        default = default_route_interface(self.proc / "net/route")
         listed = [{"name": i.name, "rxBytes": i.rx_bytes, "rxErrors": i.rx_errors, "txBytes": i.tx_bytes,
                    "txErrors": i.tx_errors} for i in interfaces]
-        # As the kubelet: the default interface's counters inline, every interface listed.
-        inline = next((i for i in listed if i["name"] == default), {})
+        # As the kubelet: every interface listed, and eth0's counters inline (the kubelet's
+        # default interface is eth0 by name, whichever interface the default route takes).
+        inline = next((i for i in listed if i["name"] == DEFAULT_INTERFACE), {})
         return {"time": now, **inline, "interfaces": listed}
