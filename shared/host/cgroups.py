@@ -186,6 +186,15 @@ class CgroupReader:
                 out[resource] = stats
         return out
 
+    def memory_limit(self, cgroup: str) -> int | None:
+        """The cgroup's memory limit in bytes; None for none, or when it cannot be read."""
+        try:
+            d = self._dir("memory", cgroup)
+        except ValueError:
+            return None
+        raw = _read_int(d / "memory.limit_in_bytes") if self.version == 1 else _read_int(d / "memory.max")
+        return raw if raw is not None and raw < UNLIMITED else None  # v2's "max" reads as None
+
     def process_count(self, cgroup: str) -> int | None:
         return _read_int(self._dir("pids", cgroup) / "pids.current")
 

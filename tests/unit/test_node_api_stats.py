@@ -262,6 +262,7 @@ async def test_node_summary_from_the_root_cgroup_and_proc(node, settings):
     assert image_fs["usedBytes"] == 12345 and image_fs["inodesUsed"] == 67
     assert image_fs["capacityBytes"] == st.f_blocks * st.f_frsize, "statvfs of the image fs mountpoint"
     assert image_fs["time"] == rfc3339(T0)
+    assert n["runtime"]["containerFs"] == image_fs, "the writable layers are on the image filesystem"
     assert n["rlimit"]["maxpid"] == 192735 and n["rlimit"]["curproc"] == 345
     pods_cg = n["systemContainers"][0]
     assert pods_cg["name"] == "pods" and pods_cg["memory"]["workingSetBytes"] == GIB - GIB // 4
@@ -612,3 +613,44 @@ async def test_only_eth0_is_inlined_as_the_nodes_network_as_the_kubelet_does(nod
     net = (await node.stats.summary())["node"]["network"]
     assert [i["name"] for i in net["interfaces"]] == ["ens3", "ens4"]
     assert "name" not in net and "rxBytes" not in net
+
+
+async def test_a_runtime_with_a_container_filesystem_of_its_own_reports_it_as_container_fs(node, tmp_path):
+    """A split image filesystem (the runtime names where the writable layers are): containerFs
+    is that one, imageFs the images', as the kubelet 1.37 reports them."""
+    layers = tmp_path / "layers"
+    layers.mkdir()
+    node.runtime.image_fs.container_filesystems.append(cri.FilesystemUsage(
+        timestamp=T0 * 10**9, fs_id=cri.FilesystemIdentifier(mountpoint=str(layers)), used_bytes=u64(999),
+        inodes_used=u64(9)))
+    runtime = (await node.stats.summary())["node"]["runtime"]
+    assert (runtime["imageFs"]["usedBytes"], runtime["containerFs"]["usedBytes"]) == (12345, 999)
+    assert runtime["containerFs"]["inodesUsed"] == 9
+
+
+async def test_available_bytes_only_under_a_memory_limit(tmp_path, settings, store, host):
+    """containerd answers 0 available bytes for a cgroup without a memory limit; the kubelet
+    reports no figure there, and neither does pykubelet: a pod or container without a limit has
+    no availableBytes, one with a limit keeps the runtime's."""
+    _, proc = host
+    root = tmp_path / "cg2"
+    write(root / "cgroup.controllers", "cpu memory io pids\n")
+    n = Node(tmp_path, settings, store, (root, proc))
+    try:
+        sid, cids = await n.start_pod()
+        pod = root / "kubepods/burstable/poduid-1"
+        write(pod / "memory.max", "max\n")
+        write(pod / cids["app"] / "memory.max", f"{256 * 2**20}\n")
+        write(pod / cids["sidecar"] / "memory.max", "max\n")
+        n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
+        for name in ("app", "sidecar"):
+            n.runtime.container_stats[cids[name]].memory.available_bytes.value = 0 if name == "sidecar" else 7
+        [p] = (await n.stats.summary())["pods"]
+        assert "availableBytes" not in p["memory"], "the pod's cgroup has no limit"
+        app, sidecar = sorted(p["containers"], key=lambda c: c["name"])
+        assert app["memory"]["availableBytes"] == 7 and "availableBytes" not in sidecar["memory"]
+        write(pod / "memory.max", f"{512 * 2**20}\n")
+        [p] = (await n.stats.summary())["pods"]
+        assert p["memory"]["availableBytes"] == 5 * GIB, "the runtime's figure under a limit"
+    finally:
+        await n.stats.close()

@@ -36,22 +36,31 @@ class NodeStats:
         self.rates = rates
         self._clock = clock
 
-    async def image_fs(self, images: ImageFsSource, now: float) -> tuple[dict[str, Any] | None, str]:
-        """(imageFs stats, its mountpoint): CRI's usage, statvfs of its mountpoint for the rest."""
+    async def image_fs(self, images: ImageFsSource, now: float) -> tuple[dict[str, Any] | None, str,
+                                                                          dict[str, Any] | None]:
+        """(imageFs stats, its mountpoint, containerFs stats): CRI's usage, statvfs of the
+        mountpoint for the rest. containerFs, where the containers' writable layers are, is the
+        image filesystem unless the runtime names one of its own (a split image filesystem), as
+        the kubelet 1.37 reports it."""
         try:
             resp = await images.image_fs_info()
         except CRIError as exc:
             log.warning("image filesystem stats: %s", exc)
-            return None, ""
+            return None, "", None
         if not resp.image_filesystems:
-            return None, ""
-        usage = resp.image_filesystems[0]  # the kubelet reports the first one
-        mountpoint = usage.fs_id.mountpoint
-        fs = statfs(mountpoint) if mountpoint else None
-        return (fs_stats(fs, cri_time(usage.timestamp, now), u64(usage, "used_bytes"), u64(usage, "inodes_used")),
-                mountpoint)
+            return None, "", None
 
-    def node(self, g: Pass, image_fs: dict[str, Any] | None, image_mountpoint: str) -> dict[str, Any]:
+        def stats(usage: cri.FilesystemUsage) -> dict[str, Any]:
+            mountpoint = usage.fs_id.mountpoint
+            fs = statfs(mountpoint) if mountpoint else None
+            return fs_stats(fs, cri_time(usage.timestamp, now), u64(usage, "used_bytes"), u64(usage, "inodes_used"))
+        image = resp.image_filesystems[0]  # the kubelet reports the first one
+        image_stats = stats(image)
+        container_stats = stats(resp.container_filesystems[0]) if resp.container_filesystems else image_stats
+        return image_stats, image.fs_id.mountpoint, container_stats
+
+    def node(self, g: Pass, image_fs: dict[str, Any] | None, image_mountpoint: str,
+             container_fs: dict[str, Any] | None = None) -> dict[str, Any]:
         now = g.now
         root = self.cgroups.sample("/")
         try:
@@ -72,7 +81,7 @@ class NodeStats:
             node["network"] = self._network(now)
             root_fs = statfs(self.settings.root_dir)
             node["fs"] = fs_stats(root_fs, now, root_fs.used, root_fs.inodes_used) if root_fs else None
-            node["runtime"] = {"imageFs": image_fs} if image_fs else {}
+            node["runtime"] = compact({"imageFs": image_fs, "containerFs": container_fs})
             limits = rlimit(self.proc)
             node["rlimit"] = compact({"time": now, "maxpid": limits.get("maxpid"), "curproc": limits.get("curproc")})
             mounts = read_mounts(self.proc / "self/mountinfo")

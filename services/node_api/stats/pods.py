@@ -92,6 +92,7 @@ class PodStats:
             pod.update(sum_cpu_memory(out_containers))
         if found is not None:
             add_psi(pod, self.cgroups.psi(found), now)
+            _limited(pod, self.cgroups.memory_limit(found))
         if full and linux is not None and linux.HasField("network"):
             pod["network"] = cri_network(linux.network, now)
         if full:
@@ -126,6 +127,8 @@ class PodStats:
                 entry["logs"] = _container_logs(log_dir, cname, g.logs_fs, g.now)
             cgroup = container_cgroup(pod_cgroup, c.id)
             add_psi(entry, self.cgroups.psi(cgroup), g.now)
+            if self.cgroups.exists(cgroup):
+                _limited(entry, self.cgroups.memory_limit(cgroup))
             out.append(compact(entry))
             g.snap.containers[(uid, cname)] = ContainerIds(c.id, view.images.get(c.id) or c.image.image, cgroup)
         out.sort(key=lambda e: e["name"])
@@ -186,6 +189,13 @@ def _pod_log_files(log_dir: Path | None, logs_fs: FsInfo, now: float) -> dict[st
     except OSError:
         return None
     return fs_stats(logs_fs, now, used, inodes)
+
+
+def _limited(stats: dict[str, Any], limit: int | None) -> None:
+    """availableBytes only under a memory limit, as the kubelet reports it: the runtime's 0 for a
+    cgroup without one (containerd's) is no figure at all."""
+    if limit is None and isinstance(stats.get("memory"), dict):
+        stats["memory"].pop("availableBytes", None)
 
 
 def cri_memory(mem: cri.MemoryUsage | None, now: float) -> dict[str, Any]:

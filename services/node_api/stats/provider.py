@@ -137,5 +137,5 @@ class StatsProvider:
             return {}
 
 
-async def _no_image_fs() -> tuple[None, str]:
-    return None, ""
+async def _no_image_fs() -> tuple[None, str, None]:
+    return None, "", None
