@@ -113,6 +113,7 @@ def _cadvisor_families() -> _Families:
          "Current memory usage in bytes, including all memory regardless of when it was accessed", []),
         ("gauge", "container_memory_working_set_bytes", "Current working set in bytes.", []),
         ("gauge", "container_memory_rss", "Size of RSS in bytes.", []),
+        ("gauge", "container_memory_swap", "Container swap usage in bytes.", []),
         ("gauge", "container_fs_usage_bytes",
          "Number of bytes that are consumed by the container on this filesystem.", ["device"]),
         ("gauge", "container_fs_limit_bytes",
@@ -215,6 +216,9 @@ class _CadvisorSeries:
                           ("container_memory_rss", "rssBytes")):
             if m.get(key) is not None:
                 self.f.add(name, labels, m[key], m["time"])
+        swap = stats.get("swap") or {}
+        if swap.get("swapUsageBytes") is not None:
+            self.f.add("container_memory_swap", labels, swap["swapUsageBytes"], swap["time"])
         self.pressure(labels, stats)
         self.started(labels, stats)
 

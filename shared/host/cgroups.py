@@ -186,6 +186,29 @@ class CgroupReader:
                 out[resource] = stats
         return out
 
+    def swap(self, cgroup: str = "/") -> tuple[int, int | None] | None:
+        """(swap in use, swap limit or None for none) in bytes, as cAdvisor reads them for the
+        kubelet's SwapStats: v2 memory.swap.current and memory.swap.max; v1 memory.stat's
+        total_swap and memory.memsw.limit_in_bytes (memory and swap together, as cAdvisor takes
+        it). The root: the node's swap from /proc/meminfo (SwapTotal - SwapFree, of SwapTotal).
+        None where the kernel keeps no swap figures for the cgroup."""
+        if cgroup.strip("/") == "":
+            info = read_meminfo(self.proc / "meminfo")
+            if "SwapTotal" not in info:
+                return None
+            return info["SwapTotal"] - info.get("SwapFree", 0), info["SwapTotal"]
+        try:
+            d = self._dir("memory", cgroup)
+        except ValueError:
+            return None
+        if self.version == 2:
+            used, limit = _read_int(d / "memory.swap.current"), _read_int(d / "memory.swap.max")
+        else:
+            used, limit = _read_keyed(d / "memory.stat").get("total_swap"), _read_int(d / "memory.memsw.limit_in_bytes")
+        if used is None:
+            return None
+        return used, limit if limit is not None and limit < UNLIMITED else None  # v2's "max" reads as None
+
     def memory_limit(self, cgroup: str) -> int | None:
         """The cgroup's memory limit in bytes; None for none, or when it cannot be read."""
         try:

@@ -654,3 +654,51 @@ async def test_available_bytes_only_under_a_memory_limit(tmp_path, settings, sto
         assert p["memory"]["availableBytes"] == 5 * GIB, "the runtime's figure under a limit"
     finally:
         await n.stats.close()
+
+
+async def test_swap_of_the_node_pods_and_containers_as_the_kubelet_reports_it(tmp_path, settings, store, host):
+    """The kubelet's SwapStats: the node's swap from /proc/meminfo; on cgroup v2 a cgroup's
+    memory.swap.current, and what is left under memory.swap.max where there is a limit (NoSwap
+    containers: 0); cAdvisor's container_memory_swap beside."""
+    _, proc = host
+    write(proc / "meminfo", f"MemTotal: {8 * GIB // 1024} kB\nMemFree: 100 kB\nSwapTotal: 1024 kB\n"
+                            "SwapFree: 768 kB\n")
+    root = tmp_path / "cg2"
+    write(root / "cgroup.controllers", "cpu memory io pids\n")
+    n = Node(tmp_path, settings, store, (root, proc))
+    try:
+        sid, cids = await n.start_pod()
+        pod = root / "kubepods/burstable/poduid-1"
+        write(pod / "memory.swap.current", "4096\n")
+        write(pod / "memory.swap.max", "max\n")
+        write(pod / cids["app"] / "memory.swap.current", "4096\n")
+        write(pod / cids["app"] / "memory.swap.max", "65536\n")
+        write(pod / cids["sidecar"] / "memory.swap.current", "0\n")
+        write(pod / cids["sidecar"] / "memory.swap.max", "0\n")
+        n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
+        summary = await n.stats.summary()
+        assert summary["node"]["swap"] | {"time": 0} == {"time": 0, "swapUsageBytes": 256 * 1024,
+                                                          "swapAvailableBytes": 768 * 1024}
+        [p] = summary["pods"]
+        assert p["swap"]["swapUsageBytes"] == 4096 and "swapAvailableBytes" not in p["swap"], "no pod swap limit"
+        app, sidecar = sorted(p["containers"], key=lambda c: c["name"])
+        assert (app["swap"]["swapUsageBytes"], app["swap"]["swapAvailableBytes"]) == (4096, 65536 - 4096)
+        assert (sidecar["swap"]["swapUsageBytes"], sidecar["swap"]["swapAvailableBytes"]) == (0, 0), "NoSwap"
+        text = (await n.stats.cadvisor_metrics()).decode()
+        swap = {s.labels["id"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == "container_memory_swap"}
+        assert swap["/"] == 256 * 1024 and swap[f"/kubepods/burstable/poduid-1/{cids['app']}"] == 4096
+    finally:
+        await n.stats.close()
+
+
+def test_on_cgroup_v1_swap_is_memory_stats_total_swap_under_the_memsw_limit(tmp_path):
+    root = tmp_path / "cg1"
+    write(root / "memory/kubepods/podx/memory.stat", "total_rss 10\ntotal_swap 2048\n")
+    write(root / "memory/kubepods/podx/memory.memsw.limit_in_bytes", "9223372036854771712\n")
+    write(root / "memory/kubepods/podx/c1/memory.stat", "total_swap 0\n")
+    write(root / "memory/kubepods/podx/c1/memory.memsw.limit_in_bytes", "1048576\n")
+    reader = CgroupReader(root, tmp_path / "proc")
+    assert reader.swap("/kubepods/podx") == (2048, None)
+    assert reader.swap("/kubepods/podx/c1") == (0, 1048576)
+    assert reader.swap("/kubepods/nothing") is None and reader.swap("/") is None, "no figures: no swap stats"

@@ -12,7 +12,7 @@ from cri_api.v1 import api_pb2 as cri
 
 from services.node_api.hostfs import device_of, node_interfaces, read_mounts, rlimit, statfs
 from services.node_api.stats.cpu_rates import CpuRates
-from services.node_api.stats.summary_fields import Pass, add_psi, compact, cri_time, fs_stats, u64
+from services.node_api.stats.summary_fields import Pass, add_psi, add_swap, compact, cri_time, fs_stats, u64
 from shared.config.settings import NodeSettings
 from shared.host.cgroups import CgroupReader, CgroupSample
 from shared.host.facts import boot_time, memory_capacity_bytes
@@ -77,6 +77,7 @@ class NodeStats:
                                 "cpu": self.cgroup_cpu("/", root),
                                 "memory": self.cgroup_memory(root, capacity)}
         add_psi(node, self.cgroups.psi("/"), root.time)
+        add_swap(node, self.cgroups.swap("/"), root.time)
         if g.full:
             node["network"] = self._network(now)
             root_fs = statfs(self.settings.root_dir)
@@ -100,6 +101,7 @@ class NodeStats:
         sample = self.cgroups.sample(kubepods)
         pods = {"name": "pods", "startTime": self.cgroups.created(kubepods), "cpu": self.cgroup_cpu(kubepods, sample),
                 "memory": self.cgroup_memory(sample, sample.memory_limit)}
+        add_swap(pods, self.cgroups.swap(kubepods), sample.time)
         return [compact(add_psi(pods, self.cgroups.psi(kubepods), sample.time))]
 
     def cgroup_cpu(self, cgroup: str, s: CgroupSample) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from services.node_api.hostfs import FsInfo, statfs
 from services.node_api.snapshot import ContainerIds, PodIds
 from services.node_api.stats.cpu_rates import CpuRates
-from services.node_api.stats.summary_fields import Pass, add_psi, compact, cri_time, fs_stats, u64
+from services.node_api.stats.summary_fields import Pass, add_psi, add_swap, compact, cri_time, fs_stats, u64
 from services.node_api.stats.volumes import PodView, VolumeStats
 from shared.config.settings import NodeSettings
 from shared.host.cgroups import CgroupReader
@@ -92,6 +92,7 @@ class PodStats:
             pod.update(sum_cpu_memory(out_containers))
         if found is not None:
             add_psi(pod, self.cgroups.psi(found), now)
+            add_swap(pod, self.cgroups.swap(found), now)
             _limited(pod, self.cgroups.memory_limit(found))
         if full and linux is not None and linux.HasField("network"):
             pod["network"] = cri_network(linux.network, now)
@@ -128,6 +129,7 @@ class PodStats:
             cgroup = container_cgroup(pod_cgroup, c.id)
             add_psi(entry, self.cgroups.psi(cgroup), g.now)
             if self.cgroups.exists(cgroup):
+                add_swap(entry, self.cgroups.swap(cgroup), g.now)
                 _limited(entry, self.cgroups.memory_limit(cgroup))
             out.append(compact(entry))
             g.snap.containers[(uid, cname)] = ContainerIds(c.id, view.images.get(c.id) or c.image.image, cgroup)

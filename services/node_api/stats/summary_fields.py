@@ -52,3 +52,13 @@ def add_psi(stats: dict[str, Any], psi: dict[str, dict[str, Any]], now: float) -
     if "io" in psi:
         stats["io"] = {"time": now, "psi": psi["io"]}
     return stats
+
+
+def add_swap(stats: dict[str, Any], swap: tuple[int, int | None] | None, now: float) -> dict[str, Any]:
+    """The kubelet's SwapStats of a node, pod or container: what is in use and, under a swap
+    limit, what is left of it; `swap` from CgroupReader.swap."""
+    if swap is not None:
+        used, limit = swap
+        stats["swap"] = compact({"time": now, "swapUsageBytes": used,
+                                 "swapAvailableBytes": max(0, limit - used) if limit is not None else None})
+    return stats
