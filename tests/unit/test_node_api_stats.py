@@ -702,3 +702,14 @@ def test_on_cgroup_v1_swap_is_memory_stats_total_swap_under_the_memsw_limit(tmp_
     assert reader.swap("/kubepods/podx") == (2048, None)
     assert reader.swap("/kubepods/podx/c1") == (0, 1048576)
     assert reader.swap("/kubepods/nothing") is None and reader.swap("/") is None, "no figures: no swap stats"
+
+
+async def test_the_first_request_has_the_nodes_cpu_rate(node):
+    """node-api notes the node's and the pods' cgroup's CPU use when it starts, so the first
+    scrape after it has usageNanoCores, as the kubelet's cAdvisor has from its start."""
+    (node.cgroup_root / "cpuacct/cpuacct.usage").write_text("102000000000\n")
+    (node.cgroup_root / "cpuacct/kubepods/cpuacct.usage").write_text("41000000000\n")
+    node.clock.now += 10
+    n = (await node.stats.summary())["node"]
+    assert n["cpu"]["usageNanoCores"] == 200_000_000, "2 core-seconds in 10 s since the start"
+    assert n["systemContainers"][0]["cpu"]["usageNanoCores"] == 100_000_000

@@ -70,6 +70,7 @@ def test_the_kubelet_1_37_sets_the_cgroups_pykubelet_sets_on_cgroup_v1(vm_cgroup
     cmp = compare_with_kubelet(vm, baseline_config="failCgroupV1: false\n")
     print(cmp.table())
     print(cmp.shapes())
+    assert not cmp.summary_fields_only_ours(), f"fields the kubelet 1.37 has not: {cmp.summary_fields_only_ours()}"
     assert not cmp.differ(), f"pykubelet and the kubelet 1.37 differ (pykubelet, kubelet): {cmp.differ()}"
     ours = cmp.ours
     # The tiers in shares, exactly: the minimum for BestEffort, the requests for Burstable.

@@ -93,6 +93,12 @@ class NodeStats:
             g.snap.image_device = device_of(image_mountpoint, mounts) if image_mountpoint else ""
         return compact(node)
 
+    def prime(self) -> None:
+        """Note the node's and the pods' cgroup's CPU use, for the first request's rates."""
+        for cgroup in ("/", self.cgroups.kubepods()):
+            if self.cgroups.exists(cgroup):
+                self.cgroup_cpu(cgroup, self.cgroups.sample(cgroup))
+
     def _system_containers(self) -> list[dict[str, Any]]:
         """The kubelet's "pods" system container: the /kubepods cgroup all pods live under."""
         kubepods = self.cgroups.kubepods()

@@ -66,6 +66,9 @@ class StatsProvider:
         self.rates = CpuRates(clock)
         self.sandbox_stats = SandboxStatsCache(runtime, clock=clock)
         self.node = NodeStats(settings, cgroups, proc, self.rates, clock)
+        # A first CPU sample of the node and the pods' cgroup now, so the first request already
+        # has their usageNanoCores (the kubelet's cAdvisor samples from its start on).
+        self.node.prime()
         self.volumes = VolumeStats(settings, clock)
         self.pods = PodStats(settings, cgroups, self.rates, self.volumes)
 
