@@ -612,7 +612,7 @@ async def test_only_eth0_is_inlined_as_the_nodes_network_as_the_kubelet_does(nod
     write(proc / "net/dev", (proc / "net/dev").read_text().replace("eth0:", "ens3:"))
     net = (await node.stats.summary())["node"]["network"]
     assert [i["name"] for i in net["interfaces"]] == ["ens3", "ens4"]
-    assert "name" not in net and "rxBytes" not in net
+    assert net["name"] == "" and "rxBytes" not in net, "the kubelet's empty inline interface"
 
 
 async def test_a_runtime_with_a_container_filesystem_of_its_own_reports_it_as_container_fs(node, tmp_path):
@@ -628,10 +628,10 @@ async def test_a_runtime_with_a_container_filesystem_of_its_own_reports_it_as_co
     assert runtime["containerFs"]["inodesUsed"] == 9
 
 
-async def test_available_bytes_only_under_a_memory_limit(tmp_path, settings, store, host):
-    """containerd answers 0 available bytes for a cgroup without a memory limit; the kubelet
-    reports no figure there, and neither does pykubelet: a pod or container without a limit has
-    no availableBytes, one with a limit keeps the runtime's."""
+async def test_a_pods_available_bytes_only_under_a_memory_limit(tmp_path, settings, store, host):
+    """containerd answers 0 available bytes for a pod cgroup without a memory limit; the kubelet
+    reports no figure there, and neither does pykubelet: a pod without a limit has no
+    availableBytes, one with a limit keeps the runtime's. Containers keep theirs either way."""
     _, proc = host
     root = tmp_path / "cg2"
     write(root / "cgroup.controllers", "cpu memory io pids\n")
@@ -648,7 +648,8 @@ async def test_available_bytes_only_under_a_memory_limit(tmp_path, settings, sto
         [p] = (await n.stats.summary())["pods"]
         assert "availableBytes" not in p["memory"], "the pod's cgroup has no limit"
         app, sidecar = sorted(p["containers"], key=lambda c: c["name"])
-        assert app["memory"]["availableBytes"] == 7 and "availableBytes" not in sidecar["memory"]
+        assert (app["memory"]["availableBytes"], sidecar["memory"]["availableBytes"]) == (7, 0), \
+            "a container's is the runtime's, with a limit or without, as the kubelet reports it"
         write(pod / "memory.max", f"{512 * 2**20}\n")
         [p] = (await n.stats.summary())["pods"]
         assert p["memory"]["availableBytes"] == 5 * GIB, "the runtime's figure under a limit"

@@ -132,6 +132,7 @@ class NodeStats:
         listed = [{"name": i.name, "rxBytes": i.rx_bytes, "rxErrors": i.rx_errors, "txBytes": i.tx_bytes,
                    "txErrors": i.tx_errors} for i in interfaces]
         # As the kubelet: every interface listed, and eth0's counters inline (the kubelet's
-        # default interface is eth0 by name, whichever interface the default route takes).
-        inline = next((i for i in listed if i["name"] == DEFAULT_INTERFACE), {})
+        # default interface is eth0 by name, whichever interface the default route takes);
+        # without an eth0 only its empty name is inline.
+        inline = next((i for i in listed if i["name"] == DEFAULT_INTERFACE), {"name": ""})
         return {"time": now, **inline, "interfaces": listed}

@@ -130,7 +130,6 @@ class PodStats:
             add_psi(entry, self.cgroups.psi(cgroup), g.now)
             if self.cgroups.exists(cgroup):
                 add_swap(entry, self.cgroups.swap(cgroup), g.now)
-                _limited(entry, self.cgroups.memory_limit(cgroup))
             out.append(compact(entry))
             g.snap.containers[(uid, cname)] = ContainerIds(c.id, view.images.get(c.id) or c.image.image, cgroup)
         out.sort(key=lambda e: e["name"])
@@ -194,8 +193,9 @@ def _pod_log_files(log_dir: Path | None, logs_fs: FsInfo, now: float) -> dict[st
 
 
 def _limited(stats: dict[str, Any], limit: int | None) -> None:
-    """availableBytes only under a memory limit, as the kubelet reports it: the runtime's 0 for a
-    cgroup without one (containerd's) is no figure at all."""
+    """A pod's availableBytes only under a memory limit, as the kubelet reports it: the
+    runtime's 0 for a pod cgroup without one (containerd's) is no figure at all. (A container's
+    stays: the kubelet reports one for a container without a limit too.)"""
     if limit is None and isinstance(stats.get("memory"), dict):
         stats["memory"].pop("availableBytes", None)
 
