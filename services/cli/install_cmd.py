@@ -198,8 +198,9 @@ class Installer:
 
     def cgroup_driver(self, config: Path) -> str:
         """The node's cgroup driver: what an existing config.yaml says (it is the operator's), else
-        --cgroup-driver, else what the host suggests (systemd on a systemd host, as kubeadm
-        defaults to; cgroupfs elsewhere)."""
+        --cgroup-driver, else what the host suggests (systemd on a systemd host with cgroup v2,
+        as kubeadm defaults to; cgroupfs elsewhere: on cgroup v1 the systemd driver works on a
+        host systemd boots, but not where systemd runs in a container, as in systemd-nspawn)."""
         asked = getattr(self.args, "cgroup_driver", "")
         if config.exists():
             try:
@@ -213,7 +214,7 @@ class Installer:
             return str(have)
         if asked:
             return str(asked)
-        return "systemd" if systemd_running() else "cgroupfs"
+        return "systemd" if systemd_running() and Path("/sys/fs/cgroup/cgroup.controllers").exists() else "cgroupfs"
 
     def client_ca(self) -> str:
         """authentication.x509.clientCAFile for a new config.yaml: --client-ca-file, else the CA
@@ -334,7 +335,7 @@ def install(argv: list[str]) -> int:
     p.add_argument("--hostname-override", default="", help="the node's name")
     p.add_argument("--node-ip", default="", help="the node's InternalIP")
     p.add_argument("--cgroup-driver", choices=("cgroupfs", "systemd"), default="",
-                   help="cgroupDriver for a new config.yaml (default: systemd on a systemd host, "
+                   help="cgroupDriver for a new config.yaml (default: systemd on a systemd host with cgroup v2, "
                         "else cgroupfs); containerd's config follows config.yaml's")
     p.add_argument("--rotate-bus-credentials", action="store_true", help="new bus passwords (restart the target after)")
     p.add_argument("--enable", action="store_true", help=f"also `systemctl enable {TARGET}`")

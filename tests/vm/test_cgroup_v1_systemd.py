@@ -1,6 +1,6 @@
 """The systemd cgroup driver on cgroup v1: the Debian guest booted with systemd's legacy layout
 (systemd.unified_cgroup_hierarchy=0: a tree per controller, as hosts from before cgroup v2 run).
-`pykubelet install` picks the systemd driver there too, as kubeadm does; the pods, the QoS tiers
+`pykubelet install --cgroup-driver systemd` sets the node up with it; the pods, the QoS tiers
 and node allocatable are slices whose limits systemd writes into the cpu, memory and pids trees
 from the legacy properties; and each value is the one the kubelet 1.37 sets in the same guest
 (told failCgroupV1: false, as it refuses v1 otherwise)."""
@@ -38,8 +38,8 @@ def test_install_brings_the_node_up_with_the_systemd_driver_on_cgroup_v1(vm_cgro
     assert vm.run("ps", "-o", "comm=", "-p", "1").stdout.strip() == "systemd"
 
     push_images(vm, timeout=300)
-    vm.run(*install_args("pykubelet-vm", "10.0.2.15", "--enable"), timeout=300)
-    assert "cgroupDriver: systemd" in read(vm, "/etc/pykubelet/config.yaml"), "a systemd host: the systemd driver"
+    vm.run(*install_args("pykubelet-vm", "10.0.2.15", "--enable", "--cgroup-driver", "systemd"), timeout=300)
+    assert "cgroupDriver: systemd" in read(vm, "/etc/pykubelet/config.yaml")
     assert "SystemdCgroup = true" in read(vm, "/var/lib/pykubelet/containerd/config.toml")
     write_static_pod(vm, "web", web_spec())
     vm.run("systemctl", "start", "pykubelet.target", timeout=900)
