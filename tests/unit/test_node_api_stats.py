@@ -535,6 +535,18 @@ def test_machine_spec(node):
 
 # -- pressure stall information (cgroup v2) ---------------------------------------------------
 
+
+@pytest.fixture
+async def v2_node(tmp_path, settings, store, host):
+    """`node`'s pod and stats over a cgroup v2 tree (cg2/) and the same /proc."""
+    _, proc = host
+    root = tmp_path / "cg2"
+    write(root / "cgroup.controllers", "cpu memory io pids\n")
+    n = Node(tmp_path, settings, store, (root, proc))
+    yield n, root, proc
+    await n.stats.close()
+
+
 PSI_TEXT = ("some avg10=1.50 avg60=0.25 avg300=0.05 total=123456\n"
             "full avg10=0.50 avg60=0.10 avg300=0.01 total=2000000\n")
 PSI = {"some": {"total": 123456, "avg10": 1.5, "avg60": 0.25, "avg300": 0.05},
@@ -552,49 +564,43 @@ def test_pressure_files_are_read_in_the_summary_apis_shape():
         assert parse_psi(garbage) is None, garbage
 
 
-async def test_on_cgroup_v2_the_summary_and_cadvisor_metrics_carry_pressure_stalls(tmp_path, settings, store, host):
+async def test_on_cgroup_v2_the_summary_and_cadvisor_metrics_carry_pressure_stalls(v2_node):
     """The kubelet 1.37's KubeletPSI: cpu.psi, memory.psi and io.psi of the node (the root's, from
     /proc/pressure), the pods' cgroup, each pod and each container, and cAdvisor's
     container_pressure_* counters in seconds."""
-    _, proc = host
-    root = tmp_path / "cg2"
-    write(root / "cgroup.controllers", "cpu memory io pids\n")
+    n, root, proc = v2_node
     for resource in ("cpu", "memory", "io"):
         write(proc / "pressure" / resource, PSI_TEXT)
-    n = Node(tmp_path, settings, store, (root, proc))
-    try:
-        sid, cids = await n.start_pod()
-        pod = root / "kubepods/besteffort/poduid-1"
-        for cgroup in (root / "kubepods", pod, pod / cids["app"]):
-            write(cgroup / "cpu.stat", "usage_usec 1000\n")
-            write(cgroup / "memory.current", "1000\n")
-            write(cgroup / "memory.stat", "anon 10\n")
-            for resource in ("cpu", "memory", "io"):
-                write(cgroup / f"{resource}.pressure", PSI_TEXT)
-        write(pod / cids["app"] / "memory.pressure", PSI_TEXT.replace("total=2000000", "total=4500000"))
-        n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
-        summary = await n.stats.summary()
-        node = summary["node"]
-        assert node["cpu"]["psi"] == node["memory"]["psi"] == node["io"]["psi"] == PSI
-        assert node["systemContainers"][0]["io"]["psi"] == PSI
-        [p] = summary["pods"]
-        assert p["cpu"]["psi"] == p["memory"]["psi"] == p["io"]["psi"] == PSI
-        app = next(c for c in p["containers"] if c["name"] == "app")
-        assert app["memory"]["psi"]["full"]["total"] == 4500000 and app["cpu"]["psi"] == PSI
-        sidecar = next(c for c in p["containers"] if c["name"] == "sidecar")
-        assert "psi" not in sidecar["cpu"] and "io" not in sidecar, "no cgroup of its own to read"
+    sid, cids = await n.start_pod()
+    pod = root / "kubepods/besteffort/poduid-1"
+    for cgroup in (root / "kubepods", pod, pod / cids["app"]):
+        write(cgroup / "cpu.stat", "usage_usec 1000\n")
+        write(cgroup / "memory.current", "1000\n")
+        write(cgroup / "memory.stat", "anon 10\n")
+        for resource in ("cpu", "memory", "io"):
+            write(cgroup / f"{resource}.pressure", PSI_TEXT)
+    write(pod / cids["app"] / "memory.pressure", PSI_TEXT.replace("total=2000000", "total=4500000"))
+    n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
+    summary = await n.stats.summary()
+    node = summary["node"]
+    assert node["cpu"]["psi"] == node["memory"]["psi"] == node["io"]["psi"] == PSI
+    assert node["systemContainers"][0]["io"]["psi"] == PSI
+    [p] = summary["pods"]
+    assert p["cpu"]["psi"] == p["memory"]["psi"] == p["io"]["psi"] == PSI
+    app = next(c for c in p["containers"] if c["name"] == "app")
+    assert app["memory"]["psi"]["full"]["total"] == 4500000 and app["cpu"]["psi"] == PSI
+    sidecar = next(c for c in p["containers"] if c["name"] == "sidecar")
+    assert "psi" not in sidecar["cpu"] and "io" not in sidecar, "no cgroup of its own to read"
 
-        text = (await n.stats.cadvisor_metrics()).decode()
-        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    text = (await n.stats.cadvisor_metrics()).decode()
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
 
-        def value(name: str, cgroup_id: str) -> float:
-            return next(s.value for s in samples if s.name == name and s.labels["id"] == cgroup_id)
-        assert value("container_pressure_cpu_stalled_seconds_total", "/") == 2.0, "full's total, µs to s"
-        assert value("container_pressure_io_waiting_seconds_total", "/kubepods/besteffort/poduid-1") == 0.123456
-        assert value("container_pressure_memory_stalled_seconds_total",
-                     f"/kubepods/besteffort/poduid-1/{cids['app']}") == 4.5
-    finally:
-        await n.stats.close()
+    def value(name: str, cgroup_id: str) -> float:
+        return next(s.value for s in samples if s.name == name and s.labels["id"] == cgroup_id)
+    assert value("container_pressure_cpu_stalled_seconds_total", "/") == 2.0, "full's total, µs to s"
+    assert value("container_pressure_io_waiting_seconds_total", "/kubepods/besteffort/poduid-1") == 0.123456
+    assert value("container_pressure_memory_stalled_seconds_total",
+                 f"/kubepods/besteffort/poduid-1/{cids['app']}") == 4.5
 
 
 async def test_on_cgroup_v1_there_are_no_pressure_figures(node):
@@ -628,69 +634,57 @@ async def test_a_runtime_with_a_container_filesystem_of_its_own_reports_it_as_co
     assert runtime["containerFs"]["inodesUsed"] == 9
 
 
-async def test_a_pods_available_bytes_only_under_a_memory_limit(tmp_path, settings, store, host):
+async def test_a_pods_available_bytes_only_under_a_memory_limit(v2_node):
     """containerd answers 0 available bytes for a pod cgroup without a memory limit; the kubelet
     reports no figure there, and neither does pykubelet: a pod without a limit has no
     availableBytes, one with a limit keeps the runtime's. Containers keep theirs either way."""
-    _, proc = host
-    root = tmp_path / "cg2"
-    write(root / "cgroup.controllers", "cpu memory io pids\n")
-    n = Node(tmp_path, settings, store, (root, proc))
-    try:
-        sid, cids = await n.start_pod()
-        pod = root / "kubepods/burstable/poduid-1"
-        write(pod / "memory.max", "max\n")
-        write(pod / cids["app"] / "memory.max", f"{256 * 2**20}\n")
-        write(pod / cids["sidecar"] / "memory.max", "max\n")
-        n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
-        for name in ("app", "sidecar"):
-            n.runtime.container_stats[cids[name]].memory.available_bytes.value = 0 if name == "sidecar" else 7
-        [p] = (await n.stats.summary())["pods"]
-        assert "availableBytes" not in p["memory"], "the pod's cgroup has no limit"
-        app, sidecar = sorted(p["containers"], key=lambda c: c["name"])
-        assert (app["memory"]["availableBytes"], sidecar["memory"]["availableBytes"]) == (7, 0), \
-            "a container's is the runtime's, with a limit or without, as the kubelet reports it"
-        write(pod / "memory.max", f"{512 * 2**20}\n")
-        [p] = (await n.stats.summary())["pods"]
-        assert p["memory"]["availableBytes"] == 5 * GIB, "the runtime's figure under a limit"
-    finally:
-        await n.stats.close()
+    n, root, _ = v2_node
+    sid, cids = await n.start_pod()
+    pod = root / "kubepods/burstable/poduid-1"
+    write(pod / "memory.max", "max\n")
+    write(pod / cids["app"] / "memory.max", f"{256 * 2**20}\n")
+    write(pod / cids["sidecar"] / "memory.max", "max\n")
+    n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
+    for name in ("app", "sidecar"):
+        n.runtime.container_stats[cids[name]].memory.available_bytes.value = 0 if name == "sidecar" else 7
+    [p] = (await n.stats.summary())["pods"]
+    assert "availableBytes" not in p["memory"], "the pod's cgroup has no limit"
+    app, sidecar = sorted(p["containers"], key=lambda c: c["name"])
+    assert (app["memory"]["availableBytes"], sidecar["memory"]["availableBytes"]) == (7, 0), \
+        "a container's is the runtime's, with a limit or without, as the kubelet reports it"
+    write(pod / "memory.max", f"{512 * 2**20}\n")
+    [p] = (await n.stats.summary())["pods"]
+    assert p["memory"]["availableBytes"] == 5 * GIB, "the runtime's figure under a limit"
 
 
-async def test_swap_of_the_node_pods_and_containers_as_the_kubelet_reports_it(tmp_path, settings, store, host):
+async def test_swap_of_the_node_pods_and_containers_as_the_kubelet_reports_it(v2_node):
     """The kubelet's SwapStats: the node's swap from /proc/meminfo; on cgroup v2 a cgroup's
     memory.swap.current, and what is left under memory.swap.max where there is a limit (NoSwap
     containers: 0); cAdvisor's container_memory_swap beside."""
-    _, proc = host
+    n, root, proc = v2_node
     write(proc / "meminfo", f"MemTotal: {8 * GIB // 1024} kB\nMemFree: 100 kB\nSwapTotal: 1024 kB\n"
                             "SwapFree: 768 kB\n")
-    root = tmp_path / "cg2"
-    write(root / "cgroup.controllers", "cpu memory io pids\n")
-    n = Node(tmp_path, settings, store, (root, proc))
-    try:
-        sid, cids = await n.start_pod()
-        pod = root / "kubepods/burstable/poduid-1"
-        write(pod / "memory.swap.current", "4096\n")
-        write(pod / "memory.swap.max", "max\n")
-        write(pod / cids["app"] / "memory.swap.current", "4096\n")
-        write(pod / cids["app"] / "memory.swap.max", "65536\n")
-        write(pod / cids["sidecar"] / "memory.swap.current", "0\n")
-        write(pod / cids["sidecar"] / "memory.swap.max", "0\n")
-        n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
-        summary = await n.stats.summary()
-        assert summary["node"]["swap"] | {"time": 0} == {"time": 0, "swapUsageBytes": 256 * 1024,
-                                                          "swapAvailableBytes": 768 * 1024}
-        [p] = summary["pods"]
-        assert p["swap"]["swapUsageBytes"] == 4096 and "swapAvailableBytes" not in p["swap"], "no pod swap limit"
-        app, sidecar = sorted(p["containers"], key=lambda c: c["name"])
-        assert (app["swap"]["swapUsageBytes"], app["swap"]["swapAvailableBytes"]) == (4096, 65536 - 4096)
-        assert (sidecar["swap"]["swapUsageBytes"], sidecar["swap"]["swapAvailableBytes"]) == (0, 0), "NoSwap"
-        text = (await n.stats.cadvisor_metrics()).decode()
-        swap = {s.labels["id"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
-                if s.name == "container_memory_swap"}
-        assert swap["/"] == 256 * 1024 and swap[f"/kubepods/burstable/poduid-1/{cids['app']}"] == 4096
-    finally:
-        await n.stats.close()
+    sid, cids = await n.start_pod()
+    pod = root / "kubepods/burstable/poduid-1"
+    write(pod / "memory.swap.current", "4096\n")
+    write(pod / "memory.swap.max", "max\n")
+    write(pod / cids["app"] / "memory.swap.current", "4096\n")
+    write(pod / cids["app"] / "memory.swap.max", "65536\n")
+    write(pod / cids["sidecar"] / "memory.swap.current", "0\n")
+    write(pod / cids["sidecar"] / "memory.swap.max", "0\n")
+    n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
+    summary = await n.stats.summary()
+    assert summary["node"]["swap"] | {"time": 0} == {"time": 0, "swapUsageBytes": 256 * 1024,
+                                                      "swapAvailableBytes": 768 * 1024}
+    [p] = summary["pods"]
+    assert p["swap"]["swapUsageBytes"] == 4096 and "swapAvailableBytes" not in p["swap"], "no pod swap limit"
+    app, sidecar = sorted(p["containers"], key=lambda c: c["name"])
+    assert (app["swap"]["swapUsageBytes"], app["swap"]["swapAvailableBytes"]) == (4096, 65536 - 4096)
+    assert (sidecar["swap"]["swapUsageBytes"], sidecar["swap"]["swapAvailableBytes"]) == (0, 0), "NoSwap"
+    text = (await n.stats.cadvisor_metrics()).decode()
+    swap = {s.labels["id"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "container_memory_swap"}
+    assert swap["/"] == 256 * 1024 and swap[f"/kubepods/burstable/poduid-1/{cids['app']}"] == 4096
 
 
 def test_on_cgroup_v1_swap_is_memory_stats_total_swap_under_the_memsw_limit(tmp_path):
