@@ -128,8 +128,7 @@ class PodStats:
                 entry["logs"] = _container_logs(log_dir, cname, g.logs_fs, g.now)
             cgroup = container_cgroup(pod_cgroup, c.id)
             add_psi(entry, self.cgroups.psi(cgroup), g.now)
-            if self.cgroups.exists(cgroup):
-                add_swap(entry, self.cgroups.swap(cgroup), g.now)
+            add_swap(entry, self.cgroups.swap(cgroup), g.now)  # None (nothing added) where there is no cgroup
             out.append(compact(entry))
             g.snap.containers[(uid, cname)] = ContainerIds(c.id, view.images.get(c.id) or c.image.image, cgroup)
         out.sort(key=lambda e: e["name"])
