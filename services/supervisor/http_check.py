@@ -5,7 +5,9 @@ starts. It imports the services' stack only so that the services it forks share 
 supervisor runs stays in its memory as long as the node runs (its pages are copied the first time
 they are touched), so it uses a plain socket here, not an HTTP client with its TLS setup. The
 address is numeric: a host name would be resolved in a thread, and the supervisor forks only
-while it runs no thread (services/supervisor/forking.py).
+while it runs no thread (services/supervisor/forking.py). The socket is closed before the
+check returns: a service forked right after would otherwise inherit it, and hold a dead
+connection to its sibling for as long as it runs.
 """
 
 from __future__ import annotations
@@ -26,8 +28,17 @@ async def http_ok(host: str, port: int, path: str, timeout: float = TIMEOUT, tok
                 await writer.drain()
                 status_line = await reader.readline()
             finally:
-                writer.close()
+                await closed(writer)
     except (OSError, TimeoutError):
         return False
     parts = status_line.split()
     return len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1] == b"200"
+
+
+async def closed(writer: asyncio.StreamWriter) -> None:
+    """Close now: StreamWriter.close() alone leaves the socket open until the loop's next turn."""
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:  # reset by the peer: closed all the same
+        pass

@@ -22,7 +22,7 @@ from typing import IO, Any, Awaitable, Callable
 
 from services.supervisor.containerd_config import ContainerdLayout, write_config
 from services.supervisor.forking import Forker
-from services.supervisor.http_check import http_ok
+from services.supervisor.http_check import closed, http_ok
 from services.supervisor.leftovers import SUPERVISOR_PID, find_leftovers, pid_alive, stop_leftovers, write_node_file
 from services.supervisor.process import ManagedProcess, ProcessExited
 from services.supervisor.teardown import teardown_node
@@ -174,7 +174,7 @@ class LocalNode:
                 _, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1)
             except OSError:
                 return False
-            w.close()
+            await closed(w)
             return True
 
         if await accepts():

@@ -4,6 +4,7 @@ servers: only an HTTP 200 is up; an error status, garbage, silence or no listene
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -68,3 +69,33 @@ async def test_the_token_is_sent_as_a_bearer_header():
         server.close()
     assert b"\r\nAuthorization: Bearer t0ken\r\n" in heads[0]
     assert b"Authorization" not in heads[1], "no token: no header (the registry gets none)"
+
+
+def _sockets_to(port: int) -> int:
+    """This process's TCP connections to 127.0.0.1:port (from /proc/net/tcp and its fds)."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[8:-1])
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[2] == f"0100007F:{port:04X}" and fields[9] in mine:
+                n += 1
+    return n
+
+
+async def test_the_socket_is_closed_when_the_check_returns():
+    """The supervisor forks the next service right after a check: a socket still open then would
+    stay open in that service for as long as it runs (a dead connection to its sibling)."""
+    server, port = await serve(b"HTTP/1.0 200 OK\r\n\r\n")
+    try:
+        assert await http_ok("127.0.0.1", port, "/healthz")
+        assert _sockets_to(port) == 0  # no turn of the loop in between
+    finally:
+        server.close()
