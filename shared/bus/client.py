@@ -14,7 +14,7 @@ from typing import Awaitable, Callable, TypeVar
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from prometheus_client import Histogram
+from prometheus_client import Gauge, Histogram
 from pydantic import ValidationError
 
 from shared.bus.messages import Event
@@ -27,6 +27,9 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 BUS_DELIVERY_SECONDS = Histogram("pykubelet_bus_delivery_seconds",
                                  "Time from publishing an event to its handler starting", ["subject"],
                                  buckets=_LATENCY_BUCKETS)
+# Every service subscribes once per event type at start: a number that grows while the node runs
+# is a leak (the churn test and benchmark read it).
+BUS_SUBSCRIPTIONS = Gauge("pykubelet_bus_subscriptions", "Subscriptions this process holds on the event bus")
 BUS_HANDLER_SECONDS = Histogram("pykubelet_bus_handler_seconds", "Time an event handler took", ["subject"],
                                 buckets=_LATENCY_BUCKETS)
 
@@ -47,6 +50,7 @@ class Bus:
         self._auth = {"user": user, "password": password} if user else {}
         self._nc: NATS | None = None
         self._auth_error: Exception | None = None
+        self._subscriptions = 0
 
     async def connect(self, timeout: float = 30.0) -> None:
         """Connect, retrying until `timeout`; afterwards nats-py reconnects by itself forever."""
@@ -118,6 +122,8 @@ class Bus:
                 BUS_HANDLER_SECONDS.labels(msg.subject).observe(time.time() - started)
 
         await self._nc.subscribe(event_type.subject, cb=on_msg)
+        self._subscriptions += 1
+        BUS_SUBSCRIPTIONS.inc()
         # The server has the subscription once a flush returns: an event published right after
         # (by another service) is not missed. Bounded; a slow server only delays the start.
         try:
@@ -126,6 +132,8 @@ class Bus:
             log.warning("subscription to %s not confirmed by the server yet: %s", event_type.subject, exc)
 
     async def close(self) -> None:
+        BUS_SUBSCRIPTIONS.dec(self._subscriptions)  # a drained or closed connection holds none
+        self._subscriptions = 0
         if self._nc is not None and not self._nc.is_closed:
             try:
                 await asyncio.wait_for(self._nc.drain(), timeout=5)
