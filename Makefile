@@ -93,6 +93,12 @@ bench: deps kube ## Benchmarks: pod startup vs the raw CRI floor and the kubelet
 	@deploy/build-containerd.sh >/dev/null
 	$(PY) -m bench.run $(BENCH_ARGS)
 
+.PHONY: bench-churn
+bench-churn: deps kube ## Churn benchmark: 5,000 pods created and deleted in waves of 50 on pykubelet and the kubelet 1.37, what each left behind (BENCH_ARGS="--churn-pods 500" for a shorter run)
+	@deploy/build-kube.sh kubelet
+	@deploy/build-containerd.sh >/dev/null
+	$(PY) -m bench.run --only churn $(BENCH_ARGS)
+
 .PHONY: profile
 profile: deps ## Where pykubelet's CPU goes: py-spy on every service of a node running 100 pods (PROFILE_ARGS)
 	$(PY) -m bench.profile $(PROFILE_ARGS)

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import cluster, eviction, standalone
+from bench import churn, cluster, eviction, standalone
 from bench.containerd2 import put_first_on_path
 from shared.host.mounts import MountError, remove_tree
 from tests.cluster.harness import KUBELET_LABEL
@@ -133,6 +133,8 @@ def render(out: dict) -> str:
         lines += _node_api_table(py.get("node_api", {}), kube.get("node_api", {}))
     if out.get("eviction"):
         lines += eviction.table(out["eviction"])
+    if out.get("churn"):
+        lines += churn.table(out["churn"])
     bs = py.get("bus_store_100_pods")
     if bs:
         lines += ["", f"Bus and store during the 100-pod startup (pykubelet, {bs['seconds']:.0f}s; "
@@ -156,15 +158,20 @@ def main() -> int:
     p.add_argument("--steady-seconds", type=float, default=60, help="steady-state window per pod count")
     p.add_argument("--probe-seconds", type=float, default=60, help="probe load window")
     p.add_argument("--skip", action="append", default=[], choices=["cluster", "standalone", "eviction"])
-    p.add_argument("--only", choices=["node-api", "eviction", "footprint"],
+    p.add_argument("--churn-pods", type=int, default=5000, help="pods the churn benchmark creates and deletes")
+    p.add_argument("--churn-wave", type=int, default=50, help="pods per churn wave")
+    p.add_argument("--only", choices=["node-api", "eviction", "footprint", "churn"],
                    help="node-api: only the kubelet API figures (cluster mode, both agents; a few minutes); "
                         "eviction: only the eviction reaction time (both agents; a few minutes); "
-                        "footprint: only steady-state CPU and memory and the probe load (cluster mode; ~12 minutes)")
+                        "footprint: only steady-state CPU and memory and the probe load (cluster mode; ~12 minutes); "
+                        "churn: only the churn benchmark (both agents; `make bench-churn`), which the others leave out")
     args = p.parse_args()
     if args.only in ("node-api", "footprint"):
         args.skip = [*args.skip, "standalone", "eviction"]
     elif args.only == "eviction":
         args.skip = [*args.skip, "standalone", "cluster"]
+    elif args.only == "churn":
+        args.skip = [*args.skip, "standalone", "cluster", "eviction"]
     started = time.time()
     # The interpreter decides part of the footprint (services/supervisor/immortal.py).
     out: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -186,6 +193,8 @@ def main() -> int:
             out["standalone"] = standalone.run(root / "standalone", progress)
         if "eviction" not in args.skip:
             out["eviction"] = eviction.run(root / "eviction", progress)
+        if args.only == "churn":
+            out["churn"] = churn.run(root / "churn", args.churn_pods, args.churn_wave, progress)
     finally:
         try:
             remove_tree(root)  # refuses (and says so) if anything is still mounted below it
