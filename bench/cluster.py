@@ -1,10 +1,11 @@
 """Cluster mode: a real etcd + kube-apiserver; each agent in turn joins it as a node and runs the
 same workloads, created through the API with spec.nodeName set (no scheduler).
 
-Per agent: pod startup the SIG-scalability way (created -> a watch sees Running, warm image) for
-one pod, 30 at once and 100 at 5/s, each followed by deleting them all (until gone from the API
-and from containerd); steady-state CPU and PSS at 0, 30 and 100 running pods; the probe load;
-the kubelet API (bench/node_api.py: kubectl logs and exec, stats/summary with the 100 pods). For
+Per agent (maxPods 250): pod startup the SIG-scalability way (created -> a watch sees Running,
+warm image) for one pod, 30 at once, 100 at 5/s and 250 at 10/s, each followed by deleting them
+all (until gone from the API and from containerd); steady-state CPU and PSS at 0, 30, 100 and 250
+running pods; the probe load; the kubelet API (bench/node_api.py: kubectl logs and exec,
+stats/summary with 100 and with 250 pods). For
 pykubelet also the CRI floor (the same pods straight through CRI on its containerd, at the
 same concurrency) and what the bus and store did during the 100-pod startup. The agents run one
 after the other, each on its own containerd from the same build and config: two agents on one
@@ -29,9 +30,12 @@ from tests.cluster.harness import ControlPlane
 from tests.integration.conftest import NODE_NAME
 
 NAMESPACE = "default"
-WORKLOADS = [("1 pod", 1, None), ("30 pods at once", 30, None), ("100 pods at 5/s", 100, 5.0)]
-STEADY_AT = (30, 100)  # besides 0: measured while these workloads' pods run
-STATS_AT = 100  # the kubelet API's stats/summary is timed while this workload's pods run
+WORKLOADS = [("1 pod", 1, None), ("30 pods at once", 30, None), ("100 pods at 5/s", 100, 5.0),
+             ("250 pods at 10/s", 250, 10.0)]
+STEADY_AT = (30, 100, 250)  # besides 0: measured while these workloads' pods run
+STATS_AT = (100, 250)  # the kubelet API's stats/summary is timed while these workloads' pods run
+# Both agents take 250 pods (the kubelet's default is 110); the pod CIDR, a /24, has 253 addresses.
+MAX_PODS = 250
 
 
 def pod_manifest(name: str, image: str, node_name: str | None, label: str = "startup") -> dict:
@@ -212,6 +216,19 @@ def bus_and_store(before: dict[str, prom.Samples], after: dict[str, prom.Samples
     return {"seconds": round(seconds, 1), "bus": bus, "store": store}
 
 
+def api_requests(before: dict[str, prom.Samples], after: dict[str, prom.Samples], seconds: float) -> dict:
+    """Requests the agent sent the API server between two scrapes: every one passes its client-side
+    rate limiter (kubeAPIQPS / kubeAPIBurst), whose histogram both agents export."""
+    name = "rest_client_rate_limiter_duration_seconds"
+    waits: dict[float, float] = {}
+    for src in after:
+        for le, v in prom.histogram_delta(before[src], after[src], name).items():
+            waits[le] = waits.get(le, 0.0) + v
+    count = waits.get(float("inf"), 0.0)
+    return {"seconds": round(seconds, 1), "requests": int(count), "per_second": round(count / seconds, 1),
+            "limiter_wait_p99_s": prom.quantile(waits, 0.99) if count else 0.0}
+
+
 def _probe_totals(samples: dict[str, prom.Samples]) -> tuple[float, float]:
     ok = sum(prom.total(s, "prober_probe_total", result="successful") for s in samples.values())
     failed = sum(prom.total(s, "prober_probe_total", result="failed") for s in samples.values())
@@ -257,16 +274,19 @@ async def node_api_logs_exec(agent, api, cp: ControlPlane, progress) -> dict:
     return {"logs": logs, "exec": exec_}
 
 
-ALL_PHASES = frozenset({"startup", "floor", "bus", "steady", "probe", "node-api"})
+ALL_PHASES = frozenset({"startup", "floor", "bus", "steady", "probe", "node-api", "stats"})
 # What each agent is measured on. pykubelet's systemd layout (every service exec'd on its own, as
 # the units start them) only for its steady-state cost: everything else is the same code.
 PHASES = {"pykubelet": ALL_PHASES, "pykubelet-exec": frozenset({"steady"}),
           "kubelet": ALL_PHASES - {"floor", "bus"}}
-ONLY = {"node-api": frozenset({"node-api"}), "footprint": frozenset({"steady", "probe"})}
+ONLY = {"node-api": frozenset({"node-api", "stats"}), "footprint": frozenset({"steady", "probe"}),
+        "scale": frozenset({"startup", "floor", "steady", "stats"})}
+# --only scale: the 250-pod workload alone.
+ONLY_WORKLOADS = {"scale": {"250 pods at 10/s"}}
 
 
 async def run_agent(agent, api, cp: ControlPlane, steady_seconds: float, probe_seconds: float, targets: Targets,
-                    progress, phases: frozenset[str]) -> dict:
+                    progress, phases: frozenset[str], workloads: set[str] | None = None) -> dict:
     """The phases asked for. The workloads' pods are started whenever a phase needs them running
     (steady state at 30 and 100 pods, stats/summary at 100)."""
     progress(f"{agent.label}: starting a node joined to the API server ...")
@@ -280,23 +300,29 @@ async def run_agent(agent, api, cp: ControlPlane, steady_seconds: float, probe_s
         progress(f"{agent.label}: steady state with 0 pods for {steady_seconds:.0f}s ...")
         out.setdefault("steady", {})["0"] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
     for label, count, rate in WORKLOADS:
+        if workloads is not None and label not in workloads:
+            continue
         steady = "steady" in phases and count in STEADY_AT
-        stats = "node-api" in phases and count == STATS_AT
+        stats = "stats" in phases and count in STATS_AT
         if not ("startup" in phases or steady or stats):
             continue
         progress(f"{agent.label}: pod startup, {label} ...")
         pods = [pod_manifest(f"s{count}-{i}", image, agent.node_name) for i in range(count)]
         bus = "bus" in phases and count == 100
-        before, t0 = (scrape(agent), time.monotonic()) if bus else (None, 0.0)
+        before, t0 = (scrape(agent), time.monotonic()) if bus or count == MAX_PODS else (None, 0.0)
         times = await create_and_wait(api, pods, rate, "startup")
-        if before is not None:
-            out["bus_store_100_pods"] = bus_and_store(before, scrape(agent), time.monotonic() - t0)
         result = {"startup": summary(times)}
+        if before is not None:
+            after = scrape(agent)
+            if bus:
+                out["bus_store_100_pods"] = bus_and_store(before, after, time.monotonic() - t0)
+            else:
+                result["api_requests"] = api_requests(before, after, time.monotonic() - t0)
         if steady or stats:
             await asyncio.sleep(5)  # let the start-up work drain
         if steady:
             progress(f"{agent.label}: steady state with {count} pods for {steady_seconds:.0f}s ...")
-            out["steady"][str(count)] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
+            out.setdefault("steady", {})[str(count)] = await asyncio.to_thread(measure, agent.pids(), steady_seconds)
         if stats:  # after the steady-state window, which it would disturb
             out.setdefault("node_api", {})[f"stats_summary_{count}_pods"] = await node_api.stats_summary_latency(
                 cp, api, agent, progress)
@@ -324,8 +350,10 @@ def run(root: Path, steady_seconds: float, probe_seconds: float, progress=print,
 
     async def go():
         api = await k8s(cp.admin_kubeconfig)
-        agents = [Pykubelet(root / "pykubelet", cp), Pykubelet(root / "pykubelet-exec", cp, exec_services=True),
-                  Kubelet(root / "kubelet", cp)]
+        limit = f"maxPods: {MAX_PODS}\n"
+        agents = [Pykubelet(root / "pykubelet", cp, limit),
+                  Pykubelet(root / "pykubelet-exec", cp, limit, exec_services=True),
+                  Kubelet(root / "kubelet", cp, limit)]
         try:
             for agent in agents:
                 phases = PHASES[agent.label] & ONLY.get(only, ALL_PHASES)
@@ -333,7 +361,7 @@ def run(root: Path, steady_seconds: float, probe_seconds: float, progress=print,
                     continue
                 try:
                     results[agent.label] = await run_agent(agent, api, cp, steady_seconds, probe_seconds, targets,
-                                                           progress, phases)
+                                                           progress, phases, ONLY_WORKLOADS.get(only))
                 finally:
                     await agent.stop()
         finally:

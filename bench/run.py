@@ -53,18 +53,20 @@ def _node_api_table(py: dict, kube: dict) -> list[str]:
     def ratio(a: float | None, b: float | None) -> str:
         return f"{a / b:.2f}x" if a and b else "-"
 
-    stats = next((k for k in py if k.startswith("stats_summary_")), None) or \
-        next((k for k in kube if k.startswith("stats_summary_")), "stats_summary_100_pods")
-    pods = stats.removeprefix("stats_summary_").removesuffix("_pods")
+    stats = sorted({k for k in [*py, *kube] if k.startswith("stats_summary_")},
+                   key=lambda k: int(k.removeprefix("stats_summary_").removesuffix("_pods")))
     pl, kl = py.get("logs"), kube.get("logs")
     pe, ke = py.get("exec"), kube.get("exec")
-    ps, ks = py.get(stats), kube.get(stats)
     rows = [
         ("kubectl logs, 50 MiB log: MB/s, best / median", logs(pl), logs(kl),
          ratio(pl and pl["median_mb_per_s"], kl and kl["median_mb_per_s"])),
         ("kubectl exec POD -- true: s, p50 / p99", lat(pe), lat(ke), ratio(pe and pe["p50"], ke and ke["p50"])),
-        (f"stats/summary, {pods} pods: s, p50 / p99", lat(ps), lat(ks), ratio(ps and ps["p50"], ks and ks["p50"])),
     ]
+    for key in stats:
+        ps, ks = py.get(key), kube.get(key)
+        pods = key.removeprefix("stats_summary_").removesuffix("_pods")
+        rows.append((f"stats/summary, {pods} pods: s, p50 / p99", lat(ps), lat(ks),
+                     ratio(ps and ps["p50"], ks and ks["p50"])))
     lines = ["", "Kubelet API, cluster mode (logs and exec through the API server with kubectl; stats/summary "
                  "straight to the node with the API server's client certificate)",
              f"  {'':<46} {'pykubelet':<22} {KUBELET_LABEL:<22} {'pykubelet / kubelet':>20}"]
@@ -101,6 +103,16 @@ def _steady_tables(py: dict, exec_: dict, kube: dict, py_probe: dict | None, kub
     return lines
 
 
+def _api_requests_lines(py: dict, kube: dict) -> list[str]:
+    def cell(r: dict | None) -> str:
+        if not r:
+            return "-"
+        return f"{r['requests']} in {r['seconds']:.0f}s = {r['per_second']:.1f}/s, wait p99 {r['limiter_wait_p99_s']:.3f}s"
+    return [f"  API requests while {label} started (kubeAPIQPS 50, burst 100 for both): pykubelet "
+            f"{cell(r['api_requests'])}; kubelet {cell(kube.get(label, {}).get('api_requests'))}"
+            for label, r in py.items() if r.get("api_requests")]
+
+
 def render(out: dict) -> str:
     lines: list[str] = [f"pykubelet on {out['python']}"] if out.get("python") else []
     if out.get("containerd"):
@@ -116,6 +128,7 @@ def render(out: dict) -> str:
     if s:
         lines += _startup_table("standalone: static pod file written -> the agent reports it Running",
                                 s.get("pykubelet", {}), s.get("kubelet", {}), floor)
+    lines += _api_requests_lines(py.get("startup", {}), kube.get("startup", {}))
     if py.get("steady"):
         lines += _steady_tables(py["steady"], c.get("pykubelet-exec", {}).get("steady", {}), kube.get("steady", {}),
                                 py.get("probe_load"), kube.get("probe_load"))
@@ -160,13 +173,15 @@ def main() -> int:
     p.add_argument("--skip", action="append", default=[], choices=["cluster", "standalone", "eviction"])
     p.add_argument("--churn-pods", type=int, default=5000, help="pods the churn benchmark creates and deletes")
     p.add_argument("--churn-wave", type=int, default=50, help="pods per churn wave")
-    p.add_argument("--only", choices=["node-api", "eviction", "footprint", "churn"],
+    p.add_argument("--only", choices=["node-api", "eviction", "footprint", "churn", "scale"],
                    help="node-api: only the kubelet API figures (cluster mode, both agents; a few minutes); "
                         "eviction: only the eviction reaction time (both agents; a few minutes); "
                         "footprint: only steady-state CPU and memory and the probe load (cluster mode; ~12 minutes); "
+                        "scale: only 250 pods at 10/s, the steady state and stats/summary with them "
+                        "(cluster mode, both agents); "
                         "churn: only the churn benchmark (both agents; `make bench-churn`), which the others leave out")
     args = p.parse_args()
-    if args.only in ("node-api", "footprint"):
+    if args.only in ("node-api", "footprint", "scale"):
         args.skip = [*args.skip, "standalone", "eviction"]
     elif args.only == "eviction":
         args.skip = [*args.skip, "standalone", "cluster"]
