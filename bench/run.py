@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import churn, cluster, eviction, standalone
+from bench import churn, cluster, eviction, imports, standalone
 from bench.containerd2 import put_first_on_path
 from shared.host.mounts import MountError, remove_tree
 from tests.cluster.harness import KUBELET_LABEL
@@ -113,6 +113,36 @@ def _api_requests_lines(py: dict, kube: dict) -> list[str]:
             for label, r in py.items() if r.get("api_requests")]
 
 
+def _probe_load_table(py: dict, kube: dict | None) -> list[str]:
+    lines = ["", "Probe load, cluster mode (100 host-network pods x 3 containers, readiness httpGet + liveness "
+                 "tcpSocket every 1s each)",
+             f"  {'agent':<10} {'probes/s':>9} {'CPU':>8} {'PSS':>10} {'spurious failures':>18} "
+             f"{'TIME-WAIT left':>15} {'delete all':>11}"]
+    for name, r in (("pykubelet", py), ("kubelet", kube)):
+        if r:
+            lines.append(f"  {name:<10} {r['probes_per_second']:>9.1f} {r['cpu_cores']:>6.3f} c "
+                         f"{r['pss_mib']:>6.1f} MiB {r['spurious_failures']:>18} {r['time_wait_sockets']:>15} "
+                         f"{r['delete_all_seconds']:>10.1f}s")
+    return lines
+
+
+def _bus_store_table(bs: dict) -> list[str]:
+    lines = ["", f"Bus and store during the 100-pod startup (pykubelet, {bs['seconds']:.0f}s; "
+                 "latencies are histogram bucket upper bounds)",
+             f"  {'event':<18} {'deliveries':>10} {'publish->handler p50 / p99':>28} {'handler p99':>12}"
+             f"  slowest subscriber (p99)"]
+    for subject, r in bs["bus"].items():
+        slow = r["slowest_subscriber"]
+        lines.append(f"  {subject:<18} {r['deliveries']:>10} {r['delivery_p50_s'] * 1000:>15.1f} / "
+                     f"{r['delivery_p99_s'] * 1000:>6.1f} ms {r['handler_p99_s'] * 1000:>9.1f} ms"
+                     f"  {slow} ({r['per_subscriber'][slow]['delivery_p99_s'] * 1000:.1f} ms)")
+    lines.append(f"  {'store writer':<18} {'commits':>10} {'commits/s':>10} {'commit p50 / p99':>22}")
+    for svc, r in bs["store"].items():
+        lines.append(f"  {svc:<18} {r['writes']:>10} {r['writes_per_second']:>10.1f} "
+                     f"{r['commit_p50_s'] * 1000:>11.1f} / {r['commit_p99_s'] * 1000:>5.1f} ms")
+    return lines
+
+
 def render(out: dict) -> str:
     lines: list[str] = [f"pykubelet on {out['python']}"] if out.get("python") else []
     if out.get("containerd"):
@@ -133,36 +163,17 @@ def render(out: dict) -> str:
         lines += _steady_tables(py["steady"], c.get("pykubelet-exec", {}).get("steady", {}), kube.get("steady", {}),
                                 py.get("probe_load"), kube.get("probe_load"))
     if py.get("probe_load"):
-        lines += ["", "Probe load, cluster mode (100 host-network pods x 3 containers, readiness httpGet + liveness "
-                      "tcpSocket every 1s each)",
-                  f"  {'agent':<10} {'probes/s':>9} {'CPU':>8} {'PSS':>10} {'spurious failures':>18} "
-                  f"{'TIME-WAIT left':>15} {'delete all':>11}"]
-        for name, r in (("pykubelet", py.get("probe_load")), ("kubelet", kube.get("probe_load"))):
-            if r:
-                lines.append(f"  {name:<10} {r['probes_per_second']:>9.1f} {r['cpu_cores']:>6.3f} c "
-                             f"{r['pss_mib']:>6.1f} MiB {r['spurious_failures']:>18} {r['time_wait_sockets']:>15} "
-                             f"{r['delete_all_seconds']:>10.1f}s")
+        lines += _probe_load_table(py["probe_load"], kube.get("probe_load"))
     if py.get("node_api") or kube.get("node_api"):
         lines += _node_api_table(py.get("node_api", {}), kube.get("node_api", {}))
     if out.get("eviction"):
         lines += eviction.table(out["eviction"])
+    if out.get("imports"):
+        lines += imports.table(out["imports"])
     if out.get("churn"):
         lines += churn.table(out["churn"])
-    bs = py.get("bus_store_100_pods")
-    if bs:
-        lines += ["", f"Bus and store during the 100-pod startup (pykubelet, {bs['seconds']:.0f}s; "
-                      "latencies are histogram bucket upper bounds)",
-                  f"  {'event':<18} {'deliveries':>10} {'publish->handler p50 / p99':>28} {'handler p99':>12}"
-                  f"  slowest subscriber (p99)"]
-        for subject, r in bs["bus"].items():
-            slow = r["slowest_subscriber"]
-            lines.append(f"  {subject:<18} {r['deliveries']:>10} {r['delivery_p50_s'] * 1000:>15.1f} / "
-                         f"{r['delivery_p99_s'] * 1000:>6.1f} ms {r['handler_p99_s'] * 1000:>9.1f} ms"
-                         f"  {slow} ({r['per_subscriber'][slow]['delivery_p99_s'] * 1000:.1f} ms)")
-        lines.append(f"  {'store writer':<18} {'commits':>10} {'commits/s':>10} {'commit p50 / p99':>22}")
-        for svc, r in bs["store"].items():
-            lines.append(f"  {svc:<18} {r['writes']:>10} {r['writes_per_second']:>10.1f} "
-                         f"{r['commit_p50_s'] * 1000:>11.1f} / {r['commit_p99_s'] * 1000:>5.1f} ms")
+    if py.get("bus_store_100_pods"):
+        lines += _bus_store_table(py["bus_store_100_pods"])
     return "\n".join(lines)
 
 
@@ -170,23 +181,26 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="make bench")
     p.add_argument("--steady-seconds", type=float, default=60, help="steady-state window per pod count")
     p.add_argument("--probe-seconds", type=float, default=60, help="probe load window")
-    p.add_argument("--skip", action="append", default=[], choices=["cluster", "standalone", "eviction"])
+    p.add_argument("--skip", action="append", default=[], choices=["cluster", "standalone", "eviction", "imports"])
     p.add_argument("--churn-pods", type=int, default=5000, help="pods the churn benchmark creates and deletes")
     p.add_argument("--churn-wave", type=int, default=50, help="pods per churn wave")
     p.add_argument("--only", choices=["node-api", "eviction", "footprint", "churn", "scale"],
                    help="node-api: only the kubelet API figures (cluster mode, both agents; a few minutes); "
                         "eviction: only the eviction reaction time (both agents; a few minutes); "
-                        "footprint: only steady-state CPU and memory and the probe load (cluster mode; ~12 minutes); "
+                        "footprint: only steady-state CPU and memory, the probe load and the import cost per service "
+                        "(cluster mode; ~15 minutes); "
                         "scale: only 250 pods at 10/s, the steady state and stats/summary with them "
                         "(cluster mode, both agents); "
                         "churn: only the churn benchmark (both agents; `make bench-churn`), which the others leave out")
     args = p.parse_args()
-    if args.only in ("node-api", "footprint", "scale"):
+    if args.only in ("node-api", "scale"):
+        args.skip = [*args.skip, "standalone", "eviction", "imports"]
+    elif args.only == "footprint":  # the import cost explains part of the footprint
         args.skip = [*args.skip, "standalone", "eviction"]
     elif args.only == "eviction":
-        args.skip = [*args.skip, "standalone", "cluster"]
+        args.skip = [*args.skip, "standalone", "cluster", "imports"]
     elif args.only == "churn":
-        args.skip = [*args.skip, "standalone", "cluster", "eviction"]
+        args.skip = [*args.skip, "standalone", "cluster", "eviction", "imports"]
     started = time.time()
     # The interpreter decides part of the footprint (services/supervisor/immortal.py).
     out: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -201,6 +215,8 @@ def main() -> int:
         print(f"[{time.time() - started:6.0f}s] {message}", flush=True)
 
     try:
+        if "imports" not in args.skip:  # first, while nothing else runs on the machine
+            out["imports"] = imports.run(progress)
         if "cluster" not in args.skip:
             out["cluster"] = cluster.run(root / "cluster", args.steady_seconds, args.probe_seconds, progress,
                                          only=args.only)
