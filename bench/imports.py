@@ -9,8 +9,8 @@ does any work.
   forking.RUNTIME_MODULES) and its own cluster-mode modules (forking.CLUSTER_MODULES). Printed:
   modules, import time, RSS after the imports, and the top-level packages that took longest.
 - forked layout (`pykubelet up`): the supervisor's preload, once for all services (forking.preload),
-  and, for each service forked from it, how many modules its imports still add (none: a module
-  the preload misses is a private copy in every service).
+  and, for each service forked from it, how many modules its code and the modules services import
+  once running still add (none: a module the preload misses is a private copy in every service).
 """
 
 from __future__ import annotations
@@ -67,11 +67,11 @@ print(json.dumps({"modules": len(sys.modules), "seconds": took, "rss_kib": rss, 
 
 
 def service_modules(service: str) -> list[str]:
-    """What `service` imports when it runs in cluster mode."""
+    """The code `service` runs in cluster mode."""
     package = SERVICE_MAIN[service].removesuffix(".__main__")
     own = [m for m in CLUSTER_MODULES if m.startswith(package + ".")]
     api = [m for m in CLUSTER_MODULES if m.startswith("shared.api.")] if own else []
-    return [SERVICE_MAIN[service], *RUNTIME_MODULES, *api, *own]
+    return [SERVICE_MAIN[service], *api, *own]
 
 
 def heaviest(importtime: str, top: int = TOP) -> dict[str, float]:
@@ -107,7 +107,8 @@ def run(progress=print) -> dict:
         _, trace = _python(IMPORT_ONE, json.dumps(modules), importtime=True)
         systemd[service] = {"modules": figures["modules"], "import_ms": round(figures["seconds"] * 1000),
                             "rss_mib": round(figures["rss_kib"] / 1024, 1), "heaviest_ms": heaviest(trace)}
-    forked, _ = _python(PRELOAD_THEN_FORK, json.dumps({s: service_modules(s) for s in SERVICE_MAIN}),
+    forked, _ = _python(PRELOAD_THEN_FORK, json.dumps({s: [*service_modules(s), *RUNTIME_MODULES]
+                                                       for s in SERVICE_MAIN}),
                         importtime=False)
     return {"systemd_layout": systemd,
             "forked_layout": {"preload_modules": forked["modules"], "preload_ms": round(forked["seconds"] * 1000),
