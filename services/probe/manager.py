@@ -60,14 +60,18 @@ class ProbeManager:
                             for r in s.scalars(select(ProbeResult))}
 
     def _desired(self, uids: set[str] | None = None) -> dict[ProbeKey, tuple[Container, Probe, Target | None]]:
-        """The probes that should run: of every pod, or of just these pods."""
+        """The probes that should run: of every pod, or of just these pods. The parsed pods of
+        the others are dropped: a removed pod's would stay until the cache's limit (thousands of
+        pods of churn, ~40 KiB each)."""
         out: dict[ProbeKey, tuple[Container, Probe, Target | None]] = {}
+        seen: set[str] = set()
         with self.store.session() as s:
             rq, dq = select(PodRuntime), select(DesiredPod).where(DesiredPod.deleting.is_(False))
             if uids is not None:
                 rq, dq = rq.where(PodRuntime.uid.in_(uids)), dq.where(DesiredPod.uid.in_(uids))
             runtime = {r.uid: r for r in s.scalars(rq)}
             for d in s.scalars(dq):
+                seen.add(d.uid)
                 pod = self._pods.get(d.uid, d.manifest)
                 rt = runtime.get(d.uid)
                 observed = {c["name"]: c for c in (rt.containers if rt else [])}
@@ -86,6 +90,11 @@ class ProbeManager:
                         if probe is not None:
                             key = ProbeKey(d.uid, d.namespace, d.name, c.name, kind)
                             out[key] = (c, probe, target)
+        if uids is None:
+            self._pods.retain(seen)
+        else:
+            for uid in uids - seen:
+                self._pods.forget(uid)
         return out
 
     async def reconcile(self, uids: set[str] | None = None) -> None:

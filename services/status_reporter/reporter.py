@@ -39,6 +39,13 @@ class PodStatusReporter:
             if uids is not None:
                 q = q.where(DesiredPod.uid.in_(uids))
             desired = {d.uid: d for d in s.scalars(q)}
+            # Parsed pods are kept only while they are on the node: a removed pod's would stay
+            # until the cache's limit (thousands of pods of churn, ~40 KiB each).
+            if uids is None:
+                self._pods.retain(set(desired))
+            else:
+                for uid in set(uids) - set(desired):
+                    self._pods.forget(uid)
             runtime = {r.uid: r for r in s.scalars(select(PodRuntime).where(PodRuntime.uid.in_(desired)))}
             records = {r.uid: r for r in s.scalars(select(PodStatusRecord).where(PodStatusRecord.uid.in_(desired)))}
             probes: dict[str, dict[tuple[str, str], tuple[str, str]]] = {}

@@ -806,6 +806,12 @@ class PodCache:
         with self._lock:
             self._pods.pop(uid, None)
 
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._pods
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
     def retain(self, uids: set[str]) -> None:
         """Drop every pod not in uids."""
         with self._lock:
