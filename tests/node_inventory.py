@@ -116,11 +116,19 @@ def _store_rows(store: Path) -> dict[str, int]:
         con.close()
 
 
-def _closed_by_peer(pids: dict[str, int]) -> int:
-    """TCP connections of these processes that the other end closed and they never did."""
+HALF_CLOSED = "connections closed by the peer"
+
+
+def _closed_by_peer(pids: dict[str, int]) -> dict[str, int]:
+    """Per process: TCP connections the other end closed and it never did (peer address: count)."""
     res = subprocess.run(["ss", "-tnpH", "state", "close-wait"], capture_output=True, text=True, timeout=IP_TIMEOUT)
-    wanted = {f"pid={pid}," for pid in pids.values()}
-    return sum(1 for line in res.stdout.splitlines() if any(w in line for w in wanted))
+    out: dict[str, int] = {}
+    for line in res.stdout.splitlines():
+        for name, pid in pids.items():
+            if f"pid={pid}," in line:
+                key = f"{HALF_CLOSED}: {name} -> {line.split()[3]}"
+                out[key] = out.get(key, 0) + 1
+    return out
 
 
 def _fds(pid: int) -> int:
@@ -165,7 +173,7 @@ def take(agent: Agent) -> Inventory:
     if agent.store is not None:
         counts |= _store_rows(agent.store)
     if agent.pids:
-        counts["connections closed by the peer"] = _closed_by_peer(agent.pids)
+        counts |= _closed_by_peer(agent.pids)
     if agent.bus_subscriptions:
         counts["bus subscriptions"] = int(sum(agent.bus_subscriptions.values()))
     return Inventory(counts=counts, fds={n: _fds(p) for n, p in agent.pids.items()},

@@ -11,7 +11,7 @@ import json
 from shared.host.cni import cni_ipam_dir
 from tests.churn import CONFIG_MAP, SECRET, churn_pod, config_objects
 from tests.integration.conftest import NODE_NAME, SERVICES, wait_for
-from tests.node_inventory import Agent, Inventory, take
+from tests.node_inventory import HALF_CLOSED, Agent, Inventory, take
 
 WAVES, WAVE_SIZE = 3, 20
 # Connections a service opens and closes by itself (an API watch re-established, a pooled
@@ -29,23 +29,29 @@ def bus_subscriptions(node) -> dict[str, float]:
     return out
 
 
-def inventory(node) -> Inventory:
-    return take(Agent(endpoint=f"unix://{node.root}/containerd/containerd.sock", root=node.root,
+def inventory(node, api_server: str) -> Inventory:
+    """What the node holds. A connection the API server closed after 90 s idle stays half-closed
+    in the service's HTTP pool until its next request (httpx notices only then, where Go's client
+    reads every idle connection): at most one per pooled connection, and not counted. One to
+    anywhere else is a descriptor the service lost."""
+    inv = take(Agent(endpoint=f"unix://{node.root}/containerd/containerd.sock", root=node.root,
                       pods_dir=node.root / "pods", ipam_dir=cni_ipam_dir(node.root), store=node.root / "state.db",
                       pids={name: node.service_pid(name) for name in [*SERVICES, "nats", "supervisor"]},
                       bus_subscriptions=bus_subscriptions(node)))
+    inv.counts = {k: v for k, v in inv.counts.items() if not (k.startswith(HALF_CLOSED) and k.endswith(api_server))}
+    return inv
 
 
 def _ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions") or [])
 
 
-def _wait_given_back(node, before: Inventory, what: str, fds: bool) -> None:
+def _wait_given_back(node, api_server: str, before: Inventory, what: str, fds: bool) -> None:
     grown: dict = {}
 
     def given_back() -> bool:
         nonlocal grown
-        now = inventory(node)
+        now = inventory(node, api_server)
         grown = now.grown(before, fd_slack=FD_SLACK)
         if not fds:
             grown = {k: v for k, v in grown.items() if not k.startswith("open fds")}
@@ -62,9 +68,10 @@ def test_pods_created_and_deleted_in_waves_leave_nothing_behind(cluster):
     image = node.image("busybox")
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                 "items": config_objects()}))
-    before = inventory(node)
+    api_server = cluster.cp.server.removeprefix("https://")
+    before = inventory(node, api_server)
     assert before.counts["bus subscriptions"] > 0, "the services' bus subscriptions are not reported"
-    assert before.counts["connections closed by the peer"] == 0, before.counts
+    assert not [k for k in before.counts if k.startswith(HALF_CLOSED)], before.counts
     for wave in range(WAVES):
         pods = [churn_pod(f"churn-{wave}-{i}", image, NODE_NAME, LABEL) for i in range(WAVE_SIZE)]
         cluster.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
@@ -73,11 +80,11 @@ def test_pods_created_and_deleted_in_waves_leave_nothing_behind(cluster):
             items = cluster.get("pods", "-l", f"churn={LABEL}")["items"]
             return len(items) == WAVE_SIZE and all(_ready(p) for p in items)
         wait_for(all_ready, 180, f"wave {wave}: {WAVE_SIZE} churn pods Ready")
-        during = inventory(node)
+        during = inventory(node, api_server)
         # Each pod holds its sandbox, two containers (init and app), a lease and a pod directory.
         for what, per_pod in (("sandboxes", 1), ("containers", 2), ("IP leases", 1), ("pod directories", 1)):
             assert during.counts[what] >= before.counts[what] + WAVE_SIZE * per_pod, (wave, what, during.counts)
         cluster.kubectl("delete", "pods", "-l", f"churn={LABEL}", "--wait=true", timeout=180)
-        _wait_given_back(node, before, f"wave {wave}: the node to give back what its pods held", fds=False)
-    _wait_given_back(node, before, "the services' open files to come back to where they were", fds=True)
+        _wait_given_back(node, api_server, before, f"wave {wave}: the node to give back what its pods held", fds=False)
+    _wait_given_back(node, api_server, before, "the services' open files to come back to where they were", fds=True)
     cluster.kubectl("delete", f"configmap/{CONFIG_MAP}", f"secret/{SECRET}")
