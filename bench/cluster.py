@@ -30,6 +30,9 @@ from tests.cluster.harness import ControlPlane
 from tests.integration.conftest import NODE_NAME
 
 NAMESPACE = "default"
+# Every request has a deadline: the client has none by default, and a request whose answer is lost
+# would hold a benchmark for ever (seen once in a 1,000-pod churn: a create never answered).
+REQUEST_TIMEOUT = 60
 WORKLOADS = [("1 pod", 1, None), ("30 pods at once", 30, None), ("100 pods at 5/s", 100, 5.0),
              ("250 pods at 10/s", 250, 10.0)]
 STEADY_AT = (30, 100, 250)  # besides 0: measured while these workloads' pods run
@@ -61,6 +64,20 @@ def _ready(p: dict) -> bool:
                                for c in p["status"].get("conditions") or [])
 
 
+async def _create_pod(core: client.CoreV1Api, pod: dict) -> None:
+    for attempt in range(3):
+        try:
+            await core.create_namespaced_pod(NAMESPACE, pod, _request_timeout=REQUEST_TIMEOUT)
+            return
+        except client.exceptions.ApiException as exc:
+            if exc.status == 409 and attempt:  # the timed-out attempt went through
+                return
+            raise
+        except asyncio.TimeoutError:
+            print(f"bench: creating pod {pod['metadata']['name']} timed out; again", flush=True)
+    raise TimeoutError(f"pod {pod['metadata']['name']} not created in 3 attempts")
+
+
 async def create_and_wait(api: client.ApiClient, pods: list[dict], rate: float | None, label: str,
                           done_when=_running, timeout: float = 600) -> list[float]:
     """Create the pods (all at once, or `rate` a second); seconds from create to `done_when` each."""
@@ -70,25 +87,40 @@ async def create_and_wait(api: client.ApiClient, pods: list[dict], rate: float |
     reached: dict[str, float] = {}
     done = asyncio.Event()
 
+    def seen(p: dict) -> None:
+        name = p["metadata"]["name"]
+        if name in names and name not in reached and done_when(p):
+            reached[name] = time.monotonic()
+            if len(reached) == len(names):
+                done.set()
+
     async def watcher():
-        w = watch.Watch()
-        async with w:
-            async for ev in w.stream(core.list_namespaced_pod, NAMESPACE, label_selector=f"bench={label}",
-                                     timeout_seconds=int(timeout)):
-                p = ev["raw_object"]
-                name = p["metadata"]["name"]
-                if name in names and name not in reached and done_when(p):
-                    reached[name] = time.monotonic()
-                    if len(reached) == len(names):
-                        done.set()
-                        return
+        # A watch that ends early or fails (a dropped or timed-out connection) is caught up with a
+        # list and started again: a pod that got there meanwhile counts from the list (later than
+        # it was).
+        while not done.is_set():
+            try:
+                w = watch.Watch()
+                async with w:
+                    async for ev in w.stream(core.list_namespaced_pod, NAMESPACE, label_selector=f"bench={label}",
+                                             timeout_seconds=int(timeout)):
+                        seen(ev["raw_object"])
+                        if done.is_set():
+                            return
+            except Exception as exc:  # aiohttp's and the client's errors alike
+                print(f"bench: the pod watch ended ({exc!r}); listing and watching again", flush=True)
+                await asyncio.sleep(1)
+            listed = await core.list_namespaced_pod(NAMESPACE, label_selector=f"bench={label}",
+                                                    _request_timeout=REQUEST_TIMEOUT)
+            for pod in api.sanitize_for_serialization(listed.items):
+                seen(pod)
 
     task = asyncio.create_task(watcher(), name="bench:watch")
     await asyncio.sleep(0.5)
 
     async def create(p: dict):
         created[p["metadata"]["name"]] = time.monotonic()
-        await core.create_namespaced_pod(NAMESPACE, p)
+        await _create_pod(core, p)
 
     try:
         if rate is None:
@@ -107,11 +139,13 @@ async def delete_all(api: client.ApiClient, endpoint: str, sandbox_labels: dict[
     """Delete the bench pods; seconds until all are gone from the API and from containerd."""
     core = client.CoreV1Api(api)
     start = time.monotonic()
-    await core.delete_collection_namespaced_pod(NAMESPACE, label_selector=f"bench={label}")
+    await core.delete_collection_namespaced_pod(NAMESPACE, label_selector=f"bench={label}",
+                                                _request_timeout=REQUEST_TIMEOUT)
     c = CRIClient(endpoint)
     try:
         while time.monotonic() - start < 300:
-            pods = await core.list_namespaced_pod(NAMESPACE, label_selector=f"bench={label}")
+            pods = await core.list_namespaced_pod(NAMESPACE, label_selector=f"bench={label}",
+                                                  _request_timeout=REQUEST_TIMEOUT)
             ready = [s for s in await c.list_pod_sandbox(sandbox_labels) if s.state == cri.SANDBOX_READY]
             if not pods.items and not ready:
                 return time.monotonic() - start
@@ -126,7 +160,7 @@ async def wait_node_ready(api: client.ApiClient, name: str, timeout: float = 180
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            node = await core.read_node(name)
+            node = await core.read_node(name, _request_timeout=REQUEST_TIMEOUT)
             if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
                 return
         except client.exceptions.ApiException:
