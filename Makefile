@@ -68,7 +68,7 @@ status: ## Show the local node's pods
 	@$(PYKUBELET) status --root-dir $(ROOT_DIR)
 
 .PHONY: test
-test: deps lint ## Run all tests: lint, the unit tests on every CPU, then every other suite in pyproject.toml's testpaths one test at a time (integration, resilience, security, security_modes, cpu_manager, cluster, bootstrap, multinode, eviction, deploy); the 1.37 control plane is built in the background on a fresh machine. PYTEST_ARGS=... runs what it names instead, in one session
+test: deps lint ## Run all tests: lint, the unit tests on every CPU, then every other suite in pyproject.toml's testpaths one test at a time (integration, resilience, security, security_modes, cpu_manager, cluster, pod_churn, bootstrap, multinode, eviction, deploy); the 1.37 control plane is built in the background on a fresh machine. PYTEST_ARGS=... runs what it names instead, in one session
 ifeq ($(strip $(PYTEST_ARGS)),)
 	$(PY) -m pytest tests/unit -n auto
 	$(PY) -m pytest --ignore=tests/unit

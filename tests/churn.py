@@ -1,6 +1,6 @@
 """The churn workload: pods that use what a pod's start and removal must set up and give back
 (an init container, emptyDir, configMap and secret volumes, readiness and liveness probes, a pod
-network), created in waves and deleted again. The churn test (tests/cluster/test_pod_churn.py)
+network), created in waves and deleted again. The churn test (tests/pod_churn/test_pod_churn.py)
 runs a few waves on pykubelet; the churn benchmark (bench/churn.py) thousands of pods on both
 agents."""
 

@@ -1,5 +1,5 @@
 """What a node agent holds on its host, counted, so that a run of pods created and deleted can be
-checked for what it left behind (the churn test, tests/cluster/test_pod_churn.py, and the churn
+checked for what it left behind (the churn test, tests/pod_churn/test_pod_churn.py, and the churn
 benchmark, bench/churn.py).
 
 Every count is of things a deleted pod must give back: its sandbox and containers in the runtime,

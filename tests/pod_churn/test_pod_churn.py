@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from shared.host.cni import cni_ipam_dir
 from tests.churn import CONFIG_MAP, SECRET, churn_pod, config_objects
 from tests.integration.conftest import NODE_NAME, SERVICES, wait_for
@@ -63,6 +65,7 @@ def _wait_given_back(node, api_server: str, before: Inventory, what: str, fds: b
         raise AssertionError(f"{exc}; still more than before the first wave (before, now): {grown}") from None
 
 
+@pytest.mark.timeout(900)  # three waves, each given back, then the idle connections' 30 s
 def test_pods_created_and_deleted_in_waves_leave_nothing_behind(cluster):
     node = cluster.node
     image = node.image("busybox")
