@@ -49,6 +49,9 @@ class ContainerLogRotator:
         self.max_files = max_files
         self.interval = interval
         self.workers = workers
+        # A container's log path is fixed when it is created: asked of the runtime once, not
+        # every round (250 containers at the default 10 s were 25 ContainerStatus calls a second).
+        self._log_paths: dict[str, str] = {}
 
     async def rotate_if_needed(self, container_id: str, path: Path) -> bool:
         try:
@@ -77,16 +80,25 @@ class ContainerLogRotator:
     async def rotate_all(self) -> int:
         running = [c.id for c in await self.runtime.list_containers({L.MANAGED_BY: "true"})
                    if c.state == cri.CONTAINER_RUNNING]
+        alive = set(running)
+        self._log_paths = {cid: p for cid, p in self._log_paths.items() if cid in alive}
         slots = asyncio.Semaphore(self.workers)
 
         async def one(container_id: str) -> bool:
             async with slots:
-                try:
-                    st = await self.runtime.container_status(container_id)
-                except CRIError:
+                if (path := await self._log_path(container_id)) is None:
                     return False
-                return bool(st.log_path) and await self.rotate_if_needed(container_id, Path(st.log_path))
+                return bool(path) and await self.rotate_if_needed(container_id, Path(path))
         return sum(await asyncio.gather(*(one(cid) for cid in running)))
+
+    async def _log_path(self, container_id: str) -> str | None:
+        """The container's log file ("" without one); None when the runtime cannot tell now."""
+        if container_id not in self._log_paths:
+            try:
+                self._log_paths[container_id] = (await self.runtime.container_status(container_id)).log_path
+            except CRIError:
+                return None
+        return self._log_paths[container_id]
 
     async def run(self) -> None:
         while True:

@@ -140,6 +140,9 @@ class PodSyncer:
         self.resizer = Resizer(runtime, self.killer, crash_backoff, node, self._event, self.cpus)
         self._progress: dict[str, _Progress] = {}
         self._pods = PodCache()
+        # Per pod, what its runtime row last said (all but updated_at): a resync that finds the
+        # pod as it was writes nothing. Only pod-sync writes these rows, so the memory is true.
+        self._recorded: dict[str, tuple[object, ...]] = {}
         self._capacity = allocatable(node.cpu_millicores, node.memory_bytes,
                                      Reservations.from_config(settings.kubelet))
         self._tiers_protected = False  # the QoS tiers' memory protection written since the start
@@ -762,6 +765,7 @@ class PodSyncer:
         self.images.forget(uid)
         self._progress.pop(uid, None)
         self._pods.forget(uid)
+        self._recorded.pop(uid, None)
         await self.store.run(self._write_terminated, uid, row)
         return SyncResult(gone=True)
 
@@ -783,8 +787,12 @@ class PodSyncer:
         """Store what the pod runs. resize: the pod's resize state as this sync left it (read
         from the store when None)."""
         row = self._runtime_row(pod, rt, waiting, error, resize)
+        said = _runtime_content(row)
+        if self._recorded.get(pod.uid) == said:
+            return
         # On the store's thread: the write may wait out another service's lock on the store.
         await self.store.run(self._write_runtime, row)
+        self._recorded[pod.uid] = said
 
     def _runtime_row(self, pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]],
                      error: tuple[str, str], resize: ResizeState | None = None) -> PodRuntime:
@@ -818,6 +826,12 @@ class PodSyncer:
             M.POD_START_DURATION.observe(took)
             M.POD_START_SLI_DURATION.observe(max(0.0, took - progress.pull_seconds))
             progress.started_any = False
+
+
+def _runtime_content(row: PodRuntime) -> tuple[object, ...]:
+    """What a runtime row says, without when it was written."""
+    return (row.sandbox_id, row.sandbox_ready, row.pod_ip, row.log_dir, row.containers, row.sync_error_reason,
+            row.sync_error_message, row.observed_generation, row.resize_conditions)
 
 
 def _log_write_failure(write: Future[None]) -> None:

@@ -94,3 +94,27 @@ async def test_container_log_monitor_interval_is_the_wait_between_checks(monkeyp
     except asyncio.CancelledError:
         pass
     assert waits == [3.0]
+
+
+class StatusCalls(FakeRuntime):
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.asked: list[str] = []
+
+    async def container_status(self, container_id):
+        self.asked.append(container_id)
+        return await super().container_status(container_id)
+
+
+async def test_a_containers_log_path_is_asked_once_and_forgotten_when_it_stops(tmp_path):
+    rt = StatusCalls(images=["i:1"])
+    await _running(rt, tmp_path, 2)
+    rotator = ContainerLogRotator(rt, 100, 3)
+    assert await rotator.rotate_all() == 2
+    first = sorted(rt.asked)
+    (tmp_path / "0.log").write_text("x" * 200)  # grew again after the rotation
+    assert await rotator.rotate_all() == 1  # the path the runtime gave is still watched
+    assert sorted(rt.asked) == first  # without asking the runtime again
+    await rt.stop_container(first[0], 0)
+    await rotator.rotate_all()
+    assert list(rotator._log_paths) == [first[1]]

@@ -55,6 +55,20 @@ async def test_sync_of_a_running_pod_changes_nothing(syncer, rt, store):
     assert mutating == []
 
 
+async def test_a_resync_that_finds_the_pod_as_it_was_writes_nothing(syncer, rt, store):
+    want(store, manifest())
+    await syncer.sync("uid1")
+    written = observed(store).updated_at
+    await syncer.sync("uid1")
+    assert observed(store).updated_at == written
+    [running] = rt.running()
+    await rt.stop_container(running.id, 0)  # what the runtime has changed: the row follows
+    await syncer.sync("uid1")
+    row = observed(store)
+    assert row.updated_at > written
+    assert row.containers[0]["restart_count"] == 1
+
+
 async def test_crashing_container_restarts_then_backs_off(syncer, rt, store):
     want(store, manifest())
     await syncer.sync("uid1")
