@@ -38,6 +38,8 @@ class Pykubelet:
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         argv = ["--kubeconfig", str(self.cp.node_kubeconfig)] if self.cp else []
+        # The tests resync every 30 s to see changes soon; the kubelet's default is 1m.
+        argv += ["--sync-frequency", "1m"]
         if self.exec_services:
             argv.append("--exec-services")
         # launch_node writes the tests' config (logs rotated at 4Ki); these later keys override it
@@ -48,6 +50,8 @@ class Pykubelet:
         extra = f"containerLogMaxSize: {CONTAINER_LOG_MAX_SIZE}\ncontainerLogMaxFiles: 5\n"
         # The tests measure volumes every 2 s to see usage soon; the kubelet's default is 1m.
         extra += "volumeStatsAggPeriod: 1m\n"
+        # The same for log sizes: the tests look every 3 s, the kubelet by default every 10 s.
+        extra += "containerLogMonitorInterval: 10s\n"
         if self.cp:
             extra += f"authentication:\n  x509:\n    clientCAFile: {self.cp.ca}\n"
         extra += self.extra_config
