@@ -24,7 +24,7 @@ from shared.host.cni import cni_ipam_dir
 from tests.churn import NAMESPACE, churn_pod, config_objects
 from tests.cluster.harness import KUBELET_LABEL, ControlPlane
 from tests.integration.conftest import NODE_NAME
-from tests.node_inventory import Agent, Inventory, take
+from tests.node_inventory import Agent, Inventory, bus_subscriptions, take
 
 LABEL = "churn"
 SETTLE_SECONDS = 60  # idle gRPC threads and pooled connections close after 30 s
@@ -34,11 +34,7 @@ FD_SLACK = 4
 def where(agent) -> Agent:
     """What tests/node_inventory.py counts for this agent."""
     if isinstance(agent, Pykubelet):
-        subs = {}
-        for service, url in agent.metrics_urls().items():
-            for line in agent.get_text(url).splitlines():
-                if line.startswith("pykubelet_bus_subscriptions "):
-                    subs[service] = float(line.split()[1])
+        subs = bus_subscriptions({service: agent.get_text(url) for service, url in agent.metrics_urls().items()})
         root = agent.node.root
         return Agent(endpoint=agent.endpoint, root=root, pods_dir=root / "pods", ipam_dir=cni_ipam_dir(root),
                      store=root / "state.db", pids=agent.pids(), bus_subscriptions=subs)

@@ -62,6 +62,19 @@ class Inventory:
         return out
 
 
+BUS_SUBSCRIPTIONS_METRIC = "pykubelet_bus_subscriptions"
+
+
+def bus_subscriptions(metrics: dict[str, str]) -> dict[str, float]:
+    """Per service, the bus subscriptions its /metrics text (`metrics[service]`) reports open."""
+    out = {}
+    for service, text in metrics.items():
+        for line in text.splitlines():
+            if line.startswith(BUS_SUBSCRIPTIONS_METRIC + " "):
+                out[service] = float(line.split()[1])
+    return out
+
+
 def _count_dirs(top: Path) -> int:
     return sum(len(dirs) for _, dirs, _ in os.walk(top)) if top.is_dir() else 0
 

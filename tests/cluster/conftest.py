@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,21 @@ class Cluster:
         return wait_for_object(lambda: self.pod(name), predicate, timeout, what or f"pod {name}")
 
 
+@contextmanager
+def started_control_plane(workdir: Path, node_name: str, **options) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver for a package's node, stopped on leaving. One that cannot start fails
+    the tests with the reason (a missing build, a port in use), not an error deep in a fixture."""
+    cp = ControlPlane(workdir, node_name, **options)
+    try:
+        try:
+            cp.start()
+        except HarnessError as exc:
+            pytest.fail(f"cannot start the test control plane: {exc}")
+        yield cp
+    finally:
+        cp.stop()
+
+
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -98,12 +115,12 @@ def cluster(tmp_path_factory):
     require_node_prerequisites()
     # The API server checks the node's serving certificate, which the node gets through a CSR
     # (serverTLSBootstrap) that the signer below approves and issues with the cluster CA.
-    cp = ControlPlane(tmp_path_factory.mktemp("control-plane"), NODE_NAME, verify_kubelets=True)
-    try:
-        cp.start()
-    except HarnessError as exc:
-        cp.stop()
-        pytest.fail(f"cannot start the test control plane: {exc}")
+    with started_control_plane(tmp_path_factory.mktemp("control-plane"), NODE_NAME, verify_kubelets=True) as cp:
+        yield from _cluster_on(cp, tmp_path_factory)
+
+
+def _cluster_on(cp: ControlPlane, tmp_path_factory) -> Iterator[Cluster]:
+    """The node, joined to `cp` as kubeadm would join it, with its serving-certificate signer."""
     node = None
     signer = KubeletServingSigner(cp)
     signer.start()
@@ -130,4 +147,3 @@ def cluster(tmp_path_factory):
             if d.is_dir():
                 d.rmdir()  # an empty cgroup: nothing ran in it
         signer.stop()
-        cp.stop()

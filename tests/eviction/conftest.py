@@ -12,8 +12,7 @@ import pytest
 
 from services.eviction.signals import SignalReader
 from shared.store import Store
-from tests.cluster.conftest import Cluster
-from tests.cluster.harness import ControlPlane, HarnessError
+from tests.cluster.conftest import Cluster, started_control_plane
 from tests.integration.conftest import launch_node, require_node_prerequisites, stop_node, wait_for
 
 MIB, GIB = 2**20, 2**30
@@ -97,33 +96,28 @@ class PressureCluster(Cluster):
 @pytest.fixture(scope="package")
 def pressure_cluster(tmp_path_factory, small_fs):
     require_node_prerequisites()
-    cp = ControlPlane(tmp_path_factory.mktemp("eviction-control-plane"), "testnode")
-    try:
-        cp.start()
-    except HarnessError as exc:
-        cp.stop()
-        pytest.fail(f"cannot start the test control plane: {exc}")
-    threshold, pid_threshold = memory_available() - MEMORY_MARGIN, pids_available() - PID_MARGIN
-    config = (f"evictionHard:\n  memory.available: {threshold // MIB}Mi\n"
-              f"  nodefs.available: {DISK_THRESHOLD_MIB}Mi\n"
-              f"evictionMinimumReclaim:\n  memory.available: {MEMORY_MIN_RECLAIM // MIB}Mi\n"
-              f"evictionSoft:\n  pid.available: \"{pid_threshold}\"\n"
-              f"evictionSoftGracePeriod:\n  pid.available: {SOFT_GRACE}s\n"
-              f"evictionMaxPodGracePeriod: {MAX_POD_GRACE}\n"
-              f"evictionPressureTransitionPeriod: {TRANSITION_SECONDS}s\n"
-              "imageMinimumGCAge: 1s\n")  # 0s would be the default 2m, as in the kubelet
-    node = None
-    try:
-        node = launch_node(small_fs, ["--kubeconfig", str(cp.node_kubeconfig)], extra_config=config)
-        c = PressureCluster(cp, node)
-        c.memory_threshold = (threshold // MIB) * MIB
-        c.pid_soft_threshold = pid_threshold
-        wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
-        yield c
-    finally:
-        if node is not None:
-            stop_node(node)
-        cp.stop()
+    with started_control_plane(tmp_path_factory.mktemp("eviction-control-plane"), "testnode") as cp:
+        # What is available once the control plane runs: the thresholds sit just below it.
+        threshold, pid_threshold = memory_available() - MEMORY_MARGIN, pids_available() - PID_MARGIN
+        config = (f"evictionHard:\n  memory.available: {threshold // MIB}Mi\n"
+                  f"  nodefs.available: {DISK_THRESHOLD_MIB}Mi\n"
+                  f"evictionMinimumReclaim:\n  memory.available: {MEMORY_MIN_RECLAIM // MIB}Mi\n"
+                  f"evictionSoft:\n  pid.available: \"{pid_threshold}\"\n"
+                  f"evictionSoftGracePeriod:\n  pid.available: {SOFT_GRACE}s\n"
+                  f"evictionMaxPodGracePeriod: {MAX_POD_GRACE}\n"
+                  f"evictionPressureTransitionPeriod: {TRANSITION_SECONDS}s\n"
+                  "imageMinimumGCAge: 1s\n")  # 0s would be the default 2m, as in the kubelet
+        node = None
+        try:
+            node = launch_node(small_fs, ["--kubeconfig", str(cp.node_kubeconfig)], extra_config=config)
+            c = PressureCluster(cp, node)
+            c.memory_threshold = (threshold // MIB) * MIB
+            c.pid_soft_threshold = pid_threshold
+            wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
+            yield c
+        finally:
+            if node is not None:
+                stop_node(node)
 
 
 def pod_json(cluster, name: str) -> str:

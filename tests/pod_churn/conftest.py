@@ -5,27 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.conftest import Cluster
-from tests.cluster.harness import ControlPlane, HarnessError
+from tests.cluster.conftest import Cluster, started_control_plane
 from tests.integration.conftest import NODE_NAME, launch_node, require_node_prerequisites, stop_node, wait_for
 
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory):
     require_node_prerequisites()
-    cp = ControlPlane(tmp_path_factory.mktemp("churn-control-plane"), NODE_NAME)
-    try:
-        cp.start()
-    except HarnessError as exc:
-        cp.stop()
-        pytest.fail(f"cannot start the test control plane: {exc}")
-    node = None
-    try:
-        node = launch_node(tmp_path_factory.mktemp("churn-node"), ["--kubeconfig", str(cp.node_kubeconfig)])
-        c = Cluster(cp, node)
-        wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
-        yield c
-    finally:
-        if node is not None:
-            stop_node(node)
-        cp.stop()
+    with started_control_plane(tmp_path_factory.mktemp("churn-control-plane"), NODE_NAME) as cp:
+        node = None
+        try:
+            node = launch_node(tmp_path_factory.mktemp("churn-node"), ["--kubeconfig", str(cp.node_kubeconfig)])
+            c = Cluster(cp, node)
+            wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
+            yield c
+        finally:
+            if node is not None:
+                stop_node(node)

@@ -13,22 +13,13 @@ import pytest
 from shared.host.cni import cni_ipam_dir
 from tests.churn import CONFIG_MAP, SECRET, churn_pod, config_objects
 from tests.integration.conftest import NODE_NAME, SERVICES, wait_for
-from tests.node_inventory import HALF_CLOSED, Agent, Inventory, take
+from tests.node_inventory import HALF_CLOSED, Agent, Inventory, bus_subscriptions, take
 
 WAVES, WAVE_SIZE = 3, 20
 # Connections a service opens and closes by itself (an API watch re-established, a pooled
 # connection, a log file reopened at rotation): a leak of one per pod would be 20 a wave.
 FD_SLACK = 4
 LABEL = "test"
-
-
-def bus_subscriptions(node) -> dict[str, float]:
-    out = {}
-    for service in SERVICES:
-        for line in node.admin_get(service, "/metrics").text.splitlines():
-            if line.startswith("pykubelet_bus_subscriptions "):
-                out[service] = float(line.split()[1])
-    return out
 
 
 def inventory(node, api_server: str) -> Inventory:
@@ -39,7 +30,8 @@ def inventory(node, api_server: str) -> Inventory:
     inv = take(Agent(endpoint=f"unix://{node.root}/containerd/containerd.sock", root=node.root,
                       pods_dir=node.root / "pods", ipam_dir=cni_ipam_dir(node.root), store=node.root / "state.db",
                       pids={name: node.service_pid(name) for name in [*SERVICES, "nats", "supervisor"]},
-                      bus_subscriptions=bus_subscriptions(node)))
+                      bus_subscriptions=bus_subscriptions(
+                          {service: node.admin_get(service, "/metrics").text for service in SERVICES})))
     inv.counts = {k: v for k, v in inv.counts.items() if not (k.startswith(HALF_CLOSED) and k.endswith(api_server))}
     return inv
 
