@@ -70,16 +70,18 @@ class PodStats:
         self.rates = rates
         self.volumes = volumes
 
-    def pod(self, g: Pass, sandbox: cri.PodSandbox, containers: list[cri.Container],
-            cstats: list[cri.ContainerStats], sandbox_stats: dict[str, cri.PodSandboxStats] | None,
+    def pod(self, g: Pass, sandbox: cri.PodSandbox, running: list[cri.Container],
+            cstats: dict[str, cri.ContainerStats], sandbox_stats: dict[str, cri.PodSandboxStats] | None,
             view: PodView) -> dict[str, Any]:
+        """running: the sandbox's running containers (running_by_sandbox); cstats: the
+        runtime's stats by container ID (stats_by_container)."""
         now, full = g.now, g.full
         uid, name, namespace = pod_uid(sandbox), label(sandbox, L.POD_NAME), label(sandbox, L.POD_NAMESPACE)
         found = self.cgroups.pod_cgroup(uid)
         pod_cgroup = found or f"{self.cgroups.pods_cgroup}/pod{uid}"
         g.snap.pods[uid] = PodIds(sandbox.id, pod_cgroup)
         log_dir = self._log_dir(view, namespace, name, uid) if full else None
-        out_containers = self._containers(g, sandbox, containers, cstats, view, pod_cgroup, log_dir)
+        out_containers = self._containers(g, sandbox, running, cstats, view, pod_cgroup, log_dir)
         pod: dict[str, Any] = {"podRef": {"name": name, "namespace": namespace, "uid": uid},
                                "startTime": cri_time(sandbox.created_at, 0.0) or None,
                                "containers": out_containers}
@@ -106,17 +108,15 @@ class PodStats:
             pod["process_stats"] = {"process_count": linux.process.process_count.value}
         return compact(pod)
 
-    def _containers(self, g: Pass, sandbox: cri.PodSandbox, containers: list[cri.Container],
-                    cstats: list[cri.ContainerStats], view: PodView, pod_cgroup: str,
+    def _containers(self, g: Pass, sandbox: cri.PodSandbox, running: list[cri.Container],
+                    cstats: dict[str, cri.ContainerStats], view: PodView, pod_cgroup: str,
                     log_dir: Path | None) -> list[dict[str, Any]]:
         """The pod's running containers with stats, by name; each noted in the pass's snapshot."""
         uid = pod_uid(sandbox)
-        running = {c.id: c for c in containers
-                   if c.pod_sandbox_id == sandbox.id and c.state == cri.CONTAINER_RUNNING}
         out = []
-        for st in cstats:
-            c = running.get(st.attributes.id)
-            if c is None:
+        for c in running:
+            st = cstats.get(c.id)
+            if st is None:
                 continue
             cname = st.attributes.metadata.name or c.metadata.name
             cpu = st.cpu if st.HasField("cpu") else None
@@ -153,6 +153,20 @@ class PodStats:
             log.warning("pod %s/%s: log dir %s is outside %s, not measured", namespace, name, candidate, root)
             return None
         return Path(real)
+
+
+def running_by_sandbox(containers: list[cri.Container]) -> dict[str, list[cri.Container]]:
+    """Running containers by sandbox ID: each pod looks up its own, rather than every pod
+    going through every container (at 250 pods that was most of a stats/summary)."""
+    out: dict[str, list[cri.Container]] = {}
+    for c in containers:
+        if c.state == cri.CONTAINER_RUNNING:
+            out.setdefault(c.pod_sandbox_id, []).append(c)
+    return out
+
+
+def stats_by_container(cstats: list[cri.ContainerStats]) -> dict[str, cri.ContainerStats]:
+    return {st.attributes.id: st for st in cstats}
 
 
 def _rootfs(st: cri.ContainerStats, cache: dict[str, FsInfo | None]) -> dict[str, Any] | None:

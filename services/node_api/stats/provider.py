@@ -22,7 +22,7 @@ from services.node_api.machine import MachineFacts, MachineSpec
 from services.node_api.snapshot import Snapshot, summary_json
 from services.node_api.stats.cpu_rates import CpuRates
 from services.node_api.stats.node import ImageFsSource, NodeStats
-from services.node_api.stats.pods import PodStats, pod_uid, read_views
+from services.node_api.stats.pods import PodStats, pod_uid, read_views, running_by_sandbox, stats_by_container
 from services.node_api.stats.sandbox_stats import SandboxStatsCache
 from services.node_api.stats.summary_fields import Pass
 from services.node_api.stats.volumes import PodView, VolumeStats
@@ -125,7 +125,8 @@ class StatsProvider:
         if full:
             g.logs_fs = statfs_nearest(self.settings.kubelet.pod_logs_dir)
             g.mount_fs = await self.volumes.statfs_mounts(list(views.values()))
-        pods = [self.pods.pod(g, s, containers, cstats, sandbox_stats, views.get(pod_uid(s), PodView()))
+        running, stats = running_by_sandbox(containers), stats_by_container(cstats)
+        pods = [self.pods.pod(g, s, running.get(s.id, []), stats, sandbox_stats, views.get(pod_uid(s), PodView()))
                 for s in ready]
         pods.sort(key=lambda p: (p["podRef"]["namespace"], p["podRef"]["name"]))
         g.snap.summary = {"node": node, "pods": pods}
