@@ -97,6 +97,23 @@ def _read_keyed(path: Path) -> dict[str, int]:
     return out
 
 
+def _read_key(path: Path, key: str) -> int | None:
+    """One key of a "key value" file, without parsing the rest (a v1 memory.stat has about 40
+    lines, read for every pod and container in a stats pass)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    text = "\n" + text
+    at = text.find(f"\n{key} ")
+    if at < 0:
+        return None
+    try:
+        return int(text[at + len(key) + 2:].split("\n", 1)[0])
+    except ValueError:
+        return None
+
+
 def read_meminfo(path: Path) -> dict[str, int]:
     """/proc/meminfo in bytes; empty when it cannot be read (stats report what they can)."""
     try:
@@ -204,7 +221,7 @@ class CgroupReader:
         if self.version == 2:
             used, limit = _read_int(d / "memory.swap.current"), _read_int(d / "memory.swap.max")
         else:
-            used, limit = _read_keyed(d / "memory.stat").get("total_swap"), _read_int(d / "memory.memsw.limit_in_bytes")
+            used, limit = _read_key(d / "memory.stat", "total_swap"), _read_int(d / "memory.memsw.limit_in_bytes")
         if used is None:
             return None
         return used, limit if limit is not None and limit < UNLIMITED else None  # v2's "max" reads as None
