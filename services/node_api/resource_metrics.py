@@ -10,12 +10,14 @@ the Go registry writes them. Families with no samples are left out.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from services.node_api.snapshot import Snapshot
+from shared.host.cgroup_spec import CgroupCounters, CgroupSpec
 from shared.model.cgroup_names import container_cgroup
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -102,6 +104,33 @@ def render_resource(summary: dict[str, Any] | None) -> bytes:
 # -- /metrics/cadvisor ---------------------------------------------------------------------------
 
 _BASE = ["container", "id", "image", "name", "namespace", "pod"]
+# cAdvisor's spec series (no timestamp) and CPU-time and page-cache series of every cgroup it
+# reports, with the CgroupSpec / CgroupCounters field each is read from (shared/host/cgroup_spec.py).
+SPEC_FAMILIES = (
+    ("container_spec_cpu_shares", "CPU share of the container.", "cpu_shares"),
+    ("container_spec_cpu_period", "CPU period of the container.", "cpu_period"),
+    ("container_spec_cpu_quota", "CPU quota of the container.", "cpu_quota"),
+    ("container_spec_memory_limit_bytes", "Memory limit for the container.", "memory_limit"),
+    ("container_spec_memory_reservation_limit_bytes", "Memory reservation limit for the container.",
+     "memory_reservation"),
+    ("container_spec_memory_swap_limit_bytes", "Memory swap limit for the container.", "memory_swap_limit"),
+)
+COUNTER_FAMILIES = (
+    ("counter", "container_cpu_user_seconds_total", "Cumulative user cpu time consumed in seconds.", "user_seconds"),
+    ("counter", "container_cpu_system_seconds_total", "Cumulative system cpu time consumed in seconds.",
+     "system_seconds"),
+    ("counter", "container_cpu_cfs_periods_total", "Number of elapsed enforcement period intervals.", "cfs_periods"),
+    ("counter", "container_cpu_cfs_throttled_periods_total", "Number of throttled period intervals.",
+     "cfs_throttled_periods"),
+    ("counter", "container_cpu_cfs_throttled_seconds_total", "Total time duration the container has been throttled.",
+     "cfs_throttled_seconds"),
+    ("gauge", "container_memory_cache", "Number of bytes of page cache memory.", "memory_cache"),
+    ("gauge", "container_memory_mapped_file", "Size of memory mapped files in bytes.", "memory_mapped_file"),
+    # A counter in cAdvisor, but named without _total, which prometheus_client adds to every
+    # counter: a gauge here keeps the name a query uses.
+    ("gauge", "container_memory_failcnt", "Number of memory usage hits limits", "memory_failcnt"),
+    ("gauge", "container_memory_max_usage_bytes", "Maximum memory usage recorded in bytes", "memory_max_usage"),
+)
 _MACHINE = ["boot_id", "machine_id", "system_uuid"]
 
 
@@ -125,6 +154,8 @@ def _cadvisor_families() -> _Families:
         ("counter", "container_network_transmit_errors_total",
          "Cumulative count of errors encountered while transmitting", ["interface"]),
         ("gauge", "container_start_time_seconds", "Start time of the container since unix epoch in seconds.", []),
+        *(("gauge", name, help_, []) for name, help_, _ in SPEC_FAMILIES),
+        *((kind, name, help_, []) for kind, name, help_, _ in COUNTER_FAMILIES),
         ("gauge", "container_last_seen", "Last time a container was seen by the exporter", []),
         *(("counter", f"container_pressure_{resource}_{kind}_seconds_total", help_.format(word), [])
           for resource, word in (("cpu", "CPU"), ("memory", "memory"), ("io", "IO"))
@@ -146,9 +177,21 @@ def _cadvisor_families() -> _Families:
     return f
 
 
-def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float) -> bytes:
+def cadvisor_cgroups(snap: Snapshot) -> list[str]:
+    """The cgroups /metrics/cadvisor reports: the root, the pods' cgroup, every pod's, its
+    sandbox container's and its containers'."""
+    names = ["/", snap.kubepods]
+    for ids in snap.pods.values():
+        names += [ids.cgroup, container_cgroup(ids.cgroup, ids.sandbox_id)]
+    names += [c.cgroup for c in snap.containers.values()]
+    return names
+
+
+def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float,
+                    cgroups: Mapping[str, tuple[CgroupSpec, CgroupCounters]] | None = None) -> bytes:
     """snap None: the containers could not be listed (container_scrape_error 1); spec None:
-    the machine facts could not be read (machine_scrape_error 1)."""
+    the machine facts could not be read (machine_scrape_error 1). cgroups: the limits and
+    counters of the snapshot's cgroups by cgroup name (cadvisor_cgroups)."""
     f = _cadvisor_families()
     f.add("machine_scrape_error", {}, 0 if spec else 1)
     if spec:
@@ -158,7 +201,7 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
             f.add(name, machine, spec[key], spec_time or None)
     f.add("container_scrape_error", {}, 0 if snap else 1)
     if snap is not None:
-        out = _CadvisorSeries(f, time.time())
+        out = _CadvisorSeries(f, time.time(), cgroups or {}, snap.time)
         out.node(snap)
         out.pods(snap)
     return f.render()
@@ -167,8 +210,9 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
 class _CadvisorSeries:
     """cAdvisor's series of the node's cgroups, as the kubelet's /metrics/cadvisor has them."""
 
-    def __init__(self, f: _Families, now: float) -> None:
-        self.f, self.now = f, now
+    def __init__(self, f: _Families, now: float, cgroups: Mapping[str, tuple[CgroupSpec, CgroupCounters]],
+                 taken: float) -> None:
+        self.f, self.now, self.cgroups, self.taken = f, now, cgroups, taken
 
     def node(self, snap: Snapshot) -> None:
         node = snap.summary["node"]
@@ -195,6 +239,7 @@ class _CadvisorSeries:
                 sandbox = ref | {"id": container_cgroup(ids.cgroup, ids.sandbox_id), "name": ids.sandbox_id}
                 self.network(sandbox, pod["network"])
                 self.started(sandbox, pod)
+                self.limits(sandbox)
             for c in pod["containers"]:
                 cids = snap.containers.get((uid, c["name"]))
                 if cids is None:
@@ -221,6 +266,21 @@ class _CadvisorSeries:
             self.f.add("container_memory_swap", labels, swap["swapUsageBytes"], swap["time"])
         self.pressure(labels, stats)
         self.started(labels, stats)
+        self.limits(labels)
+
+    def limits(self, labels: dict[str, str]) -> None:
+        """The cgroup's spec series and its CPU-time and page-cache counters."""
+        found = self.cgroups.get(labels["id"])
+        if found is None:
+            return
+        spec, counters = found
+        for name, _, field in SPEC_FAMILIES:
+            value = getattr(spec, field)
+            if field != "cpu_quota" or value:  # cAdvisor: a quota series only for a quota
+                self.f.add(name, labels, value)
+        for _, name, _, field in COUNTER_FAMILIES:
+            if (value := getattr(counters, field)) is not None:
+                self.f.add(name, labels, value, self.taken)
 
     def pressure(self, labels: dict[str, str], stats: dict[str, Any]) -> None:
         """cAdvisor's pressure counters (cgroup v2): the time all tasks stalled ("full") and some

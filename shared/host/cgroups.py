@@ -73,14 +73,14 @@ def parse_psi(text: str) -> dict[str, dict[str, float | int]] | None:
     return out
 
 
-def _read_int(path: Path) -> int | None:
+def read_int(path: Path) -> int | None:
     try:
         return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
 
 
-def _read_keyed(path: Path) -> dict[str, int]:
+def read_keyed(path: Path) -> dict[str, int]:
     """"key value" lines (memory.stat, cpu.stat, /proc/vmstat)."""
     out: dict[str, int] = {}
     try:
@@ -137,6 +137,11 @@ class CgroupReader:
         base = self.root if self.version == 2 else self.root / controller
         return base / rel if rel else base
 
+    def path(self, controller: str, cgroup: str) -> Path:
+        """The cgroup's directory for a controller (v2: the one unified directory); ValueError
+        for a name that is not a cgroup's."""
+        return self._dir(controller, cgroup)
+
     def exists(self, cgroup: str) -> bool:
         return self._dir("cpuacct", cgroup).is_dir()
 
@@ -166,7 +171,7 @@ class CgroupReader:
 
     def sample(self, cgroup: str = "/") -> CgroupSample:
         now = time.time()
-        cpu = self._cpu_v2(cgroup) if self.version == 2 else _read_int(self._dir("cpuacct", cgroup) / "cpuacct.usage")
+        cpu = self._cpu_v2(cgroup) if self.version == 2 else read_int(self._dir("cpuacct", cgroup) / "cpuacct.usage")
         mem = self._memory_v2(cgroup) if self.version == 2 else self._memory_v1(cgroup)
         return CgroupSample(now, cpu, *mem)
 
@@ -176,9 +181,9 @@ class CgroupReader:
         if self.version == 2:
             if cgroup.strip("/") == "":
                 return self._proc_memory()[1]
-            return _working_set(_read_int(d / "memory.current"), _read_keyed(d / "memory.stat").get("inactive_file"))
-        stat = _read_keyed(d / "memory.stat")
-        return _working_set(_read_int(d / "memory.usage_in_bytes"),
+            return _working_set(read_int(d / "memory.current"), read_keyed(d / "memory.stat").get("inactive_file"))
+        stat = read_keyed(d / "memory.stat")
+        return _working_set(read_int(d / "memory.usage_in_bytes"),
                             stat.get("total_inactive_file", stat.get("inactive_file")))
 
     def psi(self, cgroup: str = "/") -> dict[str, dict[str, dict[str, float | int]]]:
@@ -219,9 +224,9 @@ class CgroupReader:
         except ValueError:
             return None
         if self.version == 2:
-            used, limit = _read_int(d / "memory.swap.current"), _read_int(d / "memory.swap.max")
+            used, limit = read_int(d / "memory.swap.current"), read_int(d / "memory.swap.max")
         else:
-            used, limit = _read_key(d / "memory.stat", "total_swap"), _read_int(d / "memory.memsw.limit_in_bytes")
+            used, limit = _read_key(d / "memory.stat", "total_swap"), read_int(d / "memory.memsw.limit_in_bytes")
         if used is None:
             return None
         return used, limit if limit is not None and limit < UNLIMITED else None  # v2's "max" reads as None
@@ -232,19 +237,19 @@ class CgroupReader:
             d = self._dir("memory", cgroup)
         except ValueError:
             return None
-        raw = _read_int(d / "memory.limit_in_bytes") if self.version == 1 else _read_int(d / "memory.max")
+        raw = read_int(d / "memory.limit_in_bytes") if self.version == 1 else read_int(d / "memory.max")
         return raw if raw is not None and raw < UNLIMITED else None  # v2's "max" reads as None
 
     def process_count(self, cgroup: str) -> int | None:
-        return _read_int(self._dir("pids", cgroup) / "pids.current")
+        return read_int(self._dir("pids", cgroup) / "pids.current")
 
     # -- v1 ------------------------------------------------------------------------------------
 
     def _memory_v1(self, cgroup: str) -> MemoryFigures:
         d = self._dir("memory", cgroup)
-        usage = _read_int(d / "memory.usage_in_bytes")
-        stat = _read_keyed(d / "memory.stat")
-        limit = _read_int(d / "memory.limit_in_bytes")
+        usage = read_int(d / "memory.usage_in_bytes")
+        stat = read_keyed(d / "memory.stat")
+        limit = read_int(d / "memory.limit_in_bytes")
         # Hierarchical figures (total_*) cover child cgroups, which is what the kubelet wants
         # for the root and for a pod; page faults are the cgroup's own, as cAdvisor reports them.
         inactive = stat.get("total_inactive_file", stat.get("inactive_file"))
@@ -255,7 +260,7 @@ class CgroupReader:
     # -- v2 ------------------------------------------------------------------------------------
 
     def _cpu_v2(self, cgroup: str) -> int | None:
-        stat = _read_keyed(self._dir("cpu", cgroup) / "cpu.stat")
+        stat = read_keyed(self._dir("cpu", cgroup) / "cpu.stat")
         if "usage_usec" in stat:
             return stat["usage_usec"] * 1000
         if cgroup.strip("/") == "":
@@ -264,10 +269,10 @@ class CgroupReader:
 
     def _memory_v2(self, cgroup: str) -> MemoryFigures:
         d = self._dir("memory", cgroup)
-        usage = _read_int(d / "memory.current")
+        usage = read_int(d / "memory.current")
         if usage is None and cgroup.strip("/") == "":
             return self._proc_memory()  # the v2 root has no memory.current
-        stat = _read_keyed(d / "memory.stat")
+        stat = read_keyed(d / "memory.stat")
         try:
             raw_max = (d / "memory.max").read_text().strip()
             limit = None if raw_max == "max" else int(raw_max)
@@ -290,7 +295,7 @@ class CgroupReader:
 
     def _proc_memory(self) -> MemoryFigures:
         info = read_meminfo(self.proc / "meminfo")
-        vm = _read_keyed(self.proc / "vmstat")
+        vm = read_keyed(self.proc / "vmstat")
         if "MemTotal" not in info:
             return (None,) * 6
         usage = info["MemTotal"] - info.get("MemFree", 0)

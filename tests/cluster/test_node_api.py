@@ -320,8 +320,15 @@ def test_proxy_endpoints_answer_in_the_kubelets_formats(cluster, talker):
     assert {"kubelet_running_pods", "kubelet_runtime_operations", "pykubelet_service_up"} <= set(families)
     # One series, as the kubelet's: only pod-sync exports it (not every service forked beside it).
     assert [s.labels for s in families["kubelet_running_pods"].samples] == [{}]
-    cadvisor = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics/cadvisor"))}
-    assert {"container_memory_working_set_bytes", "machine_cpu_cores"} <= cadvisor
+    cadvisor = {f.name: f for f in text_string_to_metric_families(raw(cluster, "/metrics/cadvisor"))}
+    assert {"container_memory_working_set_bytes", "machine_cpu_cores", "container_spec_memory_limit_bytes",
+            "container_cpu_system_seconds", "container_memory_cache"} <= set(cadvisor)
+    # The talker's containers are BestEffort: cpu.shares 2 in their cgroup, as cAdvisor reads it.
+    main = next(s for s in cadvisor["container_spec_cpu_shares"].samples
+                if s.labels["pod"] == "talker" and s.labels["container"] == "main")
+    cgroup = next(Path("/sys/fs/cgroup/cpu").glob(f"kubepods*/**/pod{talker['metadata']['uid']}")) / \
+        main.labels["id"].rsplit("/", 1)[1]
+    assert main.value == _cgroup_value(cgroup / "cpu.shares") == 2
     probes = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics/probes"))}
     assert "prober_probe" in probes and "kubelet_running_pods" not in probes
 

@@ -517,6 +517,47 @@ async def test_cadvisor_metrics_labels(node):
     assert find("container_scrape_error")[0].value == 0
 
 
+async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
+    """container_spec_* without a timestamp (cAdvisor's spec series), CPU time and page cache
+    with the snapshot's; a quota series and CFS throttling only for a cgroup with a quota; the
+    root's memory limit is the node's memory."""
+    sid, cids, *_ = await two_samples(node)
+    app = f"{node.cgroup_root}/{{}}/kubepods/poduid-1/{cids['app']}"
+    for controller, name, text in (("cpu", "cpu.shares", "512"), ("cpu", "cpu.cfs_period_us", "100000"),
+                                   ("cpu", "cpu.cfs_quota_us", "50000"),
+                                   ("cpu", "cpu.stat", "nr_periods 40\nnr_throttled 4\nthrottled_time 2000000000\n"),
+                                   ("cpuacct", "cpuacct.stat", "user 300\nsystem 100\n"),
+                                   ("memory", "memory.limit_in_bytes", str(GIB)),
+                                   ("memory", "memory.use_hierarchy", "1"),
+                                   ("memory", "memory.stat", "total_cache 4096\ntotal_mapped_file 1024\n"),
+                                   ("memory", "memory.failcnt", "2")):
+        write(Path(app.format(controller)) / name, text + "\n")
+    write(node.cgroup_root / "cpu/cpu.shares", "1024\n")
+    write(node.cgroup_root / "cpu/cpu.cfs_quota_us", "-1\n")
+    text = (await node.stats.cadvisor_metrics()).decode()
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+
+    def value(name, **labels):
+        [found] = [s for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+        return found
+
+    assert value("container_spec_cpu_shares", container="app").value == 512
+    assert value("container_spec_cpu_quota", container="app").value == 50000
+    assert value("container_spec_memory_limit_bytes", container="app").value == GIB
+    assert value("container_spec_memory_limit_bytes", container="app").timestamp is None
+    assert value("container_cpu_user_seconds_total", container="app").value == 3.0
+    assert value("container_cpu_system_seconds_total", container="app").timestamp is not None
+    assert value("container_cpu_cfs_throttled_seconds_total", container="app").value == 2.0
+    assert value("container_cpu_cfs_throttled_periods_total", container="app").value == 4
+    assert value("container_memory_cache", container="app").value == 4096
+    assert value("container_memory_failcnt", container="app").value == 2
+    assert value("container_spec_memory_limit_bytes", id="/").value == 8 * GIB
+    assert value("container_spec_cpu_shares", id="/").value == 1024
+    assert not [s for s in samples if s.labels.get("id") == "/" and
+                s.name in ("container_spec_cpu_quota", "container_cpu_cfs_periods_total")], "no quota: no such series"
+    assert value("container_spec_memory_limit_bytes", id="/kubepods").value == 6 * GIB
+
+
 def test_machine_spec(node):
     spec = node.stats.machine_spec()
     assert list(spec) == ["timestamp", "num_cores", "num_physical_cores", "num_sockets", "cpu_frequency_khz",
