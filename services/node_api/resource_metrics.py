@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from services.node_api.snapshot import Snapshot
-from shared.host.cgroup_spec import CgroupCounters, CgroupSpec
+from shared.host.cgroup_spec import CgroupFigures
 from shared.model.cgroup_names import container_cgroup
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -130,6 +130,39 @@ COUNTER_FAMILIES = (
     # counter: a gauge here keeps the name a query uses.
     ("gauge", "container_memory_failcnt", "Number of memory usage hits limits", "memory_failcnt"),
     ("gauge", "container_memory_max_usage_bytes", "Maximum memory usage recorded in bytes", "memory_max_usage"),
+    ("gauge", "container_memory_kernel_usage", "Size of kernel memory allocated in bytes.", "memory_kernel_usage"),
+    ("gauge", "container_memory_total_active_file_bytes", "Current total active file in bytes.",
+     "memory_active_file"),
+    ("gauge", "container_memory_total_inactive_file_bytes", "Current total inactive file in bytes.",
+     "memory_inactive_file"),
+    ("counter", "container_memory_events_high_total",
+     "Cumulative count of memory.high throttle events for the container", "memory_events_high"),
+    ("counter", "container_memory_events_max_total",
+     "Cumulative count of memory.max limit hit events for the container", "memory_events_max"),
+    ("gauge", "container_memory_file_dirty_bytes",
+     "Number of bytes of file cache that has been modified but not yet written back to disk.", "file_dirty"),
+    ("gauge", "container_memory_file_writeback_bytes",
+     "Number of bytes of file cache that is currently being written back to disk.", "file_writeback"),
+    ("counter", "container_memory_pgscan_total",
+     "Cumulative number of pages scanned by the page reclaim algorithm.", "pgscan"),
+    ("counter", "container_memory_pgsteal_total",
+     "Cumulative number of pages reclaimed by the page reclaim algorithm.", "pgsteal"),
+    ("counter", "container_memory_workingset_refault_file_total",
+     "Cumulative number of refaults of previously evicted file pages.", "workingset_refault_file"),
+    ("counter", "container_memory_workingset_refault_anon_total",
+     "Cumulative number of refaults of previously evicted anonymous pages.", "workingset_refault_anon"),
+)
+FAILURES = "container_memory_failures_total"
+# (failure_type, scope) -> the CgroupCounters field
+FAILURE_SERIES = ((("pgfault", "container"), "pgfault"), (("pgmajfault", "container"), "pgmajfault"),
+                  (("pgfault", "hierarchy"), "hierarchy_pgfault"), (("pgmajfault", "hierarchy"), "hierarchy_pgmajfault"))
+PROCESS_FAMILIES = (
+    ("container_processes", "Number of processes running inside the container.", "processes"),
+    ("container_threads", "Number of threads running inside the container", "threads"),
+    ("container_threads_max",
+     "Maximum number of threads allowed inside the container, infinity if value is zero", "threads_max"),
+    ("container_file_descriptors", "Number of open file descriptors for the container.", "file_descriptors"),
+    ("container_sockets", "Number of open sockets for the container.", "sockets"),
 )
 _MACHINE = ["boot_id", "machine_id", "system_uuid"]
 
@@ -156,6 +189,8 @@ def _cadvisor_families() -> _Families:
         ("gauge", "container_start_time_seconds", "Start time of the container since unix epoch in seconds.", []),
         *(("gauge", name, help_, []) for name, help_, _ in SPEC_FAMILIES),
         *((kind, name, help_, []) for kind, name, help_, _ in COUNTER_FAMILIES),
+        *(("gauge", name, help_, []) for name, help_, _ in PROCESS_FAMILIES),
+        ("counter", FAILURES, "Cumulative count of memory allocation failures.", ["failure_type", "scope"]),
         ("gauge", "container_last_seen", "Last time a container was seen by the exporter", []),
         *(("counter", f"container_pressure_{resource}_{kind}_seconds_total", help_.format(word), [])
           for resource, word in (("cpu", "CPU"), ("memory", "memory"), ("io", "IO"))
@@ -188,7 +223,7 @@ def cadvisor_cgroups(snap: Snapshot) -> list[str]:
 
 
 def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float,
-                    cgroups: Mapping[str, tuple[CgroupSpec, CgroupCounters]] | None = None) -> bytes:
+                    cgroups: Mapping[str, CgroupFigures] | None = None) -> bytes:
     """snap None: the containers could not be listed (container_scrape_error 1); spec None:
     the machine facts could not be read (machine_scrape_error 1). cgroups: the limits and
     counters of the snapshot's cgroups by cgroup name (cadvisor_cgroups)."""
@@ -210,8 +245,7 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
 class _CadvisorSeries:
     """cAdvisor's series of the node's cgroups, as the kubelet's /metrics/cadvisor has them."""
 
-    def __init__(self, f: _Families, now: float, cgroups: Mapping[str, tuple[CgroupSpec, CgroupCounters]],
-                 taken: float) -> None:
+    def __init__(self, f: _Families, now: float, cgroups: Mapping[str, CgroupFigures], taken: float) -> None:
         self.f, self.now, self.cgroups, self.taken = f, now, cgroups, taken
 
     def node(self, snap: Snapshot) -> None:
@@ -269,18 +303,23 @@ class _CadvisorSeries:
         self.limits(labels)
 
     def limits(self, labels: dict[str, str]) -> None:
-        """The cgroup's spec series and its CPU-time and page-cache counters."""
+        """The cgroup's spec series, its CPU-time and memory counters and its processes."""
         found = self.cgroups.get(labels["id"])
         if found is None:
             return
-        spec, counters = found
         for name, _, field in SPEC_FAMILIES:
-            value = getattr(spec, field)
+            value = getattr(found.spec, field)
             if field != "cpu_quota" or value:  # cAdvisor: a quota series only for a quota
                 self.f.add(name, labels, value)
         for _, name, _, field in COUNTER_FAMILIES:
-            if (value := getattr(counters, field)) is not None:
+            if (value := getattr(found.counters, field)) is not None:
                 self.f.add(name, labels, value, self.taken)
+        for (failure, scope), field in FAILURE_SERIES:
+            if (value := getattr(found.counters, field)) is not None:
+                self.f.add(FAILURES, labels | {"failure_type": failure, "scope": scope}, value, self.taken)
+        if found.processes is not None:
+            for name, _, field in PROCESS_FAMILIES:
+                self.f.add(name, labels, getattr(found.processes, field), self.taken)
 
     def pressure(self, labels: dict[str, str], stats: dict[str, Any]) -> None:
         """cAdvisor's pressure counters (cgroup v2): the time all tasks stalled ("full") and some

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.host.cgroup_processes import CgroupProcesses, read_processes
 from shared.host.cgroups import UNLIMITED, USER_HZ, CgroupReader, read_int, read_keyed, read_meminfo
 
 NS_PER_USEC = 1000
@@ -48,6 +49,28 @@ class CgroupCounters:
     memory_mapped_file: int | None = None
     memory_failcnt: int | None = None
     memory_max_usage: int | None = None
+    memory_kernel_usage: int | None = None
+    memory_active_file: int | None = None
+    memory_inactive_file: int | None = None
+    # container_memory_failures_total: the cgroup's own page faults and its subtree's.
+    pgfault: int | None = None
+    pgmajfault: int | None = None
+    hierarchy_pgfault: int | None = None
+    hierarchy_pgmajfault: int | None = None
+    # v2 only (cAdvisor reports 0 on v1).
+    memory_events_high: int | None = None
+    memory_events_max: int | None = None
+    file_dirty: int | None = None
+    file_writeback: int | None = None
+    pgscan: int | None = None
+    pgsteal: int | None = None
+    workingset_refault_file: int | None = None
+    workingset_refault_anon: int | None = None
+
+
+# Figures cAdvisor takes from v2's memory.stat and memory.events only; 0 on v1.
+V2_ONLY = ("memory_events_high", "memory_events_max", "file_dirty", "file_writeback", "pgscan", "pgsteal",
+           "workingset_refault_file", "workingset_refault_anon")
 
 
 def _limit(value: int | None) -> int:
@@ -125,7 +148,12 @@ def counters_v1(cpu: Path, cpuacct: Path, memory: Path, quota: int) -> CgroupCou
         cfs_periods=throttle.get("nr_periods"), cfs_throttled_periods=throttle.get("nr_throttled"),
         cfs_throttled_seconds=throttle["throttled_time"] / 1e9 if "throttled_time" in throttle else None,
         memory_cache=cache, memory_mapped_file=mapped, memory_failcnt=read_int(memory / "memory.failcnt"),
-        memory_max_usage=read_int(memory / "memory.max_usage_in_bytes"))
+        memory_max_usage=read_int(memory / "memory.max_usage_in_bytes"),
+        memory_kernel_usage=read_int(memory / "memory.kmem.usage_in_bytes"),
+        memory_active_file=mem.get("total_active_file"), memory_inactive_file=mem.get("total_inactive_file"),
+        pgfault=mem.get("pgfault"), pgmajfault=mem.get("pgmajfault"),
+        hierarchy_pgfault=mem.get("total_pgfault"), hierarchy_pgmajfault=mem.get("total_pgmajfault"),
+        **(dict.fromkeys(V2_ONLY, 0) if mem else {}))
 
 
 def counters_v2(d: Path, quota: int, root: bool) -> CgroupCounters:
@@ -140,12 +168,33 @@ def counters_v2(d: Path, quota: int, root: bool) -> CgroupCounters:
         cfs_throttled_periods=cpu.get("nr_throttled") if quota else None,
         cfs_throttled_seconds=cpu["throttled_usec"] * usec if throttled else None,
         memory_cache=mem.get("file"), memory_mapped_file=mem.get("file_mapped"),
-        memory_failcnt=0, memory_max_usage=0 if root else (read_int(d / "memory.peak") or 0))
+        memory_failcnt=0, memory_max_usage=0 if root else (read_int(d / "memory.peak") or 0),
+        **({} if root else _v2_memory_extras(d, mem)))
 
 
-def read_figures(reader: CgroupReader, cgroup: str) -> tuple[CgroupSpec, CgroupCounters] | None:
-    """The cgroup's spec and counters; None for a name that is not a cgroup's or a cgroup that
-    is gone (its spec would be all zeros)."""
+def _v2_memory_extras(d: Path, mem: dict[str, int]) -> dict[str, int | None]:
+    events = read_keyed(d / "memory.events")
+    return dict(memory_kernel_usage=0, memory_active_file=mem.get("active_file"),
+                memory_inactive_file=mem.get("inactive_file"),
+                pgfault=mem.get("pgfault"), pgmajfault=mem.get("pgmajfault"),
+                hierarchy_pgfault=mem.get("pgfault"), hierarchy_pgmajfault=mem.get("pgmajfault"),
+                memory_events_high=events.get("high"), memory_events_max=events.get("max"),
+                file_dirty=mem.get("file_dirty"), file_writeback=mem.get("file_writeback"),
+                pgscan=mem.get("pgscan"), pgsteal=mem.get("pgsteal"),
+                workingset_refault_file=mem.get("workingset_refault_file"),
+                workingset_refault_anon=mem.get("workingset_refault_anon"))
+
+
+@dataclass(frozen=True)
+class CgroupFigures:
+    spec: CgroupSpec
+    counters: CgroupCounters
+    processes: CgroupProcesses | None
+
+
+def read_figures(reader: CgroupReader, cgroup: str) -> CgroupFigures | None:
+    """The cgroup's spec, counters and processes; None for a name that is not a cgroup's or a
+    cgroup that is gone (its spec would be all zeros)."""
     try:
         cpu, cpuacct, memory = (reader.path(c, cgroup) for c in ("cpu", "cpuacct", "memory"))
     except ValueError:
@@ -155,6 +204,8 @@ def read_figures(reader: CgroupReader, cgroup: str) -> tuple[CgroupSpec, CgroupC
         return None
     if reader.version == 2:
         spec = spec_v2(cpu, root, reader.proc)
-        return spec, counters_v2(cpu, spec.cpu_quota, root)
-    spec = spec_v1(cpu, memory, root, reader.proc)
-    return spec, counters_v1(cpu, cpuacct, memory, spec.cpu_quota)
+        counters = counters_v2(cpu, spec.cpu_quota, root)
+    else:
+        spec = spec_v1(cpu, memory, root, reader.proc)
+        counters = counters_v1(cpu, cpuacct, memory, spec.cpu_quota)
+    return CgroupFigures(spec, counters, read_processes(reader, cgroup))

@@ -529,7 +529,9 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
                                    ("cpuacct", "cpuacct.stat", "user 300\nsystem 100\n"),
                                    ("memory", "memory.limit_in_bytes", str(GIB)),
                                    ("memory", "memory.use_hierarchy", "1"),
-                                   ("memory", "memory.stat", "total_cache 4096\ntotal_mapped_file 1024\n"),
+                                   ("memory", "memory.stat", "total_cache 4096\ntotal_mapped_file 1024\n"
+                                                             "pgfault 5\ntotal_pgfault 9"),
+                                   ("cpu", "cgroup.procs", "4242"), ("pids", "pids.current", "3"),
                                    ("memory", "memory.failcnt", "2")):
         write(Path(app.format(controller)) / name, text + "\n")
     write(node.cgroup_root / "cpu/cpu.shares", "1024\n")
@@ -551,6 +553,12 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
     assert value("container_cpu_cfs_throttled_periods_total", container="app").value == 4
     assert value("container_memory_cache", container="app").value == 4096
     assert value("container_memory_failcnt", container="app").value == 2
+    assert value("container_memory_failures_total", container="app", failure_type="pgfault",
+                 scope="hierarchy").value == 9
+    assert value("container_memory_failures_total", container="app", failure_type="pgfault",
+                 scope="container").value == 5
+    assert value("container_processes", container="app").value == 1
+    assert value("container_threads", container="app").value == 3
     assert value("container_spec_memory_limit_bytes", id="/").value == 8 * GIB
     assert value("container_spec_cpu_shares", id="/").value == 1024
     assert not [s for s in samples if s.labels.get("id") == "/" and

@@ -27,7 +27,7 @@ from services.node_api.stats.sandbox_stats import SandboxStatsCache
 from services.node_api.stats.summary_fields import Pass
 from services.node_api.stats.volumes import PodView, VolumeStats
 from shared.config.settings import NodeSettings
-from shared.host.cgroup_spec import CgroupCounters, CgroupSpec, read_figures
+from shared.host.cgroup_spec import CgroupFigures, read_figures
 from shared.host.cgroups import CgroupReader
 from shared.runtime.cri import labels as L
 from shared.runtime.cri.client import CRIError
@@ -106,7 +106,7 @@ class StatsProvider:
         cgroups = await asyncio.to_thread(self._cgroup_figures, resource_metrics.cadvisor_cgroups(snap))
         return resource_metrics.render_cadvisor(snap, spec, self.machine.timestamp, cgroups)
 
-    def _cgroup_figures(self, names: list[str]) -> dict[str, tuple[CgroupSpec, CgroupCounters]]:
+    def _cgroup_figures(self, names: list[str]) -> dict[str, CgroupFigures]:
         out = {}
         for name in names:
             if (found := read_figures(self.cgroups, name)) is not None:
