@@ -153,6 +153,14 @@ COUNTER_FAMILIES = (
      "Cumulative number of refaults of previously evicted anonymous pages.", "workingset_refault_anon"),
 )
 FAILURES = "container_memory_failures_total"
+# Block I/O per device: (family, HELP, bytes or operations, operation).
+IO_FAMILIES = (
+    ("container_fs_reads_bytes_total", "Cumulative count of bytes read", "bytes", "Read"),
+    ("container_fs_writes_bytes_total", "Cumulative count of bytes written", "bytes", "Write"),
+    ("container_fs_reads_total", "Cumulative count of reads completed", "ops", "Read"),
+    ("container_fs_writes_total", "Cumulative count of writes completed", "ops", "Write"),
+)
+BLKIO = "container_blkio_device_usage_total"
 # (failure_type, scope) -> the CgroupCounters field
 FAILURE_SERIES = ((("pgfault", "container"), "pgfault"), (("pgmajfault", "container"), "pgmajfault"),
                   (("pgfault", "hierarchy"), "hierarchy_pgfault"), (("pgmajfault", "hierarchy"), "hierarchy_pgmajfault"))
@@ -191,6 +199,8 @@ def _cadvisor_families() -> _Families:
         *((kind, name, help_, []) for kind, name, help_, _ in COUNTER_FAMILIES),
         *(("gauge", name, help_, []) for name, help_, _ in PROCESS_FAMILIES),
         ("counter", FAILURES, "Cumulative count of memory allocation failures.", ["failure_type", "scope"]),
+        *(("counter", name, help_, ["device"]) for name, help_, _, _ in IO_FAMILIES),
+        ("counter", BLKIO, "Blkio Device bytes usage", ["device", "major", "minor", "operation"]),
         ("gauge", "container_last_seen", "Last time a container was seen by the exporter", []),
         *(("counter", f"container_pressure_{resource}_{kind}_seconds_total", help_.format(word), [])
           for resource, word in (("cpu", "CPU"), ("memory", "memory"), ("io", "IO"))
@@ -223,10 +233,12 @@ def cadvisor_cgroups(snap: Snapshot) -> list[str]:
 
 
 def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float,
-                    cgroups: Mapping[str, CgroupFigures] | None = None) -> bytes:
+                    cgroups: Mapping[str, CgroupFigures] | None = None,
+                    devices: Mapping[tuple[int, int], str] | None = None) -> bytes:
     """snap None: the containers could not be listed (container_scrape_error 1); spec None:
     the machine facts could not be read (machine_scrape_error 1). cgroups: the limits and
-    counters of the snapshot's cgroups by cgroup name (cadvisor_cgroups)."""
+    counters of the snapshot's cgroups by cgroup name (cadvisor_cgroups); devices: block device
+    names by major:minor."""
     f = _cadvisor_families()
     f.add("machine_scrape_error", {}, 0 if spec else 1)
     if spec:
@@ -236,7 +248,7 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
             f.add(name, machine, spec[key], spec_time or None)
     f.add("container_scrape_error", {}, 0 if snap else 1)
     if snap is not None:
-        out = _CadvisorSeries(f, time.time(), cgroups or {}, snap.time)
+        out = _CadvisorSeries(f, time.time(), cgroups or {}, snap.time, devices or {})
         out.node(snap)
         out.pods(snap)
     return f.render()
@@ -245,8 +257,9 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
 class _CadvisorSeries:
     """cAdvisor's series of the node's cgroups, as the kubelet's /metrics/cadvisor has them."""
 
-    def __init__(self, f: _Families, now: float, cgroups: Mapping[str, CgroupFigures], taken: float) -> None:
-        self.f, self.now, self.cgroups, self.taken = f, now, cgroups, taken
+    def __init__(self, f: _Families, now: float, cgroups: Mapping[str, CgroupFigures], taken: float,
+                 devices: Mapping[tuple[int, int], str]) -> None:
+        self.f, self.now, self.cgroups, self.taken, self.devices = f, now, cgroups, taken, devices
 
     def node(self, snap: Snapshot) -> None:
         node = snap.summary["node"]
@@ -320,6 +333,14 @@ class _CadvisorSeries:
         if found.processes is not None:
             for name, _, field in PROCESS_FAMILIES:
                 self.f.add(name, labels, getattr(found.processes, field), self.taken)
+        for io in found.io or []:
+            device = self.devices.get((io.major, io.minor), "")
+            for name, _, kind, op in IO_FAMILIES:
+                counts = io.service_bytes if kind == "bytes" else io.serviced
+                self.f.add(name, labels | {"device": device}, counts.get(op, 0), self.taken)
+            for op, value in io.service_bytes.items():
+                self.f.add(BLKIO, labels | {"device": device, "major": str(io.major), "minor": str(io.minor),
+                                            "operation": op}, value, self.taken)
 
     def pressure(self, labels: dict[str, str], stats: dict[str, Any]) -> None:
         """cAdvisor's pressure counters (cgroup v2): the time all tasks stalled ("full") and some

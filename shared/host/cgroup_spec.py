@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.host.cgroup_io import DeviceIO, read_io
 from shared.host.cgroup_processes import CgroupProcesses, read_processes
 from shared.host.cgroups import UNLIMITED, USER_HZ, CgroupReader, read_int, read_keyed, read_meminfo
 
@@ -190,10 +191,11 @@ class CgroupFigures:
     spec: CgroupSpec
     counters: CgroupCounters
     processes: CgroupProcesses | None
+    io: list[DeviceIO] | None = None
 
 
 def read_figures(reader: CgroupReader, cgroup: str) -> CgroupFigures | None:
-    """The cgroup's spec, counters and processes; None for a name that is not a cgroup's or a
+    """The cgroup's spec, counters, processes and block I/O; None for a name that is not a cgroup's or a
     cgroup that is gone (its spec would be all zeros)."""
     try:
         cpu, cpuacct, memory = (reader.path(c, cgroup) for c in ("cpu", "cpuacct", "memory"))
@@ -208,4 +210,4 @@ def read_figures(reader: CgroupReader, cgroup: str) -> CgroupFigures | None:
     else:
         spec = spec_v1(cpu, memory, root, reader.proc)
         counters = counters_v1(cpu, cpuacct, memory, spec.cpu_quota)
-    return CgroupFigures(spec, counters, read_processes(reader, cgroup))
+    return CgroupFigures(spec, counters, read_processes(reader, cgroup), read_io(reader, cgroup))

@@ -532,10 +532,14 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
                                    ("memory", "memory.stat", "total_cache 4096\ntotal_mapped_file 1024\n"
                                                              "pgfault 5\ntotal_pgfault 9"),
                                    ("cpu", "cgroup.procs", "4242"), ("pids", "pids.current", "3"),
+                                   ("blkio", "blkio.throttle.io_service_bytes_recursive",
+                                    "254:0 Read 4096\n254:0 Write 512\nTotal 4608"),
                                    ("memory", "memory.failcnt", "2")):
         write(Path(app.format(controller)) / name, text + "\n")
     write(node.cgroup_root / "cpu/cpu.shares", "1024\n")
     write(node.cgroup_root / "cpu/cpu.cfs_quota_us", "-1\n")
+    node.stats.sys_block = node.tmp / "sys/block"
+    write(node.stats.sys_block / "vda/dev", "254:0\n")
     text = (await node.stats.cadvisor_metrics()).decode()
     samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
 
@@ -559,6 +563,10 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
                  scope="container").value == 5
     assert value("container_processes", container="app").value == 1
     assert value("container_threads", container="app").value == 3
+    assert value("container_fs_reads_bytes_total", container="app", device="/dev/vda").value == 4096
+    assert value("container_fs_writes_total", container="app", device="/dev/vda").value == 0, "no io_serviced file"
+    assert value("container_blkio_device_usage_total", container="app", operation="Write", major="254",
+                 minor="0").value == 512
     assert value("container_spec_memory_limit_bytes", id="/").value == 8 * GIB
     assert value("container_spec_cpu_shares", id="/").value == 1024
     assert not [s for s in samples if s.labels.get("id") == "/" and

@@ -27,6 +27,7 @@ from services.node_api.stats.sandbox_stats import SandboxStatsCache
 from services.node_api.stats.summary_fields import Pass
 from services.node_api.stats.volumes import PodView, VolumeStats
 from shared.config.settings import NodeSettings
+from shared.host.cgroup_io import Device, device_names
 from shared.host.cgroup_spec import CgroupFigures, read_figures
 from shared.host.cgroups import CgroupReader
 from shared.runtime.cri import labels as L
@@ -55,7 +56,8 @@ class StatsProvider:
 
     def __init__(self, runtime: StatsRuntime, images: ImageFsSource, store: Store, settings: NodeSettings, *,
                  cgroups: CgroupReader | None = None, proc: str | Path = "/proc",
-                 machine: MachineSpec | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 machine: MachineSpec | None = None, clock: Callable[[], float] = time.monotonic,
+                 sys_block: str | Path = "/sys/block") -> None:
         self.runtime = runtime
         self.images = images
         self.store = store
@@ -63,6 +65,7 @@ class StatsProvider:
         cgroups = cgroups or CgroupReader(kubepods=settings.kubelet.kubepods)
         self.cgroups = cgroups
         proc = Path(proc)
+        self.proc, self.sys_block = proc, Path(sys_block)
         self.machine = machine or MachineSpec(MachineFacts(proc=proc))
         self.rates = CpuRates(clock)
         self.sandbox_stats = SandboxStatsCache(runtime, clock=clock)
@@ -103,15 +106,16 @@ class StatsProvider:
             log.warning("cadvisor metrics: %s", exc)
             return resource_metrics.render_cadvisor(None, spec, self.machine.timestamp)
         # In a thread: a dozen small files a cgroup, two cgroups a pod and one a container.
-        cgroups = await asyncio.to_thread(self._cgroup_figures, resource_metrics.cadvisor_cgroups(snap))
-        return resource_metrics.render_cadvisor(snap, spec, self.machine.timestamp, cgroups)
+        cgroups, devices = await asyncio.to_thread(self._cgroup_figures, resource_metrics.cadvisor_cgroups(snap))
+        return resource_metrics.render_cadvisor(snap, spec, self.machine.timestamp, cgroups, devices)
 
-    def _cgroup_figures(self, names: list[str]) -> dict[str, CgroupFigures]:
+    def _cgroup_figures(self, names: list[str]) -> tuple[dict[str, CgroupFigures], dict[Device, str]]:
+        """The cgroups' figures, and the names of the block devices their I/O is on."""
         out = {}
         for name in names:
             if (found := read_figures(self.cgroups, name)) is not None:
                 out[name] = found
-        return out
+        return out, device_names(self.sys_block, self.proc / "self/mountinfo")
 
     def machine_spec(self) -> dict[str, Any]:
         """GET /spec: cAdvisor's MachineInfo."""

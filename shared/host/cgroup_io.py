@@ -1,0 +1,123 @@
+"""A cgroup's block I/O per device, as cAdvisor reads it for the kubelet's /metrics/cadvisor
+(container_fs_{reads,writes}_bytes_total, container_fs_{reads,writes}_total,
+container_blkio_device_usage_total).
+
+v1: the first of the bfq, cfq and throttle files (recursive first) that has a device line, as
+runc's blkio reader takes them; "MAJ:MIN Op N" lines, the closing "Total N" skipped. v2: io.stat's
+rbytes/wbytes (bytes read and written) and rios/wios (operations). A device is named as cAdvisor
+names it: /dev/<disk> for a disk in /sys/block (loop, ram and sr devices left out), else the
+source of a filesystem mounted from it, else "".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.host.cgroups import CgroupReader
+
+# (bytes file, operations file) of cgroup v1's blkio controller, in the order runc tries them.
+V1_FILES = (("blkio.bfq.io_service_bytes_recursive", "blkio.bfq.io_serviced_recursive"),
+            ("blkio.bfq.io_service_bytes", "blkio.bfq.io_serviced"),
+            ("blkio.io_service_bytes_recursive", "blkio.io_serviced_recursive"),
+            ("blkio.throttle.io_service_bytes_recursive", "blkio.throttle.io_serviced_recursive"),
+            ("blkio.throttle.io_service_bytes", "blkio.throttle.io_serviced"))
+V2_KEYS = {"rbytes": ("bytes", "Read"), "wbytes": ("bytes", "Write"),
+           "rios": ("ops", "Read"), "wios": ("ops", "Write")}
+_NOT_DISKS = ("loop", "ram", "sr")
+
+Device = tuple[int, int]
+
+
+@dataclass
+class DeviceIO:
+    major: int
+    minor: int
+    service_bytes: dict[str, int] = field(default_factory=dict)  # operation -> bytes
+    serviced: dict[str, int] = field(default_factory=dict)  # operation -> count
+
+
+def _device(text: str) -> Device | None:
+    major, _, minor = text.partition(":")
+    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
+
+
+def device_names(sys_block: Path, mountinfo: Path) -> dict[Device, str]:
+    """major:minor -> the name cAdvisor gives the device."""
+    names: dict[Device, str] = {}
+    try:
+        for line in mountinfo.read_text().splitlines():
+            # "id parent MAJ:MIN root mountpoint options ... - fstype source superoptions"
+            fields = line.split()
+            if len(fields) > 2 and "-" in fields:
+                tail = fields[fields.index("-") + 1:]
+                dev = _device(fields[2])
+                if dev is not None and len(tail) >= 2 and tail[1].startswith("/dev/"):
+                    names.setdefault(dev, tail[1])
+    except OSError:
+        pass
+    try:
+        disks = sorted(sys_block.iterdir())
+    except OSError:
+        disks = []
+    for disk in disks:
+        if disk.name.startswith(_NOT_DISKS):
+            continue
+        try:
+            dev = _device((disk / "dev").read_text().strip())
+        except OSError:
+            continue
+        if dev is not None:
+            names[dev] = f"/dev/{disk.name}"  # a disk's own name wins over a mount's
+    return names
+
+
+def _v1_lines(path: Path) -> list[tuple[Device, str, int]]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and (dev := _device(fields[0])) is not None and fields[2].isdigit():
+            out.append((dev, fields[1], int(fields[2])))
+    return out
+
+
+def read_io(reader: CgroupReader, cgroup: str) -> list[DeviceIO] | None:
+    """Per device, by major:minor; None for a name that is not a cgroup's."""
+    try:
+        d = reader.path("io" if reader.version == 2 else "blkio", cgroup)
+    except ValueError:
+        return None
+    devices: dict[Device, DeviceIO] = {}
+
+    def entry(dev: Device) -> DeviceIO:
+        return devices.setdefault(dev, DeviceIO(*dev))
+
+    if reader.version == 2:
+        try:
+            text = (d / "io.stat").read_text()
+        except OSError:
+            return []
+        for line in text.splitlines():
+            fields = line.split()
+            if not fields or (dev := _device(fields[0])) is None:
+                continue
+            for pair in fields[1:]:
+                key, _, raw = pair.partition("=")
+                if key in V2_KEYS and raw.isdigit():
+                    kind, op = V2_KEYS[key]
+                    (entry(dev).service_bytes if kind == "bytes" else entry(dev).serviced)[op] = int(raw)
+        return list(devices.values())
+    for bytes_file, ops_file in V1_FILES:
+        lines = _v1_lines(d / bytes_file)
+        if not lines:
+            continue
+        for dev, op, value in lines:
+            entry(dev).service_bytes[op] = value
+        for dev, op, value in _v1_lines(d / ops_file):
+            entry(dev).serviced[op] = value
+        break
+    return list(devices.values())
