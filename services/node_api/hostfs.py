@@ -126,6 +126,30 @@ def read_mounts(path: str | Path = "/proc/self/mountinfo") -> list[Mount]:
     return out
 
 
+# Devices cAdvisor leaves out of its disk map.
+_NOT_DISKS = ("loop", "ram", "sr")
+
+
+def block_device_names(sys_block: Path, mounts: list[Mount]) -> dict[tuple[int, int], str]:
+    """major:minor -> the name cAdvisor gives a device in its I/O series: /dev/<disk> for a disk
+    in /sys/block (loop, ram and sr devices left out), else the source of a filesystem mounted
+    from it."""
+    names = {(m.major, m.minor): m.source for m in mounts if m.source.startswith("/dev/")}
+    try:
+        disks = sorted(sys_block.iterdir())
+    except OSError:
+        disks = []
+    for disk in disks:
+        if disk.name.startswith(_NOT_DISKS):
+            continue
+        try:
+            major, _, minor = (disk / "dev").read_text().strip().partition(":")
+            names[(int(major), int(minor))] = f"/dev/{disk.name}"  # a disk's own name wins
+        except (OSError, ValueError):
+            continue
+    return names
+
+
 def device_of(path: str | Path, mounts: list[Mount]) -> str:
     """The source device of the filesystem holding path ("/dev/vda1"), as cAdvisor labels
     filesystems; the mount's major:minor when the source is not a device."""

@@ -4,9 +4,8 @@ container_blkio_device_usage_total).
 
 v1: the first of the bfq, cfq and throttle files (recursive first) that has a device line, as
 runc's blkio reader takes them; "MAJ:MIN Op N" lines, the closing "Total N" skipped. v2: io.stat's
-rbytes/wbytes (bytes read and written) and rios/wios (operations). A device is named as cAdvisor
-names it: /dev/<disk> for a disk in /sys/block (loop, ram and sr devices left out), else the
-source of a filesystem mounted from it, else "".
+rbytes/wbytes (bytes read and written) and rios/wios (operations). Devices are by major:minor;
+node-api names them (services/node_api/hostfs.py block_device_names).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ V1_FILES = (("blkio.bfq.io_service_bytes_recursive", "blkio.bfq.io_serviced_recu
             ("blkio.throttle.io_service_bytes", "blkio.throttle.io_serviced"))
 V2_KEYS = {"rbytes": ("bytes", "Read"), "wbytes": ("bytes", "Write"),
            "rios": ("ops", "Read"), "wios": ("ops", "Write")}
-_NOT_DISKS = ("loop", "ram", "sr")
 
 Device = tuple[int, int]
 
@@ -40,36 +38,6 @@ class DeviceIO:
 def _device(text: str) -> Device | None:
     major, _, minor = text.partition(":")
     return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
-
-
-def device_names(sys_block: Path, mountinfo: Path) -> dict[Device, str]:
-    """major:minor -> the name cAdvisor gives the device."""
-    names: dict[Device, str] = {}
-    try:
-        for line in mountinfo.read_text().splitlines():
-            # "id parent MAJ:MIN root mountpoint options ... - fstype source superoptions"
-            fields = line.split()
-            if len(fields) > 2 and "-" in fields:
-                tail = fields[fields.index("-") + 1:]
-                dev = _device(fields[2])
-                if dev is not None and len(tail) >= 2 and tail[1].startswith("/dev/"):
-                    names.setdefault(dev, tail[1])
-    except OSError:
-        pass
-    try:
-        disks = sorted(sys_block.iterdir())
-    except OSError:
-        disks = []
-    for disk in disks:
-        if disk.name.startswith(_NOT_DISKS):
-            continue
-        try:
-            dev = _device((disk / "dev").read_text().strip())
-        except OSError:
-            continue
-        if dev is not None:
-            names[dev] = f"/dev/{disk.name}"  # a disk's own name wins over a mount's
-    return names
 
 
 def _v1_lines(path: Path) -> list[tuple[Device, str, int]]:

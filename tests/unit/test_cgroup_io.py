@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.host.cgroup_io import DeviceIO, device_names, read_io
+from shared.host.cgroup_io import DeviceIO, read_io
 from shared.host.cgroups import CgroupReader
 
 
@@ -40,15 +40,3 @@ def test_no_figures_and_hostile_names(tmp_path):
     reader = CgroupReader(tmp_path / "cg", tmp_path / "proc")
     assert read_io(reader, "/kubepods/gone") == []
     assert read_io(reader, "/kubepods/../../etc") is None
-
-
-def test_devices_are_named_by_disk_then_by_mounted_filesystem(tmp_path):
-    block = tmp_path / "sys/block"
-    write(block / "vda/dev", "254:0\n")
-    write(block / "loop0/dev", "7:0\n")  # cAdvisor leaves loop, ram and sr devices out
-    write(tmp_path / "mountinfo",
-          "22 1 254:1 / / rw - ext4 /dev/vda1 rw\n"
-          "30 22 7:0 / /mnt rw - ext4 /dev/loop0 rw\n"
-          "31 22 0:5 / /proc rw - proc proc rw\n")
-    assert device_names(block, tmp_path / "mountinfo") == {(254, 0): "/dev/vda", (254, 1): "/dev/vda1",
-                                                           (7, 0): "/dev/loop0"}

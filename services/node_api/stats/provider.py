@@ -17,7 +17,7 @@ from cri_api.v1 import api_pb2 as cri
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.node_api import resource_metrics
-from services.node_api.hostfs import statfs_nearest
+from services.node_api.hostfs import block_device_names, read_mounts, statfs_nearest
 from services.node_api.machine import MachineFacts, MachineSpec
 from services.node_api.snapshot import Snapshot, summary_json
 from services.node_api.stats.cpu_rates import CpuRates
@@ -27,7 +27,6 @@ from services.node_api.stats.sandbox_stats import SandboxStatsCache
 from services.node_api.stats.summary_fields import Pass
 from services.node_api.stats.volumes import PodView, VolumeStats
 from shared.config.settings import NodeSettings
-from shared.host.cgroup_io import Device, device_names
 from shared.host.cgroup_spec import CgroupFigures, read_figures
 from shared.host.cgroups import CgroupReader
 from shared.runtime.cri import labels as L
@@ -109,13 +108,13 @@ class StatsProvider:
         cgroups, devices = await asyncio.to_thread(self._cgroup_figures, resource_metrics.cadvisor_cgroups(snap))
         return resource_metrics.render_cadvisor(snap, spec, self.machine.timestamp, cgroups, devices)
 
-    def _cgroup_figures(self, names: list[str]) -> tuple[dict[str, CgroupFigures], dict[Device, str]]:
+    def _cgroup_figures(self, names: list[str]) -> tuple[dict[str, CgroupFigures], dict[tuple[int, int], str]]:
         """The cgroups' figures, and the names of the block devices their I/O is on."""
         out = {}
         for name in names:
             if (found := read_figures(self.cgroups, name)) is not None:
                 out[name] = found
-        return out, device_names(self.sys_block, self.proc / "self/mountinfo")
+        return out, block_device_names(self.sys_block, read_mounts(self.proc / "self/mountinfo"))
 
     def machine_spec(self) -> dict[str, Any]:
         """GET /spec: cAdvisor's MachineInfo."""
