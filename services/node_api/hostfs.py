@@ -57,6 +57,8 @@ class InterfaceCounters:
     tx_bytes: int
     tx_packets: int
     tx_errors: int
+    rx_dropped: int = 0
+    tx_dropped: int = 0
 
 
 def read_net_dev(path: str | Path = "/proc/net/dev") -> list[InterfaceCounters]:
@@ -68,19 +70,31 @@ def read_net_dev(path: str | Path = "/proc/net/dev") -> list[InterfaceCounters]:
     for line in lines:
         name, sep, rest = line.partition(":")
         fields = rest.split()
-        if not sep or len(fields) < 11:
+        if not sep or len(fields) < 12:
             continue
         try:
             v = [int(f) for f in fields]
         except ValueError:
             continue
-        out.append(InterfaceCounters(name.strip(), rx_bytes=v[0], rx_packets=v[1], rx_errors=v[2],
-                                     tx_bytes=v[8], tx_packets=v[9], tx_errors=v[10]))
+        out.append(InterfaceCounters(name.strip(), rx_bytes=v[0], rx_packets=v[1], rx_errors=v[2], rx_dropped=v[3],
+                                     tx_bytes=v[8], tx_packets=v[9], tx_errors=v[10], tx_dropped=v[11]))
     return out
 
 
 def node_interfaces(path: str | Path = "/proc/net/dev") -> list[InterfaceCounters]:
     return [i for i in read_net_dev(path) if not i.name.startswith(IGNORED_INTERFACE_PREFIXES)]
+
+
+def cgroup_interfaces(proc: Path, procs: Path) -> list[InterfaceCounters]:
+    """The interfaces of the network namespace the first process of a cgroup is in (its
+    cgroup.procs file), as cAdvisor reads a pod sandbox's: /proc/<pid>/net/dev."""
+    try:
+        first = procs.read_text().split()[:1]
+    except OSError:
+        return []
+    if not first or not first[0].isdigit():
+        return []
+    return node_interfaces(proc / first[0] / "net/dev")
 
 
 def rlimit(proc: str | Path = "/proc") -> dict[str, int]:

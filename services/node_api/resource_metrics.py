@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from services.node_api.hostfs import InterfaceCounters
 from services.node_api.snapshot import Snapshot
 from shared.host.cgroup_spec import CgroupFigures
 from shared.model.cgroup_names import container_cgroup
@@ -161,6 +163,17 @@ IO_FAMILIES = (
     ("container_fs_writes_total", "Cumulative count of writes completed", "ops", "Write"),
 )
 BLKIO = "container_blkio_device_usage_total"
+# Packets per interface of the root and of each pod sandbox: (family, HELP, InterfaceCounters field).
+PACKET_FAMILIES = (
+    ("container_network_receive_packets_total", "Cumulative count of packets received", "rx_packets"),
+    ("container_network_receive_packets_dropped_total", "Cumulative count of packets dropped while receiving",
+     "rx_dropped"),
+    ("container_network_transmit_packets_total", "Cumulative count of packets transmitted", "tx_packets"),
+    ("container_network_transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting",
+     "tx_dropped"),
+)
+
+
 # (failure_type, scope) -> the CgroupCounters field
 FAILURE_SERIES = ((("pgfault", "container"), "pgfault"), (("pgmajfault", "container"), "pgmajfault"),
                   (("pgfault", "hierarchy"), "hierarchy_pgfault"), (("pgmajfault", "hierarchy"), "hierarchy_pgmajfault"))
@@ -173,6 +186,14 @@ PROCESS_FAMILIES = (
     ("container_sockets", "Number of open sockets for the container.", "sockets"),
 )
 _MACHINE = ["boot_id", "machine_id", "system_uuid"]
+
+
+@dataclass
+class HostFigures:
+    """What /metrics/cadvisor reads from the host beside the stats snapshot."""
+    cgroups: Mapping[str, CgroupFigures] = field(default_factory=dict)  # by cgroup name
+    devices: Mapping[tuple[int, int], str] = field(default_factory=dict)  # block device names by major:minor
+    interfaces: Mapping[str, list[InterfaceCounters]] = field(default_factory=dict)  # the root's, each sandbox's
 
 
 def _cadvisor_families() -> _Families:
@@ -201,6 +222,7 @@ def _cadvisor_families() -> _Families:
         ("counter", FAILURES, "Cumulative count of memory allocation failures.", ["failure_type", "scope"]),
         *(("counter", name, help_, ["device"]) for name, help_, _, _ in IO_FAMILIES),
         ("counter", BLKIO, "Blkio Device bytes usage", ["device", "major", "minor", "operation"]),
+        *(("counter", name, help_, ["interface"]) for name, help_, _ in PACKET_FAMILIES),
         ("gauge", "container_last_seen", "Last time a container was seen by the exporter", []),
         *(("counter", f"container_pressure_{resource}_{kind}_seconds_total", help_.format(word), [])
           for resource, word in (("cpu", "CPU"), ("memory", "memory"), ("io", "IO"))
@@ -222,23 +244,22 @@ def _cadvisor_families() -> _Families:
     return f
 
 
+def sandbox_cgroups(snap: Snapshot) -> list[str]:
+    return [container_cgroup(ids.cgroup, ids.sandbox_id) for ids in snap.pods.values()]
+
+
 def cadvisor_cgroups(snap: Snapshot) -> list[str]:
     """The cgroups /metrics/cadvisor reports: the root, the pods' cgroup, every pod's, its
     sandbox container's and its containers'."""
-    names = ["/", snap.kubepods]
-    for ids in snap.pods.values():
-        names += [ids.cgroup, container_cgroup(ids.cgroup, ids.sandbox_id)]
-    names += [c.cgroup for c in snap.containers.values()]
-    return names
+    return ["/", snap.kubepods, *(ids.cgroup for ids in snap.pods.values()), *sandbox_cgroups(snap),
+            *(c.cgroup for c in snap.containers.values())]
 
 
 def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_time: float,
-                    cgroups: Mapping[str, CgroupFigures] | None = None,
-                    devices: Mapping[tuple[int, int], str] | None = None) -> bytes:
+                    host: HostFigures | None = None) -> bytes:
     """snap None: the containers could not be listed (container_scrape_error 1); spec None:
-    the machine facts could not be read (machine_scrape_error 1). cgroups: the limits and
-    counters of the snapshot's cgroups by cgroup name (cadvisor_cgroups); devices: block device
-    names by major:minor."""
+    the machine facts could not be read (machine_scrape_error 1). host: what the host's cgroups
+    (cadvisor_cgroups) and network namespaces said beside the snapshot."""
     f = _cadvisor_families()
     f.add("machine_scrape_error", {}, 0 if spec else 1)
     if spec:
@@ -248,7 +269,7 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
             f.add(name, machine, spec[key], spec_time or None)
     f.add("container_scrape_error", {}, 0 if snap else 1)
     if snap is not None:
-        out = _CadvisorSeries(f, time.time(), cgroups or {}, snap.time, devices or {})
+        out = _CadvisorSeries(f, time.time(), host or HostFigures(), snap.time)
         out.node(snap)
         out.pods(snap)
     return f.render()
@@ -257,9 +278,8 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
 class _CadvisorSeries:
     """cAdvisor's series of the node's cgroups, as the kubelet's /metrics/cadvisor has them."""
 
-    def __init__(self, f: _Families, now: float, cgroups: Mapping[str, CgroupFigures], taken: float,
-                 devices: Mapping[tuple[int, int], str]) -> None:
-        self.f, self.now, self.cgroups, self.taken, self.devices = f, now, cgroups, taken, devices
+    def __init__(self, f: _Families, now: float, host: HostFigures, taken: float) -> None:
+        self.f, self.now, self.host, self.taken = f, now, host, taken
 
     def node(self, snap: Snapshot) -> None:
         node = snap.summary["node"]
@@ -269,6 +289,7 @@ class _CadvisorSeries:
             self.fs(root, device, stats)
         if node.get("network"):
             self.network(root, node["network"])
+        self.packets(root)
         for sc in node.get("systemContainers", []):
             if sc["name"] == "pods":
                 self.series({"id": snap.kubepods}, sc)
@@ -287,6 +308,7 @@ class _CadvisorSeries:
                 self.network(sandbox, pod["network"])
                 self.started(sandbox, pod)
                 self.limits(sandbox)
+                self.packets(sandbox)
             for c in pod["containers"]:
                 cids = snap.containers.get((uid, c["name"]))
                 if cids is None:
@@ -317,24 +339,24 @@ class _CadvisorSeries:
 
     def limits(self, labels: dict[str, str]) -> None:
         """The cgroup's spec series, its CPU-time and memory counters and its processes."""
-        found = self.cgroups.get(labels["id"])
+        found = self.host.cgroups.get(labels["id"])
         if found is None:
             return
-        for name, _, field in SPEC_FAMILIES:
-            value = getattr(found.spec, field)
-            if field != "cpu_quota" or value:  # cAdvisor: a quota series only for a quota
+        for name, _, attr in SPEC_FAMILIES:
+            value = getattr(found.spec, attr)
+            if attr != "cpu_quota" or value:  # cAdvisor: a quota series only for a quota
                 self.f.add(name, labels, value)
-        for _, name, _, field in COUNTER_FAMILIES:
-            if (value := getattr(found.counters, field)) is not None:
+        for _, name, _, attr in COUNTER_FAMILIES:
+            if (value := getattr(found.counters, attr)) is not None:
                 self.f.add(name, labels, value, self.taken)
-        for (failure, scope), field in FAILURE_SERIES:
-            if (value := getattr(found.counters, field)) is not None:
+        for (failure, scope), attr in FAILURE_SERIES:
+            if (value := getattr(found.counters, attr)) is not None:
                 self.f.add(FAILURES, labels | {"failure_type": failure, "scope": scope}, value, self.taken)
         if found.processes is not None:
-            for name, _, field in PROCESS_FAMILIES:
-                self.f.add(name, labels, getattr(found.processes, field), self.taken)
+            for name, _, attr in PROCESS_FAMILIES:
+                self.f.add(name, labels, getattr(found.processes, attr), self.taken)
         for io in found.io or []:
-            device = self.devices.get((io.major, io.minor), "")
+            device = self.host.devices.get((io.major, io.minor), "")
             for name, _, kind, op in IO_FAMILIES:
                 counts = io.service_bytes if kind == "bytes" else io.serviced
                 self.f.add(name, labels | {"device": device}, counts.get(op, 0), self.taken)
@@ -363,6 +385,11 @@ class _CadvisorSeries:
             self.f.add("container_fs_usage_bytes", labels | {"device": device}, stats["usedBytes"], stats["time"])
         if stats.get("capacityBytes") is not None:
             self.f.add("container_fs_limit_bytes", labels | {"device": device}, stats["capacityBytes"], stats["time"])
+
+    def packets(self, labels: dict[str, str]) -> None:
+        for i in self.host.interfaces.get(labels["id"], []):
+            for name, _, key in PACKET_FAMILIES:
+                self.f.add(name, labels | {"interface": i.name}, getattr(i, key), self.taken)
 
     def network(self, labels: dict[str, str], net: dict[str, Any]) -> None:
         interfaces = net.get("interfaces") or ([net] if net.get("name") else [])

@@ -540,6 +540,11 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
     write(node.cgroup_root / "cpu/cpu.cfs_quota_us", "-1\n")
     node.stats.sys_block = node.tmp / "sys/block"
     write(node.stats.sys_block / "vda/dev", "254:0\n")
+    # The sandbox's first process, and its network namespace's interfaces.
+    write(node.cgroup_root / f"cpu/kubepods/poduid-1/{sid}/cgroup.procs", "777\n")
+    proc = node.stats.proc
+    write(proc / "777/net/dev", (proc / "net/dev").read_text().replace("eth0: 1000       10    1    0",
+                                                                       "eth0: 1000       25    1    4"))
     text = (await node.stats.cadvisor_metrics()).decode()
     samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
 
@@ -567,6 +572,11 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
     assert value("container_fs_writes_total", container="app", device="/dev/vda").value == 0, "no io_serviced file"
     assert value("container_blkio_device_usage_total", container="app", operation="Write", major="254",
                  minor="0").value == 512
+    sandbox = f"/kubepods/poduid-1/{sid}"
+    assert value("container_network_receive_packets_total", id=sandbox, interface="eth0").value == 25
+    assert value("container_network_receive_packets_dropped_total", id=sandbox, interface="eth0").value == 4
+    assert value("container_network_transmit_packets_total", id="/", interface="eth0").value == 20
+    assert not [s for s in samples if s.name.startswith("container_network") and s.labels["interface"] == "lo"]
     assert value("container_spec_memory_limit_bytes", id="/").value == 8 * GIB
     assert value("container_spec_cpu_shares", id="/").value == 1024
     assert not [s for s in samples if s.labels.get("id") == "/" and

@@ -17,8 +17,9 @@ from cri_api.v1 import api_pb2 as cri
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.node_api import resource_metrics
-from services.node_api.hostfs import block_device_names, read_mounts, statfs_nearest
+from services.node_api.hostfs import block_device_names, cgroup_interfaces, node_interfaces, read_mounts, statfs_nearest
 from services.node_api.machine import MachineFacts, MachineSpec
+from services.node_api.resource_metrics import HostFigures
 from services.node_api.snapshot import Snapshot, summary_json
 from services.node_api.stats.cpu_rates import CpuRates
 from services.node_api.stats.node import ImageFsSource, NodeStats
@@ -27,7 +28,7 @@ from services.node_api.stats.sandbox_stats import SandboxStatsCache
 from services.node_api.stats.summary_fields import Pass
 from services.node_api.stats.volumes import PodView, VolumeStats
 from shared.config.settings import NodeSettings
-from shared.host.cgroup_spec import CgroupFigures, read_figures
+from shared.host.cgroup_spec import read_figures
 from shared.host.cgroups import CgroupReader
 from shared.runtime.cri import labels as L
 from shared.runtime.cri.client import CRIError
@@ -105,16 +106,24 @@ class StatsProvider:
             log.warning("cadvisor metrics: %s", exc)
             return resource_metrics.render_cadvisor(None, spec, self.machine.timestamp)
         # In a thread: a dozen small files a cgroup, two cgroups a pod and one a container.
-        cgroups, devices = await asyncio.to_thread(self._cgroup_figures, resource_metrics.cadvisor_cgroups(snap))
-        return resource_metrics.render_cadvisor(snap, spec, self.machine.timestamp, cgroups, devices)
+        host = await asyncio.to_thread(self._host_figures, snap)
+        return resource_metrics.render_cadvisor(snap, spec, self.machine.timestamp, host)
 
-    def _cgroup_figures(self, names: list[str]) -> tuple[dict[str, CgroupFigures], dict[tuple[int, int], str]]:
-        """The cgroups' figures, and the names of the block devices their I/O is on."""
-        out = {}
-        for name in names:
-            if (found := read_figures(self.cgroups, name)) is not None:
-                out[name] = found
-        return out, block_device_names(self.sys_block, read_mounts(self.proc / "self/mountinfo"))
+    def _host_figures(self, snap: Snapshot) -> HostFigures:
+        """The snapshot's cgroups' figures, the names of the block devices their I/O is on, and
+        the interfaces of the node and of each pod sandbox."""
+        cgroups = {name: found for name in resource_metrics.cadvisor_cgroups(snap)
+                   if (found := read_figures(self.cgroups, name)) is not None}
+        interfaces = {"/": node_interfaces(self.proc / "net/dev")}
+        for name in resource_metrics.sandbox_cgroups(snap):
+            try:
+                procs = self.cgroups.path("cpu", name) / "cgroup.procs"
+            except ValueError:
+                continue
+            interfaces[name] = cgroup_interfaces(self.proc, procs)
+        return HostFigures(
+            cgroups=cgroups, devices=block_device_names(self.sys_block, read_mounts(self.proc / "self/mountinfo")),
+            interfaces=interfaces)
 
     def machine_spec(self) -> dict[str, Any]:
         """GET /spec: cAdvisor's MachineInfo."""
