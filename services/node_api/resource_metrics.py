@@ -223,6 +223,8 @@ def _cadvisor_families() -> _Families:
         *(("counter", name, help_, ["device"]) for name, help_, _, _ in IO_FAMILIES),
         ("counter", BLKIO, "Blkio Device bytes usage", ["device", "major", "minor", "operation"]),
         *(("counter", name, help_, ["interface"]) for name, help_, _ in PACKET_FAMILIES),
+        ("gauge", "container_fs_inodes_free", "Number of available Inodes", ["device"]),
+        ("gauge", "container_fs_inodes_total", "Number of Inodes", ["device"]),
         ("gauge", "container_last_seen", "Last time a container was seen by the exporter", []),
         *(("counter", f"container_pressure_{resource}_{kind}_seconds_total", help_.format(word), [])
           for resource, word in (("cpu", "CPU"), ("memory", "memory"), ("io", "IO"))
@@ -287,6 +289,7 @@ class _CadvisorSeries:
         self.series(root, node)
         for device, stats in snap.node_fs:
             self.fs(root, device, stats)
+            self.inodes(root, device, stats)
         if node.get("network"):
             self.network(root, node["network"])
         self.packets(root)
@@ -385,6 +388,12 @@ class _CadvisorSeries:
             self.f.add("container_fs_usage_bytes", labels | {"device": device}, stats["usedBytes"], stats["time"])
         if stats.get("capacityBytes") is not None:
             self.f.add("container_fs_limit_bytes", labels | {"device": device}, stats["capacityBytes"], stats["time"])
+
+    def inodes(self, labels: dict[str, str], device: str, stats: dict[str, Any]) -> None:
+        """The node's filesystems' inodes (cAdvisor has them for the root's filesystems only)."""
+        for name, key in (("container_fs_inodes_free", "inodesFree"), ("container_fs_inodes_total", "inodes")):
+            if stats.get(key) is not None:
+                self.f.add(name, labels | {"device": device}, stats[key], stats["time"])
 
     def packets(self, labels: dict[str, str]) -> None:
         for i in self.host.interfaces.get(labels["id"], []):

@@ -577,6 +577,10 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
     assert value("container_network_receive_packets_dropped_total", id=sandbox, interface="eth0").value == 4
     assert value("container_network_transmit_packets_total", id="/", interface="eth0").value == 20
     assert not [s for s in samples if s.name.startswith("container_network") and s.labels["interface"] == "lo"]
+    summary_fs = (await node.stats.summary())["node"]["fs"]
+    assert summary_fs["inodes"] in [s.value for s in samples if s.name == "container_fs_inodes_total" and
+                                    s.labels["id"] == "/"], "the node filesystem's inodes"
+    assert not [s for s in samples if s.name == "container_fs_inodes_free" and s.labels["id"] != "/"]
     assert value("container_spec_memory_limit_bytes", id="/").value == 8 * GIB
     assert value("container_spec_cpu_shares", id="/").value == 1024
     assert not [s for s in samples if s.labels.get("id") == "/" and
