@@ -86,18 +86,18 @@ class ContainerLogRotator:
 
         async def one(container_id: str) -> bool:
             async with slots:
-                if (path := await self._log_path(container_id)) is None:
-                    return False
+                path = await self._log_path(container_id)
                 return bool(path) and await self.rotate_if_needed(container_id, Path(path))
         return sum(await asyncio.gather(*(one(cid) for cid in running)))
 
-    async def _log_path(self, container_id: str) -> str | None:
-        """The container's log file ("" without one); None when the runtime cannot tell now."""
+    async def _log_path(self, container_id: str) -> str:
+        """The container's log file; "" without one, or when the runtime cannot tell now (asked
+        again next round)."""
         if container_id not in self._log_paths:
             try:
                 self._log_paths[container_id] = (await self.runtime.container_status(container_id)).log_path
             except CRIError:
-                return None
+                return ""
         return self._log_paths[container_id]
 
     async def run(self) -> None:

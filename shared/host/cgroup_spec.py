@@ -119,20 +119,11 @@ def spec_v2(d: Path, root: bool, proc: Path) -> CgroupSpec:
     if root:
         mem_limit, swap_limit = _root_memory(proc)
     else:
-        mem_limit, swap_limit = _limit(_v2_value(d / "memory.max")), _limit(_v2_value(d / "memory.swap.max"))
+        # "max" does not read as a number: 0, as an unlimited one.
+        mem_limit, swap_limit = _limit(read_int(d / "memory.max")), _limit(read_int(d / "memory.swap.max"))
     return CgroupSpec(cpu_shares=weight_to_shares(weight) if weight else 0, cpu_period=period, cpu_quota=quota,
-                      memory_limit=mem_limit, memory_reservation=_limit(_v2_value(d / "memory.min")),
+                      memory_limit=mem_limit, memory_reservation=_limit(read_int(d / "memory.min")),
                       memory_swap_limit=swap_limit)
-
-
-def _v2_value(path: Path) -> int | None:
-    """A v2 limit file: a number, or "max" (unlimited, as UNLIMITED)."""
-    text = _read_text(path)
-    if text is None:
-        return None
-    if text == "max":
-        return UNLIMITED
-    return int(text) if text.isdigit() else None
 
 
 def counters_v1(cpu: Path, cpuacct: Path, memory: Path, quota: int) -> CgroupCounters:
