@@ -152,10 +152,13 @@ def test_a_thread_waiting_for_the_gil_is_not_blocked_in_a_call():
     try:
         tid, start, stop = (int(f) for f in child.stdout.readline().split())
         syscall = Path(f"/proc/{child.pid}/task/{tid}/syscall")
+        # The waiting thread wakes every few milliseconds to ask again for the GIL, so it is
+        # "running" now and then: the sample judged is the one taken inside the wait.
         deadline = time.monotonic() + 10
-        while not syscall.read_bytes().startswith(b"202 ") and time.monotonic() < deadline:
-            time.sleep(0.01)  # until the thread has asked for the GIL
         seen = syscall.read_bytes()
+        while not seen.startswith(b"202 ") and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the thread has asked for the GIL
+            seen = syscall.read_bytes()
         assert loop_watchdog.kernel_state(seen, range(start, stop)) == loop_watchdog.GIL, seen
         # Without knowing where the interpreter's state is, the same wait counts as a futex call.
         assert loop_watchdog.kernel_state(seen, None) == "futex"
