@@ -10,7 +10,8 @@ Two triggers, as in the kubelet:
   disk_reclaim so eviction can measure again before it evicts anyone.
 
 An image is in use when any container in the runtime was made from it, a pod this node should
-run names it (running or not started yet), or it is the runtime's sandbox (pause) image. Images
+run names it (running or not started yet, a container's image or an image volume's), or it is
+the runtime's sandbox (pause) image. Images
 seen for the first time less than imageMinimumGCAge ago stay.
 """
 
@@ -129,6 +130,11 @@ class DiskReclaimer:
                 continue
             for spec in pod.spec.all_containers:
                 used.add(id_of(spec.image))
+            # An image volume's image is in use while its pod is wanted (the runtime's container
+            # list names only the containers' own images).
+            for volume in pod.spec.volumes:
+                if (source := volume.image) is not None:
+                    used.add(id_of(source.reference))
         if self._sandbox_image is None:
             try:
                 self._sandbox_image = (await self.runtime.runtime_config()).get("sandboxImage", "")

@@ -77,8 +77,14 @@ class ImageManager:
         on_pull is told when a pull really starts, for progress reporting; credentials are the
         pod's imagePullSecrets' (those for the image's registry are tried in turn, as the kubelet
         does; with none, the pull is anonymous)."""
-        image = container.image
-        policy = container.imagePullPolicy
+        return await self.ensure_image(pod_uid, container.image, container.imagePullPolicy or "IfNotPresent",
+                                       sandbox_config, on_pull, credentials)
+
+    async def ensure_image(self, pod_uid: str, image: str, policy: str, sandbox_config: cri.PodSandboxConfig | None,
+                           on_pull: Callable[[str], None] | None = None,
+                           credentials: list[Credential] | None = None) -> EnsuredImage:
+        """ensure for an image by name: a container's, or an image volume's (the same pull, the
+        same back-off per pod and image, the same messages, as the kubelet's image manager)."""
         if policy != "Always":
             present = await self._images.image_status(image)
             if present is not None:

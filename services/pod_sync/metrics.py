@@ -18,6 +18,13 @@ STARTED_CONTAINERS = Counter("kubelet_started_containers_total",
 STARTED_CONTAINER_ERRORS = Counter("kubelet_started_containers_errors_total",
                                    "Cumulative number of errors when starting containers",
                                    ["code", "container_type"])
+# Image volumes, counted as the kubelet counts them at each container start: requested per
+# volume had, mounted (or failed, when the runtime said ImageVolumeMountFailed) per volumeMount.
+IMAGE_VOLUME_REQUESTED = Counter("kubelet_image_volume_requested_total", "Number of requested image volumes.")
+IMAGE_VOLUME_MOUNTED = Counter("kubelet_image_volume_mounted_succeed_total",
+                               "Number of successful image volume mounts.")
+IMAGE_VOLUME_MOUNT_ERRORS = Counter("kubelet_image_volume_mounted_errors_total",
+                                    "Number of failed image volume mounts.")
 RUNNING_PODS = Gauge("kubelet_running_pods", "Number of pods that have a running pod sandbox")
 RUNNING_CONTAINERS = Gauge("kubelet_running_containers", "Number of containers currently running",
                            ["container_state"])

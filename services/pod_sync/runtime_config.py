@@ -226,16 +226,26 @@ PROPAGATION = {None: cri.PROPAGATION_PRIVATE, "None": cri.PROPAGATION_PRIVATE,
 _ALWAYS_READ_ONLY = ("configMap", "secret", "downwardAPI", "projected")
 
 
-def volume_mounts(pod: Pod, c: Container, volumes: dict[str, Any], subpaths: SubPathMounter | None) -> list[cri.Mount]:
+def volume_mounts(pod: Pod, c: Container, volumes: dict[str, Any], subpaths: SubPathMounter | None,
+                  images: dict[str, cri.ImageSpec] | None = None) -> list[cri.Mount]:
     """CRI bind mounts for the container's volumeMounts; `volumes` are the pod's pod_volumes rows
     (all ready: pod-sync starts nothing before), each with its mountPropagation (PROPAGATION).
-    A subPath is mounted from its own bind mount, made safely (shared/host/subpath.py)."""
+    A subPath is mounted from its own bind mount, made safely (shared/host/subpath.py).
+    `images` are the image volumes' pulled images (image_volumes.py): the runtime mounts those,
+    read-only, a subPath of one included."""
     kinds = {v.name: v.kind for v in pod.spec.volumes}
     mounts = []
     for index, m in enumerate(c.volumeMounts):
         row = volumes.get(m.name)
         if row is None or not row.ready:
             raise ValueError(f"volume {m.name!r} is not set up")
+        if kinds.get(m.name) == "image":
+            image = (images or {}).get(m.name)
+            if image is None:
+                raise ValueError(f"image volume {m.name!r} has no pulled image")
+            mounts.append(cri.Mount(container_path=m.mountPath, image=image, image_sub_path=m.subPath,
+                                    readonly=True, propagation=PROPAGATION[m.mountPropagation]))
+            continue
         host = row.host_path
         if m.subPath:
             if subpaths is None:
@@ -253,10 +263,11 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
                      warn: Callable[[str, str], None] | None = None,
                      etc_hosts: Path | None = None,
                      subpaths: SubPathMounter | None = None,
-                     target_id: str | None = None, cpuset: str = "") -> cri.ContainerConfig:
+                     target_id: str | None = None, cpuset: str = "",
+                     images: dict[str, cri.ImageSpec] | None = None) -> cri.ContainerConfig:
     """etc_hosts: the pod's managed hosts file, bind-mounted at /etc/hosts (etc_hosts.py);
     subpaths: makes the bind mounts of subPath volumeMounts; target_id: the container whose
-    process namespace an ephemeral container joins."""
+    process namespace an ephemeral container joins; images: the image volumes' images."""
     strings = ExecStrings(container_path(pod, c))
     env = container_env(pod, c, pod_ip, node, objects, warn, strings)
     command = [strings.arg(x, f"command[{i}]", env.get) for i, x in enumerate(c.command)]
@@ -276,7 +287,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         envs=[cri.KeyValue(key=k, value=v) for k, v in env.items()],
         # The termination log last, as the kubelet: mounted over anything else at that path, it
         # is the file the container writes its message to and the one read back (runtime_view.py).
-        mounts=[*volume_mounts(pod, c, volumes or {}, subpaths),
+        mounts=[*volume_mounts(pod, c, volumes or {}, subpaths, images),
                 *([cri.Mount(container_path=ETC_HOSTS, host_path=str(etc_hosts))] if etc_hosts else []),
                 cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log))],
         labels={**pod_identity_labels(pod), L.CONTAINER_NAME: c.name},

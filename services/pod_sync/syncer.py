@@ -42,7 +42,13 @@ from services.pod_sync.cpu_manager import (
 from services.pod_sync.env_sources import EnvSource, EnvSourceError, StaticEnvSource
 from services.pod_sync.etc_hosts import hosts_content, node_hosts_file, wants_managed_hosts, write_hosts_file
 from services.pod_sync.hooks import HookFailed, run_hook
-from services.pod_sync.images import ImageManager, ImagePullError
+from services.pod_sync.image_volumes import (
+    IMAGE_VOLUME_MOUNT_FAILED,
+    ImageVolumes,
+    ImageVolumeUnsupported,
+    MountedImage,
+)
+from services.pod_sync.images import EnsuredImage, ImageManager, ImagePullError
 from services.pod_sync.killing import MIN_GRACE, Killer
 from services.pod_sync.memory_qos import pod_memory_high, pod_memory_protection, tier_memory_protection
 from services.pod_sync.observed import observed_containers
@@ -130,6 +136,7 @@ class PodSyncer:
         # Standalone: no API server to read configMaps, secrets or services from.
         self.env_source = env_source or StaticEnvSource(api=False)
         self.images = images
+        self.image_volumes = ImageVolumes(images, runtime)
         self.store = store
         self.settings = settings
         self.backoff = crash_backoff
@@ -621,7 +628,13 @@ class PodSyncer:
             self.store.submit(self._write_runtime, row).add_done_callback(_log_write_failure)
 
         try:
-            image = await self.images.ensure(pod.uid, spec, sb_config, on_pull, await self._pull_credentials(pod))
+            # The image volumes first, as the kubelet: a container whose volume cannot be had
+            # waits for it, whatever its own image.
+            credentials = await self._pull_credentials(pod)
+            mounted = await self.image_volumes.ensure(pod, spec, sb_config, on_pull, credentials)
+            for volume in mounted:
+                self._pulled(pod, progress, volume.reference, volume.image)
+            image = await self.images.ensure(pod.uid, spec, sb_config, on_pull, credentials)
         except ImagePullError as exc:
             progress.pull_notes[spec.name] = exc.message
             if exc.reason == "ImagePullBackOff":
@@ -630,11 +643,10 @@ class PodSyncer:
                 self._event(pod, "Warning", "Failed", exc.message)
                 self._event(pod, "Warning", "Failed", f"Error: {exc.reason}")
             return exc.reason, exc.message
+        except ImageVolumeUnsupported as exc:
+            return self._start_failed(pod, kind, "CreateContainerConfigError", "CreateContainerConfigError", str(exc))
+        self._pulled(pod, progress, spec.image, image)
         progress.pull_notes[spec.name] = image.note
-        self._event(pod, "Normal", "Pulled",
-                    f'Container image "{spec.image}" already present on machine' if image.pulled_seconds is None
-                    else f'Successfully pulled image "{spec.image}" in {image.pulled_seconds:.3f}s')
-        progress.pull_seconds += image.pulled_seconds or 0.0
         try:
             image_user = await self.images.status(image.ref) if needs_image_user(pod, spec) else None
             check_run_as_non_root(pod, spec, image_user)
@@ -643,7 +655,8 @@ class PodSyncer:
             config = container_config(pod, spec, attempt, image.ref, init, pod_ip, self.node, volumes, objects,
                                       warn=lambda reason, message: self._event(pod, "Warning", reason, message),
                                       etc_hosts=self._etc_hosts(pod, spec, pod_ip), subpaths=self.subpaths,
-                                      target_id=target_id, cpuset=self.cpus.cpuset_for(pod.uid, spec.name))
+                                      target_id=target_id, cpuset=self.cpus.cpuset_for(pod.uid, spec.name),
+                                      images={volume.volume: volume.spec for volume in mounted})
         except (ValueError, EnvSourceError) as exc:
             return self._start_failed(pod, kind, "CreateContainerConfigError", "CreateContainerConfigError", str(exc))
         except Exception as exc:  # a defect; the pod still says which container and why
@@ -654,7 +667,9 @@ class PodSyncer:
         try:
             cid = await self.runtime.create_container(sandbox_id, config, sb_config)
         except CRIError as exc:
+            _count_image_volume_mounts(spec, mounted, exc.details)
             return self._start_failed(pod, kind, _grpc_code(exc), "CreateContainerError", exc.details)
+        _count_image_volume_mounts(spec, mounted, "")
         self._event(pod, "Normal", "Created", f"Created container {spec.name}")
         try:
             await self.runtime.start_container(cid)
@@ -668,6 +683,13 @@ class PodSyncer:
             if failure:
                 return failure
         return None
+
+    def _pulled(self, pod: Pod, progress: _Progress, name: str, image: EnsuredImage) -> None:
+        """The Pulled event of an image had (a container's or an image volume's), and its pull time."""
+        self._event(pod, "Normal", "Pulled",
+                    f'Container image "{name}" already present on machine' if image.pulled_seconds is None
+                    else f'Successfully pulled image "{name}" in {image.pulled_seconds:.3f}s')
+        progress.pull_seconds += image.pulled_seconds or 0.0
 
     def _start_failed(self, pod: Pod, kind: str, metric_code: str, reason: str, message: str) -> tuple[str, str]:
         """A container that could not be started: counted, said in an event, and its waiting
@@ -832,6 +854,17 @@ def _runtime_content(row: PodRuntime) -> tuple[object, ...]:
     """What a runtime row says, without when it was written."""
     return (row.sandbox_id, row.sandbox_ready, row.pod_ip, row.log_dir, row.containers, row.sync_error_reason,
             row.sync_error_message, row.observed_generation, row.resize_conditions)
+
+
+def _count_image_volume_mounts(spec: Container, mounted: list[MountedImage], create_error: str) -> None:
+    """The kubelet's image volume counters, for one container's create: containerd says
+    ImageVolumeMountFailed (CRI's error) when it could not mount an image."""
+    if not mounted:
+        return
+    M.IMAGE_VOLUME_REQUESTED.inc(len(mounted))
+    mounts = sum(1 for m in spec.volumeMounts if m.name in {v.volume for v in mounted})
+    failed = create_error.startswith(IMAGE_VOLUME_MOUNT_FAILED)
+    (M.IMAGE_VOLUME_MOUNT_ERRORS if failed else M.IMAGE_VOLUME_MOUNTED).inc(mounts)
 
 
 def _log_write_failure(write: Future[None]) -> None:

@@ -88,7 +88,8 @@ class VolumeSetup:
             try:
                 path = await self._setup_volume(pod, volume, objects)
                 limit = volume.source.get("sizeLimit") if volume.kind == "emptyDir" else None
-                results.append(PodVolume(pod_uid=pod.uid, name=volume.name, plugin=plugin, host_path=str(path),
+                results.append(PodVolume(pod_uid=pod.uid, name=volume.name, plugin=plugin,
+                                         host_path="" if path is None else str(path),
                                          ready=True,
                                          size_limit_bytes=to_bytes(limit) if limit else 0))
             except AttachPending as exc:
@@ -119,11 +120,14 @@ class VolumeSetup:
         return PodVolume(pod_uid=pod.uid, name=volume.name, plugin=plugin, ready=False, reason=reason,
                          message=message)
 
-    async def _setup_volume(self, pod: Pod, volume: Volume, objects: ObjectSource) -> Path:
+    async def _setup_volume(self, pod: Pod, volume: Volume, objects: ObjectSource) -> Path | None:
+        """Where the volume is on the host; None for one the runtime mounts itself."""
         kind, src = volume.kind, volume.source
         if kind not in VOLUME_SOURCES:
             raise VolumeSourceError(f"no volume plugin matched: pykubelet does not mount {kind} volumes "
                                     f"(it mounts {', '.join(VOLUME_SOURCES)})")
+        if kind == "image":  # pod-sync pulls the image and names it in the CRI mount
+            return None
         if kind == "hostPath":
             return setup_host_path(src)
         if kind in ("csi", "persistentVolumeClaim"):

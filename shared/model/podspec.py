@@ -407,7 +407,41 @@ class VolumeMount(_Model):
 # dicts here: the volume service reads them and reports a bad or unsupported one as FailedMount
 # on the pod (as the kubelet does), rather than refusing the whole pod.
 VOLUME_SOURCES = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "csi",
-                  "persistentVolumeClaim")
+                  "persistentVolumeClaim", "image")
+
+
+def image_reference(v: str) -> str:
+    """A container's image or an image volume's reference, as the API server takes it: it becomes
+    a CRI PullImage argument, so no empty name and no whitespace around it."""
+    if not v.strip():
+        raise ValueError("must not be empty")
+    if v != v.strip():
+        raise ValueError("must not have leading or trailing whitespace")
+    return v
+
+
+def default_pull_policy(image: str) -> Literal["Always", "IfNotPresent"]:
+    """The API server's default for a pull policy left out: Always for :latest (or no tag)."""
+    return "Always" if image_tag(image) == "latest" else "IfNotPresent"
+
+
+class ImageVolumeSource(_Model):
+    """volumes[].image: an OCI image's filesystem, mounted read-only by the runtime. pod-sync
+    pulls it as it pulls container images (services/pod_sync/image_volumes.py)."""
+
+    reference: str
+    pullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
+
+    @field_validator("reference")
+    @classmethod
+    def _reference(cls, v: str) -> str:
+        return image_reference(v)
+
+    @model_validator(mode="after")
+    def _default_pull_policy(self) -> "ImageVolumeSource":
+        if self.pullPolicy is None:
+            self.pullPolicy = default_pull_policy(self.reference)
+        return self
 
 
 class Volume(_Model):
@@ -430,6 +464,24 @@ class Volume(_Model):
             if not isinstance(data[given[0]], dict):
                 raise ValueError(f"{given[0]} must be an object")
         return data
+
+    @model_validator(mode="after")
+    def _image_source(self) -> "Volume":
+        # Parsed here, not by the volume service: pod-sync pulls the image, so a bad reference
+        # refuses the pod as the API server would, naming the field.
+        if self.kind == "image":
+            try:
+                ImageVolumeSource.model_validate(self.source)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(["image", *(str(p) for p in err["loc"])])
+                raise ValueError(f"{where}: {err['msg'].removeprefix('Value error, ')}") from None
+        return self
+
+    @property
+    def image(self) -> ImageVolumeSource | None:
+        """The image volume's source, parsed and defaulted; None for other kinds."""
+        return ImageVolumeSource.model_validate(self.source) if self.kind == "image" else None
 
     @property
     def kind(self) -> str:
@@ -482,11 +534,7 @@ class Container(_Model):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty")
-        if v != v.strip():
-            raise ValueError("must not have leading or trailing whitespace")
-        return v
+        return image_reference(v)
 
     @model_validator(mode="after")
     def _probe_thresholds(self) -> "Container":
@@ -513,7 +561,7 @@ class Container(_Model):
     @model_validator(mode="after")
     def _default_pull_policy(self) -> "Container":
         if self.imagePullPolicy is None:
-            self.imagePullPolicy = "Always" if image_tag(self.image) == "latest" else "IfNotPresent"
+            self.imagePullPolicy = default_pull_policy(self.image)
         return self
 
 

@@ -10,6 +10,8 @@ SECRET = "kubernetes.io/secret"
 DOWNWARD_API = "kubernetes.io/downward-api"
 PROJECTED = "kubernetes.io/projected"
 CSI = "kubernetes.io/csi"
+# Nothing on the host: the runtime mounts the image itself (its row has no host path).
+IMAGE = "kubernetes.io/image"
 
 # A pod's volume source (its field in the Volume) -> the plugin that sets it up.
 PLUGINS = {
@@ -21,4 +23,5 @@ PLUGINS = {
     "projected": PROJECTED,
     "csi": CSI,
     "persistentVolumeClaim": CSI,
+    "image": IMAGE,
 }

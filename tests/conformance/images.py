@@ -18,10 +18,12 @@ import yaml
 
 from shared.runtime.images.build import ImageSpec, build_image, busybox_applets
 from shared.runtime.images.registry import push_image
-from tests.cluster.harness import CACHE, KUBE_BIN
+from tests.cluster.harness import CACHE, KUBE_BIN, KUBE_VERSION
 
 # Upstream's busybox, as in upstream's images (deploy/build-busybox.sh builds it).
 BUSYBOX = CACHE / "busybox-1.37.0" / "busybox"
+# The source tree deploy/build-kube.sh builds e2e.test from: the kitten image's own files.
+KUBE_SRC = CACHE / "src" / f"kubernetes-{KUBE_VERSION}"
 
 # registry key in KUBE_TEST_REPO_LIST -> path under the local registry. invalidRegistry and
 # privateRegistry stay as upstream has them: the specs that use them expect the pull to fail.
@@ -61,8 +63,27 @@ exec timeout "${timeout:-120}" wget -q -O - "$url"
 """
 
 
+# Upstream's kitten image is its agnhost image (Alpine) with the two files of
+# test/images/kitten/html; the image volume spec mounts it and reads data.json and the base's
+# /etc/os-release, which names Alpine Linux.
+_ALPINE_OS_RELEASE = """NAME="Alpine Linux"
+ID=alpine
+PRETTY_NAME="Alpine Linux (the kitten image's base, as the e2e specs read it)"
+"""
+
+
+def kitten_image(agnhost: ImageSpec, src: Path = KUBE_SRC) -> ImageSpec:
+    html = src / "test" / "images" / "kitten" / "html"
+    return ImageSpec("e2e-test-images/kitten", "1.8", agnhost.cmd, entrypoint=agnhost.entrypoint,
+                     # Read when the image is built: the source tree may still be on its way.
+                     binaries={**agnhost.binaries, "kitten.jpg": html / "kitten.jpg", "data.json": html / "data.json"},
+                     symlinks=agnhost.symlinks, dirs=agnhost.dirs,
+                     files={**agnhost.files, "etc/os-release": _ALPINE_OS_RELEASE},
+                     modes={**agnhost.modes, "kitten.jpg": 0o644, "data.json": 0o644})
+
+
 def image_specs(agnhost: Path, nnp: Path, nc: Path, busybox: Path = BUSYBOX) -> list[ImageSpec]:
-    """The images of e2e.test 1.37 (test/utils/image/manifest.go) that [NodeConformance] specs run."""
+    """The images of e2e.test 1.37 (test/utils/image/manifest.go) that the node's specs run."""
     specs = _image_specs(agnhost, nnp, nc)
     for spec in specs:
         spec.busybox = busybox
@@ -75,13 +96,15 @@ def _image_specs(agnhost: Path, nnp: Path, nc: Path) -> list[ImageSpec]:
                          binaries={"agnhost": agnhost, "bin/nc": nc, **_DASH}, symlinks={"agnhost-2": "agnhost"},
                          dirs=["uploads"], files={"usr/bin/curl": _CURL}, modes={"usr/bin/curl": 0o755})
 
+    agnhost_latest = agnhost_image("2.66.1")
     return [
         # Prints its effective uid; setuid root, so only no_new_privs keeps a non-root user so.
         ImageSpec("e2e-test-images/nonewprivs", "1.4", ["nnp"], binaries={"usr/local/bin/nnp": nnp},
                   modes={"usr/local/bin/nnp": 0o4755},
                   env=["PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin"]),
-        agnhost_image("2.66.1"),
+        agnhost_latest,
         agnhost_image("2.55"),
+        kitten_image(agnhost_latest),
         ImageSpec("e2e-test-images/busybox", "1.37.0-2", ["sh"]),
         # busybox with USER 1234, as upstream's nonroot image.
         ImageSpec("e2e-test-images/nonroot", "1.5", ["sh"], user="1234"),

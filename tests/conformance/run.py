@@ -1,8 +1,9 @@
 """`make conformance`: the upstream e2e [NodeConformance] specs of e2e.test 1.37 on pykubelet and
 on the real kubelet 1.37, each on a fresh cluster of its own on this machine, and their results
 side by side, in two suites: the [NodeConformance] specs that are also [Conformance], then every
-other [NodeConformance] spec. A third suite, `resize`, runs the in-place pod resize specs, which
-upstream labels [Conformance] but not [NodeConformance].
+other [NodeConformance] spec. Two more suites run [Conformance] specs of the node that upstream
+does not label [NodeConformance]: `resize`, the in-place pod resize specs, and `image-volume`,
+the image volume spec.
 
 Each run: etcd + kube-apiserver (Node,RBAC, ServiceAccount admission) + kube-scheduler +
 kube-controller-manager, one node agent with its own containerd (2.x, both agents the same
@@ -12,7 +13,7 @@ one. Results (JUnit, logs, a JSON summary per suite) go to
 tests/conformance/results/<time>-<agent>/<suite>/; a single-agent run is compared with the latest
 saved run of the other agent.
 
-    python -m tests.conformance.run [--agent pykubelet|kubelet|both] [--suite conformance|node|resize|both|all]
+    python -m tests.conformance.run [--agent pykubelet|kubelet|both] [--suite conformance|node|resize|image-volume|both|all]
                                     [--focus REGEX] [--nodes 3]
 """
 
@@ -47,9 +48,11 @@ SUITES = {"conformance": "NodeConformance && Conformance",
           "node": "NodeConformance && !Conformance",
           # In-place pod resize: [Conformance] specs of the node that are not labelled
           # NodeConformance upstream (test/e2e/common/node/pod_resize.go).
-          "resize": "Conformance && !NodeConformance"}
+          "resize": "Conformance && !NodeConformance",
+          # Image volumes: the same (test/e2e/common/node/image_volume.go).
+          "image-volume": "Conformance && !NodeConformance"}
 # A suite's own focus within its label filter (--focus replaces it).
-SUITE_FOCUS = {"resize": r"Pod InPlace Resize Container"}
+SUITE_FOCUS = {"resize": r"Pod InPlace Resize Container", "image-volume": r"\[sig-node\] ImageVolume "}
 # Each suite of each agent stops here.
 SUITE_TIMEOUT_MIN = int(os.environ.get("CONFORMANCE_SUITE_MINUTES", "40"))
 PROGRESS_EVERY = 60.0
@@ -243,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", choices=[*SUITES, "both", "all"], default="both",
                    help="conformance: [NodeConformance] specs that are [Conformance]; node: the other "
                         "[NodeConformance] specs; resize: the [Conformance] in-place resize specs; "
+                        "image-volume: the [Conformance] image volume spec; "
                         "both: conformance and node (the default); all: every suite")
     p.add_argument("--focus", default=None, help="ginkgo focus regex within the suites' specs")
     p.add_argument("--nodes", type=int, default=3, help="ginkgo parallel nodes (default: %(default)s)")

@@ -288,3 +288,37 @@ def test_pod_deleted_while_volume_service_is_down_is_cleaned_up(pods, csi_plugin
     assert not _mounts_under(pod_dir)
     unpublish = [c for c in _calls(csi_plugin["log"]) if c["method"] == "NodeUnpublishVolume"]
     assert [c["target_path"] for c in unpublish] == [str(pod_dir / "volumes" / "kubernetes.io~csi" / "scratch" / "mount")]
+
+
+def test_image_volume_on_the_nodes_containerd(pods):
+    """An image volume is mounted by the runtime: containerd 2.2 and newer mounts the image (and
+    its subPath) read-only; an older one cannot, and the container is refused with a reason that
+    names the runtime's version, while the pod's other containers and other pods run."""
+    bb = pods.image("busybox")
+    version = pods.runtime(lambda cri: cri.version())
+    assert version.runtime_name == "containerd", version
+    pods.write_pod("other", {"containers": [{"name": "c", "image": bb, "command": ["sleep", "3600"]}]})
+    pods.write_pod("imgvol", {
+        "containers": [
+            {"name": "mounts", "image": bb, "command": ["sleep", "3600"],
+             "volumeMounts": [{"name": "img", "mountPath": "/volume"},
+                              {"name": "img", "mountPath": "/bin-only", "subPath": "bin"}]},
+            {"name": "plain", "image": bb, "command": ["sleep", "3600"]}],
+        "volumes": [{"name": "img", "image": {"reference": bb, "pullPolicy": "IfNotPresent"}}]})
+    pods.wait_running("other")
+    major, minor = (int(x) for x in version.runtime_version.lstrip("v").split(".")[:2])
+    if (major, minor) >= (2, 2):
+        pod = pods.wait_running("imgvol")
+        assert pods.exec(pod["uid"], "mounts", ["ls", "/volume/bin/busybox", "/bin-only/busybox"])[0] == 0
+        code, out = pods.exec(pod["uid"], "mounts", ["touch", "/volume/x"])
+        assert code != 0 and "Read-only file system" in out
+        return
+    pod = pods.wait_pod("imgvol", lambda p: "containerd 2.2 or newer" in p["why"], 60,
+                        "the image volume's refusal in the pod's summary")
+    assert f"this node runs containerd {version.runtime_version}" in pod["why"]
+    states = {c["name"]: c for c in pod["containers"]}
+    assert states["mounts"]["state"] == "waiting"
+    assert states["mounts"]["reason"] == "CreateContainerConfigError", states["mounts"]
+    pods.wait_pod("imgvol", lambda p: any(c["name"] == "plain" and c["state"] == "running"
+                                          for c in p["containers"]), 60, "the container without the volume to run")
+    assert pods.pod("other")["phase"] == "Running"

@@ -93,6 +93,26 @@ def test_agnhost_image_keeps_upstream_entrypoint_and_cmd(tmp_path):
         assert tar.getmember("usr/local/bin/nnp").mode == 0o4755, "setuid root, as upstream's image"
 
 
+def test_the_kitten_image_is_agnhost_with_the_upstream_files_the_image_volume_spec_reads(tmp_path):
+    from tests.conformance.images import kitten_image
+
+    binary = tmp_path / "agnhost"
+    binary.write_bytes(b"\x7fELF-not-really")
+    html = tmp_path / "src" / "test" / "images" / "kitten" / "html"
+    html.mkdir(parents=True)
+    (html / "kitten.jpg").write_bytes(b"\xff\xd8jpeg")
+    (html / "data.json").write_text('{"image": "kitten.jpg"}\n')
+    specs = {f"{s.repository}:{s.tag}": s for s in image_specs(binary, binary, binary, binary)}
+    assert "e2e-test-images/kitten:1.8" in specs, "e2e.test 1.37's Kitten"
+    kitten = kitten_image(specs["e2e-test-images/agnhost:2.66.1"], src=tmp_path / "src")
+    img = build_image(kitten, applets=["sh"])
+    assert json.loads(img.config.data)["config"]["Entrypoint"] == ["/agnhost"]
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(img.layers[0].data))) as tar:
+        assert tar.extractfile("data.json").read() == b'{"image": "kitten.jpg"}\n'
+        assert tar.getmember("kitten.jpg").mode == 0o644
+        assert b"Alpine Linux" in tar.extractfile("etc/os-release").read()
+
+
 def test_progress_counts_passed_specs_among_the_skipped_and_failed_ones():
     from tests.conformance.run import count_finished
     out = "SSSS•SS••SSS\n------\n• [FAILED] [2.1 seconds]\n[sig-node] x\n------\nSS• [TIMEDOUT] [60 s]\nS•"

@@ -314,3 +314,28 @@ async def test_an_unexpected_failure_in_one_pod_does_not_hold_back_the_others(tm
     assert not rows["bad"].ready and rows["bad"].reason == "FailedMount"
     assert rows["bad"].message == 'MountVolume.SetUp failed for volume "cfg" : internal error: RuntimeError: boom'
     assert ("Warning", "FailedMount") in [(e[0], e[1]) for e in events.events]
+
+
+async def test_an_image_volume_is_ready_with_nothing_on_the_host(tmp_path, settings):
+    """The runtime mounts an image volume itself: its row is ready, with no host path to
+    bind-mount, and nothing is made under the pod's volumes directory."""
+    from services.volume.manager import VolumeManager
+    from shared.bus.events import RecordingRecorder
+    from shared.store import DesiredPod, PodVolume, Store
+
+    pod_store = Store(settings.store_path, writer="pod-sync")
+    pod_store.create_schema()
+    p = pod(volumes=[{"name": "img", "image": {"reference": "reg/kitten:1.7"}}],
+            mounts=[{"name": "img", "mountPath": "/volume"}])
+    with pod_store.session() as s:
+        s.add(DesiredPod(uid="u1", namespace="ns", name="p", source="api", manifest=p.to_manifest()))
+    layout = Layout(tmp_path)
+    objects = FakeObjectSource()
+    manager = VolumeManager(Store(settings.store_path, writer="volume"), _RecordingBus(), layout,
+                            CSIVolumes(layout, PluginRegistry(tmp_path / "reg"), objects, "node1"), objects, NODE,
+                            None, RecordingRecorder(), resync_every=60)
+    await manager.reconcile(None)
+    with pod_store.session() as s:
+        [row] = s.query(PodVolume).all()
+    assert (row.name, row.plugin, row.ready, row.host_path) == ("img", "kubernetes.io/image", True, "")
+    assert not (layout.pod_dir("u1") / "volumes").exists()

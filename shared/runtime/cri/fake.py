@@ -39,6 +39,7 @@ class FakeRuntime:
         self.registry_logins: dict[str, tuple[str, str]] = {}  # image -> the login its registry wants
         self.pull_auths: list[tuple[str, tuple[str, str] | None]] = []  # each pull's image and login
         self.network_ready = True
+        self.runtime_name, self.runtime_version = "fake", "1.0"  # what Version says
         self.runtime_cgroup_driver: str | None = "cgroupfs"  # what cgroup_driver() says
         # What Status reports of handlers ((name, recursive read-only mounts, user namespaces)) and
         # features (None: no features message, as containerd 1.x).
@@ -94,7 +95,8 @@ class FakeRuntime:
 
     async def version(self) -> cri.VersionResponse:
         self._record("version")
-        return cri.VersionResponse(version="0.1.0", runtime_name="fake", runtime_version="1.0",
+        return cri.VersionResponse(version="0.1.0", runtime_name=self.runtime_name,
+                                   runtime_version=self.runtime_version,
                                    runtime_api_version="v1")
 
     async def status(self) -> cri.StatusResponse:
@@ -160,6 +162,10 @@ class FakeRuntime:
         if config.image.image not in self.images.values() and config.image.image not in self.images:
             raise CRIError("create_container", grpc.StatusCode.NOT_FOUND,
                            f"image {config.image.image} not found")
+        for mount in config.mounts:  # an image volume: the runtime mounts an image it has
+            if mount.image.image and mount.image.image not in self.images.values():
+                raise CRIError("create_container", grpc.StatusCode.UNKNOWN,
+                               f"ImageVolumeMountFailed: image {mount.image.image} not found")
         cid = f"c{next(self._ids)}"
         self.containers[cid] = cri.ContainerStatus(
             id=cid, metadata=config.metadata, state=cri.CONTAINER_CREATED, created_at=_now_ns(),
