@@ -115,6 +115,10 @@ class PodSyncManager:
                     await self.syncer.remove_orphaned_pod_cgroups(uids)
                 except Exception as exc:  # the next round tries again
                     log.warning("removing pod cgroups of no pod failed: %s", exc)
+                try:
+                    self.syncer.release_user_namespaces(uids)
+                except Exception as exc:  # the next round tries again
+                    log.warning("freeing user namespaces of no pod failed: %s", exc)
             await asyncio.sleep(self.resync_every)
 
     async def _first_syncs(self, uids: set[str]) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from services.pod_sync import metrics as M
-from services.pod_sync import pod_cgroup
+from services.pod_sync import pod_cgroup, user_namespaces
 from services.pod_sync.actions import PodActions, compute_pod_actions
 from services.pod_sync.admission import (
     EVICTED,
@@ -137,6 +137,9 @@ class PodSyncer:
         self.env_source = env_source or StaticEnvSource(api=False)
         self.images = images
         self.image_volumes = ImageVolumes(images, runtime)
+        user_ns = settings.kubelet.user_namespaces
+        self.user_namespaces = user_namespaces.for_node(node.pods_dir, user_ns.ids if user_ns else user_namespaces.UNIT,
+                                                        settings.kubelet.max_pods)
         self.store = store
         self.settings = settings
         self.backoff = crash_backoff
@@ -435,9 +438,13 @@ class PodSyncer:
         attempt = actions.sandbox_attempt if actions.create_sandbox else (sandbox.attempt if sandbox else 0)
         try:
             sb_config = sandbox_config(pod, attempt, self.settings)
-        except ValueError as exc:  # a value the sandbox's files cannot hold (dns.py): nothing new starts
+            if pod.spec.hostUsers is False:
+                userns = await self._user_namespace(pod)
+                sb_config.linux.security_context.namespace_options.userns_options.CopyFrom(userns)
+        except (ValueError, user_namespaces.UserNamespaceError) as exc:
+            # A value the sandbox's files cannot hold (dns.py), no user namespace: nothing new starts.
             message = f"Failed to generate sandbox config for pod {pod.full_name}: {exc}"
-            self._event(pod, "Warning", "FailedCreatePodSandBox", message)
+            self._event(pod, "Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
             actions.create_sandbox, actions.start = False, []
             step.fail(("FailedCreatePodSandBox", message))
             return
@@ -455,6 +462,16 @@ class PodSyncer:
             if failure:
                 step.waiting[start.spec.name] = failure
                 step.sooner(ERROR_RETRY)
+
+    async def _user_namespace(self, pod: Pod) -> cri.UserNamespace:
+        if isinstance(self.user_namespaces, str):
+            raise user_namespaces.UserNamespaceError(self.user_namespaces)
+        return await self.user_namespaces.options(pod.uid, self.runtime)
+
+    def release_user_namespaces(self, known: set[str]) -> None:
+        """Free the user namespace IDs of pods neither wanted nor in the runtime (`known`)."""
+        if not isinstance(self.user_namespaces, str):
+            self.user_namespaces.release_all_but(known | set(self.desired_uids()))
 
     def _crash_loop_backoffs(self, pod: Pod, rt: RuntimePod, step: _Step) -> None:
         """A BackOff event for each container in CrashLoopBackOff; look again when the first
@@ -657,6 +674,7 @@ class PodSyncer:
                                       etc_hosts=self._etc_hosts(pod, spec, pod_ip), subpaths=self.subpaths,
                                       target_id=target_id, cpuset=self.cpus.cpuset_for(pod.uid, spec.name),
                                       images={volume.volume: volume.spec for volume in mounted})
+            user_namespaces.share_user_namespace(config, sb_config)
         except (ValueError, EnvSourceError) as exc:
             return self._start_failed(pod, kind, "CreateContainerConfigError", "CreateContainerConfigError", str(exc))
         except Exception as exc:  # a defect; the pod still says which container and why

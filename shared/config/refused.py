@@ -96,7 +96,6 @@ REFUSED: dict[str, Refused] = {
     "tracing": Refused(None, "no traces are exported"),
     "localStorageCapacityIsolation": Refused(True, "ephemeral-storage limits are enforced by eviction"),
     "imageServiceEndpoint": Refused("", "images are pulled through containerRuntimeEndpoint"),
-    "userNamespaces": Refused(None, "pods with hostUsers: false are refused"),
     "imagePullCredentialsVerificationPolicy": Refused("NeverVerifyPreloadedImages",
                                                       "images present on the node are used without checking "
                                                       "the pod's credentials"),

@@ -138,6 +138,31 @@ class MemorySwapConfiguration(BaseModel):
         return v
 
 
+class UserNamespacesConfig(BaseModel):
+    """userNamespaces: the host IDs each pod with hostUsers: false gets
+    (services/pod_sync/user_namespaces.py)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    ids_per_pod: int | None = Field(default=None, alias="idsPerPod")
+
+    @field_validator("ids_per_pod")
+    @classmethod
+    def _ids_per_pod(cls, v: int | None) -> int | None:
+        if v is None:
+            return v
+        if v < 65536:  # the kubelet's checks, in its words
+            raise ValueError("invalid configuration: userNamespaces.idsPerPod must not be less than 65536")
+        if v % 65536 != 0:
+            raise ValueError("invalid configuration: userNamespaces.idsPerPod must be a multiple of 65536")
+        if v > 2**32 - 1:
+            raise ValueError(f"invalid configuration: userNamespaces.idsPerPod must not be more than {2**32 - 1}")
+        return v
+
+    @property
+    def ids(self) -> int:
+        return self.ids_per_pod or 65536
+
+
 class Taint(BaseModel):
     """A taint the Node is registered with (registerWithTaints), checked as the API server
     checks a Node's taints."""
@@ -270,6 +295,8 @@ class KubeletConfiguration(ServerConfig):
     fail_swap_on: bool = True
     # NoSwap (the default) or LimitedSwap for containers (services/pod_sync/swap.py).
     memory_swap: MemorySwapConfiguration = Field(default_factory=MemorySwapConfiguration)
+    # The IDs of pods with hostUsers: false (services/pod_sync/user_namespaces.py); None: 65536 each.
+    user_namespaces: UserNamespacesConfig | None = None
     protect_kernel_defaults: bool = False
     # How pod and QoS cgroups are made (shared/model/cgroup_names.py): directories under /kubepods, or
     # slice units through systemd's D-Bus API (kubepods.slice and below) with the runtime told to

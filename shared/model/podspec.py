@@ -291,8 +291,7 @@ _WINDOWS_ONLY = "Windows options cannot apply on a Linux node"
 
 class SecurityContext(_Model):
     NO_OP = {"procMount": ("Default",)}
-    WHY_NOT = {"procMount": "only Default is supported by pykubelet: Unmasked is allowed only with hostUsers: "
-                            "false (a user namespace), which pykubelet does not run",
+    WHY_NOT = {"procMount": "only Default is supported by pykubelet (Unmasked is not)",
                "windowsOptions": _WINDOWS_ONLY}
 
     runAsUser: int | None = Field(default=None, ge=0)
@@ -641,8 +640,8 @@ class PodSpec(_Model):
     containers: list[Container] = Field(min_length=1)
     initContainers: list[Container] = Field(default_factory=list)
     ephemeralContainers: list[EphemeralContainer] = Field(default_factory=list)
-    # true (or absent) runs in the node's user namespace, as every pod here; false asks for a
-    # user namespace of its own, which pykubelet does not make: refused, not ignored.
+    # true (or absent) runs in the node's user namespace; false gives the pod one of its own
+    # (services/pod_sync/user_namespaces.py).
     hostUsers: bool | None = None
     restartPolicy: Literal["Always", "OnFailure", "Never"] = "Always"
     terminationGracePeriodSeconds: int = Field(default=30, ge=0)
@@ -683,12 +682,14 @@ class PodSpec(_Model):
             raise ValueError(f"{v[:80]!r} must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)")
         return v
 
-    @field_validator("hostUsers")
-    @classmethod
-    def _host_users(cls, v: bool | None) -> bool | None:
-        if v is False:
-            raise ValueError("user namespaces are not supported by pykubelet")
-        return v
+    @model_validator(mode="after")
+    def _host_users(self) -> "PodSpec":
+        """The API server's rule: a pod in a user namespace of its own shares none of the node's."""
+        if self.hostUsers is False:
+            for field in ("hostNetwork", "hostPID", "hostIPC"):
+                if getattr(self, field):
+                    raise ValueError(f"{field}: Forbidden: when `hostUsers` is false")
+        return self
 
     @field_validator("resources")
     @classmethod

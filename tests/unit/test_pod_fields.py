@@ -21,7 +21,8 @@ def pod(container=None, **spec):
 
 
 @pytest.mark.parametrize("spec, container, names", [
-    ({"hostUsers": False}, None, "spec.hostUsers: user namespaces are not supported"),
+    ({"hostUsers": False, "hostPID": True}, None, "spec: hostPID: Forbidden: when `hostUsers` is false"),
+    ({"hostUsers": False, "hostNetwork": True}, None, "spec: hostNetwork: Forbidden: when `hostUsers` is false"),
     ({"ephemeralContainers": [{"name": "dbg", "image": "i:1", "ports": [{"containerPort": 80}]}]}, None,
      "spec.ephemeralContainers[0]: ports: ephemeral containers may not have ports"),
     ({"runtimeClassName": "gvisor"}, None, "spec: runtimeClassName: RuntimeClass is not supported"),

@@ -196,7 +196,7 @@ def test_capabilities_reach_the_runtime_as_written(tmp_path):
      "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN"),
     ({"capabilities": {"add": ["NET_ADMIN; rm -rf /"]}}, "is not a capability name"),
     ({"capabilities": {"drop": [""]}}, "is not a capability name"),
-    ({"procMount": "Unmasked"}, "Unmasked is allowed only with hostUsers: false"),
+    ({"procMount": "Unmasked"}, "procMount: only Default is supported by pykubelet (Unmasked is not)"),
 ])
 def test_contradicting_or_malformed_security_contexts_are_refused(sc, error):
     with pytest.raises(ManifestInvalid) as exc:

@@ -17,7 +17,17 @@ import yaml
 
 from shared.model.cgroup_names import container_cgroup, on_host, slice_unit
 from tests.cluster.harness import KUBE_BIN, ControlPlane, ensure_kube_binaries
-from tests.guest_node import MANIFESTS, PY, install_args, push_images, running_pod, status, web_spec, write_static_pod
+from tests.guest_node import (
+    MANIFESTS,
+    PY,
+    ROOT_DIR,
+    install_args,
+    push_images,
+    running_pod,
+    status,
+    web_spec,
+    write_static_pod,
+)
 from tests.integration.conftest import wait_for
 from tests.kubeadm_control_plane import (
     APISERVER_ARGS,
@@ -623,3 +633,27 @@ def test_kubeadm_join_runs_pykubelet_through_kubelet_service_and_its_drop_in(vm,
             tunnel.terminate()
             tunnel.wait(timeout=30)
         cp.stop()
+
+
+def test_a_pod_with_host_users_false_runs_in_a_user_namespace_of_its_own(vm):
+    """containerd 2 on this host makes user namespaces: root in the pod is the first ID of the
+    block the node gave it (recorded in the pod's userns file, as the kubelet records it), and
+    its emptyDir is mounted ID-mapped, so what pod root writes is root's on the node's disk."""
+    write_static_pod(vm, "userns", {"hostUsers": False, "terminationGracePeriodSeconds": 0, "containers": [{
+        "name": "app", "image": BUSYBOX, "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+        "command": ["sh", "-c", "cat /proc/self/uid_map > /data/uid_map; id -u > /data/me; sleep 3600"]}],
+        "volumes": [{"name": "data", "emptyDir": {}}]})
+    pod = wait_for(lambda: running_pod(vm, "userns"), POD_TIMEOUT, "the pod in its user namespace", interval=5)
+    pod_dir = f"{ROOT_DIR}/pods/{pod['uid']}"
+    [mapping] = json.loads(read(vm, f"{pod_dir}/userns"))["uidMappings"]
+    assert mapping["containerId"] == 0 and mapping["length"] == 65536 and mapping["hostId"] >= 65536, mapping
+    data = f"{pod_dir}/volumes/kubernetes.io~empty-dir/data"
+    wait_for(lambda: vm.run("test", "-s", f"{data}/me", check=False).returncode == 0, 30, "the pod's files")
+    assert read(vm, f"{data}/uid_map").split() == ["0", str(mapping["hostId"]), "65536"]
+    assert read(vm, f"{data}/me") == "0", "root inside the pod"
+    assert vm.run("stat", "-c", "%u", f"{data}/me").stdout.strip() == "0", "root's on the node's disk (ID-mapped)"
+    processes = vm.run("sh", "-c", "ps -o uid= -C sleep").stdout.split()
+    assert str(mapping["hostId"]) in processes, f"the pod's root is {mapping['hostId']} on the node: {processes}"
+    vm.run("rm", f"{MANIFESTS}/userns.yaml")
+    wait_for(lambda: vm.run("test", "-e", f"{pod_dir}/userns", check=False).returncode != 0, POD_TIMEOUT,
+             "the pod's user namespace IDs freed", interval=5)
