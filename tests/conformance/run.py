@@ -3,7 +3,7 @@ on the real kubelet 1.37, each on a fresh cluster of its own on this machine, an
 side by side, in two suites: the [NodeConformance] specs that are also [Conformance], then every
 other [NodeConformance] spec. Two more suites run [Conformance] specs of the node that upstream
 does not label [NodeConformance]: `resize`, the in-place pod resize specs, and `image-volume`,
-the image volume spec.
+the image volume spec; `userns` runs the hostUsers specs (labelled Feature:UserNamespacesSupport).
 
 Each run: etcd + kube-apiserver (Node,RBAC, ServiceAccount admission) + kube-scheduler +
 kube-controller-manager, one node agent with its own containerd (2.x, both agents the same
@@ -13,7 +13,7 @@ one. Results (JUnit, logs, a JSON summary per suite) go to
 tests/conformance/results/<time>-<agent>/<suite>/; a single-agent run is compared with the latest
 saved run of the other agent.
 
-    python -m tests.conformance.run [--agent pykubelet|kubelet|both] [--suite conformance|node|resize|image-volume|both|all]
+    python -m tests.conformance.run [--agent pykubelet|kubelet|both] [--suite conformance|node|resize|image-volume|userns|both|all[,...]]
                                     [--focus REGEX] [--nodes 3]
 """
 
@@ -50,9 +50,13 @@ SUITES = {"conformance": "NodeConformance && Conformance",
           # NodeConformance upstream (test/e2e/common/node/pod_resize.go).
           "resize": "Conformance && !NodeConformance",
           # Image volumes: the same (test/e2e/common/node/image_volume.go).
-          "image-volume": "Conformance && !NodeConformance"}
+          "image-volume": "Conformance && !NodeConformance",
+          # User namespaces: the hostUsers specs, labelled Feature:UserNamespacesSupport upstream
+          # (test/e2e/common/node/security_context.go); chosen by their focus alone.
+          "userns": ""}
 # A suite's own focus within its label filter (--focus replaces it).
-SUITE_FOCUS = {"resize": r"Pod InPlace Resize Container", "image-volume": r"\[sig-node\] ImageVolume "}
+SUITE_FOCUS = {"resize": r"Pod InPlace Resize Container", "image-volume": r"\[sig-node\] ImageVolume ",
+               "userns": r"\[sig-node\] Security Context When creating a pod with HostUsers "}
 # Each suite of each agent stops here.
 SUITE_TIMEOUT_MIN = int(os.environ.get("CONFORMANCE_SUITE_MINUTES", "40"))
 PROGRESS_EVERY = 60.0
@@ -207,7 +211,7 @@ async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, 
             suite_out = out / suite
             suite_out.mkdir(parents=True, exist_ok=True)
             begin = time.monotonic()
-            _log(f"{kind}: suite {suite} ({SUITES[suite]}; {nodes} specs in parallel, at most "
+            _log(f"{kind}: suite {suite} ({SUITES[suite] or SUITE_FOCUS[suite]}; {nodes} specs in parallel, at most "
                  f"{SUITE_TIMEOUT_MIN} minutes) ...", t0)
             code, why = await asyncio.to_thread(_ginkgo, cp, suite_out, repo_list, SUITES[suite],
                                                 focus or SUITE_FOCUS.get(suite), nodes,
@@ -234,6 +238,17 @@ async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, 
     return results
 
 
+def _suites(value: str) -> list[str]:
+    """--suite: a suite, both, all, or suites separated by commas."""
+    named = {"both": ["conformance", "node"], "all": list(SUITES)}
+    suites = [s for part in value.split(",") for s in named.get(part.strip(), [part.strip()])]
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown or not suites:
+        raise argparse.ArgumentTypeError(f"unknown suite {', '.join(unknown) or value!r}: choose from "
+                                         f"{', '.join([*SUITES, 'both', 'all'])}")
+    return list(dict.fromkeys(suites))
+
+
 def latest(agent: str, suite: str) -> Result | None:
     runs = sorted(RESULTS.glob(f"*-{agent}/{suite}/result.json"))
     return Result.load(runs[-1]) if runs else None
@@ -243,11 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="make conformance", description=__doc__.split("\n\n")[0])
     p.add_argument("--agent", choices=["pykubelet", "kubelet", "both"],
                    default=os.environ.get("CONFORMANCE_AGENT", "both"))
-    p.add_argument("--suite", choices=[*SUITES, "both", "all"], default="both",
+    p.add_argument("--suite", type=_suites, default="both",
                    help="conformance: [NodeConformance] specs that are [Conformance]; node: the other "
                         "[NodeConformance] specs; resize: the [Conformance] in-place resize specs; "
-                        "image-volume: the [Conformance] image volume spec; "
-                        "both: conformance and node (the default); all: every suite")
+                        "image-volume: the [Conformance] image volume spec; userns: the hostUsers specs; "
+                        "both: conformance and node (the default); all: every suite; several: "
+                        "comma-separated (resize,userns)")
     p.add_argument("--focus", default=None, help="ginkgo focus regex within the suites' specs")
     p.add_argument("--nodes", type=int, default=3, help="ginkgo parallel nodes (default: %(default)s)")
     args = p.parse_args(argv)
@@ -270,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     t0 = time.monotonic()
     agents = ["pykubelet", "kubelet"] if args.agent == "both" else [args.agent]
-    suites = {"both": ["conformance", "node"], "all": list(SUITES)}.get(args.suite, [args.suite])
+    suites = args.suite
     runs: dict[str, dict[str, Result]] = {}
     signal.signal(signal.SIGTERM, _on_stop)
     signal.signal(signal.SIGINT, _on_stop)
@@ -293,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             if other is not None:
                 other.agent = f"{other.agent} ({other.started})"
                 results = [*results, other] if agents[0] == "pykubelet" else [other, *results]
-        print(f"\n== suite {suite}: {SUITES[suite]}")
+        print(f"\n== suite {suite}: {SUITES[suite] or SUITE_FOCUS[suite]}")
         print(side_by_side(results))
     print(f"\nresults: {RESULTS}/{stamp}-*")
     return 0 if complete else 1

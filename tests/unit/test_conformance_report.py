@@ -117,3 +117,17 @@ def test_progress_counts_passed_specs_among_the_skipped_and_failed_ones():
     from tests.conformance.run import count_finished
     out = "SSSS•SS••SSS\n------\n• [FAILED] [2.1 seconds]\n[sig-node] x\n------\nSS• [TIMEDOUT] [60 s]\nS•"
     assert count_finished(out) == (6, 2)
+
+
+def test_suites_are_named_alone_together_or_by_their_groups():
+    import argparse
+
+    import pytest
+
+    from tests.conformance.run import SUITES, _suites
+
+    assert _suites("both") == ["conformance", "node"]
+    assert _suites("image-volume,userns") == ["image-volume", "userns"]
+    assert _suites("all") == list(SUITES)
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown suite 'nodes'"):
+        _suites("conformance,nodes")
