@@ -10,6 +10,7 @@ from services.eviction.manager import EvictionManager
 from services.eviction.node_shutdown import NodeShutdownManager, shutdown_groups
 from services.eviction.pod_usage import UsageCollector
 from services.eviction.signals import SignalReader
+from services.eviction.system_oom import report_system_ooms
 from shared.bus.events import BusRecorder
 from shared.bus.messages import DiskReclaimed
 from shared.host.cgroups import CgroupReader
@@ -62,6 +63,7 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.app.add_views(views)
     ctx.spawn("eviction-cycles", loop.run_cycles(ctx.synced))
     ctx.spawn("memory-poll", loop.poll_memory())
+    ctx.spawn("system-oom", report_system_ooms(ctx.bus))
     groups = shutdown_groups(k)
     if groups:
         from services.eviction.logind import Logind

@@ -188,12 +188,18 @@ PROCESS_FAMILIES = (
 _MACHINE = ["boot_id", "machine_id", "system_uuid"]
 
 
+OOM_EVENTS = "container_oom_events_total"
+
+
 @dataclass
 class HostFigures:
     """What /metrics/cadvisor reads from the host beside the stats snapshot."""
     cgroups: Mapping[str, CgroupFigures] = field(default_factory=dict)  # by cgroup name
     devices: Mapping[tuple[int, int], str] = field(default_factory=dict)  # block device names by major:minor
     interfaces: Mapping[str, list[InterfaceCounters]] = field(default_factory=dict)  # the root's, each sandbox's
+    # OOM kills seen since node-api started, by the cgroup whose memory ran out (oom_counts.py);
+    # None: the kernel's log could not be read, and the family is left out.
+    oom_events: Mapping[str, int] | None = None
 
 
 def _cadvisor_families() -> _Families:
@@ -234,6 +240,7 @@ def _cadvisor_families() -> _Families:
                                           "congestion."))),
     ):
         f.family(kind, name, help_, _BASE + extra)
+    f.family("counter", OOM_EVENTS, "Count of out of memory events observed for the container", _BASE)
     f.family("gauge", "container_scrape_error",
              "1 if there was an error while getting container metrics, 0 otherwise", [])
     for name, help_ in (("machine_cpu_cores", "Number of logical CPU cores."),
@@ -342,6 +349,8 @@ class _CadvisorSeries:
 
     def limits(self, labels: dict[str, str]) -> None:
         """The cgroup's spec series, its CPU-time and memory counters and its processes."""
+        if self.host.oom_events is not None:  # every cgroup, 0 for none, as cAdvisor's
+            self.f.add(OOM_EVENTS, labels, self.host.oom_events.get(labels["id"], 0), self.taken)
         found = self.host.cgroups.get(labels["id"])
         if found is None:
             return

@@ -639,6 +639,20 @@ def test_pressure_files_are_read_in_the_summary_apis_shape():
         assert parse_psi(garbage) is None, garbage
 
 
+async def test_cadvisor_metrics_count_each_cgroups_oom_kills_and_zero_for_the_others(node):
+    """container_oom_events_total from the OOM kills node-api counted (oom_counts.py), by cgroup;
+    left out while the kernel's log is not read."""
+    _, cids, *_ = await two_samples(node)
+    app = f"/kubepods/poduid-1/{cids['app']}"
+    assert b"container_oom_events_total{" not in await node.stats.cadvisor_metrics()
+    node.stats.oom_events = lambda: {app: 2}
+    samples = [s for f in text_string_to_metric_families((await node.stats.cadvisor_metrics()).decode())
+               for s in f.samples if s.name == "container_oom_events_total"]
+    by_id = {s.labels["id"]: s.value for s in samples}
+    assert by_id[app] == 2 and by_id["/"] == 0
+    assert [s.labels["container"] for s in samples if s.labels["id"] == app] == ["app"]
+
+
 async def test_on_cgroup_v2_the_summary_and_cadvisor_metrics_carry_pressure_stalls(v2_node):
     """The kubelet 1.37's KubeletPSI: cpu.psi, memory.psi and io.psi of the node (the root's, from
     /proc/pressure), the pods' cgroup, each pod and each container, and cAdvisor's

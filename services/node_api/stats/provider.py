@@ -57,8 +57,11 @@ class StatsProvider:
     def __init__(self, runtime: StatsRuntime, images: ImageFsSource, store: Store, settings: NodeSettings, *,
                  cgroups: CgroupReader | None = None, proc: str | Path = "/proc",
                  machine: MachineSpec | None = None, clock: Callable[[], float] = time.monotonic,
-                 sys_block: str | Path = "/sys/block") -> None:
+                 sys_block: str | Path = "/sys/block",
+                 oom_events: Callable[[], dict[str, int] | None] | None = None) -> None:
+        """oom_events: the OOM kills counted by cgroup (services/node_api/oom_counts.py)."""
         self.runtime = runtime
+        self.oom_events = oom_events or (lambda: None)
         self.images = images
         self.store = store
         self.settings = settings
@@ -123,7 +126,7 @@ class StatsProvider:
             interfaces[name] = cgroup_interfaces(self.proc, procs)
         return HostFigures(
             cgroups=cgroups, devices=block_device_names(self.sys_block, read_mounts(self.proc / "self/mountinfo")),
-            interfaces=interfaces)
+            interfaces=interfaces, oom_events=self.oom_events())
 
     def machine_spec(self) -> dict[str, Any]:
         """GET /spec: cAdvisor's MachineInfo."""
