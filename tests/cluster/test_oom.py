@@ -26,14 +26,21 @@ def _oom_events(cluster, pod: str, container: str) -> float | None:
 
 def test_a_process_killed_at_its_containers_limit_counts_in_that_containers_oom_events(cluster):
     # The inner shell doubles a string until the container's 32Mi are gone; the kernel kills it,
-    # the biggest process, and the outer shell goes on.
-    cluster.create_pod("oomer", {"containers": [{
-        "name": "main", "image": cluster.node.image("busybox"), "resources": {"limits": {"memory": "32Mi"}},
-        "command": ["sh", "-c", "sh -c 'a=x; while :; do a=$a$a; done'; echo survived; sleep 3600"]}]})
+    # the biggest process, and the outer shell goes on. The other container's limit keeps the
+    # pod's cgroup (limited to the sum) out of it: its limit is not the one reached.
+    busybox = cluster.node.image("busybox")
+    cluster.create_pod("oomer", {"containers": [
+        {"name": "main", "image": busybox, "resources": {"limits": {"memory": "32Mi"}},
+         "command": ["sh", "-c", "sh -c 'a=x; while :; do a=$a$a; done'; echo survived; sleep 3600"]},
+        {"name": "idle", "image": busybox, "resources": {"limits": {"memory": "64Mi"}},
+         "command": ["sleep", "3600"]}]})
     cluster.wait_pod("oomer", lambda p: p.get("status", {}).get("phase") == "Running", 60, "the pod running")
-    wait_for(lambda: "survived" in cluster.kubectl("logs", "oomer").stdout, 60, "the hog killed, its parent alive")
+    wait_for(lambda: "survived" in cluster.kubectl("logs", "oomer", "-c", "main").stdout, 60,
+             "the hog killed, its parent alive")
     count = wait_for(lambda: _oom_events(cluster, "oomer", "main"), 30, "the container's OOM count")
     assert count == 1
+    assert _oom_events(cluster, "oomer", "idle") == 0
+    assert _oom_events(cluster, "oomer", "") == 0, "the pod's cgroup"
     assert cluster.pod("oomer")["status"]["containerStatuses"][0]["restartCount"] == 0
     cluster.kubectl("delete", "pod", "oomer", "--wait=false")
 
