@@ -438,7 +438,7 @@ class PodSyncer:
         attempt = actions.sandbox_attempt if actions.create_sandbox else (sandbox.attempt if sandbox else 0)
         try:
             sb_config = sandbox_config(pod, attempt, self.settings)
-            if pod.spec.hostUsers is False:
+            if pod.spec.hostUsers is False and (actions.create_sandbox or actions.start):
                 userns = await self._user_namespace(pod)
                 sb_config.linux.security_context.namespace_options.userns_options.CopyFrom(userns)
         except (ValueError, user_namespaces.UserNamespaceError) as exc:

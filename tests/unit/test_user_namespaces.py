@@ -161,6 +161,9 @@ async def test_a_pod_with_host_users_false_runs_in_its_own_user_namespace(syncer
         assert list(data.uidMappings) == list(userns.uids) and list(data.gidMappings) == list(userns.gids), \
             "volumes are mounted ID-mapped"
     assert len(set(mappings)) == 2 and min(mappings) >= UNIT, "each pod its own IDs, none of the host's first block"
+    asked = len(rt.ops("status"))
+    await syncer.sync("uid1")
+    assert len(rt.ops("status")) == asked, "a pod that runs as it should costs no runtime status call"
     # A pod without hostUsers: false stays in the node's namespace.
     want(store, manifest(uid="uid3"))
     await syncer.sync("uid3")
