@@ -126,6 +126,9 @@ COUNTER_FAMILIES = (
      "cfs_throttled_periods"),
     ("counter", "container_cpu_cfs_throttled_seconds_total", "Total time duration the container has been throttled.",
      "cfs_throttled_seconds"),
+    ("counter", "container_cpu_cfs_burst_periods_total", "Number of periods when burst occurs.", "cfs_burst_periods"),
+    ("counter", "container_cpu_cfs_burst_seconds_total", "Total time duration the container has been bursted.",
+     "cfs_burst_seconds"),
     ("gauge", "container_memory_cache", "Number of bytes of page cache memory.", "memory_cache"),
     ("gauge", "container_memory_mapped_file", "Size of memory mapped files in bytes.", "memory_mapped_file"),
     # A counter in cAdvisor, but named without _total, which prometheus_client adds to every
@@ -189,6 +192,7 @@ _MACHINE = ["boot_id", "machine_id", "system_uuid"]
 
 
 OOM_EVENTS = "container_oom_events_total"
+ULIMITS = "container_ulimits_soft"
 
 
 @dataclass
@@ -232,6 +236,7 @@ def _cadvisor_families() -> _Families:
         ("gauge", "container_fs_inodes_free", "Number of available Inodes", ["device"]),
         ("gauge", "container_fs_inodes_total", "Number of Inodes", ["device"]),
         ("gauge", "container_last_seen", "Last time a container was seen by the exporter", []),
+        ("gauge", "container_health_state", "The result of the container's health check", []),
         *(("counter", f"container_pressure_{resource}_{kind}_seconds_total", help_.format(word), [])
           for resource, word in (("cpu", "CPU"), ("memory", "memory"), ("io", "IO"))
           for kind, help_ in (("stalled", "Total time duration no tasks in the container could make progress due "
@@ -241,6 +246,8 @@ def _cadvisor_families() -> _Families:
     ):
         f.family(kind, name, help_, _BASE + extra)
     f.family("counter", OOM_EVENTS, "Count of out of memory events observed for the container", _BASE)
+    f.family("gauge", ULIMITS, "Soft ulimit values for the container root process. Unlimited if -1, except priority "
+                               "and nice", _BASE + ["ulimit"])
     f.family("gauge", "container_scrape_error",
              "1 if there was an error while getting container metrics, 0 otherwise", [])
     for name, help_ in (("machine_cpu_cores", "Number of logical CPU cores."),
@@ -367,6 +374,10 @@ class _CadvisorSeries:
         if found.processes is not None:
             for name, _, attr in PROCESS_FAMILIES:
                 self.f.add(name, labels, getattr(found.processes, attr), self.taken)
+            # A container's (cAdvisor knows its root process; for a pod's or the node's cgroup not).
+            if labels.get("name") and found.processes.open_files_soft is not None:
+                self.f.add(ULIMITS, labels | {"ulimit": "max_open_files"}, found.processes.open_files_soft,
+                           self.taken)
         for io in found.io or []:
             device = self.host.devices.get((io.major, io.minor), "")
             for name, _, kind, op in IO_FAMILIES:
@@ -391,6 +402,8 @@ class _CadvisorSeries:
         if stats.get("startTime"):
             self.f.add("container_start_time_seconds", labels, int(stats["startTime"]))
         self.f.add("container_last_seen", labels, int(self.now), self.now)
+        # cAdvisor's Docker health checks; a CRI container has none, which cAdvisor says as -1.
+        self.f.add("container_health_state", labels, -1, self.taken)
 
     def fs(self, labels: dict[str, str], device: str, stats: dict[str, Any]) -> None:
         if stats.get("usedBytes") is not None:

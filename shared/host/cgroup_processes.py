@@ -30,6 +30,9 @@ class CgroupProcesses:
     threads_max: int
     file_descriptors: int
     sockets: int
+    # The soft "Max open files" of the cgroup's first process (its lowest PID: a container's init),
+    # -1 for unlimited, None when there is no process or no figure (container_ulimits_soft).
+    open_files_soft: int | None = None
 
 
 def _pids(procs: Path) -> list[int]:
@@ -58,6 +61,24 @@ def _descriptors(proc: Path, pid: int) -> tuple[int, int]:
     return fds, sockets
 
 
+def open_files_soft_limit(proc: Path, pid: int) -> int | None:
+    """The soft "Max open files" in /proc/<pid>/limits, as cAdvisor reads it (-1: unlimited)."""
+    try:
+        text = (proc / str(pid) / "limits").read_text()[:8192]
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Max open files"):
+            fields = line.removeprefix("Max open files").split()
+            if len(fields) != 3:
+                return None
+            soft = fields[0]
+            if soft == "unlimited":
+                return -1
+            return int(soft) if soft.isdigit() else None
+    return None
+
+
 def read_processes(reader: CgroupReader, cgroup: str) -> CgroupProcesses | None:
     """None for a name that is not a cgroup's or a cgroup that is gone."""
     try:
@@ -79,4 +100,5 @@ def read_processes(reader: CgroupReader, cgroup: str) -> CgroupProcesses | None:
         f, s = _descriptors(reader.proc, pid)
         fds, sockets = fds + f, sockets + s
     return CgroupProcesses(processes=len(pids), threads=threads, threads_max=threads_max,
-                           file_descriptors=fds, sockets=sockets)
+                           file_descriptors=fds, sockets=sockets,
+                           open_files_soft=open_files_soft_limit(reader.proc, min(pids)) if pids else None)

@@ -46,6 +46,8 @@ class CgroupCounters:
     cfs_periods: int | None = None
     cfs_throttled_periods: int | None = None
     cfs_throttled_seconds: float | None = None
+    cfs_burst_periods: int | None = None  # cpu.cfs_burst_us at work (kernel 5.14 and newer)
+    cfs_burst_seconds: float | None = None
     memory_cache: int | None = None
     memory_mapped_file: int | None = None
     memory_failcnt: int | None = None
@@ -139,6 +141,8 @@ def counters_v1(cpu: Path, cpuacct: Path, memory: Path, quota: int) -> CgroupCou
         system_seconds=ticks["system"] / USER_HZ if "system" in ticks else None,
         cfs_periods=throttle.get("nr_periods"), cfs_throttled_periods=throttle.get("nr_throttled"),
         cfs_throttled_seconds=throttle["throttled_time"] / 1e9 if "throttled_time" in throttle else None,
+        cfs_burst_periods=throttle.get("nr_bursts"),
+        cfs_burst_seconds=throttle["burst_time"] / 1e9 if "burst_time" in throttle else None,
         memory_cache=cache, memory_mapped_file=mapped, memory_failcnt=read_int(memory / "memory.failcnt"),
         memory_max_usage=read_int(memory / "memory.max_usage_in_bytes"),
         memory_kernel_usage=read_int(memory / "memory.kmem.usage_in_bytes"),
@@ -159,6 +163,8 @@ def counters_v2(d: Path, quota: int, root: bool) -> CgroupCounters:
         cfs_periods=cpu.get("nr_periods") if quota else None,
         cfs_throttled_periods=cpu.get("nr_throttled") if quota else None,
         cfs_throttled_seconds=cpu["throttled_usec"] * usec if throttled else None,
+        cfs_burst_periods=cpu.get("nr_bursts") if quota else None,
+        cfs_burst_seconds=cpu["burst_usec"] * usec if quota and "burst_usec" in cpu else None,
         memory_cache=mem.get("file"), memory_mapped_file=mem.get("file_mapped"),
         memory_failcnt=0, memory_max_usage=0 if root else (read_int(d / "memory.peak") or 0),
         **({} if root else _v2_memory_extras(d, mem)))

@@ -30,7 +30,8 @@ def v1_cgroup(root: Path, name: str, *, quota: str, memory_limit: str, memsw: st
     write(cpu / "cpu.shares", "204\n")
     write(cpu / "cpu.cfs_period_us", "100000\n")
     write(cpu / "cpu.cfs_quota_us", f"{quota}\n")
-    write(cpu / "cpu.stat", "nr_periods 50\nnr_throttled 7\nthrottled_time 250000000\n")
+    write(cpu / "cpu.stat", "nr_periods 50\nnr_throttled 7\nthrottled_time 250000000\nnr_bursts 4\n"
+                            "burst_time 125000000\n")
     write(acct / "cpuacct.stat", "user 150\nsystem 25\n")
     write(mem / "memory.limit_in_bytes", f"{memory_limit}\n")
     write(mem / "memory.soft_limit_in_bytes", f"{V1_UNLIMITED}\n")
@@ -51,7 +52,8 @@ def test_a_v1_container_with_limits(tmp_path, proc):
     assert spec == CgroupSpec(cpu_shares=204, cpu_period=100000, cpu_quota=50000, memory_limit=268435456,
                               memory_reservation=0, memory_swap_limit=536870912)
     assert counters == CgroupCounters(user_seconds=1.5, system_seconds=0.25, cfs_periods=50, cfs_throttled_periods=7,
-                                      cfs_throttled_seconds=0.25, memory_cache=4096, memory_mapped_file=512,
+                                      cfs_throttled_seconds=0.25, cfs_burst_periods=4, cfs_burst_seconds=0.125,
+                                      memory_cache=4096, memory_mapped_file=512,
                                       memory_failcnt=3, memory_max_usage=65536, memory_kernel_usage=2048,
                                       memory_active_file=300, memory_inactive_file=400, pgfault=10, pgmajfault=1,
                                       hierarchy_pgfault=30, hierarchy_pgmajfault=3, **dict.fromkeys(V2_ONLY, 0))
@@ -63,6 +65,7 @@ def test_v1_without_a_quota_or_limits_reports_zeros_and_no_throttling(tmp_path, 
     spec, counters = found.spec, found.counters
     assert (spec.cpu_quota, spec.memory_limit, spec.memory_swap_limit) == (0, 0, 0)
     assert counters.cfs_periods is None and counters.cfs_throttled_seconds is None
+    assert counters.cfs_burst_periods is None and counters.cfs_burst_seconds is None
 
 
 def test_the_roots_memory_limits_are_the_nodes_memory_and_swap(tmp_path, proc):
@@ -77,7 +80,7 @@ def test_a_v2_container(tmp_path, proc):
     write(d / "cpu.weight", "39\n")
     write(d / "cpu.max", "max 100000\n")
     write(d / "cpu.stat", "usage_usec 9000\nuser_usec 6000\nsystem_usec 3000\nnr_periods 9\nnr_throttled 1\n"
-                          "throttled_usec 500\n")
+                          "throttled_usec 500\nnr_bursts 2\nburst_usec 1500\n")
     write(d / "memory.max", "max\n")
     write(d / "memory.min", "1048576\n")
     write(d / "memory.swap.max", "0\n")
@@ -102,6 +105,7 @@ def test_a_v2_container(tmp_path, proc):
     spec, counters = found.spec, found.counters
     assert spec.cpu_quota == 25000
     assert (counters.cfs_periods, counters.cfs_throttled_periods, counters.cfs_throttled_seconds) == (9, 1, 0.0005)
+    assert (counters.cfs_burst_periods, counters.cfs_burst_seconds) == (2, 0.0015)
     assert counters.memory_max_usage == 70000
 
 
@@ -123,13 +127,18 @@ def test_processes_threads_descriptors_and_sockets(tmp_path):
         fd.mkdir(parents=True)
         for n, target in enumerate(targets):
             (fd / str(n)).symlink_to(target)
+    write(proc / "101/limits", "Limit                     Soft Limit           Hard Limit           Units\n"
+                               "Max cpu time              unlimited            unlimited            seconds\n"
+                               "Max open files            1024                 524288               files\n")
     reader = CgroupReader(cg, proc)
     assert read_processes(reader, "/kubepods/podx/c1") == CgroupProcesses(
-        processes=2, threads=5, threads_max=0, file_descriptors=4, sockets=2)
+        processes=2, threads=5, threads_max=0, file_descriptors=4, sockets=2, open_files_soft=1024)
     write(cg / "pids/kubepods/podx/c1/pids.max", "1024\n")
     write(cg / "cpu/kubepods/podx/c1/cgroup.procs", "101\n102\n999\n")  # 999 ended meanwhile
     assert read_processes(reader, "/kubepods/podx/c1") == CgroupProcesses(
-        processes=3, threads=5, threads_max=1024, file_descriptors=4, sockets=2)
+        processes=3, threads=5, threads_max=1024, file_descriptors=4, sockets=2, open_files_soft=1024)
+    write(proc / "101/limits", "Max open files            unlimited            unlimited            files\n")
+    assert read_processes(reader, "/kubepods/podx/c1").open_files_soft == -1, "cAdvisor's -1 for unlimited"
     assert read_processes(reader, "/kubepods/gone") is None
 
 

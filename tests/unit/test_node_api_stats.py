@@ -525,7 +525,8 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
     app = f"{node.cgroup_root}/{{}}/kubepods/poduid-1/{cids['app']}"
     for controller, name, text in (("cpu", "cpu.shares", "512"), ("cpu", "cpu.cfs_period_us", "100000"),
                                    ("cpu", "cpu.cfs_quota_us", "50000"),
-                                   ("cpu", "cpu.stat", "nr_periods 40\nnr_throttled 4\nthrottled_time 2000000000\n"),
+                                   ("cpu", "cpu.stat", "nr_periods 40\nnr_throttled 4\nthrottled_time 2000000000\n"
+                                                               "nr_bursts 3\nburst_time 500000000\n"),
                                    ("cpuacct", "cpuacct.stat", "user 300\nsystem 100\n"),
                                    ("memory", "memory.limit_in_bytes", str(GIB)),
                                    ("memory", "memory.use_hierarchy", "1"),
@@ -538,6 +539,7 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
         write(Path(app.format(controller)) / name, text + "\n")
     write(node.cgroup_root / "cpu/cpu.shares", "1024\n")
     write(node.cgroup_root / "cpu/cpu.cfs_quota_us", "-1\n")
+    write(node.stats.proc / "4242/limits", "Max open files            1024                 524288               files\n")
     node.stats.sys_block = node.tmp / "sys/block"
     write(node.stats.sys_block / "vda/dev", "254:0\n")
     # The sandbox's first process, and its network namespace's interfaces.
@@ -557,6 +559,10 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
     assert value("container_spec_memory_limit_bytes", container="app").value == GIB
     assert value("container_spec_memory_limit_bytes", container="app").timestamp is None
     assert value("container_cpu_user_seconds_total", container="app").value == 3.0
+    assert value("container_cpu_cfs_burst_periods_total", container="app").value == 3
+    assert value("container_health_state", container="app").value == -1, "no Docker health check: cAdvisor's -1"
+    assert value("container_ulimits_soft", container="app", ulimit="max_open_files").value == 1024
+    assert value("container_cpu_cfs_burst_seconds_total", container="app").value == 0.5
     assert value("container_cpu_system_seconds_total", container="app").timestamp is not None
     assert value("container_cpu_cfs_throttled_seconds_total", container="app").value == 2.0
     assert value("container_cpu_cfs_throttled_periods_total", container="app").value == 4
