@@ -226,6 +226,7 @@ def _cadvisor_families() -> _Families:
         ("counter", "container_network_transmit_errors_total",
          "Cumulative count of errors encountered while transmitting", ["interface"]),
         ("gauge", "container_start_time_seconds", "Start time of the container since unix epoch in seconds.", []),
+        ("gauge", "container_creation_time_seconds", "Container creation time since unix epoch in seconds.", []),
         *(("gauge", name, help_, []) for name, help_, _ in SPEC_FAMILIES),
         *((kind, name, help_, []) for kind, name, help_, _ in COUNTER_FAMILIES),
         *(("gauge", name, help_, []) for name, help_, _ in PROCESS_FAMILIES),
@@ -401,6 +402,9 @@ class _CadvisorSeries:
     def started(self, labels: dict[str, str], stats: dict[str, Any]) -> None:
         if stats.get("startTime"):
             self.f.add("container_start_time_seconds", labels, int(stats["startTime"]))
+            # cAdvisor's start time is the creation time unless a start time is known apart,
+            # which it never is for CRI containers and cgroups: the two series are one value.
+            self.f.add("container_creation_time_seconds", labels, int(stats["startTime"]))
         self.f.add("container_last_seen", labels, int(self.now), self.now)
         # cAdvisor's Docker health checks; a CRI container has none, which cAdvisor says as -1.
         self.f.add("container_health_state", labels, -1, self.taken)

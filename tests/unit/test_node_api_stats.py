@@ -509,6 +509,8 @@ async def test_cadvisor_metrics_labels(node):
     assert find("container_memory_rss", container="app")[0].value == 50 * 2**20
     assert find("container_fs_usage_bytes", container="app")[0].value == 8192
     assert find("container_start_time_seconds", container="app")[0].timestamp is None
+    [created] = find("container_creation_time_seconds", container="app")
+    assert created.value == find("container_start_time_seconds", container="app")[0].value and created.value > 0
     assert find("container_last_seen", container="sidecar")
     assert find("container_memory_working_set_bytes", id="/kubepods")[0].value == GIB - GIB // 4
     [cores] = find("machine_cpu_cores")
