@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from services.node_api.hostfs import InterfaceCounters
 from services.node_api.snapshot import Snapshot
 from shared.host.cgroup_spec import CgroupFigures
+from shared.host.diskstats import DiskStats
 from shared.model.cgroup_names import container_cgroup
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -166,6 +167,23 @@ IO_FAMILIES = (
     ("container_fs_writes_total", "Cumulative count of writes completed", "ops", "Write"),
 )
 BLKIO = "container_blkio_device_usage_total"
+# The root's filesystems' devices, from /proc/diskstats (shared/host/diskstats.py): (family, HELP,
+# kind, DiskStats field). The reads and writes families are IO_FAMILIES' too.
+DISK_FAMILIES = (
+    ("container_fs_reads_total", "", "counter", "reads"),
+    ("container_fs_reads_merged_total", "Cumulative count of reads merged", "counter", "reads_merged"),
+    ("container_fs_sector_reads_total", "Cumulative count of sector reads completed", "counter", "sectors_read"),
+    ("container_fs_read_seconds_total", "Cumulative count of seconds spent reading", "counter", "read_seconds"),
+    ("container_fs_writes_total", "", "counter", "writes"),
+    ("container_fs_writes_merged_total", "Cumulative count of writes merged", "counter", "writes_merged"),
+    ("container_fs_sector_writes_total", "Cumulative count of sector writes completed", "counter",
+     "sectors_written"),
+    ("container_fs_write_seconds_total", "Cumulative count of seconds spent writing", "counter", "write_seconds"),
+    ("container_fs_io_current", "Number of I/Os currently in progress", "gauge", "io_in_progress"),
+    ("container_fs_io_time_seconds_total", "Cumulative count of seconds spent doing I/Os", "counter", "io_seconds"),
+    ("container_fs_io_time_weighted_seconds_total", "Cumulative weighted I/O time in seconds", "counter",
+     "weighted_io_seconds"),
+)
 # Packets per interface of the root and of each pod sandbox: (family, HELP, InterfaceCounters field).
 PACKET_FAMILIES = (
     ("container_network_receive_packets_total", "Cumulative count of packets received", "rx_packets"),
@@ -204,6 +222,7 @@ class HostFigures:
     # OOM kills seen since node-api started, by the cgroup whose memory ran out (oom_counts.py);
     # None: the kernel's log could not be read, and the family is left out.
     oom_events: Mapping[str, int] | None = None
+    diskstats: Mapping[str, DiskStats] = field(default_factory=dict)  # by device path
 
 
 def _cadvisor_families() -> _Families:
@@ -232,6 +251,7 @@ def _cadvisor_families() -> _Families:
         *(("gauge", name, help_, []) for name, help_, _ in PROCESS_FAMILIES),
         ("counter", FAILURES, "Cumulative count of memory allocation failures.", ["failure_type", "scope"]),
         *(("counter", name, help_, ["device"]) for name, help_, _, _ in IO_FAMILIES),
+        *((kind, name, help_, ["device"]) for name, help_, kind, _ in DISK_FAMILIES if help_),
         ("counter", BLKIO, "Blkio Device bytes usage", ["device", "major", "minor", "operation"]),
         *(("counter", name, help_, ["interface"]) for name, help_, _ in PACKET_FAMILIES),
         ("gauge", "container_fs_inodes_free", "Number of available Inodes", ["device"]),
@@ -305,6 +325,9 @@ class _CadvisorSeries:
         for device, stats in snap.node_fs:
             self.fs(root, device, stats)
             self.inodes(root, device, stats)
+            if (disk := self.host.diskstats.get(device)) is not None:
+                for name, _, _, attr in DISK_FAMILIES:
+                    self.f.add(name, root | {"device": device}, getattr(disk, attr), self.taken)
         if node.get("network"):
             self.network(root, node["network"])
         self.packets(root)

@@ -329,6 +329,9 @@ def test_proxy_endpoints_answer_in_the_kubelets_formats(cluster, talker):
     cgroup = next(Path("/sys/fs/cgroup/cpu").glob(f"kubepods*/**/pod{talker['metadata']['uid']}")) / \
         main.labels["id"].rsplit("/", 1)[1]
     assert main.value == _cgroup_value(cgroup / "cpu.shares") == 2
+    # The root's filesystem's device, from /proc/diskstats: this host has done I/O since boot.
+    io_time = [s for s in cadvisor["container_fs_io_time_seconds"].samples if s.labels["id"] == "/"]
+    assert io_time and all(s.labels["device"].startswith("/dev/") and s.value > 0 for s in io_time), io_time
     probes = {f.name for f in text_string_to_metric_families(raw(cluster, "/metrics/probes"))}
     assert "prober_probe" in probes and "kubelet_running_pods" not in probes
 

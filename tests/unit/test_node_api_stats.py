@@ -647,6 +647,27 @@ def test_pressure_files_are_read_in_the_summary_apis_shape():
         assert parse_psi(garbage) is None, garbage
 
 
+async def test_cadvisor_metrics_have_the_root_filesystems_disk_stats(node):
+    """The root's filesystems' devices, from /proc/diskstats as cAdvisor reads them: counts,
+    sectors, seconds (the kernel's milliseconds), I/Os in progress, I/O time."""
+    dev = os.stat(node.tmp).st_dev  # the node's filesystem is found by its device number
+    write(node.stats.proc / "self/mountinfo",
+          f"30 1 {os.major(dev)}:{os.minor(dev)} / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n")
+    write(node.stats.proc / "diskstats", "   7       0 loop0 1 0 2 3 4 0 5 6 0 7 8 0 0 0 0\n"
+                                         " 254       1 vda1 100 5 800 1500 40 2 320 2500 1 3000 4000 0 0 0 0\n")
+    await two_samples(node)
+    found = {s.name: s.value for f in text_string_to_metric_families((await node.stats.cadvisor_metrics()).decode())
+             for s in f.samples if s.labels.get("id") == "/" and s.labels.get("device") == "/dev/vda1"}
+    assert {name: value for name, value in found.items() if name.startswith(
+        ("container_fs_read", "container_fs_sector", "container_fs_write", "container_fs_io"))} == {
+        "container_fs_reads_total": 100, "container_fs_reads_merged_total": 5, "container_fs_sector_reads_total": 800,
+        "container_fs_read_seconds_total": 1.5, "container_fs_writes_total": 40,
+        "container_fs_writes_merged_total": 2, "container_fs_sector_writes_total": 320,
+        "container_fs_write_seconds_total": 2.5, "container_fs_io_current": 1,
+        "container_fs_io_time_seconds_total": 3.0, "container_fs_io_time_weighted_seconds_total": 4.0}
+    assert "container_fs_usage_bytes" in found, "the filesystem's own series, on the same device"
+
+
 async def test_cadvisor_metrics_count_each_cgroups_oom_kills_and_zero_for_the_others(node):
     """container_oom_events_total from the OOM kills node-api counted (oom_counts.py), by cgroup;
     left out while the kernel's log is not read."""

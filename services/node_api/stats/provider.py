@@ -30,6 +30,7 @@ from services.node_api.stats.volumes import PodView, VolumeStats
 from shared.config.settings import NodeSettings
 from shared.host.cgroup_spec import read_figures
 from shared.host.cgroups import CgroupReader
+from shared.host.diskstats import read_diskstats
 from shared.runtime.cri import labels as L
 from shared.runtime.cri.client import CRIError
 from shared.store import Store
@@ -126,7 +127,7 @@ class StatsProvider:
             interfaces[name] = cgroup_interfaces(self.proc, procs)
         return HostFigures(
             cgroups=cgroups, devices=block_device_names(self.sys_block, read_mounts(self.proc / "self/mountinfo")),
-            interfaces=interfaces, oom_events=self.oom_events())
+            interfaces=interfaces, oom_events=self.oom_events(), diskstats=read_diskstats(self.proc / "diskstats"))
 
     def machine_spec(self) -> dict[str, Any]:
         """GET /spec: cAdvisor's MachineInfo."""
