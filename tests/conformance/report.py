@@ -67,19 +67,21 @@ def parse_junit(report_dir: Path, agent: str) -> Result:
     return res
 
 
-SUITE_HOOKS = ("[BeforeSuite]", "[AfterSuite]", "[SynchronizedBeforeSuite]", "[SynchronizedAfterSuite]")
+SUITE_HOOKS = ("[BeforeSuite]", "[AfterSuite]", "[SynchronizedBeforeSuite]", "[SynchronizedAfterSuite]",
+               "[ReportBeforeSuite]", "[ReportAfterSuite]")
 
 
-def _without_setup(names: list[str]) -> list[str]:
-    """Ginkgo reports its suite hooks as testcases too; they are not specs."""
-    return [n for n in names if n not in SUITE_HOOKS]
+def without_setup(names: list[str]) -> list[str]:
+    """Ginkgo reports its suite hooks (and its report hooks, "[ReportAfterSuite] Log Check") as
+    testcases too; they are not specs."""
+    return [n for n in names if not n.startswith(SUITE_HOOKS)]
 
 
 def side_by_side(results: list[Result]) -> str:
     cols = [r.agent for r in results]
     w = max(12, *(len(c) for c in cols)) + 2
     lines = ["", f"{'':<12}" + "".join(f"{c:>{w}}" for c in cols)]
-    for label, get in (("passed", lambda r: len(_without_setup(r.passed))), ("failed", lambda r: len(r.failed)),
+    for label, get in (("passed", lambda r: len(without_setup(r.passed))), ("failed", lambda r: len(r.failed)),
                        ("skipped", lambda r: len(r.skipped)), ("minutes", lambda r: f"{r.seconds / 60:.1f}")):
         lines.append(f"{label:<12}" + "".join(f"{get(r)!s:>{w}}" for r in results))
     for r in results:

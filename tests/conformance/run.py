@@ -38,7 +38,7 @@ from bench.containerd2 import Containerd2Missing, put_first_on_path
 from shared.host.mounts import MountError, remove_tree
 from tests.cluster.harness import KUBE_BIN, ControlPlane, HarnessError
 from tests.conformance.images import push_all, write_repo_list
-from tests.conformance.report import Result, parse_junit, side_by_side
+from tests.conformance.report import Result, parse_junit, side_by_side, without_setup
 from tests.integration.conftest import NODE_NAME
 
 RESULTS = Path(__file__).parent / "results"
@@ -218,7 +218,7 @@ async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, 
                                                 t0, kind)
             res = parse_junit(suite_out / "junit", kind)
             res.incomplete, res.seconds, res.started = why, time.monotonic() - begin, started
-            _log(f"{kind}: suite {suite}: ginkgo exited {code}: {len(res.passed)} passed, {len(res.failed)} failed",
+            _log(f"{kind}: suite {suite}: ginkgo exited {code}: {len(without_setup(res.passed))} passed, {len(res.failed)} failed",
                  t0)
             (suite_out / "result.json").write_text(res.to_json())
             results[suite] = res

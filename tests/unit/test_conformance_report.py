@@ -42,7 +42,8 @@ def test_junit_from_every_parallel_node(tmp_path):
 
 
 def test_side_by_side_names_what_passes_only_on_the_kubelet(tmp_path):
-    py = Result("pykubelet", passed=["[BeforeSuite]", "a"], failed={"b": "timed out"}, seconds=600)
+    py = Result("pykubelet", passed=["[BeforeSuite]", "[ReportAfterSuite] Kubernetes e2e suite report", "a"],
+                failed={"b": "timed out"}, seconds=600)
     kl = Result("kubelet", passed=["[BeforeSuite]", "a", "b"], failed={"c": "no"}, seconds=960)
     text = side_by_side([py, kl])
     rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip()
