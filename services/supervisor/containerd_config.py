@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared.host.node_dirs import traversable_dir
+
 
 @dataclass
 class ContainerdLayout:
@@ -72,6 +74,8 @@ state = "{layout.state}"
 
 
 def write_config(layout: ContainerdLayout, **kwargs: Any) -> Path:
-    layout.base.mkdir(parents=True, exist_ok=True)
+    # 0711, as containerd keeps its own: a user-namespaced container's root passes through here
+    # to its rootfs (state/.../rootfs).
+    traversable_dir(layout.base, "pykubelet's containerd dir")
     layout.config.write_text(render_config(layout, **kwargs))
     return layout.config

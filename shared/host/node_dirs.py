@@ -1,7 +1,10 @@
-"""The node's own directories and state are private to root: the root dir 0700, the pods dir
-and each pod's dir 0750 (the kubelet's), the state store and pykubelet's logs 0600 (they hold
-whole manifests, env values included). Containers reach what they need through bind mounts,
-which do not depend on the modes of the directories above them.
+"""The node's own directories and state are private to root: the root dir 0711 (others may pass
+through it, not list or read it), the pods dir and each pod's dir 0750 (the kubelet's), the logs
+dir 0700, the state store and pykubelet's logs 0600 (they hold whole manifests, env values
+included). Containers reach what they need through bind mounts, which do not depend on the modes
+of the directories above them; but the root of a pod in a user namespace of its own is an
+unprivileged ID that must pass through the root dir to its container's rootfs, which pykubelet's
+containerd keeps below it (<root>/containerd/state, 0711 as containerd keeps /run/containerd).
 
 Private files are private from the moment they exist: every pykubelet process runs with umask
 077 (private_umask), so a file is never readable by others between its creation and a chmod.
@@ -17,7 +20,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-ROOT_DIR_MODE = 0o700
+ROOT_DIR_MODE = 0o711
+TRAVERSE_DIR_MODE = 0o711  # a directory others may pass through: the root dir, containerd's own
+PRIVATE_TREE_MODE = 0o700  # the logs and run dirs
 PRIVATE_DIR_MODE = 0o750
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_UMASK = 0o077
@@ -72,7 +77,7 @@ def correct_mode(path: Path, mode: int, what: str) -> bool:
 
 
 def root_dir(path: Path) -> Path:
-    """The node's root dir, 0700: made so, or corrected when it exists with another mode (a
+    """The node's root dir, 0711: made so, or corrected when it exists with another mode (a
     symlink is followed: the directory it names is the root dir)."""
     path = path.resolve()
     if not path.exists():
@@ -82,6 +87,15 @@ def root_dir(path: Path) -> Path:
         except FileExistsError:
             pass
     correct_mode(path, ROOT_DIR_MODE, "the root dir")
+    return path
+
+
+def traversable_dir(path: Path, what: str) -> Path:
+    """A directory of the node's that others may pass through but not list (0711), made so or
+    corrected: the way down to a user-namespaced container's rootfs."""
+    if not path.exists():
+        private_dir(path)
+    correct_mode(path, TRAVERSE_DIR_MODE, what)
     return path
 
 
@@ -99,7 +113,7 @@ def private_files(*paths: Path, what: str = "the file") -> None:
 
 def private_tree(directory: Path, what: str) -> None:
     """A directory of private files (the service logs): the directory 0700, each file 0600."""
-    correct_mode(directory, ROOT_DIR_MODE, what)
+    correct_mode(directory, PRIVATE_TREE_MODE, what)
     for entry in directory.iterdir():
         if entry.is_file() and not entry.is_symlink():
             correct_mode(entry, PRIVATE_FILE_MODE, f"a file of {what}")

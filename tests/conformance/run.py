@@ -182,6 +182,9 @@ async def run_agent(kind: str, out: Path, suites: list[str], focus: str | None, 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     _prune_work_dirs(kind)
     work = Path(tempfile.mkdtemp(prefix=f"conformance-{kind}-", dir=WORK_ROOT))
+    # Others may pass through (not list): the node's containerd keeps its state below, and the
+    # root of a user-namespaced pod is an unprivileged ID that must reach its rootfs there.
+    work.chmod(0o711)
     cp = ControlPlane(work / "cp", NODE_NAME, full=True, verify_kubelets=False)
     (work / "cp").mkdir()
     agent = None

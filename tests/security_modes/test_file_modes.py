@@ -81,7 +81,10 @@ def _readable_by_others(root: Path) -> list[str]:
 
 def test_the_root_dir_logs_and_store_are_private_and_what_was_not_is_corrected_with_a_log_line(pods):
     root = pods.root
-    assert _mode(root) == 0o700, f"the root dir is {_mode(root):04o}"
+    # Others may pass through (a user-namespaced pod's root, to its rootfs below containerd's
+    # dir), never list or read it.
+    assert _mode(root) == 0o711, f"the root dir is {_mode(root):04o}"
+    assert _mode(root / "containerd") == 0o711
     logs = root / "logs"
     assert _mode(logs) == 0o700
     log_modes = {p.name: _mode(p) for p in logs.iterdir() if p.is_file()}
@@ -96,12 +99,16 @@ def test_the_root_dir_logs_and_store_are_private_and_what_was_not_is_corrected_w
                  f"{root / 'state.db'} had mode 0644", f"{root / 'state.db-wal'} had mode 0644",
                  f"{root / 'state.db-shm'} had mode 0644"]:
         assert what in up_log, f"the log does not say: {what}"
-    assert "corrected to 0700" in up_log and "corrected to 0600" in up_log
+    assert f"the root dir {root} had mode 0755 (readable by other users); corrected to 0711" in up_log
+    assert "corrected to 0600" in up_log
 
     assert _readable_by_others(root) == [], "readable by other users beside those listed in MAY_BE_READABLE"
     for target in (root / "state.db", root / "state.db-wal", logs / "pod-sync.log", root / "bus"):
         res = _as_nobody("cat", str(target))
         assert res.returncode != 0 and "Permission denied" in res.stderr, f"nobody read {target}: {res}"
+    for listed in (root, root / "containerd"):
+        res = _as_nobody("ls", str(listed))
+        assert res.returncode != 0 and "Permission denied" in res.stderr, f"nobody listed {listed}: {res}"
 
 
 def test_a_pod_running_as_nobody_still_reads_and_writes_what_it_is_given(pods, tmp_path):

@@ -33,15 +33,16 @@ def umask():
     os.umask(old)
 
 
-def test_the_root_dir_is_made_0700_or_corrected_with_a_log_line(tmp_path, umask, caplog):
+def test_the_root_dir_is_made_0711_or_corrected_with_a_log_line(tmp_path, umask, caplog):
+    """Others pass through, never list: a user-namespaced pod's root goes through to its rootfs."""
     umask(0o022)
-    assert mode(root_dir(tmp_path / "new" / "root")) == 0o700
+    assert mode(root_dir(tmp_path / "new" / "root")) == 0o711
     old = tmp_path / "old"
     old.mkdir(mode=0o755)
     caplog.set_level(logging.WARNING)
     root_dir(old)
-    assert mode(old) == 0o700
-    assert f"the root dir {old} had mode 0755 (readable by other users); corrected to 0700" in caplog.text
+    assert mode(old) == 0o711
+    assert f"the root dir {old} had mode 0755 (readable by other users); corrected to 0711" in caplog.text
     caplog.clear()
     root_dir(old)
     assert caplog.text == "", "nothing to say when the mode is right"
@@ -107,3 +108,18 @@ def test_what_containers_read_keeps_the_kubelets_modes_under_umask_077(tmp_path,
 def test_a_host_path_with_dotdot_is_refused_as_the_api_server_refuses_it(tmp_path):
     with pytest.raises(VolumeSourceError, match="must not contain '..'"):
         setup_host_path({"path": f"{tmp_path}/a/../../etc"})
+
+
+def test_pykubelets_containerd_dir_is_0711_as_containerd_keeps_its_own(tmp_path, umask, caplog):
+    from services.supervisor.containerd_config import ContainerdLayout, write_config
+
+    umask(0o077)
+    layout = ContainerdLayout(tmp_path / "root" / "containerd")
+    kwargs = {"cni_conf_dir": tmp_path / "net.d", "cni_bin_dir": "/opt/cni/bin", "sandbox_image": "pause:3.10",
+              "registry": None, "restrict_oom": False}
+    write_config(layout, **kwargs)
+    assert mode(layout.base) == 0o711
+    layout.base.chmod(0o700)  # made by an older pykubelet
+    caplog.set_level(logging.WARNING)
+    write_config(layout, **kwargs)
+    assert mode(layout.base) == 0o711 and "corrected to 0711" in caplog.text
