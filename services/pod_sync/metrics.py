@@ -18,6 +18,16 @@ STARTED_CONTAINERS = Counter("kubelet_started_containers_total",
 STARTED_CONTAINER_ERRORS = Counter("kubelet_started_containers_errors_total",
                                    "Cumulative number of errors when starting containers",
                                    ["code", "container_type"])
+# Pod sandboxes attempted and failed, as the kubelet counts them; those of pods with
+# hostUsers: false apart, with an error when their sync failed anywhere.
+STARTED_PODS = Counter("kubelet_started_pods_total", "Cumulative number of pods started")
+STARTED_POD_ERRORS = Counter("kubelet_started_pods_errors_total", "Cumulative number of errors when starting pods")
+STARTED_USERNS_PODS = Counter("kubelet_started_user_namespaced_pods_total",
+                              "Cumulative number of pods with user namespaces started. This metric will only be "
+                              "collected on Linux.")
+STARTED_USERNS_POD_ERRORS = Counter("kubelet_started_user_namespaced_pods_errors_total",
+                                    "Cumulative number of errors when starting pods with user namespaces. This "
+                                    "metric will only be collected on Linux.")
 # Image volumes, counted as the kubelet counts them at each container start: requested per
 # volume had, mounted (or failed, when the runtime said ImageVolumeMountFailed) per volumeMount.
 IMAGE_VOLUME_REQUESTED = Counter("kubelet_image_volume_requested_total", "Number of requested image volumes.")

@@ -432,7 +432,23 @@ class PodSyncer:
 
     async def _start_missing(self, pod: Pod, rt: RuntimePod, actions: PodActions, volumes: dict[str, PodVolume],
                              progress: _Progress, pod_ip: str, step: _Step) -> None:
-        """The sandbox if it is to be made, then the containers to start (all at once)."""
+        """The sandbox if it is to be made, then the containers to start (all at once). Counted
+        as the kubelet counts pod starts: each sandbox attempted (not one held for the network),
+        each that failed, and for pods with a user namespace each whose sync failed anywhere."""
+        starting = actions.create_sandbox and (pod.spec.hostNetwork or self._network_ready()[0])
+        userns = starting and pod.spec.hostUsers is False
+        if starting:
+            M.STARTED_PODS.inc()
+        if userns:
+            M.STARTED_USERNS_PODS.inc()
+        failed = await self._start_sandbox_and_containers(pod, rt, actions, volumes, progress, pod_ip, step)
+        if userns and failed:
+            M.STARTED_USERNS_POD_ERRORS.inc()
+
+    async def _start_sandbox_and_containers(self, pod: Pod, rt: RuntimePod, actions: PodActions,
+                                            volumes: dict[str, PodVolume], progress: _Progress, pod_ip: str,
+                                            step: _Step) -> bool:
+        """True when something failed: the sandbox, or a container's start."""
         sandbox = rt.current_sandbox
         sandbox_id = sandbox.id if sandbox and sandbox.ready and not actions.create_sandbox else ""
         attempt = actions.sandbox_attempt if actions.create_sandbox else (sandbox.attempt if sandbox else 0)
@@ -445,15 +461,20 @@ class PodSyncer:
             # A value the sandbox's files cannot hold (dns.py), no user namespace: nothing new starts.
             message = f"Failed to generate sandbox config for pod {pod.full_name}: {exc}"
             self._event(pod, "Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
+            if actions.create_sandbox:
+                M.STARTED_POD_ERRORS.inc()
             actions.create_sandbox, actions.start = False, []
             step.fail(("FailedCreatePodSandBox", message))
-            return
+            return True
         if actions.create_sandbox:
             sandbox_id, pod_ip, error = await self._create_sandbox(pod, sb_config)
             if error[0]:
                 step.fail(error)
+                if error[0] != "NetworkNotReady":
+                    M.STARTED_POD_ERRORS.inc()
+                    return True
         if not sandbox_id or not actions.start:
-            return
+            return False
         results = await asyncio.gather(*(
             self._start_container(pod, rt, s.spec, s.attempt, s.init, sandbox_id, sb_config, pod_ip, progress,
                                   volumes, ephemeral=s.ephemeral)
@@ -462,6 +483,7 @@ class PodSyncer:
             if failure:
                 step.waiting[start.spec.name] = failure
                 step.sooner(ERROR_RETRY)
+        return any(results)
 
     async def _user_namespace(self, pod: Pod) -> cri.UserNamespace:
         if isinstance(self.user_namespaces, str):

@@ -222,3 +222,39 @@ async def test_ids_per_pod_sets_each_pods_mapping_length(rt, store, settings, no
 def test_ids_per_pod_is_validated_in_the_kubelets_words(ids, words):
     with pytest.raises(ValueError, match=words):
         KubeletConfiguration.model_validate({"userNamespaces": {"idsPerPod": ids}})
+
+
+def started() -> tuple[float, ...]:
+    from services.pod_sync import metrics as M
+
+    return tuple(c._value.get() for c in (M.STARTED_PODS, M.STARTED_POD_ERRORS, M.STARTED_USERNS_PODS,
+                                          M.STARTED_USERNS_POD_ERRORS))
+
+
+async def test_pod_starts_are_counted_as_the_kubelet_counts_them(syncer, rt, store, settings):
+    def delta(before):
+        return tuple(after - b for after, b in zip(started(), before, strict=True))
+
+    rt.handlers = [("", True, True)]
+    before = started()
+    want(store, manifest(uid="plain"))
+    await syncer.sync("plain")
+    assert delta(before) == (1, 0, 0, 0)
+    before = started()
+    want(store, userns_pod())
+    ready_volume(settings)
+    await syncer.sync("uid1")
+    await syncer.sync("uid1")  # running: nothing new is started, nothing counted
+    assert delta(before) == (1, 0, 1, 0)
+    before = started()
+    rt.pull_errors["reg/bogus:1"] = "not found"  # the sandbox is made, the container is not
+    want(store, userns_pod("uid2", initContainers=[{"name": "bad", "image": "reg/bogus:1"}]))
+    ready_volume(settings, "uid2")
+    await syncer.sync("uid2")
+    assert delta(before) == (1, 0, 1, 1), "a user namespaced pod whose sync failed anywhere is an error"
+    before = started()
+    rt.handlers = [("", True, False)]
+    want(store, userns_pod("uid3"))
+    ready_volume(settings, "uid3")
+    await syncer.sync("uid3")
+    assert delta(before) == (1, 1, 1, 1), "no sandbox: a pod start error"
