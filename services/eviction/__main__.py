@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
 from services.eviction.loop import EvictionLoop
 from services.eviction.manager import EvictionManager
 from services.eviction.node_shutdown import NodeShutdownManager, shutdown_groups
+from services.eviction.oom_kills import OomWatcher
 from services.eviction.pod_usage import UsageCollector
 from services.eviction.signals import SignalReader
-from services.eviction.system_oom import report_system_ooms
 from shared.bus.events import BusRecorder
 from shared.bus.messages import DiskReclaimed
 from shared.host.cgroups import CgroupReader
 from shared.host.facts import boot_id, cpu_capacity_millicores, memory_capacity_bytes
 from shared.host.node_resources import Reservations, allocatable
+from shared.host.oom_kills import KMSG, KmsgReader
 from shared.process.service import ServiceContext, service_main
 from shared.runtime.cri import CRIClient
 from shared.runtime.cri.imagefs import imagefs_mountpoint
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
 NAME = "eviction"
+
+log = logging.getLogger(__name__)
 
 
 async def setup(ctx: ServiceContext) -> None:
@@ -63,7 +67,13 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.app.add_views(views)
     ctx.spawn("eviction-cycles", loop.run_cycles(ctx.synced))
     ctx.spawn("memory-poll", loop.poll_memory())
-    ctx.spawn("system-oom", report_system_ooms(ctx.bus))
+    try:
+        kmsg = KmsgReader()
+    except OSError as exc:  # a unit or container without /dev/kmsg: the rest of eviction runs
+        log.warning("cannot read OOM kills from %s (%s): no SystemOOM events, and "
+                    "container_oom_events_total stays 0", KMSG, exc)
+    else:
+        ctx.spawn("oom-kills", OomWatcher(ctx.store, ctx.bus, kmsg).run())
     groups = shutdown_groups(k)
     if groups:
         from services.eviction.logind import Logind

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from services.node_api.healthz import serve_healthz
 from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.listeners import node_metrics_source, start_listeners
-from services.node_api.oom_counts import OomCounts
 from services.node_api.pods import pod_list
 from services.node_api.stats.provider import StatsProvider
 from shared.process.service import ServiceContext, service_main
@@ -33,9 +32,7 @@ async def setup(ctx: ServiceContext) -> None:
     k = ctx.settings.kubelet
     runtime = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout)
     ctx.on_shutdown(runtime.close)
-    oom = OomCounts()
-    ctx.spawn("oom-kills", oom.run())
-    stats = StatsProvider(runtime, runtime, ctx.store, ctx.settings, oom_events=oom.counts)
+    stats = StatsProvider(runtime, runtime, ctx.store, ctx.settings)
     ctx.on_shutdown(stats.close)
     kubelet = KubeletAPI(ctx.settings, ctx.store, runtime, stats, node_metrics_source(ctx))
     await start_listeners(ctx, kubelet)

@@ -219,9 +219,8 @@ class HostFigures:
     cgroups: Mapping[str, CgroupFigures] = field(default_factory=dict)  # by cgroup name
     devices: Mapping[tuple[int, int], str] = field(default_factory=dict)  # block device names by major:minor
     interfaces: Mapping[str, list[InterfaceCounters]] = field(default_factory=dict)  # the root's, each sandbox's
-    # OOM kills seen since node-api started, by the cgroup whose memory ran out (oom_counts.py);
-    # None: the kernel's log could not be read, and the family is left out.
-    oom_events: Mapping[str, int] | None = None
+    # OOM kills by the cgroup whose memory ran out (services/eviction/oom_kills.py); 0 for others.
+    oom_events: Mapping[str, int] = field(default_factory=dict)
     diskstats: Mapping[str, DiskStats] = field(default_factory=dict)  # by device path
 
 
@@ -380,8 +379,8 @@ class _CadvisorSeries:
 
     def limits(self, labels: dict[str, str]) -> None:
         """The cgroup's spec series, its CPU-time and memory counters and its processes."""
-        if self.host.oom_events is not None:  # every cgroup, 0 for none, as cAdvisor's
-            self.f.add(OOM_EVENTS, labels, self.host.oom_events.get(labels["id"], 0), self.taken)
+        # every cgroup, 0 for none, as cAdvisor's
+        self.f.add(OOM_EVENTS, labels, self.host.oom_events.get(labels["id"], 0), self.taken)
         found = self.host.cgroups.get(labels["id"])
         if found is None:
             return

@@ -90,10 +90,9 @@ class KmsgReader:
         os.close(self._fd)
 
 
-async def watch(on_kill: Callable[[OomKill], None], path: str = KMSG) -> None:
-    """Call on_kill for every OOM kill from now on, until cancelled. Raises OSError when the
-    kernel's log cannot be opened (a container without /dev/kmsg)."""
-    reader = KmsgReader(path)
+async def watch(reader: KmsgReader, on_kill: Callable[[OomKill], None]) -> None:
+    """Call on_kill for every OOM kill the reader sees from now on, until cancelled; the reader is
+    closed then."""
     loop = asyncio.get_running_loop()
     readable = asyncio.Event()
     loop.add_reader(reader.fileno(), readable.set)

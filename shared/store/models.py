@@ -299,6 +299,16 @@ class DiskReclaim(Base):
 
 
 
+class OomKill(Base):
+    """The kernel's OOM kills by the cgroup whose memory ran out ("/": the node's), as the
+    eviction service read them from /dev/kmsg; node-api serves them as container_oom_events_total."""
+
+    __tablename__ = "oom_kills"
+    cgroup: Mapped[str] = mapped_column(String, primary_key=True)
+    count: Mapped[int] = mapped_column(Integer, default=0)
+    last_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class ServiceState(Base):
     """Each service's own row: when it started, that it is still alive, and when it last brought
     the tables it owns in line with their sources. Readers (`pykubelet status`) use it to tell
@@ -335,5 +345,6 @@ TABLE_OWNERS: dict[str, str] = {
     PodEviction.__tablename__: "eviction",
     NodeShutdown.__tablename__: "eviction",
     ReclaimRequest.__tablename__: "eviction",
+    OomKill.__tablename__: "eviction",
     DiskReclaim.__tablename__: "pod-sync",
 }

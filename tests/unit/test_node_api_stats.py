@@ -669,12 +669,15 @@ async def test_cadvisor_metrics_have_the_root_filesystems_disk_stats(node):
 
 
 async def test_cadvisor_metrics_count_each_cgroups_oom_kills_and_zero_for_the_others(node):
-    """container_oom_events_total from the OOM kills node-api counted (oom_counts.py), by cgroup;
-    left out while the kernel's log is not read."""
+    """container_oom_events_total from the OOM kills the eviction service counted in the store
+    (services/eviction/oom_kills.py), by cgroup."""
+    from services.eviction.oom_kills import count
+
     _, cids, *_ = await two_samples(node)
     app = f"/kubepods/poduid-1/{cids['app']}"
-    assert b"container_oom_events_total{" not in await node.stats.cadvisor_metrics()
-    node.stats.oom_events = lambda: {app: 2}
+    eviction = Store(node.settings.store_path, writer="eviction")
+    for _ in range(2):
+        count(eviction, app)
     samples = [s for f in text_string_to_metric_families((await node.stats.cadvisor_metrics()).decode())
                for s in f.samples if s.name == "container_oom_events_total"]
     by_id = {s.labels["id"]: s.value for s in samples}

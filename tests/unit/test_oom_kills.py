@@ -1,10 +1,14 @@
 """OOM kills from the kernel's log: the records read, the counts /metrics/cadvisor shows, the
 Node's SystemOOM event."""
 
-from services.eviction.system_oom import system_oom_event
-from services.node_api import oom_counts
-from services.node_api.oom_counts import OomCounts
+import asyncio
+import socket
+
+from services.eviction import oom_kills
+from services.eviction.oom_kills import OomWatcher, count, system_oom_event
 from shared.host.oom_kills import OomKill, parse_record
+from shared.store import OomKill as OomKillRow
+from shared.store import Store
 
 MEMCG = (b"6,2001,5500000,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=abc,mems_allowed=0,"
          b"oom_memcg=/kubepods/burstable/podu1/c1,task_memcg=/kubepods/burstable/podu1/c1,task=hog,pid=4242,uid=0")
@@ -43,14 +47,66 @@ def test_system_oom_is_the_nodes_event_in_the_kubelets_words():
     assert event.message == "System OOM encountered, victim process: cron, pid: 77"
 
 
-def test_counts_by_cgroup_are_bounded_and_absent_while_the_log_is_unread(monkeypatch):
-    counts = OomCounts()
-    assert counts.counts() is None, "not reading the kernel's log: no family rather than zeros"
-    counts._reading = True
-    for _ in range(2):
-        counts.seen(parse_record(MEMCG))
-    counts.seen(parse_record(GLOBAL))
-    assert counts.counts() == {"/kubepods/burstable/podu1/c1": 2, "/": 1}
-    monkeypatch.setattr(oom_counts, "MAX_CGROUPS", 2)
-    counts.seen(OomKill("/kubepods/podu3/c3", "/kubepods/podu3/c3", "x", 1))
-    assert set(counts.counts()) == {"/", "/kubepods/podu3/c3"}, "the oldest cgroup goes first"
+def counts(store):
+    with store.session() as s:
+        return {row.cgroup: row.count for row in s.query(OomKillRow)}
+
+
+def test_counts_by_cgroup_are_kept_in_the_store_and_bounded(settings, monkeypatch):
+    store = Store(settings.store_path, writer="eviction")
+    store.create_schema()
+    for cgroup in ("/kubepods/burstable/podu1/c1", "/kubepods/burstable/podu1/c1", "/"):
+        count(store, cgroup)
+    assert counts(store) == {"/kubepods/burstable/podu1/c1": 2, "/": 1}
+    monkeypatch.setattr(oom_kills, "MAX_CGROUPS", 2)
+    count(store, "/kubepods/podu3/c3")
+    assert set(counts(store)) == {"/", "/kubepods/podu3/c3"}, "the longest-quiet cgroup goes first"
+
+
+class SeqpacketLog:
+    """The kernel's log as the watcher reads it: one record per read, readable when one waits."""
+
+    def __init__(self) -> None:
+        self.ours, self.kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ours.setblocking(False)
+
+    def fileno(self) -> int:
+        return self.ours.fileno()
+
+    def records(self) -> list[bytes]:
+        found = []
+        while True:
+            try:
+                found.append(self.ours.recv(8192))
+            except BlockingIOError:
+                return found
+
+    def close(self) -> None:
+        self.ours.close()
+        self.kernel.close()
+
+
+class Bus:
+    def __init__(self):
+        self.published = []
+
+    async def publish(self, event):
+        self.published.append(event)
+
+
+async def test_the_watcher_counts_each_kill_and_says_a_node_wide_one(settings):
+    store = Store(settings.store_path, writer="eviction")
+    store.create_schema()
+    log, bus = SeqpacketLog(), Bus()
+    task = asyncio.create_task(OomWatcher(store, bus, log).run())
+    for record in (MEMCG, b"6,9,9,-;an unrelated line", GLOBAL):
+        log.kernel.send(record)
+    for _ in range(200):
+        if counts(store) == {"/kubepods/burstable/podu1/c1": 1, "/": 1}:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert counts(store) == {"/kubepods/burstable/podu1/c1": 1, "/": 1}
+    assert [(e.reason, e.message) for e in bus.published] == [
+        ("SystemOOM", "System OOM encountered, victim process: cron, pid: 77")]

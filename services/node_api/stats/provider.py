@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from cri_api.v1 import api_pb2 as cri
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.node_api import resource_metrics
@@ -33,7 +34,7 @@ from shared.host.cgroups import CgroupReader
 from shared.host.diskstats import read_diskstats
 from shared.runtime.cri import labels as L
 from shared.runtime.cri.client import CRIError
-from shared.store import Store
+from shared.store import OomKill, Store
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +59,8 @@ class StatsProvider:
     def __init__(self, runtime: StatsRuntime, images: ImageFsSource, store: Store, settings: NodeSettings, *,
                  cgroups: CgroupReader | None = None, proc: str | Path = "/proc",
                  machine: MachineSpec | None = None, clock: Callable[[], float] = time.monotonic,
-                 sys_block: str | Path = "/sys/block",
-                 oom_events: Callable[[], dict[str, int] | None] | None = None) -> None:
-        """oom_events: the OOM kills counted by cgroup (services/node_api/oom_counts.py)."""
+                 sys_block: str | Path = "/sys/block") -> None:
         self.runtime = runtime
-        self.oom_events = oom_events or (lambda: None)
         self.images = images
         self.store = store
         self.settings = settings
@@ -127,7 +125,12 @@ class StatsProvider:
             interfaces[name] = cgroup_interfaces(self.proc, procs)
         return HostFigures(
             cgroups=cgroups, devices=block_device_names(self.sys_block, read_mounts(self.proc / "self/mountinfo")),
-            interfaces=interfaces, oom_events=self.oom_events(), diskstats=read_diskstats(self.proc / "diskstats"))
+            interfaces=interfaces, oom_events=self._oom_events(), diskstats=read_diskstats(self.proc / "diskstats"))
+
+    def _oom_events(self) -> dict[str, int]:
+        """The OOM kills the eviction service counted, by cgroup (services/eviction/oom_kills.py)."""
+        with self.store.session() as s:
+            return {row.cgroup: row.count for row in s.scalars(select(OomKill))}
 
     def machine_spec(self) -> dict[str, Any]:
         """GET /spec: cAdvisor's MachineInfo."""
