@@ -27,6 +27,12 @@ NODE = "pykubelet-vm"
 DRIVER = ("import asyncio; from shared.runtime.cri import CRIClient; "
           "print(asyncio.run(CRIClient('unix:///var/lib/pykubelet/containerd/containerd.sock').cgroup_driver()))")
 
+# Whether the runtime's default handler makes user namespaces (containerd asks the kernel: ID-mapped
+# mounts on every filesystem a pod uses, tmpfs included, need Linux 6.3).
+USERNS = ("import asyncio; from shared.runtime.cri import CRIClient; "
+          "s = asyncio.run(CRIClient('unix:///var/lib/pykubelet/containerd/containerd.sock').status()); "
+          "print(any(h.name == '' and h.features.user_namespaces for h in s.runtime_handlers))")
+
 
 def pod_name(pod: dict) -> str:
     """The pod's cgroup by its cgroupfs name, from `pykubelet status`'s pod."""
