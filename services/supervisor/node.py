@@ -32,6 +32,7 @@ from shared.config.settings import NodeSettings
 from shared.host.cni import CNI_BIN_DIR, cni_conf_dir, cni_ipam_dir
 from shared.host.facts import kernel_refuses_negative_oom_score_adj
 from shared.host.node_dirs import private_dir, private_tree
+from shared.process import self_limits
 from shared.process.admin import SERVICES, admin_port
 from shared.process.admin_token import token_path, write_token
 from shared.process.listener_owner import owns_listener
@@ -422,6 +423,8 @@ async def wait_for_pods(node: LocalNode, timeout: float) -> list[dict[str, Any]]
 
 
 async def run_up(opts: UpOptions) -> int:
+    # Before anything starts: NATS, containerd and the forked services inherit them.
+    self_limits.apply(self_limits.from_config(opts.settings.kubelet))
     node = LocalNode(opts)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -74,6 +74,9 @@ def _check_reserved_slice(field: str, cgroup: str) -> None:
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
+# Below this, a process could not hold its store, bus and admin sockets and its logs open.
+MIN_OPEN_FILES = 1024
+
 
 class ConfigError(ValueError):
     """A configuration problem; the message names the field and what to do."""
@@ -314,6 +317,10 @@ class KubeletConfiguration(ServerConfig):
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
     fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
+    # The kubelet's own OOM score and open-files limit, taken by every pykubelet process at start
+    # (shared/process/self_limits.py) and by the systemd units (OOMScoreAdjust=, LimitNOFILE=).
+    oom_score_adj: int = -999
+    max_open_files: int = 1000000
     # pykubelet pulls in parallel by default (the kubelet serializes unless told otherwise).
     serialize_image_pulls: bool = False
     max_parallel_image_pulls: int | None = 5
@@ -397,6 +404,23 @@ class KubeletConfiguration(ServerConfig):
                 raise ValueError("must be at least 1Ki")
         except ValueError as exc:
             raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("oom_score_adj")
+    @classmethod
+    def _oom_score_adj(cls, v: int) -> int:
+        if not -1000 <= v <= 1000:
+            raise ValueError(f"oomScoreAdj (--oom-score-adj) {v} must be between -1000 and 1000, inclusive")
+        return v
+
+    @field_validator("max_open_files")
+    @classmethod
+    def _max_open_files(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError(f"maxOpenFiles (--max-open-files) {v} must not be a negative number")
+        if v < MIN_OPEN_FILES:
+            raise ValueError(f"maxOpenFiles (--max-open-files) {v} is below {MIN_OPEN_FILES}: pykubelet's processes "
+                             "could not open their store, sockets and logs (0 is the default, 1000000)")
         return v
 
     @field_validator("container_log_max_files")

@@ -20,6 +20,7 @@ from shared.config.settings import ConfigError, NodeSettings, add_node_flags, se
 from shared.host.node_dirs import private_umask, root_dir
 from shared.model.redact import secret_values
 from shared.model.version import version_line
+from shared.process import self_limits
 from shared.process.admin import AdminApp, Check, admin_port
 from shared.process.admin_token import ensure_token
 from shared.process.log_format import hold_early_logs, setup_logging
@@ -298,6 +299,7 @@ def service_main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
         print(f"pykubelet {name}: {exc}", file=sys.stderr)
         return 2
     setup_logging(name, settings.kubelet.logging.format, settings.kubelet.logging.verbosity, early)
+    self_limits.apply(self_limits.from_config(settings.kubelet))
     try:
         # Every service's loop, forked by `pykubelet up` or exec'd, runs here: the tests' watchdog
         # for blocking callbacks (PYKUBELET_LOOP_WATCHDOG) starts here too.

@@ -7,7 +7,8 @@ Beside them, settings whose effect test_node_settings.py observes: logging as JS
 API without its debugging handlers (and x509 clients of the tests' CA), short periods of the
 manifest directory's rescan (fileCheckFrequency) and of the full resync (syncFrequency), and a
 short runtimeRequestTimeout, image pulls in parallel (serializeImagePulls false,
-maxParallelImagePulls 2), and three log rotations at once (containerLogMaxWorkers).
+maxParallelImagePulls 2), three log rotations at once (containerLogMaxWorkers), and the node's
+own OOM score and open-files limit (oomScoreAdj, maxOpenFiles).
 
 Its image filesystem is a filesystem of its own, small enough that a test can push it past image
 GC's high threshold (imageGCHighThresholdPercent) with a file of a few megabytes: a tmpfs mounted
@@ -41,6 +42,9 @@ GC_LOW, GC_HIGH = 40, 41  # imageGCLowThresholdPercent, imageGCHighThresholdPerc
 MAX_IMAGE_AGE = 20  # imageMaximumGCAge, seconds: image GC then runs every 5 s (a quarter of it)
 # cgroupRoot: the node's pods are below /pykubelet-test-settings/kubepods, not /kubepods.
 CGROUP_ROOT = "/pykubelet-test-settings"
+# The node's own OOM score and open-files limit (the kubelet's defaults: -999, 1000000): a higher
+# score and a lower limit, which a process may take without CAP_SYS_RESOURCE (root here has none).
+OOM_SCORE_ADJ, MAX_OPEN_FILES = 100, 8192
 CGROUPS = Path("/sys/fs/cgroup")
 CGROUP_ROOT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer",
                            "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "systemd", "unified")
@@ -128,6 +132,7 @@ def _launch(root, pki: PKI) -> Node:
                                     f"imageGCLowThresholdPercent: {GC_LOW}\nimageGCHighThresholdPercent: {GC_HIGH}\n"
                                     f"imageMinimumGCAge: 1s\nimageMaximumGCAge: {MAX_IMAGE_AGE}s\n"
                                     f"cgroupRoot: {CGROUP_ROOT}\n"
+                                    f"oomScoreAdj: {OOM_SCORE_ADJ}\nmaxOpenFiles: {MAX_OPEN_FILES}\n"
                                     "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
                                     f"  x509:\n    clientCAFile: {pki.ca.cert}\n"
                                     "authorization:\n  mode: AlwaysAllow\n")

@@ -3,7 +3,8 @@ as JSON (logging.format), the kubelet API without its debugging handlers
 (enableDebuggingHandlers false), a manifest no directory event announces found within
 fileCheckFrequency, every running pod synced every syncFrequency, and a runtime that stops
 answering failing the node's calls after runtimeRequestTimeout, image pulls two at a time,
-log compressions three at a time, and the pods' cgroups below cgroupRoot."""
+log compressions three at a time, the pods' cgroups below cgroupRoot, and the node's processes
+at oomScoreAdj and maxOpenFiles."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from tests.cpu_manager.conftest import (
     CGROUP_ROOT,
     FILE_CHECK_EVERY,
     LOG_WORKERS,
+    MAX_OPEN_FILES,
+    OOM_SCORE_ADJ,
     PARALLEL_PULLS,
     RUNTIME_TIMEOUT,
     SYNC_EVERY,
@@ -31,6 +34,7 @@ from tests.cpu_manager.conftest import (
 )
 from tests.integration.conftest import LOG_MONITOR_EVERY, wait_for
 from tests.integration.log_compression import compression_spans, two_bursts
+from tests.integration.node_limits import node_process_limits
 from tests.integration.slow_registry import most_at_once, pull_spans
 
 
@@ -57,6 +61,12 @@ def test_every_service_logs_json_lines(settings_node: SettingsNode):
     # What a service logs before it has read its configuration is in JSON too (these flags are
     # deprecated in the kubelet, which warns about them as each service starts).
     assert "Flag --pod-manifest-path has been deprecated" in (logs / "pod-sync.log").read_text()
+
+
+def test_every_process_of_the_node_runs_at_oom_score_adj_and_max_open_files(settings_node: SettingsNode):
+    limits = node_process_limits(settings_node.node.root / "run")
+    want = (OOM_SCORE_ADJ, f"{MAX_OPEN_FILES}/{MAX_OPEN_FILES}")
+    assert limits == {name: want for name in limits}, limits
 
 
 def kubelet_api(sn: SettingsNode, method: str, path: str) -> int:

@@ -57,8 +57,21 @@ def test_bad_values_name_the_field(field, value, needle):
 
 
 def test_unimplemented_fields_at_the_kubelets_default_are_accepted_and_reported():
-    cfg, at_default = load_kubelet_config({"registryPullQPS": 5, "oomScoreAdj": -999})
-    assert at_default == ["oomScoreAdj", "registryPullQPS"]
+    cfg, at_default = load_kubelet_config({"registryPullQPS": 5, "podsPerCore": 0})
+    assert at_default == ["podsPerCore", "registryPullQPS"]
+
+
+def test_oom_score_adj_and_max_open_files_take_the_kubelets_defaults_and_words():
+    cfg, _ = load_kubelet_config({})
+    assert (cfg.oom_score_adj, cfg.max_open_files) == (-999, 1000000)
+    cfg, _ = load_kubelet_config({"oomScoreAdj": 0, "maxOpenFiles": 0})  # 0 files: the default, as the kubelet
+    assert (cfg.oom_score_adj, cfg.max_open_files) == (0, 1000000)
+    for data, needle in (({"oomScoreAdj": 1001}, "oomScoreAdj (--oom-score-adj) 1001 must be between -1000 and 1000"),
+                         ({"maxOpenFiles": -1}, "maxOpenFiles (--max-open-files) -1 must not be a negative number"),
+                         ({"maxOpenFiles": 100}, "maxOpenFiles (--max-open-files) 100 is below 1024")):
+        with pytest.raises(ConfigError) as exc:
+            load_kubelet_config(data)
+        assert needle in str(exc.value)
 
 
 def test_configurable_crash_loop_back_off():

@@ -39,7 +39,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 @pytest.mark.parametrize("name,value", [
     ("kubeletCgroups", "/custom"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
     ("registryPullQPS", 0), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
-    ("imageServiceEndpoint", "unix:///run/x.sock"), ("oomScoreAdj", -900),
+    ("imageServiceEndpoint", "unix:///run/x.sock"),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
     ("makeIPTablesUtilChains", False), ("singleProcessOOMKill", True),

@@ -194,3 +194,21 @@ def test_without_a_driver_asked_the_host_decides(args, tmp_path, monkeypatch):
     monkeypatch.setattr("services.cli.install_cmd.systemd_running", lambda: False)
     Installer(args).install()
     assert "cgroupDriver: cgroupfs" in (tmp_path / "etc" / "config.yaml").read_text()
+
+
+def test_the_service_units_carry_config_yamls_oom_score_and_open_files_limit(args, tmp_path):
+    """The services have no CAP_SYS_RESOURCE: systemd gives them oomScoreAdj and maxOpenFiles."""
+    Installer(args).install()
+    units = tmp_path / "units"
+    for s in SERVICES:
+        text = (units / f"pykubelet-{s}.service").read_text()
+        assert "OOMScoreAdjust=-999\n" in text and "LimitNOFILE=1000000\n" in text, s
+    config = tmp_path / "etc" / "config.yaml"
+    config.write_text(config.read_text() + "oomScoreAdj: -500\nmaxOpenFiles: 65536\n")
+    Installer(args).install()
+    probe = (units / "pykubelet-probe.service").read_text()
+    assert "OOMScoreAdjust=-500\n" in probe and "LimitNOFILE=65536\n" in probe
+    config.write_text(config.read_text().replace("oomScoreAdj: -500", "oomScoreAdj: -5000"))
+    with pytest.raises(InstallError, match=r"oomScoreAdj \(--oom-score-adj\) -5000 must be between"):
+        Installer(args).install()
+    assert "OOMScoreAdjust=-500\n" in (units / "pykubelet-probe.service").read_text(), "no unit rewritten"

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from shared.model.cgroup_names import container_cgroup, on_host, slice_unit
+from shared.process.admin import SERVICES
 from tests.cluster.harness import KUBE_BIN, ControlPlane, ensure_kube_binaries
 from tests.guest_node import (
     MANIFESTS,
@@ -93,6 +94,14 @@ def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
                      if line.startswith("MemTotal:"))
     assert read(vm, "/sys/fs/cgroup/kubepods.slice/memory.max") == str(mem_total * 1024)
     assert unit_property(vm, "kubepods.slice", "MemoryMax") == str(mem_total * 1024)
+
+    # oomScoreAdj and maxOpenFiles at the kubelet's defaults, given by the units (OOMScoreAdjust=,
+    # LimitNOFILE=): the services themselves have no CAP_SYS_RESOURCE.
+    for service in SERVICES:
+        pid = unit_property(vm, f"pykubelet-{service}.service", "MainPID")
+        assert read(vm, f"/proc/{pid}/oom_score_adj") == "-999", service
+        files = next(line for line in read(vm, f"/proc/{pid}/limits").splitlines() if line.startswith("Max open files"))
+        assert files.split()[3:5] == ["1000000", "1000000"], (service, files)
 
     # What the README tells an operator to look at.
     target = vm.run("systemctl", "status", "--no-pager", "pykubelet.target", check=False).stdout
