@@ -241,7 +241,8 @@ class PodSyncer:
             if verdict.admitted:
                 verdict = admit_sysctls(pod, self.settings.kubelet.allowed_unsafe_sysctls)
             if verdict.admitted:
-                verdict = admit(pod, others, self._capacity, self.settings.kubelet.max_pods)
+                verdict = admit(pod, others, self._capacity,
+                               self.settings.kubelet.pod_capacity(self.node.cpu_millicores // 1000))
             if verdict.admitted:
                 verdict = admit_to_node(pod, node_labels(self.node.name, self.node.labels), self.node.name)
             if verdict.admitted:

@@ -17,7 +17,7 @@ from shared.bus.messages import (
     PodStatusChanged,
     ProbeResultsChanged,
 )
-from shared.host.facts import node_address
+from shared.host.facts import cpu_capacity_millicores, node_address
 from shared.process.service import ServiceContext, service_main
 from shared.tasks.coalesce import Coalescer
 
@@ -65,7 +65,8 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
         ctx.spawn("client-certificate", certs.run(api), may_finish=True)
     events = EventPoster(api, ctx.settings.node_name, k.event_record_qps, k.event_burst)
     node_ip = node_address(ctx.settings.node_ip)
-    agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir), k.max_pods,
+    agent = NodeAgent(api, ctx.store, ctx.settings.node_name, str(ctx.settings.root_dir),
+                      k.pod_capacity(cpu_capacity_millicores() // 1000),
                       k.node_lease_duration_seconds, k.node_status_update_frequency,
                       k.node_status_report_frequency, events.node_event, kubelet_port=k.port, node_ip=node_ip,
                       reservations=Reservations.from_config(k),

@@ -75,7 +75,6 @@ REFUSED: dict[str, Refused] = {
     "cpuCFSQuota": Refused(True, "CPU limits are always enforced with a CFS quota"),
     "cpuCFSQuotaPeriod": Refused("100ms", "the CFS period is 100ms", duration=True),
     "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
-    "podsPerCore": Refused(0, "maxPods alone caps the pods"),
     "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),
     "makeIPTablesUtilChains": Refused(True, "no iptables chains are made (CNI's portmap and bridge plugins "
                                             "make what pods need)"),

@@ -317,6 +317,8 @@ class KubeletConfiguration(ServerConfig):
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
     fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
+    # With podsPerCore set, the node's pod capacity is maxPods or podsPerCore per CPU, the lower.
+    pods_per_core: int = 0
     # The kubelet's own OOM score and open-files limit, taken by every pykubelet process at start
     # (shared/process/self_limits.py) and by the systemd units (OOMScoreAdjust=, LimitNOFILE=).
     oom_score_adj: int = -999
@@ -405,6 +407,18 @@ class KubeletConfiguration(ServerConfig):
         except ValueError as exc:
             raise ValueError(str(exc)) from None
         return v
+
+    @field_validator("pods_per_core")
+    @classmethod
+    def _pods_per_core(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError(f"podsPerCore (--pods-per-core) {v} must not be a negative number")
+        return v
+
+    def pod_capacity(self, cores: int) -> int:
+        """The node's pod capacity, as the kubelet's: maxPods, capped at podsPerCore x cores when
+        podsPerCore is set. What admission counts against and the Node's capacity.pods."""
+        return min(self.max_pods, self.pods_per_core * cores) if self.pods_per_core > 0 else self.max_pods
 
     @field_validator("oom_score_adj")
     @classmethod

@@ -91,10 +91,11 @@ REGISTRATION = (f"nodeLeaseDurationSeconds: {LEASE_SECONDS}\nnodeStatusReportFre
 # The rest as the kubelet's flags, as a seed's command line gives them.
 NODE_LABELS = {"pykubelet.io/pool": "cluster", "node.kubernetes.io/exclude-from-external-load-balancers": ""}
 SYSTEM_RESERVED_CPU_M, KUBE_RESERVED_MEMORY_MI, MAX_PODS = 100, 64, 60
+PODS_PER_CORE = 25  # below MAX_PODS on a host of 2 CPUs: the node's capacity is 50 pods there
 SEED_FLAGS = [f"--provider-id={PROVIDER_ID}", f"--register-with-taints={TAINT['key']}={TAINT['value']}:{TAINT['effect']}",
               "--node-labels=" + ",".join(f"{k}={v}" for k, v in NODE_LABELS.items()),
               f"--system-reserved=cpu={SYSTEM_RESERVED_CPU_M}m", f"--kube-reserved=memory={KUBE_RESERVED_MEMORY_MI}Mi",
-              f"--max-pods={MAX_PODS}"]
+              f"--max-pods={MAX_PODS}", f"--pods-per-core={PODS_PER_CORE}"]
 # The cgroups (made here, empty) on which the node enforces those reservations, as a seed's
 # --enforce-node-allocatable gives it.
 SYSTEM_RESERVED_CGROUP, KUBE_RESERVED_CGROUP = "/pykubelet-test-system.slice", "/pykubelet-test-kube.slice"

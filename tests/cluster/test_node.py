@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime
 
@@ -15,6 +16,7 @@ from tests.cluster.conftest import (
     LEASE_SECONDS,
     MAX_PODS,
     NODE_LABELS,
+    PODS_PER_CORE,
     PROVIDER_ID,
     STATUS_REPORT_EVERY,
     STATUS_UPDATE_EVERY,
@@ -39,7 +41,9 @@ def test_node_registers_ready_with_the_kubelets_fields(cluster):
     assert NODE_LABELS.items() <= labels.items(), labels  # --node-labels
     status = node["status"]
     assert set(status["capacity"]) >= {"cpu", "memory", "pods", "ephemeral-storage"}
-    assert status["capacity"]["pods"] == str(MAX_PODS)  # --max-pods (the kubelet's default: 110)
+    # --max-pods (the kubelet's default: 110), capped by --pods-per-core per CPU
+    assert status["capacity"]["pods"] == str(min(MAX_PODS, PODS_PER_CORE * len(os.sched_getaffinity(0))))
+    assert status["allocatable"]["pods"] == status["capacity"]["pods"]
     info = status["nodeInfo"]
     assert info["containerRuntimeVersion"].startswith("containerd://")
     assert info["bootID"] and info["kernelVersion"] and info["osImage"]

@@ -57,8 +57,17 @@ def test_bad_values_name_the_field(field, value, needle):
 
 
 def test_unimplemented_fields_at_the_kubelets_default_are_accepted_and_reported():
-    cfg, at_default = load_kubelet_config({"registryPullQPS": 5, "podsPerCore": 0})
-    assert at_default == ["podsPerCore", "registryPullQPS"]
+    cfg, at_default = load_kubelet_config({"registryPullQPS": 5, "kernelMemcgNotification": False})
+    assert at_default == ["kernelMemcgNotification", "registryPullQPS"]
+
+
+def test_pods_per_core_caps_the_pod_capacity_as_the_kubelets():
+    assert load_kubelet_config({})[0].pod_capacity(2) == 110
+    assert load_kubelet_config({"podsPerCore": 25})[0].pod_capacity(2) == 50
+    assert load_kubelet_config({"podsPerCore": 25, "maxPods": 40})[0].pod_capacity(2) == 40
+    assert load_kubelet_config({"podsPerCore": 0, "maxPods": 40})[0].pod_capacity(64) == 40
+    with pytest.raises(ConfigError, match=r"podsPerCore \(--pods-per-core\) -1 must not be a negative number"):
+        load_kubelet_config({"podsPerCore": -1})
 
 
 def test_oom_score_adj_and_max_open_files_take_the_kubelets_defaults_and_words():

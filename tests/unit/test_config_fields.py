@@ -79,14 +79,14 @@ def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_b
 
 @pytest.mark.parametrize("name,value", [
     ("cpuManagerPolicyOptions", None), ("cpuCFSQuotaPeriod", "0.1s"),
-    ("podsPerCore", 0), ("tracing", None),
+    ("qosReserved", None), ("tracing", None),
 ])
 def test_the_default_in_another_spelling_is_the_default(name, value):
     assert load_kubelet_config({name: value})[1] == [name]
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cgroupsPerQOS", 1), ("podsPerCore", False),
+    ("cgroupsPerQOS", 1), ("registryBurst", False),
     ("cpuManagerReconcilePeriod", "soon"), ("shutdownGracePeriodByPodPriority", {}),
 ])
 def test_a_value_that_only_looks_like_the_default_is_refused(name, value):
