@@ -99,6 +99,8 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "memoryThrottlingFactor": ("effect", "tests/vm/test_production_host.py::test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets"),
     "memoryReservationPolicy": ("effect", "tests/vm/test_production_host.py::test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets"),
     "cgroupRoot": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_pods_cgroups_are_below_cgroup_root"),
+    "enableSystemLogHandler": ("effect", "tests/cluster/test_node_api.py::test_the_nodes_var_log_is_served_under_logs"),
+    "cpuCFSQuota": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_pods_cgroups_are_below_cgroup_root"),
     "podsPerCore": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),
     "oomScoreAdj": ("effect", "tests/cpu_manager/test_node_settings.py::test_every_process_of_the_node_runs_at_oom_score_adj_and_max_open_files"),
     "maxOpenFiles": ("effect", "tests/cpu_manager/test_node_settings.py::test_every_process_of_the_node_runs_at_oom_score_adj_and_max_open_files"),

@@ -144,9 +144,14 @@ class Router:
 
     def add(self, methods: str, path: str, handler: Handler, upgrade: UpgradeHandler | None = None,
             max_body: int = 0) -> None:
-        """path like /exec/{namespace}/{pod}/{container}; a segment never matches '/'. A route
-        takes no request body unless it says how large one may be."""
-        regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path.rstrip("/")) + "/?$"
+        """path like /exec/{namespace}/{pod}/{container}; a segment never matches '/', except a
+        last one written {name:*}, which takes the rest of the path (slashes too, or nothing). A
+        route takes no request body unless it says how large one may be."""
+        if path.endswith(":*}"):
+            head, _, tail = path.rpartition("{")
+            regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", head) + f"(?P<{tail[:-3]}>.*)$"
+        else:
+            regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path.rstrip("/")) + "/?$"
         self.routes.append(Route(frozenset(methods.split()), re.compile(regex), handler, upgrade, max_body))
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:

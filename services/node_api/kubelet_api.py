@@ -6,7 +6,7 @@ Read-only toward the store and the runtime, except the streaming calls that hand
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
@@ -18,6 +18,8 @@ from services.node_api.metrics_merge import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from services.node_api.metrics_merge import PROBES_FAMILIES, filter_families
 from services.node_api.pods import PodRef, find_pod, pod_list
 from services.node_api.stats.provider import StatsError
+from services.node_api.system_logs import SystemLogs
+from services.node_api.system_logs import disabled as logs_disabled
 from shared.config.refused import REFUSED
 from shared.config.settings import NodeSettings
 from shared.model.container_id import runtime_container_id
@@ -76,6 +78,7 @@ class KubeletAPI:
     node_metrics: NodeMetrics
     # The self-signed serving certificate and key in use when the config names none (/configz).
     serving_files: tuple[str, str] = ("", "")
+    node_logs: SystemLogs = field(default_factory=SystemLogs)  # /logs/: the node's /var/log
 
     def routes(self, read_only: bool = False) -> Router:
         """All endpoints; the read-only port gets only those that reveal no container data.
@@ -96,6 +99,11 @@ class KubeletAPI:
         if not self.settings.kubelet.enable_debugging_handlers:
             return r
         r.add("GET", "/containerLogs/{namespace}/{pod}/{container}", self.container_logs)
+        if self.settings.kubelet.enable_system_log_handler:
+            r.add("GET", "/logs/{logpath:*}", self.node_logs.serve)
+        else:
+            r.add("GET HEAD POST PUT PATCH DELETE OPTIONS", "/logs", logs_disabled)
+            r.add("GET HEAD POST PUT PATCH DELETE OPTIONS", "/logs/{logpath:*}", logs_disabled)
         for verb, upgrade in (("exec", self.exec), ("attach", self.attach)):
             r.add("GET POST", f"/{verb}/{{namespace}}/{{pod}}/{{container}}", self.needs_upgrade, upgrade)
             r.add("GET POST", f"/{verb}/{{namespace}}/{{pod}}/{{uid}}/{{container}}", self.needs_upgrade, upgrade)

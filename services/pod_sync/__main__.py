@@ -66,7 +66,7 @@ async def setup(ctx: ServiceContext) -> None:
                      cgroup_slices=SystemdSlices(CGROUP_ROOT) if k.cgroup_driver == SYSTEMD else None,
                      kubepods=k.kubepods,
                      guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "",
-                     swap=node_swap(k.memory_swap.swap_behavior),
+                     swap=node_swap(k.memory_swap.swap_behavior), cpu_cfs_quota=k.cpu_cfs_quota,
                      memory_throttling=memory_throttling(k.memory_throttling_factor, CGROUP_ROOT,
                                                          pods_cgroup_limits(cpu, memory, reservations)["memory"]),
                      memory_protection=memory_protection(k.memory_reservation_policy, CGROUP_ROOT))

@@ -66,13 +66,14 @@ def pod_limits(pod: Pod, name: str) -> int | None:
     return max(apps, inits)
 
 
-def pod_cgroup_config(pod: Pod, pod_pids_limit: int = -1) -> PodCgroupConfig:
+def pod_cgroup_config(pod: Pod, pod_pids_limit: int = -1, cfs_quota: bool = True) -> PodCgroupConfig:
+    """cfs_quota: cpuCFSQuota; false leaves the pod's CPU limit without a CFS quota."""
     pids = pod_pids_limit if pod_pids_limit > 0 else None
     if qos_class(pod) == "BestEffort":
         return PodCgroupConfig(MIN_SHARES, None, None, pids)
     cpu_limit, memory_limit = pod_limits(pod, "cpu"), pod_limits(pod, "memory")
     return PodCgroupConfig(cpu_shares=cpu_shares(pod_requests(pod)["cpu"]),
-                           cpu_quota=cpu_quota(cpu_limit) if cpu_limit is not None else None,
+                           cpu_quota=cpu_quota(cpu_limit) if cpu_limit is not None and cfs_quota else None,
                            memory_limit=memory_limit, pids_limit=pids)
 
 

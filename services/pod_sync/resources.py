@@ -88,13 +88,14 @@ def own_oom_score_adj() -> int:
 
 def container_resources(c: Container, qos: str, memory_capacity: int,
                         oom_floor: int | None, pod: Pod | None = None, cpuset: str = "",
-                        guaranteed_mems: str = "", swap: NodeSwap | None = None) -> cri.LinuxContainerResources:
+                        guaranteed_mems: str = "", swap: NodeSwap | None = None,
+                        cfs_quota: bool = True) -> cri.LinuxContainerResources:
     """oom_floor: the lowest oom_score_adj the kernel lets us set here (None: no limit). A
     container without a limit of its own in a pod with pod-level limits gets the pod's.
     cpuset: the CPUs it may run on (services/pod_sync/cpu_manager.py; "": the runtime's default).
     guaranteed_mems: the NUMA nodes a Guaranteed container's memory comes from (the memory
     manager's Static policy; "": the runtime's default). swap: the node's swap (services/pod_sync/swap.py;
-    None: no swap setting)."""
+    None: no swap setting). cfs_quota: cpuCFSQuota; false leaves CPU limits without a CFS quota."""
     r = c.resources
     own = pod_level(pod) if pod is not None else None
     cpu_limit = r.limits.get("cpu", own.limits.get("cpu") if own else None)
@@ -103,7 +104,7 @@ def container_resources(c: Container, qos: str, memory_capacity: int,
     shares = cpu_shares(millicores(cpu_request)) if cpu_request is not None else MIN_SHARES
     res = cri.LinuxContainerResources(cpu_shares=shares, cpu_period=CPU_PERIOD, cpuset_cpus=cpuset,
                                       cpuset_mems=guaranteed_mems if qos == "Guaranteed" else "")
-    if cpu_limit is not None:
+    if cpu_limit is not None and cfs_quota:
         res.cpu_quota = cpu_quota(millicores(cpu_limit))
     if memory_limit is not None:
         res.memory_limit_in_bytes = to_bytes(memory_limit)

@@ -67,11 +67,13 @@ class NodeFacts:
     memory_throttling: MemoryThrottling | None = None
     # memoryReservationPolicy on cgroup v2 (memory_qos.py); None (cgroup v1): no memory.min/low.
     memory_protection: MemoryProtection | None = None
+    cpu_cfs_quota: bool = True  # cpuCFSQuota: false gives CPU limits no CFS quota (containers and pods)
 
 
 def linux_resources(pod: Pod, c: Container, qos: str, node: NodeFacts, cpuset: str = "") -> cri.LinuxContainerResources:
     """A container's CPU, memory, swap and OOM settings on this node, at creation and on each update."""
-    res = container_resources(c, qos, node.memory_bytes, node.oom_floor, pod, cpuset, node.guaranteed_mems, node.swap)
+    res = container_resources(c, qos, node.memory_bytes, node.oom_floor, pod, cpuset, node.guaranteed_mems, node.swap,
+                              node.cpu_cfs_quota)
     if node.memory_throttling is not None and (high := container_memory_high(c, pod, node.memory_throttling)):
         res.unified[MEMORY_HIGH] = str(high)
     if node.memory_protection is not None:

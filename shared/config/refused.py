@@ -57,7 +57,8 @@ class Refused:
 
 _CGROUPS = "every pod has its own cgroup below the kubelet's QoS tiers (/kubepods, /kubepods/burstable, /kubepods/besteffort)"
 _NO_CPU_MANAGER = "the static policy gives whole CPUs by topology order, without policy options"
-_NO_HANDLER = "pykubelet serves only the kubelet API's /pods, /stats, /metrics, /logs, /exec and /configz routes"
+_NO_HANDLER = ("pykubelet serves the kubelet API's /pods, /stats, /metrics, /containerLogs, /logs, /exec, /attach, "
+               "/portForward, /run and /configz routes: no profiling, debug flags or node log queries")
 
 REFUSED: dict[str, Refused] = {
     "registryPullQPS": Refused(5, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
@@ -72,7 +73,6 @@ REFUSED: dict[str, Refused] = {
     "qosReserved": Refused({}, "no memory is reserved per QoS tier"),
     "hairpinMode": Refused("promiscuous-bridge", "the bridge CNI config sets hairpinMode true on every port"),
     "runOnce": Refused(False, "pykubelet runs until stopped"),
-    "cpuCFSQuota": Refused(True, "CPU limits are always enforced with a CFS quota"),
     "cpuCFSQuotaPeriod": Refused("100ms", "the CFS period is 100ms", duration=True),
     "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
     "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),
@@ -86,8 +86,8 @@ REFUSED: dict[str, Refused] = {
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
     "kernelMemcgNotification": Refused(False, "memory signals are polled"),
-    "enableSystemLogHandler": Refused(True, _NO_HANDLER),
-    "enableSystemLogQuery": Refused(False, _NO_HANDLER),
+    "enableSystemLogQuery": Refused(False, "/logs/ serves /var/log's files, without node log queries "
+                                           "(journal services, patterns)"),
     "enableProfilingHandler": Refused(True, _NO_HANDLER),
     "enableDebugFlagsHandler": Refused(True, _NO_HANDLER),
     "tracing": Refused(None, "no traces are exported"),

@@ -317,6 +317,11 @@ class KubeletConfiguration(ServerConfig):
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
     fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
+    # GET /logs/ on the kubelet API: the node's /var/log (services/node_api/system_logs.py), when
+    # enableDebuggingHandlers is true too.
+    enable_system_log_handler: bool = True
+    # false: CPU limits get no CFS quota (containers and pod cgroups); shares still follow requests.
+    cpu_cfs_quota: bool = Field(default=True, alias="cpuCFSQuota")
     # With podsPerCore set, the node's pod capacity is maxPods or podsPerCore per CPU, the lower.
     pods_per_core: int = 0
     # The kubelet's own OOM score and open-files limit, taken by every pykubelet process at start

@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -402,6 +403,26 @@ def test_rbac_decides_per_subresource(cluster, stats_reader, talker):
                                    method="POST", **creds)
         assert status == 403 and "verb=create, resource=nodes, subresource=proxy" in body
         assert kubelet_get(cluster, "/pods", **creds)[0] == 403
+
+
+def test_the_nodes_var_log_is_served_under_logs(cluster, stats_reader):
+    """enableSystemLogHandler (the default): `kubectl get --raw .../proxy/logs/` lists the node's
+    /var/log as the kubelet's file server does and sends a file whole; nodes/log decides who may."""
+    name = f"pykubelet-test-{uuid.uuid4().hex[:8]}.log"
+    path = Path("/var/log") / name
+    path.write_text("first line\nsecond line\n")
+    try:
+        listing = raw(cluster, "/logs/")
+        assert listing.startswith('<!doctype html>\n<meta name="viewport" content="width=device-width">\n<pre>\n')
+        assert f'<a href="{name}">{name}</a>' in listing, listing[:2000]
+        assert raw(cluster, f"/logs/{name}") == "first line\nsecond line\n"
+        missing = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{NODE_NAME}/proxy/logs/no-such-file", check=False)
+        assert missing.returncode != 0 and "NotFound" in missing.stderr, missing.stderr
+        cert, _ = stats_reader
+        status, body = kubelet_get(cluster, f"/logs/{name}", cert=cert)
+        assert status == 403 and "verb=get, resource=nodes, subresource=log" in body, body
+    finally:
+        path.unlink()
 
 
 def test_bad_requests_get_clear_answers(cluster, talker):

@@ -8,7 +8,8 @@ API without its debugging handlers (and x509 clients of the tests' CA), short pe
 manifest directory's rescan (fileCheckFrequency) and of the full resync (syncFrequency), and a
 short runtimeRequestTimeout, image pulls in parallel (serializeImagePulls false,
 maxParallelImagePulls 2), three log rotations at once (containerLogMaxWorkers), and the node's
-own OOM score and open-files limit (oomScoreAdj, maxOpenFiles).
+own OOM score and open-files limit (oomScoreAdj, maxOpenFiles), and CPU limits without a CFS
+quota (cpuCFSQuota false).
 
 Its image filesystem is a filesystem of its own, small enough that a test can push it past image
 GC's high threshold (imageGCHighThresholdPercent) with a file of a few megabytes: a tmpfs mounted
@@ -133,6 +134,7 @@ def _launch(root, pki: PKI) -> Node:
                                     f"imageMinimumGCAge: 1s\nimageMaximumGCAge: {MAX_IMAGE_AGE}s\n"
                                     f"cgroupRoot: {CGROUP_ROOT}\n"
                                     f"oomScoreAdj: {OOM_SCORE_ADJ}\nmaxOpenFiles: {MAX_OPEN_FILES}\n"
+                                    "cpuCFSQuota: false\n"
                                     "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
                                     f"  x509:\n    clientCAFile: {pki.ca.cert}\n"
                                     "authorization:\n  mode: AlwaysAllow\n")

@@ -91,19 +91,22 @@ def kubelet_json(sn: SettingsNode, path: str) -> dict:
 
 def test_the_pods_cgroups_are_below_cgroup_root(settings_node: SettingsNode, pods):
     """cgroupRoot /pykubelet-test-settings: the pods' cgroup, its QoS tiers and each pod's cgroup
-    are below it, with the pod's settings; nothing of this node's is under /kubepods; the node's
-    stats find them there; a pod's cgroup goes with it."""
+    are below it, with the pod's settings (cpuCFSQuota false: a CPU limit gives neither the pod
+    nor the container a CFS quota); nothing of this node's is under /kubepods; the node's stats
+    find them there; a pod's cgroup goes with it."""
     cgroups = Path("/sys/fs/cgroup")
     kubepods = CGROUP_ROOT.strip("/") + "/kubepods"
     manifest = pods.write_pod("rooted", {"terminationGracePeriodSeconds": 1, "containers": [
         {"name": "app", "image": pods.image("busybox"), "command": ["sleep", "3600"],
-         "resources": {"requests": {"cpu": "100m"}}}]})
+         "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "300m"}}}]})
     pod = pods.wait_running("rooted")
     uid = pod["uid"]
     cid = pod["containers"][0]["containerID"].removeprefix("containerd://")
     pod_dir = cgroups / "cpu" / kubepods / "burstable" / f"pod{uid}"
     assert (pod_dir / "cpu.shares").read_text().strip() == "102", "100m as the pod's cpu.shares"
     assert (pod_dir / cid / "cgroup.procs").read_text().split(), "the container runs in its cgroup below the pod's"
+    assert (pod_dir / "cpu.cfs_quota_us").read_text().strip() == "-1", "no quota for the pod (cpuCFSQuota false)"
+    assert (pod_dir / cid / "cpu.cfs_quota_us").read_text().strip() == "-1", "nor for its container"
     assert (cgroups / "pids" / kubepods / "burstable" / f"pod{uid}" / "pids.max").is_file()
     assert (cgroups / "cpu" / kubepods / "besteffort" / "cpu.shares").read_text().strip() == "2"
     # enforceNodeAllocatable pods (the default) caps the pods' cgroup where it is.

@@ -34,6 +34,15 @@ def test_pod_cgroup_of_container_limits_is_their_sum_and_of_requests_the_shares(
     assert pod_cgroup_config(p) == PodCgroupConfig(cpu_shares=512, cpu_quota=50_000, memory_limit=96 * MI)
 
 
+def test_without_cpu_cfs_quota_cpu_limits_get_no_quota_and_the_rest_stays():
+    p = pod(limits("200m", "64Mi"), limits("300m", "32Mi"))
+    assert pod_cgroup_config(p, cfs_quota=False) == PodCgroupConfig(cpu_shares=512, cpu_quota=None,
+                                                                     memory_limit=96 * MI)
+    res = container_resources(p.spec.containers[0], qos_class(p), 4096 * MI, None, p, cfs_quota=False)
+    assert (res.cpu_quota, res.cpu_shares, res.memory_limit_in_bytes) == (0, 204, 64 * MI)  # 0: no quota in CRI
+    assert container_resources(p.spec.containers[0], qos_class(p), 4096 * MI, None, p).cpu_quota == 20_000
+
+
 def test_pod_cgroup_has_no_limit_unless_every_container_has_one():
     p = pod(limits("200m", "64Mi", {"cpu": "100m"}), {"requests": {"cpu": "100m"}})
     assert pod_cgroup_config(p) == PodCgroupConfig(cpu_shares=204, cpu_quota=None, memory_limit=None)
