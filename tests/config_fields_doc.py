@@ -99,6 +99,8 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "memoryThrottlingFactor": ("effect", "tests/vm/test_production_host.py::test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets"),
     "memoryReservationPolicy": ("effect", "tests/vm/test_production_host.py::test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets"),
     "cgroupRoot": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_pods_cgroups_are_below_cgroup_root"),
+    "registryPullQPS": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
+    "registryBurst": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
     "enableSystemLogHandler": ("effect", "tests/cluster/test_node_api.py::test_the_nodes_var_log_is_served_under_logs"),
     "cpuCFSQuota": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_pods_cgroups_are_below_cgroup_root"),
     "podsPerCore": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),

@@ -72,7 +72,8 @@ async def setup(ctx: ServiceContext) -> None:
                      memory_protection=memory_protection(k.memory_reservation_policy, CGROUP_ROOT))
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
-    images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism)
+    images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism,
+                          k.registry_pull_qps, k.registry_burst)
     recorder = BusRecorder(ctx.bus)
     sources: list[Any] = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
     if k.static_pod_url:

@@ -1,7 +1,8 @@
 """Making sure a container's image is present, by its imagePullPolicy.
 
 Pulls of the same image at the same moment share one CRI PullImage call; different images pull
-in parallel up to maxParallelImagePulls. A failed pull backs off per (pod, image) as the kubelet
+in parallel up to maxParallelImagePulls, at most registryPullQPS a second (registryBurst at
+once), as the kubelet: a pull over that rate fails. A failed pull backs off per (pod, image) as the kubelet
 does: ErrImagePull first, ImagePullBackOff while waiting.
 """
 
@@ -21,6 +22,7 @@ from services.pod_sync.pull_secrets import Credential, lookup
 from shared.model.podspec import Container
 from shared.runtime.cri import CRIError, ImageService
 from shared.tasks.retry import Backoff
+from shared.tasks.token_bucket import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,10 @@ class ImagePullError(Exception):
         self.message = message
 
 
+class PullQPSExceeded(Exception):
+    """registryPullQPS / registryBurst used up: this pull is not made."""
+
+
 @dataclass
 class EnsuredImage:
     ref: str
@@ -57,10 +63,14 @@ class EnsuredImage:
 
 
 class ImageManager:
-    def __init__(self, images: ImageService, backoff: Backoff, parallelism: int | None = None) -> None:
+    def __init__(self, images: ImageService, backoff: Backoff, parallelism: int | None = None,
+                 pull_qps: float = 0, pull_burst: int = 0) -> None:
+        """pull_qps, pull_burst: registryPullQPS and registryBurst (0 qps: no limit)."""
         self._images = images
         self._backoff = backoff
         self._limit = asyncio.Semaphore(parallelism) if parallelism else None
+        self._rate = TokenBucket(pull_qps, pull_burst) if pull_qps > 0 else None
+        self._last_error: dict[str, str] = {}  # pod/image -> its last failed pull, while in back-off
         self._inflight: dict[tuple[str, tuple[Credential, ...]], asyncio.Future[str]] = {}
         # Told the ID of each image pulled (the image GC's first sight of it: its age counts
         # from the pull, not from the next listing).
@@ -95,19 +105,26 @@ class ImageManager:
                     f'Container image "{image}" is not present with pull policy of Never')
         key = f"{pod_uid}/{image}"
         if self._backoff.remaining_since_last_failure(key) > 0:
-            raise ImagePullError("ImagePullBackOff", f'Back-off pulling image "{image}"')
+            # As the kubelet 1.37: the waiting message carries the failed pull's error.
+            last = self._last_error.get(key)
+            raise ImagePullError("ImagePullBackOff", f'Back-off pulling image "{image}"' + (f": {last}" if last else ""))
+        self._last_error.pop(key, None)
         if on_pull is not None:
             on_pull(f'Pulling image "{image}"')
         start = time.monotonic()
         try:
             ref = await self._pull_shared(image, sandbox_config, lookup(credentials or [], image))
-        except CRIError as exc:
+        except (CRIError, PullQPSExceeded) as exc:
             self._backoff.next(key, time.time())
-            raise ImagePullError("ErrImagePull", f'Failed to pull image "{image}": {exc.details}') from None
+            message = f'Failed to pull image "{image}": {exc.details if isinstance(exc, CRIError) else exc}'
+            self._last_error[key] = f"ErrImagePull: {message}"
+            raise ImagePullError("ErrImagePull", message) from None
         return EnsuredImage(ref, time.monotonic() - start)
 
     def forget(self, pod_uid: str) -> None:
         self._backoff.forget(f"{pod_uid}/")
+        for key in [k for k in self._last_error if k.startswith(f"{pod_uid}/")]:
+            del self._last_error[key]
 
     async def _pull_shared(self, image: str, sandbox_config: cri.PodSandboxConfig | None,
                            logins: list[Credential]) -> str:
@@ -128,6 +145,13 @@ class ImageManager:
 
     async def _pull(self, image: str, sandbox_config: cri.PodSandboxConfig | None, logins: list[Credential]) -> str:
         async with (self._limit or contextlib.nullcontext()):
+            # As the kubelet: a pull over the rate fails (and backs off), it does not queue.
+            if self._rate is not None and not self._rate.try_acquire():
+                log.warning("pull of image %s not made: more than registryPullQPS %g a second "
+                            "(registryBurst %d); it is tried again after its back-off", image, self._rate.qps,
+                            self._rate.burst)
+                raise PullQPSExceeded(f"pull QPS exceeded (registryPullQPS {self._rate.qps:g}, "
+                                      f"registryBurst {self._rate.burst})")
             start = time.monotonic()
             log.info("pulling image %s%s", image, f" ({len(logins)} login(s) to try)" if logins else "")
             ref = await self._pull_with(image, sandbox_config, logins)

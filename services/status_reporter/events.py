@@ -10,9 +10,10 @@ import time
 import uuid
 from typing import Any
 
-from shared.api.client import ApiError, KubeApi, TokenBucket, path
+from shared.api.client import ApiError, KubeApi, path
 from shared.bus.messages import KubeEvent
 from shared.model.timestamps import rfc3339
+from shared.tasks.token_bucket import TokenBucket
 
 log = logging.getLogger(__name__)
 

@@ -78,29 +78,6 @@ def _error(resp: httpx.Response) -> ApiError:
                     str(status.get("message") or resp.text[:200]))
 
 
-class TokenBucket:
-    """qps tokens a second, at most burst saved up; acquire() waits for a token. One process's
-    own limit (events, which only the status-reporter posts)."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps = qps
-        self.burst = burst
-        self._tokens = float(burst)
-        self._last = time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> None:
-        async with self._lock:
-            while True:
-                now = time.monotonic()
-                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
-                self._last = now
-                if self._tokens >= 1:
-                    self._tokens -= 1
-                    return
-                await asyncio.sleep((1 - self._tokens) / self.qps)
-
-
 class RenewedCertificate:
     """Tells when the client certificate file changed (rotateCertificates renewed it): a changed
     file is looked for at most once a second, by its identity and time (a link's target)."""

@@ -61,8 +61,6 @@ _NO_HANDLER = ("pykubelet serves the kubelet API's /pods, /stats, /metrics, /con
                "/portForward, /run and /configz routes: no profiling, debug flags or node log queries")
 
 REFUSED: dict[str, Refused] = {
-    "registryPullQPS": Refused(5, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
-    "registryBurst": Refused(10, "pulls are not rate-limited; maxParallelImagePulls bounds them"),
     "enableContentionProfiling": Refused(False, "there is no profiling handler"),
     "kubeletCgroups": Refused("", "pykubelet's processes stay in the cgroup they were started in"),
     "systemCgroups": Refused("", "system processes are not moved"),

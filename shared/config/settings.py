@@ -317,6 +317,9 @@ class KubeletConfiguration(ServerConfig):
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
     fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
+    # Image pulls a second and at once (services/pod_sync/images.py); 0 qps: no limit.
+    registry_pull_qps: float = Field(default=5, alias="registryPullQPS")
+    registry_burst: int = 10
     # GET /logs/ on the kubelet API: the node's /var/log (services/node_api/system_logs.py), when
     # enableDebuggingHandlers is true too.
     enable_system_log_handler: bool = True
@@ -411,6 +414,20 @@ class KubeletConfiguration(ServerConfig):
                 raise ValueError("must be at least 1Ki")
         except ValueError as exc:
             raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("registry_pull_qps")
+    @classmethod
+    def _registry_pull_qps(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError(f"registryPullQPS (--registry-qps) {v:g} must not be a negative number")
+        return v
+
+    @field_validator("registry_burst")
+    @classmethod
+    def _registry_burst(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError(f"registryBurst (--registry-burst) {v} must not be a negative number")
         return v
 
     @field_validator("pods_per_core")

@@ -38,7 +38,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 
 @pytest.mark.parametrize("name,value", [
     ("kubeletCgroups", "/custom"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
-    ("registryPullQPS", 0), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
+    ("runOnce", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
     ("imageServiceEndpoint", "unix:///run/x.sock"),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
@@ -86,7 +86,7 @@ def test_the_default_in_another_spelling_is_the_default(name, value):
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cgroupsPerQOS", 1), ("registryBurst", False),
+    ("cgroupsPerQOS", 1), ("runOnce", 0),
     ("cpuManagerReconcilePeriod", "soon"), ("shutdownGracePeriodByPodPriority", {}),
 ])
 def test_a_value_that_only_looks_like_the_default_is_refused(name, value):

@@ -146,7 +146,9 @@ async def test_image_pull_failure_then_back_off(syncer, rt, store):
     await syncer.sync("uid1")
     app = observed(store).containers[0]
     assert app["waiting_reason"] == "ImagePullBackOff"
-    assert app["waiting_message"] == 'Back-off pulling image "reg/missing:1"'
+    # As the kubelet 1.37: the back-off says why the last pull failed.
+    assert app["waiting_message"] == ('Back-off pulling image "reg/missing:1": '
+                                      'ErrImagePull: Failed to pull image "reg/missing:1": not found')
     assert len(rt.ops("pull_image")) == 1
 
 
