@@ -11,7 +11,7 @@ from services.pod_sync.disk_gc import DiskReclaimer, gc_period
 from services.pod_sync.images import ImageManager
 from services.pod_sync.log_rotation import ContainerLogRotator
 from services.pod_sync.manager import PodSyncManager
-from services.pod_sync.memory_qos import memory_protection, memory_throttling
+from services.pod_sync.memory_qos import memory_protection, memory_throttling, oom_group
 from services.pod_sync.node_health import NodeHealthWriter
 from services.pod_sync.pod_cgroup import enforce_pods_allocatable, enforce_reserved
 from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD
@@ -69,7 +69,8 @@ async def setup(ctx: ServiceContext) -> None:
                      swap=node_swap(k.memory_swap.swap_behavior), cpu_cfs_quota=k.cpu_cfs_quota,
                      memory_throttling=memory_throttling(k.memory_throttling_factor, CGROUP_ROOT,
                                                          pods_cgroup_limits(cpu, memory, reservations)["memory"]),
-                     memory_protection=memory_protection(k.memory_reservation_policy, CGROUP_ROOT))
+                     memory_protection=memory_protection(k.memory_reservation_policy, CGROUP_ROOT),
+                     oom_group=oom_group(k.single_process_oom_kill, CGROUP_ROOT))
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism,

@@ -36,6 +36,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 MEMORY_HIGH = "memory.high"
 MEMORY_MIN = "memory.min"
 MEMORY_LOW = "memory.low"
+MEMORY_OOM_GROUP = "memory.oom.group"
 TIERED = "TieredReservation"
 
 
@@ -98,6 +99,14 @@ def pod_memory_high(pod: Pod, t: MemoryThrottling) -> int | None:
 class MemoryProtection:
     """memoryReservationPolicy on cgroup v2; tiered: TieredReservation, else None (all zeros)."""
     tiered: bool
+
+
+def oom_group(single_process_oom_kill: bool | None, cgroup_root: Path) -> bool:
+    """Whether containers get memory.oom.group 1, as the kubelet 1.37 gives them: on cgroup v2
+    unless singleProcessOOMKill is true. An OOM kill then ends every process of the container,
+    not one of them (a worker killed under a supervisor that lives on would leave a container
+    that runs but does not work). cgroup v1 has no such file: one process is killed there."""
+    return (cgroup_root / "cgroup.controllers").is_file() and not single_process_oom_kill
 
 
 def memory_protection(policy: str, cgroup_root: Path) -> MemoryProtection | None:

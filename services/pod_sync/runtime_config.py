@@ -14,6 +14,7 @@ from services.pod_sync.etc_hosts import ETC_HOSTS
 from services.pod_sync.exec_strings import ExecStrings
 from services.pod_sync.memory_qos import (
     MEMORY_HIGH,
+    MEMORY_OOM_GROUP,
     MemoryProtection,
     MemoryThrottling,
     container_memory_high,
@@ -68,6 +69,8 @@ class NodeFacts:
     # memoryReservationPolicy on cgroup v2 (memory_qos.py); None (cgroup v1): no memory.min/low.
     memory_protection: MemoryProtection | None = None
     cpu_cfs_quota: bool = True  # cpuCFSQuota: false gives CPU limits no CFS quota (containers and pods)
+    # cgroup v2 without singleProcessOOMKill: a container's OOM kill takes all of its processes.
+    oom_group: bool = False
 
 
 def linux_resources(pod: Pod, c: Container, qos: str, node: NodeFacts, cpuset: str = "") -> cri.LinuxContainerResources:
@@ -78,6 +81,8 @@ def linux_resources(pod: Pod, c: Container, qos: str, node: NodeFacts, cpuset: s
         res.unified[MEMORY_HIGH] = str(high)
     if node.memory_protection is not None:
         res.unified.update(container_memory_protection(c, pod, node.memory_protection))
+    if node.oom_group:
+        res.unified[MEMORY_OOM_GROUP] = "1"
     return res
 
 

@@ -95,11 +95,7 @@ REFUSED: dict[str, Refused] = {
                                                       "images present on the node are used without checking "
                                                       "the pod's credentials"),
     "preloadedImagesVerificationAllowlist": Refused([], "images present on the node are used without checking"),
-    "mergeDefaultEvictionSettings": Refused(False, "evictionHard replaces the default thresholds, as the "
-                                                   "kubelet's default"),
     "defaultPodSysctls": Refused({}, "pods get only the sysctls they ask for"),
-    "singleProcessOOMKill": Refused(None, "the kernel's OOM killer decides (one process on cgroup v1, the "
-                                          "container's group where cgroup v2 sets memory.oom.group)"),
     "tlsCurvePreferences": Refused([], "the kubelet API's TLS curves are Python's defaults"),
 }
 

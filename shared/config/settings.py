@@ -317,6 +317,10 @@ class KubeletConfiguration(ServerConfig):
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
     fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
+    # On cgroup v2, false or unset (the kubelet's default there) sets memory.oom.group on every
+    # container's cgroup: an OOM kill takes the container's whole process group, not one process.
+    # cgroup v1 has no such setting (one process is killed); false is refused there.
+    single_process_oom_kill: bool | None = Field(default=None, alias="singleProcessOOMKill")
     # Image pulls a second and at once (services/pod_sync/images.py); 0 qps: no limit.
     registry_pull_qps: float = Field(default=5, alias="registryPullQPS")
     registry_burst: int = 10
@@ -358,6 +362,9 @@ class KubeletConfiguration(ServerConfig):
     rotate_certificates: bool = False
     # Eviction and node allocatable (shared.config.thresholds parses the maps).
     eviction_hard: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
+    # true: the config file's evictionHard keeps the default thresholds of the signals it does not
+    # name (merged as the file is read, before the flags, as the kubelet does: merge_default_eviction).
+    merge_default_eviction_settings: bool = False
     eviction_soft: dict[str, str] = Field(default_factory=dict)
     eviction_soft_grace_period: dict[str, float] = Field(default_factory=dict)
     eviction_max_pod_grace_period: int = Field(default=0, ge=0)
@@ -817,6 +824,16 @@ def load_kubelet_config(data: dict[str, Any], source: str = "(inline)") -> tuple
         raise ConfigError(_format_validation_error(exc, source)) from None
 
 
+def merge_default_eviction(data: dict[str, Any]) -> dict[str, Any]:
+    """mergeDefaultEvictionSettings: the kubelet's default evictionHard thresholds for the signals a
+    config file's evictionHard leaves out (the kubelet does this as it loads the file: an
+    --eviction-hard flag then replaces the whole map)."""
+    hard = data.get("evictionHard")
+    if data.get("mergeDefaultEvictionSettings") is True and isinstance(hard, dict):
+        data["evictionHard"] = {**DEFAULT_EVICTION_HARD, **hard}
+    return data
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
@@ -887,7 +904,7 @@ def _kubelet_config(args: argparse.Namespace, values: dict[str, Any]) -> tuple[K
         source = str(args.config)
         if not isinstance(data, dict):
             raise ConfigError(f"invalid kubelet config {source}: expected a mapping")
-    data = dict(data)
+    data = merge_default_eviction(dict(data))
     if source:
         _resolve_relative_paths(data, Path(source).resolve().parent)
     if getattr(args, "pod_logs_dir", None):

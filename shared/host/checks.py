@@ -106,6 +106,9 @@ def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
     if k.fail_cgroup_v1 and not (cgroup_root / "cgroup.controllers").exists():
         problems.append("failCgroupV1: this host runs cgroup v1; boot it with cgroup v2 "
                         "(systemd.unified_cgroup_hierarchy=1) or set failCgroupV1 to false")
+    if k.single_process_oom_kill is False and not (cgroup_root / "cgroup.controllers").exists():
+        problems.append("invalid configuration: singleProcessOOMKill must not be explicitly set to false when "
+                        "using cgroup v1")
     if k.cgroup_driver == "systemd":
         problems += systemd_driver_problems(cgroup_root, run)
     problems += cgroup_root_problems(k, cgroup_root)

@@ -9,7 +9,8 @@ manifest directory's rescan (fileCheckFrequency) and of the full resync (syncFre
 short runtimeRequestTimeout, image pulls in parallel (serializeImagePulls false,
 maxParallelImagePulls 2), three log rotations at once (containerLogMaxWorkers), and the node's
 own OOM score and open-files limit (oomScoreAdj, maxOpenFiles), and CPU limits without a CFS
-quota (cpuCFSQuota false).
+quota (cpuCFSQuota false), and an evictionHard of memory alone that keeps the default thresholds
+of the other signals (mergeDefaultEvictionSettings).
 
 Its image filesystem is a filesystem of its own, small enough that a test can push it past image
 GC's high threshold (imageGCHighThresholdPercent) with a file of a few megabytes: a tmpfs mounted
@@ -46,6 +47,7 @@ CGROUP_ROOT = "/pykubelet-test-settings"
 # The node's own OOM score and open-files limit (the kubelet's defaults: -999, 1000000): a higher
 # score and a lower limit, which a process may take without CAP_SYS_RESOURCE (root here has none).
 OOM_SCORE_ADJ, MAX_OPEN_FILES = 100, 8192
+HARD_MEMORY_MI = 150  # evictionHard memory.available (the default is 100Mi)
 CGROUPS = Path("/sys/fs/cgroup")
 CGROUP_ROOT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer",
                            "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "systemd", "unified")
@@ -124,8 +126,12 @@ def _launch(root, pki: PKI) -> Node:
                        extra_config=f"cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"
                                     f"cpuManagerReconcilePeriod: {RECONCILE_EVERY}s\n"
                                     "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n"
-                                    # evictionHard's default memory.available, the node's only memory reservation
-                                    "memoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits: {memory: 100Mi}\n"
+                                    # evictionHard's memory.available, the node's only memory reservation; the
+                                    # other signals keep their defaults (mergeDefaultEvictionSettings)
+                                    f"evictionHard:\n  memory.available: {HARD_MEMORY_MI}Mi\n"
+                                    "mergeDefaultEvictionSettings: true\n"
+                                    "memoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n"
+                                    f"  limits: {{memory: {HARD_MEMORY_MI}Mi}}\n"
                                     "logging:\n  format: json\nenableDebuggingHandlers: false\n"
                                     f"runtimeRequestTimeout: {RUNTIME_TIMEOUT}s\n"
                                     f"serializeImagePulls: false\nmaxParallelImagePulls: {PARALLEL_PULLS}\n"

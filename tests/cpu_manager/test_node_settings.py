@@ -4,7 +4,7 @@ as JSON (logging.format), the kubelet API without its debugging handlers
 fileCheckFrequency, every running pod synced every syncFrequency, and a runtime that stops
 answering failing the node's calls after runtimeRequestTimeout, image pulls two at a time,
 log compressions three at a time, the pods' cgroups below cgroupRoot, and the node's processes
-at oomScoreAdj and maxOpenFiles."""
+at oomScoreAdj and maxOpenFiles, evictionHard merged with the defaults."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from shared.process.admin import SERVICES
 from tests.cpu_manager.conftest import (
     CGROUP_ROOT,
     FILE_CHECK_EVERY,
+    HARD_MEMORY_MI,
     LOG_WORKERS,
     MAX_OPEN_FILES,
     OOM_SCORE_ADJ,
@@ -67,6 +68,18 @@ def test_every_process_of_the_node_runs_at_oom_score_adj_and_max_open_files(sett
     limits = node_process_limits(settings_node.node.root / "run")
     want = (OOM_SCORE_ADJ, f"{MAX_OPEN_FILES}/{MAX_OPEN_FILES}")
     assert limits == {name: want for name in limits}, limits
+
+
+def test_eviction_hard_keeps_the_default_thresholds_of_the_signals_it_does_not_name(settings_node: SettingsNode):
+    """evictionHard names memory.available alone; mergeDefaultEvictionSettings true: the eviction
+    service watches the kubelet's default thresholds of the disk signals too."""
+    def hard() -> dict[str, str]:
+        signals = settings_node.node.admin_get("eviction", "/signals", timeout=10).json()
+        return {s["signal"]: s["hard"]["threshold"] for s in signals if "hard" in s}
+    want = {"memory.available": f"{HARD_MEMORY_MI}Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%",
+            "imagefs.available": "15%", "imagefs.inodesFree": "5%"}
+    seen = wait_for(lambda: (h := hard()).keys() >= want.keys() and h, 60, "every signal observed")
+    assert {k: seen[k] for k in want} == want, seen
 
 
 def kubelet_api(sn: SettingsNode, method: str, path: str) -> int:

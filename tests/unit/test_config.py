@@ -172,3 +172,18 @@ def test_node_ip_flag_is_checked_and_detection_never_guesses(monkeypatch):
     settings = settings_from_args(parser.parse_args([]))
     with pytest.raises(host.NodeIPError, match="pass --node-ip ADDRESS"):
         host.node_address(settings.node_ip)
+
+
+def test_merge_default_eviction_settings_fills_the_signals_the_file_leaves_out(tmp_path):
+    f = tmp_path / "config.yaml"
+    f.write_text("evictionHard:\n  memory.available: 500Mi\nmergeDefaultEvictionSettings: true\n")
+    hard = parse(["--config", str(f), "--root-dir", str(tmp_path / "root")]).kubelet.eviction_hard
+    assert hard == {"memory.available": "500Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%",
+                    "imagefs.available": "15%", "imagefs.inodesFree": "5%"}
+    f.write_text("evictionHard:\n  memory.available: 500Mi\n")  # the default, false: the file's map alone
+    assert parse(["--config", str(f), "--root-dir", str(tmp_path / "root")]).kubelet.eviction_hard == \
+        {"memory.available": "500Mi"}
+    f.write_text("evictionHard:\n  memory.available: 500Mi\nmergeDefaultEvictionSettings: true\n")
+    flagged = parse(["--config", str(f), "--eviction-hard", "memory.available<300Mi", "--root-dir",
+                     str(tmp_path / "root")]).kubelet.eviction_hard
+    assert flagged == {"memory.available": "300Mi"}, "a flag replaces the merged map, as the kubelet's"

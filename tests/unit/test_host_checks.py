@@ -1,4 +1,4 @@
-"""failSwapOn, protectKernelDefaults and failCgroupV1: what the node checks of its host before
+"""failSwapOn, protectKernelDefaults, failCgroupV1 and singleProcessOOMKill: what the node checks of its host before
 it starts (shared/host/checks.py), on a /proc and a cgroup root made for each case."""
 
 from __future__ import annotations
@@ -139,3 +139,13 @@ def test_the_nodes_pid_capacity_is_the_lesser_of_pid_max_and_threads_max(tmp_pat
     assert task_max(tmp_path) == 4194304
     (tmp_path / "sys/kernel/threads-max").write_text("23676\n")
     assert task_max(tmp_path) == 23676
+
+
+def test_single_process_oom_kill_false_is_refused_on_cgroup_v1_only(tmp_path):
+    (tmp_path / "v1").mkdir()
+    v1 = host(tmp_path / "v1", cgroup_v2=False)
+    assert problems({"singleProcessOOMKill": False}, *v1) == [
+        "invalid configuration: singleProcessOOMKill must not be explicitly set to false when using cgroup v1"]
+    assert problems({"singleProcessOOMKill": True}, *v1) == [] and problems({}, *v1) == []
+    (tmp_path / "v2").mkdir()
+    assert problems({"singleProcessOOMKill": False}, *host(tmp_path / "v2")) == []

@@ -13,6 +13,7 @@ from services.pod_sync.memory_qos import (
     container_memory_protection,
     memory_protection,
     memory_throttling,
+    oom_group,
     pod_memory_high,
     pod_memory_protection,
     tier_memory_protection,
@@ -209,3 +210,17 @@ def test_with_the_systemd_driver_the_tiers_protection_is_a_property_of_their_sli
     assert (tmp_path / "kubepods.slice/kubepods-burstable.slice/memory.low").read_text() == str(32 * MI)
     props = dict(properties(PodCgroupConfig(2, None, None, memory_min=64 * MI), 100_000, 1))
     assert props["MemoryMin"] == ("t", 64 * MI) and "MemoryLow" not in props
+
+
+@pytest.mark.parametrize("v2,single,group", [
+    (True, None, True), (True, False, True), (True, True, False),  # the kubelet's default on v2: the group
+    (False, None, False), (False, True, False),                     # v1: no such file, one process
+])
+def test_containers_get_memory_oom_group_on_cgroup_v2_unless_single_process_oom_kill(tmp_path, v2, single, group):
+    if v2:
+        (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+    assert oom_group(single, tmp_path) is group
+    p = pod({"limits": {"memory": "64Mi"}})
+    node = NodeFacts("n", "10.0.0.1", 2000, 4 * 1024 * MI, None, tmp_path, oom_group=oom_group(single, tmp_path))
+    unified = linux_resources(p, p.spec.containers[0], qos_class(p), node).unified
+    assert dict(unified) == ({"memory.oom.group": "1"} if group else {})

@@ -89,6 +89,8 @@ def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
     unit = slice_unit(pod_name(pod))
     assert unit_property(vm, unit, "ActiveState") == "active"
     assert vm.run("test", "-d", _container_cgroup(pod), check=False).returncode == 0, _container_cgroup(pod)
+    # singleProcessOOMKill unset on cgroup v2: an OOM kill takes the container's every process.
+    assert read(vm, f"{_container_cgroup(pod)}/memory.oom.group") == "1"
     # Node allocatable (enforceNodeAllocatable: pods, no reservations): the node's memory.
     mem_total = next(int(line.split()[1]) for line in vm.run("cat", "/proc/meminfo").stdout.splitlines()
                      if line.startswith("MemTotal:"))
@@ -211,6 +213,25 @@ def test_pod_limits_land_in_the_pod_and_container_cgroups(vm):
     vm.run("rm", "/etc/kubernetes/manifests/guaranteed.yaml")
     wait_for(lambda: vm.run("test", "-d", _pod_cgroup(pod), check=False).returncode != 0, POD_TIMEOUT,
              "the pod's slice removed", interval=5)
+
+
+def test_an_oom_kill_ends_every_process_of_the_container(vm):
+    """cgroup v2, singleProcessOOMKill unset (the kubelet's default there): the container's cgroup
+    has memory.oom.group 1, so when a child process runs it out of memory the kernel kills the
+    whole container, the shell waiting on its sleep too, and the container ends OOMKilled (on
+    cgroup v1 the hog alone would die and the container run on, never ending)."""
+    write_static_pod(vm, "oom-group", {"terminationGracePeriodSeconds": 0, "restartPolicy": "Never", "containers": [{
+        "name": "app", "image": BUSYBOX, "resources": {"limits": {"memory": "32Mi"}},
+        "command": ["sh", "-c", "(sleep 2; tail /dev/zero) & exec sleep 3600"]}]})
+    try:
+        # No wait for Running: on this emulated CPU the hog may be killed before a poll sees it.
+        def ended() -> dict | None:
+            found = [p for p in status(vm)["pods"] if p["name"].startswith("oom-group-")]
+            return found[0] if found and found[0]["containers"][0]["state"] == "terminated" else None
+        done = wait_for(ended, POD_TIMEOUT, "the container killed whole", interval=2)
+        assert done["containers"][0]["reason"] == "OOMKilled", done["containers"]
+    finally:
+        vm.run("rm", "-f", "/etc/kubernetes/manifests/oom-group.yaml")
 
 
 RESERVED = ("enforceNodeAllocatable: [pods, system-reserved, kube-reserved]\n"
