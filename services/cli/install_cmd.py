@@ -79,7 +79,7 @@ def private_tmp(python: str) -> str:
 
 
 def unit_names() -> list[str]:
-    return sorted(p.name for p in TEMPLATES.iterdir() if p.suffix in (".service", ".target"))
+    return sorted(p.name for p in TEMPLATES.iterdir() if p.suffix in (".service", ".slice", ".target"))
 
 
 def render_unit(name: str, values: dict[str, str]) -> str:

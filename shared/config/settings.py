@@ -76,6 +76,11 @@ API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
 # Below this, a process could not hold its store, bus and admin sockets and its logs open.
 MIN_OPEN_FILES = 1024
+# Fields the kubelet refuses below zero: the file's name and the flag its message names.
+NOT_NEGATIVE = {"registry_pull_qps": ("registryPullQPS", "registry-qps"),
+                "registry_burst": ("registryBurst", "registry-burst"),
+                "pods_per_core": ("podsPerCore", "pods-per-core"),
+                "max_open_files": ("maxOpenFiles", "max-open-files")}
 
 
 class ConfigError(ValueError):
@@ -423,25 +428,12 @@ class KubeletConfiguration(ServerConfig):
             raise ValueError(str(exc)) from None
         return v
 
-    @field_validator("registry_pull_qps")
+    @field_validator("registry_pull_qps", "registry_burst", "pods_per_core", "max_open_files")
     @classmethod
-    def _registry_pull_qps(cls, v: float) -> float:
+    def _not_negative(cls, v: float, info: ValidationInfo) -> float:
         if v < 0:
-            raise ValueError(f"registryPullQPS (--registry-qps) {v:g} must not be a negative number")
-        return v
-
-    @field_validator("registry_burst")
-    @classmethod
-    def _registry_burst(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError(f"registryBurst (--registry-burst) {v} must not be a negative number")
-        return v
-
-    @field_validator("pods_per_core")
-    @classmethod
-    def _pods_per_core(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError(f"podsPerCore (--pods-per-core) {v} must not be a negative number")
+            field, flag = NOT_NEGATIVE[str(info.field_name)]
+            raise ValueError(f"{field} (--{flag}) {v:g} must not be a negative number")
         return v
 
     def pod_capacity(self, cores: int) -> int:
@@ -459,8 +451,6 @@ class KubeletConfiguration(ServerConfig):
     @field_validator("max_open_files")
     @classmethod
     def _max_open_files(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError(f"maxOpenFiles (--max-open-files) {v} must not be a negative number")
         if v < MIN_OPEN_FILES:
             raise ValueError(f"maxOpenFiles (--max-open-files) {v} is below {MIN_OPEN_FILES}: pykubelet's processes "
                              "could not open their store, sockets and logs (0 is the default, 1000000)")

@@ -89,6 +89,10 @@ def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
     unit = slice_unit(pod_name(pod))
     assert unit_property(vm, unit, "ActiveState") == "active"
     assert vm.run("test", "-d", _container_cgroup(pod), check=False).returncode == 0, _container_cgroup(pod)
+    # pykubelet's own processes in one slice of their own (containerd beside them, in system.slice).
+    for service in SERVICES:
+        assert unit_property(vm, f"pykubelet-{service}.service", "Slice") == "pykubelet.slice", service
+    assert unit_property(vm, "pykubelet-containerd.service", "Slice") == "system.slice"
     # singleProcessOOMKill unset on cgroup v2: an OOM kill takes the container's every process.
     assert read(vm, f"{_container_cgroup(pod)}/memory.oom.group") == "1"
     # Node allocatable (enforceNodeAllocatable: pods, no reservations): the node's memory.
@@ -181,6 +185,12 @@ def test_the_summary_and_cadvisor_metrics_show_pressure_stalls_on_cgroup_v2(vm):
             assert set(stats["memory"]["psi"]) == set(stats["io"]["psi"]) == {"full", "some"}, stats
             assert set(stats["cpu"]["psi"]["full"]) == {"total", "avg10", "avg60", "avg300"}
         assert node["cpu"]["psi"]["some"]["total"] >= some["total"], "the node's covers its pods'"
+        # The "kubelet" system container: pykubelet.slice, which holds every service and the bus.
+        system = {c["name"]: c for c in node["systemContainers"]}
+        assert set(system) == {"kubelet", "pods"}, system.keys()
+        slice_memory = int(read(vm, "/sys/fs/cgroup/pykubelet.slice/memory.current"))
+        assert 0 < system["kubelet"]["memory"]["usageBytes"] <= 2 * slice_memory, (system["kubelet"], slice_memory)
+        assert system["kubelet"]["cpu"]["usageCoreNanoSeconds"] > 0
 
         slice_id = on_host(pod_name(pods[0]), "systemd")
         metrics = read_only(vm, "/metrics/cadvisor")

@@ -1,5 +1,5 @@
-"""The node's part of the Summary: CPU and memory of the root cgroup and of the "pods" system
-container (/kubepods), with their pressure stall figures on cgroup v2, the node's network from
+"""The node's part of the Summary: CPU and memory of the root cgroup and of the "kubelet" (the node
+agent's cgroup) and "pods" (/kubepods) system containers, with their pressure stall figures on cgroup v2, the node's network from
 /proc, its root and image filesystems and rlimit."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from services.node_api.hostfs import device_of, node_interfaces, read_mounts, rl
 from services.node_api.stats.cpu_rates import CpuRates
 from services.node_api.stats.summary_fields import Pass, add_psi, add_swap, compact, cri_time, fs_stats, u64
 from shared.config.settings import NodeSettings
+from shared.host.agent_cgroup import own_agent_cgroup
 from shared.host.cgroups import CgroupReader, CgroupSample
 from shared.host.facts import boot_time, memory_capacity_bytes
 from shared.runtime.cri.client import CRIError
@@ -35,6 +36,8 @@ class NodeStats:
         self.proc = proc
         self.rates = rates
         self._clock = clock
+        # The "kubelet" system container (shared/host/agent_cgroup.py); this process does not move.
+        self.agent_cgroup = own_agent_cgroup(cgroups.version, proc)
 
     async def image_fs(self, images: ImageFsSource, now: float) -> tuple[dict[str, Any] | None, str,
                                                                           dict[str, Any] | None]:
@@ -100,15 +103,21 @@ class NodeStats:
                 self.cgroup_cpu(cgroup, self.cgroups.sample(cgroup))
 
     def _system_containers(self) -> list[dict[str, Any]]:
-        """The kubelet's "pods" system container: the /kubepods cgroup all pods live under."""
-        kubepods = self.cgroups.kubepods()
-        if not self.cgroups.exists(kubepods):
-            return []
-        sample = self.cgroups.sample(kubepods)
-        pods = {"name": "pods", "startTime": self.cgroups.created(kubepods), "cpu": self.cgroup_cpu(kubepods, sample),
-                "memory": self.cgroup_memory(sample, sample.memory_limit)}
-        add_swap(pods, self.cgroups.swap(kubepods), sample.time)
-        return [compact(add_psi(pods, self.cgroups.psi(kubepods), sample.time))]
+        """The kubelet's system containers: "kubelet", the node agent's own cgroup (where there is
+        one), and "pods", the /kubepods cgroup all pods live under."""
+        out = []
+        for name, cgroup in (("kubelet", self.agent_cgroup), ("pods", self.cgroups.kubepods())):
+            try:
+                if cgroup is None or not self.cgroups.exists(cgroup):
+                    continue
+            except ValueError:  # not a cgroup name
+                continue
+            sample = self.cgroups.sample(cgroup)
+            entry = {"name": name, "startTime": self.cgroups.created(cgroup), "cpu": self.cgroup_cpu(cgroup, sample),
+                     "memory": self.cgroup_memory(sample, sample.memory_limit)}
+            add_swap(entry, self.cgroups.swap(cgroup), sample.time)
+            out.append(compact(add_psi(entry, self.cgroups.psi(cgroup), sample.time)))
+        return out
 
     def cgroup_cpu(self, cgroup: str, s: CgroupSample) -> dict[str, Any] | None:
         if s.cpu_usage_ns is None:
