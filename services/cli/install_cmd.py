@@ -36,7 +36,7 @@ from services.supervisor.containerd_config import ContainerdLayout, render_confi
 from shared.api import kubeconfig
 from shared.api.self_signed import write_self_signed
 from shared.bus.auth import CredentialsError, credentials_file, read_credentials, server_config, write_credentials
-from shared.config.settings import ConfigError, load_kubelet_config
+from shared.config.settings import ConfigError, load_kubelet_config, read_config_file
 from shared.host.cni import CNI_BIN_DIR, cni_conf_dir
 from shared.host.facts import kernel_refuses_negative_oom_score_adj
 from shared.process.admin import SERVICES
@@ -269,9 +269,8 @@ class Installer:
         LimitNOFILE=): their processes have no CAP_SYS_RESOURCE to lower the one or raise the other
         (shared/process/self_limits.py)."""
         try:
-            data = yaml.safe_load(config.read_text()) or {}
-            kubelet, _ = load_kubelet_config(data if isinstance(data, dict) else {}, str(config))
-        except (OSError, yaml.YAMLError, ConfigError) as exc:
+            kubelet, _ = load_kubelet_config(read_config_file(config), str(config))
+        except ConfigError as exc:
             raise InstallError(f"{config}: {exc}; fix it, then run install again") from None
         return {"OOM_SCORE_ADJ": str(kubelet.oom_score_adj), "MAX_OPEN_FILES": str(kubelet.max_open_files)}
 

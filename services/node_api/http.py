@@ -147,11 +147,9 @@ class Router:
         """path like /exec/{namespace}/{pod}/{container}; a segment never matches '/', except a
         last one written {name:*}, which takes the rest of the path (slashes too, or nothing). A
         route takes no request body unless it says how large one may be."""
-        if path.endswith(":*}"):
-            head, _, tail = path.rpartition("{")
-            regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", head) + f"(?P<{tail[:-3]}>.*)$"
-        else:
-            regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path.rstrip("/")) + "/?$"
+        rest = re.fullmatch(r"(.*)\{(\w+):\*\}", path)
+        head, end = (rest[1], f"(?P<{rest[2]}>.*)$") if rest else (path.rstrip("/"), "/?$")
+        regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", head) + end
         self.routes.append(Route(frozenset(methods.split()), re.compile(regex), handler, upgrade, max_body))
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:

@@ -129,7 +129,7 @@ class SystemLogs:
                 return Response(301, b"", headers=[("Location", quote(posixpath.basename(rel)) + "/")])
             index = target / "index.html"
             if index.is_file():
-                return self._file(index)
+                return self._file(index, root)
             try:
                 return Response(200, listing(target), "text/html; charset=utf-8")
             except OSError as exc:
@@ -139,9 +139,10 @@ class SystemLogs:
         if asked_as_directory:
             # Go redirects a file asked with a trailing slash to its name.
             return Response(301, b"", headers=[("Location", "../" + quote(posixpath.basename(rel)))])
-        return self._file(target)
+        return self._file(target, root)
 
-    def _file(self, path: Path) -> Response:
+    def _file(self, path: Path, root: Path) -> Response:
+        """Open a file found below root (the log dir, resolved)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
@@ -150,7 +151,7 @@ class SystemLogs:
         try:
             # What was opened, not what the path named a moment before: a directory swapped for
             # a symlink since realpath() is caught here.
-            if not Path(os.readlink(f"/proc/self/fd/{fd}")).is_relative_to(os.path.realpath(self.root)):
+            if not Path(os.readlink(f"/proc/self/fd/{fd}")).is_relative_to(root):
                 raise HTTPError(403, f"{path.name} leads outside {self.root}: not served")
             os.set_blocking(fd, True)
             head = os.pread(fd, SNIFF_BYTES, 0)

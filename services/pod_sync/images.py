@@ -2,8 +2,8 @@
 
 Pulls of the same image at the same moment share one CRI PullImage call; different images pull
 in parallel up to maxParallelImagePulls, at most registryPullQPS a second (registryBurst at
-once), as the kubelet: a pull over that rate fails. A failed pull backs off per (pod, image) as the kubelet
-does: ErrImagePull first, ImagePullBackOff while waiting.
+once), as the kubelet: a pull over that rate fails. A failed pull backs off per (pod, image) as
+the kubelet does: ErrImagePull first, ImagePullBackOff while waiting.
 """
 
 from __future__ import annotations

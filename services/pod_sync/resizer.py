@@ -156,8 +156,8 @@ class Resizer:
         parent = pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods)
         if state.in_progress is None or not pod_cgroup.exists(parent, self.node.cgroup_root, self.node.cgroup_slices):
             return ""  # nothing to resize, or no pod cgroup yet: it is made with the allocation
-        problems = pod_cgroup.resize(parent, pod_cgroup.pod_cgroup_config(pod, cfs_quota=self.node.cpu_cfs_quota), containers_done, self.node.cgroup_root,
-                                     self.node.cgroup_slices)
+        config = pod_cgroup.pod_cgroup_config(pod, cfs_quota=self.node.cpu_cfs_quota)
+        problems = pod_cgroup.resize(parent, config, containers_done, self.node.cgroup_root, self.node.cgroup_slices)
         if problems:
             log.warning("pod %s: resizing the pod cgroup: %s", pod.full_name, "; ".join(problems))
             return f"resizing the pod cgroup: {'; '.join(problems)}"

@@ -103,10 +103,11 @@ def startup_problems(k: KubeletConfiguration, proc: Path = Path("/proc"),
             problems.append(problem)
     problems += numa_problems(k, numa_nodes() if numa is None else numa,
                               memory_capacity_bytes() if memory_bytes is None else memory_bytes)
-    if k.fail_cgroup_v1 and not (cgroup_root / "cgroup.controllers").exists():
+    cgroup_v1 = not (cgroup_root / "cgroup.controllers").exists()
+    if k.fail_cgroup_v1 and cgroup_v1:
         problems.append("failCgroupV1: this host runs cgroup v1; boot it with cgroup v2 "
                         "(systemd.unified_cgroup_hierarchy=1) or set failCgroupV1 to false")
-    if k.single_process_oom_kill is False and not (cgroup_root / "cgroup.controllers").exists():
+    if k.single_process_oom_kill is False and cgroup_v1:
         problems.append("invalid configuration: singleProcessOOMKill must not be explicitly set to false when "
                         "using cgroup v1")
     if k.cgroup_driver == "systemd":

@@ -1,6 +1,6 @@
 """The node's part of the Summary: CPU and memory of the root cgroup and of the "kubelet" (the node
-agent's cgroup) and "pods" (/kubepods) system containers, with their pressure stall figures on cgroup v2, the node's network from
-/proc, its root and image filesystems and rlimit."""
+agent's cgroup) and "pods" (/kubepods) system containers, with their pressure stall figures on
+cgroup v2, the node's network from /proc, its root and image filesystems and rlimit."""
 
 from __future__ import annotations
 
