@@ -309,8 +309,9 @@ async def node_api_logs_exec(agent, api, cp: ControlPlane, progress) -> dict:
 
 
 ALL_PHASES = frozenset({"startup", "floor", "bus", "steady", "probe", "node-api", "stats"})
-# What each agent is measured on. pykubelet's systemd layout (every service exec'd on its own, as
-# the units start them) only for its steady-state cost: everything else is the same code.
+# What each agent is measured on. pykubelet's exec'd layout (every service an interpreter of its
+# own, as the systemd units start them without pykubelet-preload.service) only for its
+# steady-state cost: everything else is the same code.
 PHASES = {"pykubelet": ALL_PHASES, "pykubelet-exec": frozenset({"steady"}),
           "kubelet": ALL_PHASES - {"floor", "bus"}}
 ONLY = {"node-api": frozenset({"node-api", "stats"}), "footprint": frozenset({"steady", "probe"}),

@@ -1,14 +1,16 @@
 """Import cost per service, both layouts, in cluster mode: what each interpreter pays before it
 does any work.
 
-- systemd layout (every service its own unit and interpreter, `--exec-services`): a fresh
+- exec'd layout (every service its own interpreter, `--exec-services`; the systemd units when
+  pykubelet-preload.service is not running): a fresh
   `python -X importtime` starts as `pykubelet SERVICE` does (services/cli/main.py and its
   process tuning, which refuses unused optional imports) and imports what the service imports
   when it runs: its `__main__`, the
   modules every service imports once running (the store's dialect, uvicorn's protocols, ...:
   forking.RUNTIME_MODULES) and its own cluster-mode modules (forking.CLUSTER_MODULES). Printed:
   modules, import time, RSS after the imports, and the top-level packages that took longest.
-- forked layout (`pykubelet up`): the supervisor's preload, once for all services (forking.preload),
+- forked layout (`pykubelet up`, and the systemd units forked from pykubelet-preload.service): the
+  preload, once for all services (forking.preload),
   and, for each service forked from it, how many modules its code and the modules services import
   once running still add (none: a module the preload misses is a private copy in every service).
 """
@@ -119,7 +121,7 @@ def run(progress=print) -> dict:
 def table(out: dict) -> list[str]:
     s, f = out["systemd_layout"], out["forked_layout"]
     lines = ["", "Import cost per service, cluster mode (what an interpreter pays before any work)",
-             f"  {'service':<16} {'systemd layout: modules':>24} {'import':>8} {'RSS':>10}   heaviest packages (self ms)"]
+             f"  {'service':<16} {'exec layout: modules':>24} {'import':>8} {'RSS':>10}   heaviest packages (self ms)"]
     for service, r in s.items():
         heavy = ", ".join(f"{k} {v:.0f}" for k, v in r["heaviest_ms"].items())
         lines.append(f"  {service:<16} {r['modules']:>24} {r['import_ms']:>5} ms {r['rss_mib']:>6.1f} MiB   {heavy}")

@@ -77,10 +77,11 @@ def _node_api_table(py: dict, kube: dict) -> list[str]:
 def _steady_tables(py: dict, exec_: dict, kube: dict, py_probe: dict | None, kube_probe: dict | None) -> list[str]:
     nan = float("nan")
     lines = ["", "Steady state, cluster mode (pykubelet: all its processes + NATS, `pykubelet up` forking its services "
-                 "from one process; the systemd units' layout: every service exec'd on its own; kubelet: its "
+                 "from one process, as the systemd units do from pykubelet-preload.service; exec layout: every "
+                 "service an interpreter of its own; kubelet: its "
                  "process; containerd excluded for all)",
              f"  {'running pods':<13} {'CPU pykubelet':>14} {'CPU kubelet':>12} {'PSS pykubelet':>14} "
-             f"{'PSS kubelet':>12} {'PSS systemd layout':>19} {'CPU systemd layout':>19}"]
+             f"{'PSS kubelet':>12} {'PSS exec layout':>19} {'CPU exec layout':>19}"]
     for count, r in py.items():
         k, e = kube.get(count, {}), exec_.get(count, {})
         lines.append(f"  {count:<13} {r['cpu_cores']:>11.3f} c {k.get('cpu_cores', nan):>9.3f} c "

@@ -34,6 +34,10 @@ As systemd units (production nodes):
   install            write the units, /etc/pykubelet and containerd's config (idempotent);
                      --as-kubelet: /usr/bin/kubelet, kubelet.service and kubeadm's drop-in instead
   uninstall          stop the units and remove what install wrote
+  fork-server        import the services once and fork each unit's service from there
+                     (pykubelet-preload.service)
+  fork SERVICE       a unit's start: the service forked from the fork server, or run here
+                     when there is none
 
 Containers (docker-compose.yml):
   configure          write bus credentials and containerd's config, no units
@@ -80,6 +84,14 @@ def main(argv: list[str] | None = None) -> int:
         from services.cli import runtime_cmd
 
         return runtime_cmd.containerd(rest) if command == "containerd" else runtime_cmd.push_images(rest)
+    if command == "fork":
+        from services.supervisor import fork_client
+
+        return fork_client.main(rest)
+    if command == "fork-server":
+        from services.supervisor import fork_server
+
+        fork_server.main(rest)
     if command == "wait-port":
         from services.cli import wait_port
 

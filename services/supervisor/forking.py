@@ -122,6 +122,31 @@ def threads_running() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def fork_refusal() -> str | None:
+    """Why a fork now would not be safe, or None."""
+    threads = threads_running()
+    if threads != 1:
+        return f"the forking process runs {threads - 1} other thread(s)"
+    return None
+
+
+def fork_bare(child: Callable[[], int]) -> int:
+    """Fork, run child() in the child and exit with its code; the child's pid here."""
+    why = fork_refusal()
+    if why:
+        raise ForkRefused(why)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _run_child(child, previous)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return pid
+
+
 class ForkedProcess:
     """A forked child as the supervisor watches it: what an asyncio subprocess offers (pid,
     returncode, wait, send_signal, kill). Its exit is seen through a pidfd; until it is reaped
@@ -174,25 +199,10 @@ class Forker:
 
     def refusal(self) -> str | None:
         """Why a fork now would not be safe, or None."""
-        threads = threads_running()
-        if threads != 1:
-            return f"the supervisor runs {threads - 1} other thread(s)"
-        return None
+        return fork_refusal()
 
     def _fork(self, child: Callable[[], int]) -> int:
-        why = self.refusal()
-        if why:
-            raise ForkRefused(why)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-        try:
-            pid = os.fork()
-            if pid == 0:
-                _run_child(child, previous)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        return pid
+        return fork_bare(child)
 
     async def spawn(self, name: str, args: list[str], log_file: Path, env: dict[str, str]) -> ForkedProcess:
         """Fork the service `name` with these arguments, its output to log_file."""
@@ -255,7 +265,13 @@ def _become(name: str, args: list[str], log_fd: int, env: dict[str, str]) -> int
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.environ.update(env)
-    for handler in logging.root.handlers[:]:  # the supervisor's; the service sets up its own
+    run_service(name, args)
+    return 0
+
+
+def run_service(name: str, args: list[str]) -> None:
+    """Run the preloaded service `name` in this forked process, as `python -m` would."""
+    for handler in logging.root.handlers[:]:  # the forking process's; the service sets up its own
         logging.root.removeHandler(handler)
     argv = [f"pykubelet {name}", *args]
     # `ps` and the leftover check (services/supervisor/leftovers.py) read the command line.
@@ -265,4 +281,3 @@ def _become(name: str, args: list[str], log_fd: int, env: dict[str, str]) -> int
     sys.modules.pop(module, None)  # run afresh as __main__, as `python -m` does
     sys.argv = argv
     runpy.run_module(module.removesuffix(".__main__"), run_name="__main__", alter_sys=True)
-    return 0

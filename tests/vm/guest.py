@@ -18,7 +18,8 @@ from tests.integration.conftest import wait_for
 
 UNITS = ["pykubelet-bus.service", "pykubelet-containerd.service", "pykubelet-eviction.service",
          "pykubelet-network.service", "pykubelet-node-api.service", "pykubelet-pod-sync.service",
-         "pykubelet-probe.service", "pykubelet-status-reporter.service", "pykubelet-volume.service"]
+         "pykubelet-preload.service", "pykubelet-probe.service", "pykubelet-status-reporter.service",
+         "pykubelet-volume.service"]
 BUSYBOX = "127.0.0.1:5000/pykubelet/busybox:1.36"
 POD_PIDS_LIMIT = 4096  # install's config.yaml (the CIS benchmark's setting)
 # Under emulation a pod takes about a minute from manifest to running.

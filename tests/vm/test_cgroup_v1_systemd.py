@@ -8,6 +8,7 @@ from the legacy properties; and each value is the one the kubelet 1.37 sets in t
 from __future__ import annotations
 
 from shared.model.cgroup_names import container_cgroup, on_host, slice_unit
+from shared.process.admin import SERVICES
 from tests.guest_node import PY, install_args, push_images, running_pod, web_spec, write_static_pod
 from tests.integration.conftest import wait_for
 from tests.vm.guest import (
@@ -48,6 +49,15 @@ def test_install_brings_the_node_up_with_the_systemd_driver_on_cgroup_v1(vm_cgro
     pod = wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running", interval=5)
     assert "pykubelet" in vm.run("busybox", "wget", "-qO-", f"http://{pod['podIP']}/").stdout
     assert vm.run(PY, "-c", DRIVER).stdout.strip() == "systemd"
+    # Each service forked from the preload unit, in its own unit's cgroup of every hierarchy.
+    preload = unit_property(vm, "pykubelet-preload.service", "MainPID")
+    for service in SERVICES:
+        unit = f"pykubelet-{service}.service"
+        pid = unit_property(vm, unit, "MainPID")
+        ppid = vm.run("ps", "-o", "ppid=", "-p", pid).stdout.strip()
+        assert ppid == preload, vm.run("journalctl", "--no-pager", "-o", "cat", "-n", "40", "-u", unit).stdout
+        cgroups = read(vm, f"/proc/{pid}/cgroup").splitlines()
+        assert f"1:name=systemd:/pykubelet.slice/{unit}" in cgroups, cgroups
     # The pod is a slice of systemd's in each controller's tree, its container a scope in it.
     assert unit_property(vm, slice_unit(pod_name(pod)), "ActiveState") == "active"
     container_id = pod["containers"][0]["containerID"].removeprefix("containerd://")
