@@ -28,6 +28,7 @@ import errno
 import json
 import logging
 import os
+import select
 import selectors
 import signal
 import socket
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Callable, NoReturn
 
 from services.supervisor import forking
-from shared.host.process_sandbox import ProcessSandbox, SandboxError
+from shared.host.process_sandbox import ProcessSandbox, SandboxError, parse_status
 from shared.process import sd_notify
 from shared.process import title as process_title
 
@@ -48,6 +49,8 @@ DEFAULT_SOCKET = Path("/run/pykubelet/fork.sock")
 MAX_REQUEST = 1 << 20  # flags and environment of a unit: a few KiB
 HANDOVER_TIMEOUT = 20.0  # seconds the child waits for the launcher to hand the unit over
 _LENGTH = struct.Struct("!I")
+TITLE_ROOM_ENV = "PYKUBELET_TITLE_ROOM"
+TITLE_ROOM = 4096
 
 
 class RequestError(ValueError):
@@ -234,7 +237,12 @@ def _serve_child(conn: socket.socket, launcher: int, request: Request, fds: list
     """In the forked child: take the launcher's place, then run the service."""
     forget_server()
     try:
+        # Held across the reading: had the launcher ended meanwhile, its pid could name another
+        # process whose sandbox this would take on. The pidfd says whether it is still the same.
+        pidfd = os.pidfd_open(launcher)
         sandbox = ProcessSandbox.of(launcher)
+        if select.select([pidfd], [], [], 0)[0]:
+            raise SandboxError(f"the launcher (pid {launcher}) ended while its sandbox was read")
         sandbox.mdwe = request.mdwe
         sandbox.enter()
     except (SandboxError, OSError) as exc:
@@ -261,6 +269,23 @@ def _serve_child(conn: socket.socket, launcher: int, request: Request, fds: list
     return 0
 
 
+def make_title_room() -> None:
+    """A forked service's command line (`pykubelet pod-sync --config ...`, what `ps` and kube-bench
+    read) can only be as long as this process's command line and environment together: under
+    systemd that is ~300 bytes, less than a service's flags. Run once more with room in the
+    environment, before anything is imported."""
+    if TITLE_ROOM_ENV in os.environ:
+        return
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, TITLE_ROOM_ENV: "." * TITLE_ROOM})
+
+
+def _own_seccomp_filters() -> int:
+    try:
+        return int(parse_status(Path("/proc/self/status").read_text()).get("Seccomp_filters", "0"))
+    except (OSError, ValueError):
+        return 0
+
+
 def run(socket_path: Path, store_path: Path | None) -> int:
     """Preload, listen, tell systemd it is ready, serve until stopped."""
     forking.preload(cluster_mode=True, store_path=store_path)
@@ -269,6 +294,10 @@ def run(socket_path: Path, store_path: Path | None) -> int:
     except OSError as exc:
         log.error("cannot listen on %s: %s", socket_path, exc)
         return 1
+    if _own_seccomp_filters():
+        log.warning("this process runs under seccomp filters (%d; a container's?), and a filtered process cannot read "
+                    "another's: a unit with filters of its own (SystemCallFilter=, ...) is refused and its launcher "
+                    "runs the service itself", _own_seccomp_filters())
     sd_notify.notify("READY=1")
     log.info("fork server ready on %s", socket_path)
     try:
@@ -292,6 +321,7 @@ def main(argv: list[str]) -> NoReturn:
     p.add_argument("--root-dir", type=Path, default=None,
                    help="the node's root directory: its store is opened once here, before the forks")
     args = p.parse_args(argv)
+    make_title_room()
     # Now, while the environment is the server's: setproctitle takes over the memory of the command
     # line and the environment here, and every forked service titles itself within it.
     process_title.set_title("fork-server", argv)

@@ -70,6 +70,7 @@ class ProcessSandbox:
     # MemoryDenyWriteExecute= as systemd 253+ sets it on Linux 6.3+ (PR_SET_MDWE rather than a
     # seccomp filter): not readable from outside, so the launcher reports its own (own_mdwe()).
     mdwe: int = 0
+    namespace_fds: dict[str, int] = field(default_factory=dict)  # of `namespaces`, opened by of()
 
     @classmethod
     def of(cls, pid: int, proc: Path = Path("/proc")) -> ProcessSandbox:
@@ -99,6 +100,10 @@ class ProcessSandbox:
         why = refusal(status, sandbox.namespaces, root)
         if why:
             raise SandboxError(f"process {pid}: {why}")
+        try:  # opened now, so the namespaces joined later are the ones read here
+            sandbox.namespace_fds = {n: os.open(base / "ns" / n, os.O_RDONLY | os.O_CLOEXEC) for n in sandbox.namespaces}
+        except OSError as exc:
+            raise SandboxError(f"cannot open the namespaces of process {pid}: {exc}") from exc
         if status.get("Seccomp", "0") != "0":
             try:
                 sandbox.filters = seccomp_filters.read_filters(pid)
@@ -111,8 +116,8 @@ class ProcessSandbox:
         capability it is to drop. On any failure the process must exit, not go on."""
         join_cgroups(self.cgroups, _mounts((proc / "self" / "mountinfo").read_text()))
         for name in JOINED_NAMESPACES:
-            if name in self.namespaces:
-                fd = os.open(proc / str(self.pid) / "ns" / name, os.O_RDONLY)
+            fd = self.namespace_fds.pop(name, None)
+            if fd is not None:
                 try:
                     if _libc.setns(fd, 0) != 0:  # os.setns is Python 3.12+
                         raise OSError(ctypes.get_errno(), f"joining the launcher's {name} namespace")
