@@ -5,7 +5,8 @@ waits until the forked child has taken on its sandbox, tells systemd the child i
 process (MAINPID=) and exits. When the server is not there or refuses, it says why on stderr (the
 unit's journal) and runs the service itself: the node comes up either way, only with more memory.
 
-It imports nothing heavy: it runs for a moment at every start of every unit.
+It imports nothing heavy (the fork server imports its protocol from here, not the other way
+round): it runs for a moment at every start of every unit.
 """
 
 from __future__ import annotations
@@ -17,40 +18,24 @@ import struct
 import sys
 from pathlib import Path
 
-DEFAULT_SOCKET = Path("/run/pykubelet/fork.sock")  # fork_server.DEFAULT_SOCKET, without importing it
+from shared.host.process_sandbox import own_mdwe
+from shared.process import sd_notify
+
+DEFAULT_SOCKET = Path("/run/pykubelet/fork.sock")
 CONNECT_TIMEOUT = 5.0
 # The child reads this process's sandbox (seccomp filters included) before it answers.
 ANSWER_TIMEOUT = 60.0
-_LENGTH = struct.Struct("!I")
+LENGTH = struct.Struct("!I")  # a request's length, before its JSON body
 
 
 class NotForked(Exception):
     """The server did not fork the service; the message says why."""
 
 
-def _notify(state: str) -> None:
-    address = os.environ.get("NOTIFY_SOCKET", "")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
-        s.connect(address)
-        s.sendall(state.encode())
-
-
-def _own_mdwe() -> int:
-    """MemoryDenyWriteExecute= as PR_SET_MDWE (systemd 253+, Linux 6.3+), which only this process
-    can read of itself (shared/host/process_sandbox.py)."""
-    import ctypes
-
-    return max(int(ctypes.CDLL(None).prctl(66, 0, 0, 0, 0)), 0)  # PR_GET_MDWE
-
-
 def request_fork(path: Path, service: str, args: list[str]) -> int:
     """Have the server fork `service`; once the child runs in this unit, make it the unit's main
     process. Returns the child's pid; raises NotForked with the reason."""
-    body = json.dumps({"service": service, "args": args, "env": dict(os.environ), "mdwe": _own_mdwe()}).encode()
+    body = json.dumps({"service": service, "args": args, "env": dict(os.environ), "mdwe": own_mdwe()}).encode()
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(CONNECT_TIMEOUT)
@@ -59,7 +44,7 @@ def request_fork(path: Path, service: str, args: list[str]) -> int:
         raise NotForked(f"no fork server at {path} ({exc.strerror or exc})") from exc
     with sock:
         try:
-            socket.send_fds(sock, [_LENGTH.pack(len(body))], [0, 1, 2])
+            socket.send_fds(sock, [LENGTH.pack(len(body))], [0, 1, 2])
             sock.sendall(body)
             sock.settimeout(ANSWER_TIMEOUT)
             answer = sock.makefile("rb").readline(4096).decode(errors="replace").strip()
@@ -70,7 +55,8 @@ def request_fork(path: Path, service: str, args: list[str]) -> int:
             raise NotForked(f"fork server refused: {detail if kind == 'error' else answer or 'no answer'}")
         pid = int(detail)
         try:
-            _notify(f"MAINPID={pid}")
+            if os.environ.get("NOTIFY_SOCKET") and not sd_notify.notify(f"MAINPID={pid}"):
+                raise OSError(f"systemd's notify socket {os.environ['NOTIFY_SOCKET']} refused MAINPID=")
             sock.sendall(b"done\n")
         except OSError as exc:  # the child, not told, ends on its own
             raise NotForked(f"could not hand the unit over to pid {pid}: {exc}") from exc

@@ -39,16 +39,15 @@ from pathlib import Path
 from typing import Callable, NoReturn
 
 from services.supervisor import forking
+from services.supervisor.fork_client import DEFAULT_SOCKET, LENGTH
 from shared.host.process_sandbox import ProcessSandbox, SandboxError, parse_status
 from shared.process import sd_notify
 from shared.process import title as process_title
 
 log = logging.getLogger("pykubelet.fork-server")
 
-DEFAULT_SOCKET = Path("/run/pykubelet/fork.sock")
 MAX_REQUEST = 1 << 20  # flags and environment of a unit: a few KiB
 HANDOVER_TIMEOUT = 20.0  # seconds the child waits for the launcher to hand the unit over
-_LENGTH = struct.Struct("!I")
 TITLE_ROOM_ENV = "PYKUBELET_TITLE_ROOM"
 TITLE_ROOM = 4096
 
@@ -98,11 +97,11 @@ def _recv_exactly(conn: socket.socket, size: int) -> bytes:
 
 def receive(conn: socket.socket) -> tuple[Request, list[int]]:
     """One request: a length and the launcher's three standard streams, then the JSON body."""
-    head, fds, _, _ = socket.recv_fds(conn, _LENGTH.size, 3)
+    head, fds, _, _ = socket.recv_fds(conn, LENGTH.size, 3)
     try:
-        if len(head) != _LENGTH.size or len(fds) != 3:
+        if len(head) != LENGTH.size or len(fds) != 3:
             raise RequestError("a request starts with its length and three file descriptors")
-        (size,) = _LENGTH.unpack(head)
+        (size,) = LENGTH.unpack(head)
         if size > MAX_REQUEST:
             raise RequestError(f"request of {size} bytes (at most {MAX_REQUEST})")
         request = parse_request(_recv_exactly(conn, size))
@@ -294,10 +293,11 @@ def run(socket_path: Path, store_path: Path | None) -> int:
     except OSError as exc:
         log.error("cannot listen on %s: %s", socket_path, exc)
         return 1
-    if _own_seccomp_filters():
+    filters = _own_seccomp_filters()
+    if filters:
         log.warning("this process runs under seccomp filters (%d; a container's?), and a filtered process cannot read "
                     "another's: a unit with filters of its own (SystemCallFilter=, ...) is refused and its launcher "
-                    "runs the service itself", _own_seccomp_filters())
+                    "runs the service itself", filters)
     sd_notify.notify("READY=1")
     log.info("fork server ready on %s", socket_path)
     try:

@@ -30,6 +30,7 @@ _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_RAISE = 2
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_MDWE = 65
 _PR_GET_MDWE = 66
 
@@ -131,7 +132,7 @@ class ProcessSandbox:
         os.setpriority(os.PRIO_PROCESS, 0, self.nice)
         os.sched_setaffinity(0, self.affinity)
         set_capabilities(self.capabilities)
-        if self.no_new_privs and _libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        if self.no_new_privs and _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "setting no_new_privs")
         if self.mdwe > 0 and _libc.prctl(_PR_SET_MDWE, self.mdwe, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "setting memory-deny-write-execute")
