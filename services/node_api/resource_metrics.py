@@ -9,6 +9,7 @@ the Go registry writes them. Families with no samples are left out.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,8 +20,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from services.node_api.hostfs import InterfaceCounters
 from services.node_api.snapshot import Snapshot
+from shared.host.cgroup_io import DeviceIO
 from shared.host.cgroup_spec import CgroupFigures
 from shared.host.diskstats import DiskStats
+from shared.host.facts import os_version
 from shared.model.cgroup_names import container_cgroup
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -167,6 +170,14 @@ IO_FAMILIES = (
     ("container_fs_writes_total", "Cumulative count of writes completed", "ops", "Write"),
 )
 BLKIO = "container_blkio_device_usage_total"
+# cgroup v2 io.stat's cost.* (shared/host/cgroup_io.py), in seconds: (family, HELP, cost key).
+COST_FAMILIES = (
+    ("container_fs_io_cost_usage_seconds_total", "Cumulative IOCost usage in seconds", "usage"),
+    ("container_fs_io_cost_wait_seconds_total", "Cumulative IOCost wait in seconds", "wait"),
+    ("container_fs_io_cost_indebt_seconds_total", "Cumulative IOCost debt in seconds", "indebt"),
+    ("container_fs_io_cost_indelay_seconds_total", "Cumulative IOCost delay in seconds", "indelay"),
+)
+US_PER_S = 1_000_000
 # The root's filesystems' devices, from /proc/diskstats (shared/host/diskstats.py): (family, HELP,
 # kind, DiskStats field). The reads and writes families are IO_FAMILIES' too.
 DISK_FAMILIES = (
@@ -207,6 +218,8 @@ PROCESS_FAMILIES = (
     ("container_sockets", "Number of open sockets for the container.", "sockets"),
 )
 _MACHINE = ["boot_id", "machine_id", "system_uuid"]
+VERSION_INFO = "cadvisor_version_info"
+_VERSION = ["kernelVersion", "osVersion", "dockerVersion", "cadvisorVersion", "cadvisorRevision"]
 
 
 OOM_EVENTS = "container_oom_events_total"
@@ -252,6 +265,7 @@ def _cadvisor_families() -> _Families:
         *(("counter", name, help_, ["device"]) for name, help_, _, _ in IO_FAMILIES),
         *((kind, name, help_, ["device"]) for name, help_, kind, _ in DISK_FAMILIES if help_),
         ("counter", BLKIO, "Blkio Device bytes usage", ["device", "major", "minor", "operation"]),
+        *(("counter", name, help_, ["device"]) for name, help_, _ in COST_FAMILIES),
         *(("counter", name, help_, ["interface"]) for name, help_, _ in PACKET_FAMILIES),
         ("gauge", "container_fs_inodes_free", "Number of available Inodes", ["device"]),
         ("gauge", "container_fs_inodes_total", "Number of Inodes", ["device"]),
@@ -277,7 +291,17 @@ def _cadvisor_families() -> _Families:
         f.family("gauge", name, help_, _MACHINE)
     f.family("gauge", "machine_scrape_error",
              "1 if there was an error while getting machine metrics, 0 otherwise.", [])
+    f.family("gauge", VERSION_INFO, "A metric with a constant '1' value labeled by kernel version, OS version, "
+                                    "docker version, cadvisor version & cadvisor revision.", _VERSION)
     return f
+
+
+def version_labels() -> dict[str, str]:
+    """cadvisor_version_info's labels as the kubelet's cAdvisor gives them: the kernel release and
+    the OS's PRETTY_NAME; no Docker, and cAdvisor's own version and revision, which the kubelet's
+    build leaves empty, empty."""
+    return {"kernelVersion": os.uname().release, "osVersion": os_version(), "dockerVersion": "",
+            "cadvisorVersion": "", "cadvisorRevision": ""}
 
 
 def sandbox_cgroups(snap: Snapshot) -> list[str]:
@@ -297,6 +321,7 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
     the machine facts could not be read (machine_scrape_error 1). host: what the host's cgroups
     (cadvisor_cgroups) and network namespaces said beside the snapshot."""
     f = _cadvisor_families()
+    f.add(VERSION_INFO, version_labels(), 1)
     f.add("machine_scrape_error", {}, 0 if spec else 1)
     if spec:
         machine = {"boot_id": spec["boot_id"], "machine_id": spec["machine_id"], "system_uuid": spec["system_uuid"]}
@@ -402,13 +427,21 @@ class _CadvisorSeries:
                 self.f.add(ULIMITS, labels | {"ulimit": "max_open_files"}, found.processes.open_files_soft,
                            self.taken)
         for io in found.io or []:
-            device = self.host.devices.get((io.major, io.minor), "")
-            for name, _, kind, op in IO_FAMILIES:
-                counts = io.service_bytes if kind == "bytes" else io.serviced
-                self.f.add(name, labels | {"device": device}, counts.get(op, 0), self.taken)
-            for op, value in io.service_bytes.items():
-                self.f.add(BLKIO, labels | {"device": device, "major": str(io.major), "minor": str(io.minor),
-                                            "operation": op}, value, self.taken)
+            self.block_io(labels, io)
+
+    def block_io(self, labels: dict[str, str], io: DeviceIO) -> None:
+        """One device's figures of the cgroup: reads and writes, and its iocost time where the
+        iocost controller weighs the device."""
+        device = self.host.devices.get((io.major, io.minor), "")
+        for name, _, kind, op in IO_FAMILIES:
+            counts = io.service_bytes if kind == "bytes" else io.serviced
+            self.f.add(name, labels | {"device": device}, counts.get(op, 0), self.taken)
+        for op, value in io.service_bytes.items():
+            self.f.add(BLKIO, labels | {"device": device, "major": str(io.major), "minor": str(io.minor),
+                                        "operation": op}, value, self.taken)
+        for name, _, key in COST_FAMILIES:
+            if key in io.cost:
+                self.f.add(name, labels | {"device": device}, io.cost[key] / US_PER_S, self.taken)
 
     def pressure(self, labels: dict[str, str], stats: dict[str, Any]) -> None:
         """cAdvisor's pressure counters (cgroup v2): the time all tasks stalled ("full") and some

@@ -6,19 +6,12 @@ import json
 import platform
 from typing import Any
 
-from shared.host.facts import arch, read_fact
+from shared.host.facts import arch, os_version, read_fact
 from shared.host.node_resources import NO_RESERVATIONS, Reservations, node_capacity
 from shared.host.swap import swap_capacity_bytes
 from shared.model.timestamps import rfc3339
 from shared.model.version import KUBELET_VERSION
 from shared.store import NodeHealth
-
-
-def _os_image() -> str:
-    for line in read_fact("/etc/os-release").splitlines():
-        if line.startswith("PRETTY_NAME="):
-            return line.split("=", 1)[1].strip('"')
-    return "Linux"
 
 
 def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: str,
@@ -37,7 +30,7 @@ def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: 
             "systemUUID": read_fact("/sys/class/dmi/id/product_uuid").lower(),
             "bootID": read_fact("/proc/sys/kernel/random/boot_id"),
             "kernelVersion": platform.release(),
-            "osImage": _os_image(),
+            "osImage": os_version(),
             "containerRuntimeVersion": runtime_version,
             "kubeletVersion": KUBELET_VERSION,
             "operatingSystem": "linux",

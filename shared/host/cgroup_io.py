@@ -4,8 +4,10 @@ container_blkio_device_usage_total).
 
 v1: the first of the bfq, cfq and throttle files (recursive first) that has a device line, as
 runc's blkio reader takes them; "MAJ:MIN Op N" lines, the closing "Total N" skipped. v2: io.stat's
-rbytes/wbytes (bytes read and written) and rios/wios (operations). Devices are by major:minor;
-node-api names them (services/node_api/hostfs.py block_device_names).
+rbytes/wbytes (bytes read and written) and rios/wios (operations), and, where the iocost
+controller weighs the device (io.cost.qos), cost.usage, cost.wait, cost.indebt and cost.indelay
+(microseconds; container_fs_io_cost_*_seconds_total). Devices are by major:minor; node-api names
+them (services/node_api/hostfs.py block_device_names).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ V1_FILES = (("blkio.bfq.io_service_bytes_recursive", "blkio.bfq.io_serviced_recu
             ("blkio.throttle.io_service_bytes", "blkio.throttle.io_serviced"))
 V2_KEYS = {"rbytes": ("bytes", "Read"), "wbytes": ("bytes", "Write"),
            "rios": ("ops", "Read"), "wios": ("ops", "Write")}
+COST_KEYS = ("usage", "wait", "indebt", "indelay")  # io.stat's cost.KEY, in microseconds
 
 Device = tuple[int, int]
 
@@ -33,6 +36,7 @@ class DeviceIO:
     minor: int
     service_bytes: dict[str, int] = field(default_factory=dict)  # operation -> bytes
     serviced: dict[str, int] = field(default_factory=dict)  # operation -> count
+    cost: dict[str, int] = field(default_factory=dict)  # COST_KEYS -> microseconds (v2 with iocost)
 
 
 def _device(text: str) -> Device | None:
@@ -78,6 +82,8 @@ def read_io(reader: CgroupReader, cgroup: str) -> list[DeviceIO] | None:
                 if key in V2_KEYS and raw.isdigit():
                     kind, op = V2_KEYS[key]
                     (entry(dev).service_bytes if kind == "bytes" else entry(dev).serviced)[op] = int(raw)
+                elif key.startswith("cost.") and key[5:] in COST_KEYS and raw.isdigit():
+                    entry(dev).cost[key[5:]] = int(raw)
         return list(devices.values())
     for bytes_file, ops_file in V1_FILES:
         lines = _v1_lines(d / bytes_file)

@@ -106,6 +106,15 @@ def machine_id() -> str:
     return read_fact("/etc/machine-id")
 
 
+def os_version(os_release: str = "/etc/os-release") -> str:
+    """The host's PRETTY_NAME, as cAdvisor's ContainerOsVersion (the Node's osImage,
+    cadvisor_version_info's osVersion); "Unknown" without one, as cAdvisor says."""
+    for line in read_fact(os_release).splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return "Unknown"
+
+
 def boot_id() -> str:
     return read_fact("/proc/sys/kernel/random/boot_id")
 

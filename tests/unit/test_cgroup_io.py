@@ -36,6 +36,16 @@ def test_v2_reads_io_stat(tmp_path):
                    DeviceIO(8, 16, {"Read": 5, "Write": 0}, {"Read": 1, "Write": 0})]
 
 
+def test_v2_reads_the_iocost_figures_where_the_controller_weighs_the_device(tmp_path):
+    write(tmp_path / "cg/cgroup.controllers", "cpu io memory pids\n")
+    write(tmp_path / "cg/kubepods/podx/c1/io.stat",
+          "254:0 rbytes=100 wbytes=0 rios=1 wios=0 cost.vrate=100.00 cost.usage=2500000 cost.wait=1000 "
+          "cost.indebt=0 cost.indelay=7\n8:16 rbytes=5 wbytes=0 rios=1 wios=0\n")
+    first, second = read_io(CgroupReader(tmp_path / "cg", tmp_path / "proc"), "/kubepods/podx/c1")
+    assert first.cost == {"usage": 2500000, "wait": 1000, "indebt": 0, "indelay": 7}
+    assert second.cost == {}
+
+
 def test_no_figures_and_hostile_names(tmp_path):
     reader = CgroupReader(tmp_path / "cg", tmp_path / "proc")
     assert read_io(reader, "/kubepods/gone") == []

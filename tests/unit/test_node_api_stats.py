@@ -17,6 +17,7 @@ from services.node_api.snapshot import rfc3339
 from services.node_api.stats.cpu_rates import CpuRates
 from services.node_api.stats.provider import StatsProvider
 from shared.host.cgroups import CgroupReader
+from shared.host.facts import os_version
 from shared.runtime.cri import labels as L
 from shared.runtime.cri.client import CRIError
 from shared.runtime.cri.fake import FakeRuntime
@@ -517,6 +518,11 @@ async def test_cadvisor_metrics_labels(node):
     assert cores.value == 4 and set(cores.labels) == {"boot_id", "machine_id", "system_uuid"}
     assert find("machine_cpu_physical_cores")[0].value == 2
     assert find("container_scrape_error")[0].value == 0
+    # Always there, as the kubelet's cAdvisor says it: the kernel and the OS, nothing of its own.
+    [version] = find("cadvisor_version_info")
+    assert version.value == 1 and version.labels == {
+        "kernelVersion": os.uname().release, "osVersion": os_version(), "dockerVersion": "", "cadvisorVersion": "",
+        "cadvisorRevision": ""}
 
 
 async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
@@ -722,6 +728,31 @@ async def test_on_cgroup_v2_the_summary_and_cadvisor_metrics_carry_pressure_stal
     assert value("container_pressure_io_waiting_seconds_total", "/kubepods/besteffort/poduid-1") == 0.123456
     assert value("container_pressure_memory_stalled_seconds_total",
                  f"/kubepods/besteffort/poduid-1/{cids['app']}") == 4.5
+
+
+async def test_on_cgroup_v2_the_iocost_figures_are_cadvisor_metrics_in_seconds(v2_node):
+    """Where the iocost controller weighs a device, io.stat has cost.usage, cost.wait, cost.indebt
+    and cost.indelay (microseconds): container_fs_io_cost_*_seconds_total of that device; none for a
+    device or cgroup without them."""
+    n, root, proc = v2_node
+    sid, cids = await n.start_pod()
+    pod = root / "kubepods/besteffort/poduid-1"
+    n.stats.sys_block = n.tmp / "sys/block"
+    write(n.stats.sys_block / "vda/dev", "254:0\n")
+    write(n.stats.sys_block / "vdb/dev", "254:16\n")
+    write(pod / cids["app"] / "io.stat", "254:0 rbytes=10 wbytes=0 rios=1 wios=0 cost.vrate=100.00 cost.usage=2500000 "
+                                         "cost.wait=1000 cost.indebt=0 cost.indelay=7\n"
+                                         "254:16 rbytes=1 wbytes=0 rios=1 wios=0\n")
+    write(pod / "io.stat", "254:0 rbytes=10 wbytes=0 rios=1 wios=0\n")
+    n.sample(sid, cids, T0, app_cpu=10**9, sidecar_cpu=10**9, pod_cpu=2 * 10**9)
+    text = (await n.stats.cadvisor_metrics()).decode()
+    cost = {(s.name, s.labels["id"], s.labels["device"]): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples if "io_cost" in s.name}
+    app = f"/kubepods/besteffort/poduid-1/{cids['app']}"
+    assert cost == {("container_fs_io_cost_usage_seconds_total", app, "/dev/vda"): 2.5,
+                    ("container_fs_io_cost_wait_seconds_total", app, "/dev/vda"): 0.001,
+                    ("container_fs_io_cost_indebt_seconds_total", app, "/dev/vda"): 0.0,
+                    ("container_fs_io_cost_indelay_seconds_total", app, "/dev/vda"): 7e-06}
 
 
 async def test_on_cgroup_v1_there_are_no_pressure_figures(node):
