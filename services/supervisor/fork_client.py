@@ -1,40 +1,66 @@
 """`pykubelet fork SERVICE FLAGS...`: a unit's launcher (services/supervisor/fork_server.py).
 
-systemd starts this in the unit's cgroup and sandbox. It asks the fork server for the service,
-waits until the forked child has taken on its sandbox, tells systemd the child is the unit's main
-process (MAINPID=) and exits. When the server is not there or refuses, it says why on stderr (the
-unit's journal) and runs the service itself: the node comes up either way, only with more memory.
+systemd starts this in the unit's cgroup and sandbox. It asks the fork server for the service and
+waits until the forked child has taken on its sandbox. Then it becomes unit_waiter.py, which stays
+the unit's main process until the service ends and ends as it did. The service says READY=1
+itself (the units' NotifyAccess=all).
+
+When the server is not there or refuses, it says why on stderr (the unit's journal) and runs the
+service itself: the node comes up either way, only with more memory.
 
 It imports nothing heavy (the fork server imports its protocol from here, not the other way
-round): it runs for a moment at every start of every unit.
+round): it runs at every start of every unit.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import struct
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from shared.host.process_sandbox import own_mdwe
-from shared.process import sd_notify
 
 DEFAULT_SOCKET = Path("/run/pykubelet/fork.sock")
 CONNECT_TIMEOUT = 5.0
 # The child reads this process's sandbox (seccomp filters included) before it answers.
 ANSWER_TIMEOUT = 60.0
 LENGTH = struct.Struct("!I")  # a request's length, before its JSON body
+PASSED_ON = (signal.SIGTERM, signal.SIGINT)
+WAITER = Path(__file__).with_name("unit_waiter.py")
 
 
 class NotForked(Exception):
     """The server did not fork the service; the message says why."""
 
 
-def request_fork(path: Path, service: str, args: list[str]) -> int:
-    """Have the server fork `service`; once the child runs in this unit, make it the unit's main
-    process. Returns the child's pid; raises NotForked with the reason."""
+class Forked:
+    """The service the server forked for this unit: its pid, a pidfd on it, and the connection on
+    which the server says how it ended."""
+
+    def __init__(self, pid: int, pidfd: int, conn: socket.socket) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.conn = conn
+
+    def wait_as_unit_waiter(self, stops: list[int]) -> NoReturn:
+        """Become the unit's main process for as long as the service runs (unit_waiter.py, a
+        small interpreter); the stops asked meanwhile are passed on first."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)  # pending across the exec, not lost
+        for signum in stops:
+            signal.pidfd_send_signal(self.pidfd, signum)
+        for fd in (self.pidfd, self.conn.fileno()):
+            os.set_inheritable(fd, True)
+        os.execv(sys.executable, [sys.executable, "-S", "-I", str(WAITER), str(self.pid), str(self.pidfd),
+                                  str(self.conn.fileno())])
+
+
+def request_fork(path: Path, service: str, args: list[str]) -> Forked:
+    """Have the server fork `service` into this unit; raises NotForked with the reason."""
     body = json.dumps({"service": service, "args": args, "env": dict(os.environ), "mdwe": own_mdwe()}).encode()
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -42,7 +68,7 @@ def request_fork(path: Path, service: str, args: list[str]) -> int:
         sock.connect(str(path))
     except OSError as exc:
         raise NotForked(f"no fork server at {path} ({exc.strerror or exc})") from exc
-    with sock:
+    try:
         try:
             socket.send_fds(sock, [LENGTH.pack(len(body))], [0, 1, 2])
             sock.sendall(body)
@@ -55,12 +81,16 @@ def request_fork(path: Path, service: str, args: list[str]) -> int:
             raise NotForked(f"fork server refused: {detail if kind == 'error' else answer or 'no answer'}")
         pid = int(detail)
         try:
-            if os.environ.get("NOTIFY_SOCKET") and not sd_notify.notify(f"MAINPID={pid}"):
-                raise OSError(f"systemd's notify socket {os.environ['NOTIFY_SOCKET']} refused MAINPID=")
+            # The child waits for "done" before it runs the service: alive, so the pidfd is its.
+            pidfd = os.pidfd_open(pid)
             sock.sendall(b"done\n")
         except OSError as exc:  # the child, not told, ends on its own
-            raise NotForked(f"could not hand the unit over to pid {pid}: {exc}") from exc
-    return pid
+            raise NotForked(f"could not take over pid {pid}: {exc}") from exc
+    except BaseException:
+        sock.close()
+        raise
+    sock.settimeout(None)
+    return Forked(pid, pidfd, sock)
 
 
 def main(argv: list[str]) -> int:
@@ -69,12 +99,20 @@ def main(argv: list[str]) -> int:
         return 2
     service, args = argv[0], argv[1:]
     path = Path(os.environ.get("PYKUBELET_FORK_SOCKET", str(DEFAULT_SOCKET)))
+    # Set before the request: a stop asked while the child takes on the sandbox is not lost.
+    pending: list[int] = []
+    for sig in PASSED_ON:
+        signal.signal(sig, lambda signum, _frame: pending.append(signum))
     try:
-        request_fork(path, service, args)
-        return 0
+        child = request_fork(path, service, args)
     except NotForked as exc:
+        for sig in PASSED_ON:
+            signal.signal(sig, signal.SIG_DFL)
+        if pending:
+            return 128 + pending[0]
         where = ("`systemctl status pykubelet-preload` says why the server is not there" if "no fork server" in str(exc)
                  else "`journalctl -u pykubelet-preload` has the server's side")
         print(f"pykubelet {service}: not forked from the preloaded services: {exc}; starting it with an "
               f"interpreter of its own (more memory; {where})", file=sys.stderr, flush=True)
-    os.execv(sys.executable, [sys.executable, "-m", "services.cli.main", service, *args])
+        os.execv(sys.executable, [sys.executable, "-m", "services.cli.main", service, *args])
+    child.wait_as_unit_waiter(pending)

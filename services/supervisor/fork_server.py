@@ -14,8 +14,10 @@ services/supervisor/fork_client.py):
    its environment (NOTIFY_SOCKET, CREDENTIALS_DIRECTORY, ...) and the service's flags.
 2. The server forks. The child reads the launcher's sandbox and takes it on
    (shared/host/process_sandbox.py): cgroup, namespaces, limits, capabilities, seccomp filters.
-3. The child tells the launcher its pid; the launcher tells systemd it is the unit's main
-   process (sd_notify MAINPID=) and exits. The child runs the service, which says READY=1 itself.
+3. The child tells the launcher its pid, and runs the service once the launcher has it. The
+   launcher stays the unit's main process, passes a stop (SIGTERM) on to the child and, when the
+   child has ended, ends as it did: this server reaps it and tells the launcher how it ended.
+   The service says READY=1 itself.
 A request the server cannot serve (a sandbox it cannot copy, no server running) is answered with
 the reason; the launcher then runs the service itself, with an interpreter of its own.
 
@@ -139,6 +141,8 @@ class ForkServer:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.children: dict[int, str] = {}
+        # Each child's launcher, told how the child ended once it is reaped.
+        self.launchers: dict[int, socket.socket] = {}
         self.stopping = False
         self._pipe: list[int] = []
 
@@ -168,10 +172,13 @@ class ForkServer:
         log.info("fork server stopping; the services it started keep running in their units")
 
     def _forget(self) -> None:
-        """In a child: close what only the server uses (its listening socket, its wake-up pipe)."""
+        """In a child: close what only the server uses (its listening socket, its wake-up pipe, the
+        other units' launchers: a launcher sees the server gone when no process holds its end)."""
         self.sock.close()
         for fd in self._pipe:
             os.close(fd)
+        for conn in self.launchers.values():
+            conn.close()
 
     def _stop(self, *_: object) -> None:
         self.stopping = True
@@ -186,6 +193,10 @@ class ForkServer:
                 return
             name = self.children.pop(pid, "?")
             log.info("%s (pid %d) ended: %s", name, pid, _describe(status))
+            conn = self.launchers.pop(pid, None)
+            if conn is not None:
+                with conn:
+                    _answer(conn, f"exit {os.waitstatus_to_exitcode(status)}")
 
     def _accept(self) -> None:
         try:
@@ -193,29 +204,33 @@ class ForkServer:
         except OSError as exc:
             log.warning("accept failed: %s", exc)
             return
-        with conn:
-            conn.settimeout(10.0)
-            pid, uid = peer(conn)
-            if uid != 0:
-                log.warning("refused a request from uid %d (pid %d): only root may start services", uid, pid)
-                return
-            try:
-                request, fds = receive(conn)
-            except (RequestError, OSError) as exc:
-                log.warning("bad request from pid %d: %s", pid, exc)
-                _answer(conn, f"error bad request: {exc}")
-                return
-            try:
-                child = forking.fork_bare(lambda: _serve_child(conn, pid, request, fds, self._forget))
-            except (forking.ForkRefused, OSError) as exc:
-                log.warning("cannot fork %s for pid %d: %s", request.service, pid, exc)
-                _answer(conn, f"error {exc}")
-                return
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            self.children[child] = request.service
-            log.info("forked %s (pid %d) for its unit's launcher (pid %d)", request.service, child, pid)
+        conn.settimeout(10.0)
+        pid, uid = peer(conn)
+        if uid != 0:
+            log.warning("refused a request from uid %d (pid %d): only root may start services", uid, pid)
+            conn.close()
+            return
+        try:
+            request, fds = receive(conn)
+        except (RequestError, OSError) as exc:
+            log.warning("bad request from pid %d: %s", pid, exc)
+            _answer(conn, f"error bad request: {exc}")
+            conn.close()
+            return
+        try:
+            child = forking.fork_bare(lambda: _serve_child(conn, pid, request, fds, self._forget))
+        except (forking.ForkRefused, OSError) as exc:
+            log.warning("cannot fork %s for pid %d: %s", request.service, pid, exc)
+            _answer(conn, f"error {exc}")
+            conn.close()
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.children[child] = request.service
+        conn.settimeout(1.0)  # the word on how the child ended is one short line
+        self.launchers[child] = conn
+        log.info("forked %s (pid %d) for its unit's launcher (pid %d)", request.service, child, pid)
 
 
 def _describe(status: int) -> str:

@@ -1,8 +1,10 @@
 """The fork server (pykubelet-preload.service) on this host: a launcher started in a sandbox of
 its own gets its service forked from the preloaded server, and the service runs in the launcher's
 sandbox (cgroup, namespaces, limits, capabilities, no_new_privs, seccomp filters, environment,
-standard streams), not the server's. Bad requests are refused with the reason and the server
-keeps serving; with no server, or a sandbox it cannot copy, the launcher runs the service itself.
+standard streams), not the server's. The launcher stays the unit's main process: a SIGTERM to it
+stops the service, and it ends as the service did (exit code or signal), told by the server, which
+reaps the service. Bad requests are refused with the reason and the server keeps serving; with no
+server, or a sandbox it cannot copy, the launcher runs the service itself.
 
 The launcher is started the way systemd would set up a unit: `unshare` for namespaces, `setpriv`
 for the bounding set and no_new_privs, and tests/integration/fork_launcher.py for the rest
@@ -72,23 +74,34 @@ def _cgroup_dir() -> Path:
     return path
 
 
-def _launch(sock: Path, tmp_path: Path, cgroup: Path | None, *wrap: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _launch(sock: Path, tmp_path: Path, cgroup: Path | None, *wrap: str,
+            flags: tuple[str, ...] = ("--nats-url", NO_BUS)) -> tuple[subprocess.Popen, Path]:
+    """A launcher for the probe service, running (it stays as long as the service)."""
     out = tmp_path / f"service-{uuid.uuid4().hex[:6]}.log"
     env = dict(os.environ, PYKUBELET_FORK_SOCKET=str(sock))
-    if (tmp_path / "notify.sock").exists():  # systemd's, as far as the launcher can tell
-        env["NOTIFY_SOCKET"] = str(tmp_path / "notify.sock")
     argv = [*wrap, PY, "-m", "tests.integration.fork_launcher", "--cwd", str(tmp_path),
             *(["--cgroup", str(cgroup)] if cgroup else []), "--",
-            PY, "-m", "services.cli.main", "fork", "probe", "--root-dir", str(tmp_path / "root"), "--nats-url", NO_BUS]
+            PY, "-m", "services.cli.main", "fork", "probe", "--root-dir", str(tmp_path / "root"), *flags]
     with open(out, "wb") as stdout:
-        done = subprocess.run(argv, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT, timeout=120)
-    return done, out
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT)
+    return proc, out
 
 
-def _forked_pid(server_log: Path) -> int:
-    found = re.findall(r"forked probe \(pid (\d+)\)", server_log.read_text())
-    assert found, server_log.read_text()
+def _wait_forked(server_log: Path, launcher: subprocess.Popen, out: Path) -> int:
+    """The pid of the probe forked for `launcher`, once the server has said so."""
+    wait_for(lambda: launcher.poll() is not None or re.search(r"forked probe \(pid \d+\) for its unit's launcher "
+                                                              rf"\(pid {launcher.pid}\)", server_log.read_text()),
+             60, "the server's word that it forked the probe")
+    assert launcher.poll() is None, out.read_text()
+    found = re.findall(rf"forked probe \(pid (\d+)\) for its unit's launcher \(pid {launcher.pid}\)",
+                       server_log.read_text())
     return int(found[-1])
+
+
+def _end(launcher: subprocess.Popen) -> None:
+    if launcher.poll() is None:
+        launcher.kill()
+    launcher.wait(10)
 
 
 def _alive(pid: int) -> bool:
@@ -101,25 +114,24 @@ def _alive(pid: int) -> bool:
 def test_a_forked_service_runs_in_its_launchers_sandbox(server, tmp_path):
     sock, proc, server_log = server
     cgroup = _cgroup_dir()
-    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    notify.bind(str(tmp_path / "notify.sock"))
-    notify.settimeout(10)
-    try:
-        done, out = _launch(sock, tmp_path, cgroup, "unshare", "--uts", "--ipc", "setpriv", "--no-new-privs",
+    launcher, out = _launch(sock, tmp_path, cgroup, "unshare", "--uts", "--ipc", "setpriv", "--no-new-privs",
                             "--bounding-set", "-all,+net_admin,+sys_admin")
-        assert done.returncode == 0, out.read_text()
+    try:
+        pid = _wait_forked(server_log, launcher, out)
         assert "not forked" not in out.read_text(), out.read_text()
-        pid = _forked_pid(server_log)
         assert _alive(pid), server_log.read_text()
         status = parse_status(Path(f"/proc/{pid}/status").read_text())
-        # The server's child, not the launcher's (which has ended): the preloaded pages are shared.
+        # The server's child, not the launcher's: the preloaded pages are shared.
         assert int(status["PPid"]) == proc.pid
         wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"pykubelet probe --root-dir"), 30,
                  "the forked service's title")
-        # Cgroup: the launcher's.
+        # The launcher stays, as the small waiter that imports next to nothing.
+        wait_for(lambda: b"unit_waiter.py" in Path(f"/proc/{launcher.pid}/cmdline").read_bytes(), 30,
+                 "the launcher become the unit's waiter")
+        # Cgroup: the launcher's, where the launcher stays beside it.
         cgroups = Path(f"/proc/{pid}/cgroup").read_text()
         assert "/" + cgroup.name in cgroups, cgroups
-        assert str(pid) in (cgroup / "cgroup.procs").read_text().split()
+        assert set((cgroup / "cgroup.procs").read_text().split()) == {str(pid), str(launcher.pid)}
         # Namespaces: the launcher's own uts and ipc, not the server's.
         for ns in ("uts", "ipc"):
             assert os.stat(f"/proc/{pid}/ns/{ns}").st_ino != os.stat(f"/proc/self/ns/{ns}").st_ino, ns
@@ -137,16 +149,61 @@ def test_a_forked_service_runs_in_its_launchers_sandbox(server, tmp_path):
         assert files.split()[3:5] == ["4321", "4321"], files
         assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "500"
         assert os.readlink(f"/proc/{pid}/cwd") == str(tmp_path)
-        # The launcher told "systemd" (the test's notify socket) that the forked child is the main process.
-        assert notify.recv(4096).decode() == f"MAINPID={pid}"
         # Its standard streams are the launcher's: the service's log lands where the unit's would.
         wait_for(lambda: "event bus error" in out.read_text(), 30, "the forked probe's log in the launcher's output")
+        # A stop (systemd's SIGTERM to the main process) reaches the service, and the launcher ends
+        # when it has, with its exit code.
+        launcher.send_signal(signal.SIGTERM)
+        code = launcher.wait(60)
+        assert not _alive(pid)
+        ended = re.findall(rf"probe \(pid {pid}\) ended: exit code (\d+)", server_log.read_text())
+        assert ended and code == int(ended[0]), (code, server_log.read_text())
+        assert "probe stopped" in out.read_text(), out.read_text()
     finally:
-        notify.close()
+        _end(launcher)
         for pid in (cgroup / "cgroup.procs").read_text().split():
             os.kill(int(pid), signal.SIGKILL)
         wait_for(lambda: not (cgroup / "cgroup.procs").read_text().strip(), 10, "the test cgroup empty")
         cgroup.rmdir()
+
+
+def test_the_launcher_ends_as_its_service_did(server, tmp_path):
+    """What systemd sees of the unit's main process is what the service did: its exit code on a
+    failed start, the signal that killed it."""
+    sock, _, server_log = server
+    launcher, out = _launch(sock, tmp_path, None, flags=("--config", str(tmp_path / "no-such-config.yaml")))
+    try:
+        assert launcher.wait(60) == 2, out.read_text()
+        assert "no-such-config.yaml" in out.read_text(), out.read_text()
+        assert "not forked" not in out.read_text()
+    finally:
+        _end(launcher)
+    launcher, out = _launch(sock, tmp_path, None)
+    try:
+        pid = _wait_forked(server_log, launcher, out)
+        os.kill(pid, signal.SIGKILL)
+        assert launcher.wait(30) == -signal.SIGKILL, out.read_text()
+    finally:
+        _end(launcher)
+
+
+def test_a_service_outlives_its_fork_server_and_its_launcher_still_sees_it_end(server, tmp_path):
+    """The preload unit restarting leaves the services running; each launcher stays until its
+    service ends, then ends too (without the server's word on how: 1)."""
+    sock, proc, server_log = server
+    launcher, out = _launch(sock, tmp_path, None)
+    try:
+        pid = _wait_forked(server_log, launcher, out)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        time.sleep(1)
+        assert _alive(pid) and launcher.poll() is None, out.read_text()
+        wait_for(lambda: "fork server closed its end" in out.read_text(), 10, "the launcher's note")
+        os.kill(pid, signal.SIGKILL)
+        assert launcher.wait(30) == 1, out.read_text()
+        assert "did not say how" in out.read_text(), out.read_text()
+    finally:
+        _end(launcher)
 
 
 def _request(sock: Path, head: bytes, body: bytes, fds: list[int]) -> str:
@@ -178,9 +235,11 @@ def test_bad_requests_are_refused_with_the_reason_and_the_server_keeps_serving(s
     assert "three file descriptors" in no_fds, no_fds
     assert proc.poll() is None
     # Still serving: a real launcher gets its service.
-    done, out = _launch(sock, tmp_path, None)
-    assert done.returncode == 0, out.read_text()
-    assert _alive(_forked_pid(server_log))
+    launcher, out = _launch(sock, tmp_path, None)
+    try:
+        assert _alive(_wait_forked(server_log, launcher, out))
+    finally:
+        _end(launcher)
 
 
 def test_a_sandbox_the_server_cannot_copy_is_run_by_the_launcher_itself(server, tmp_path):

@@ -49,6 +49,18 @@ def unit_property(vm, unit: str, name: str) -> str:
     return vm.run("systemctl", "show", "-p", name, "--value", unit).stdout.strip()
 
 
+def service_pid(vm, unit: str) -> str:
+    """The pid of the service a pykubelet unit runs: the process in the unit beside its main
+    process (the launcher, which stays while the service it had forked runs), or the main process
+    itself when it runs the service (no fork server)."""
+    main = unit_property(vm, unit, "MainPID")
+    group = unit_property(vm, unit, "ControlGroup")
+    procs = vm.run("sh", "-c", f"cat /sys/fs/cgroup{group}/cgroup.procs 2>/dev/null || "
+                               f"cat /sys/fs/cgroup/systemd{group}/cgroup.procs", check=False).stdout.split()
+    others = [pid for pid in procs if pid != main]
+    return others[0] if len(others) == 1 else main
+
+
 def units_active(vm) -> list[str]:
     """The node's units that are not active."""
     states = vm.run("systemctl", "is-active", *UNITS, check=False).stdout.split()

@@ -18,6 +18,7 @@ from tests.vm.guest import (
     compare_with_kubelet,
     pod_name,
     read,
+    service_pid,
     unit_property,
     units_active,
 )
@@ -53,7 +54,7 @@ def test_install_brings_the_node_up_with_the_systemd_driver_on_cgroup_v1(vm_cgro
     preload = unit_property(vm, "pykubelet-preload.service", "MainPID")
     for service in SERVICES:
         unit = f"pykubelet-{service}.service"
-        pid = unit_property(vm, unit, "MainPID")
+        pid = service_pid(vm, unit)
         ppid = vm.run("ps", "-o", "ppid=", "-p", pid).stdout.strip()
         assert ppid == preload, vm.run("journalctl", "--no-pager", "-o", "cat", "-n", "40", "-u", unit).stdout
         cgroups = read(vm, f"/proc/{pid}/cgroup").splitlines()

@@ -52,6 +52,7 @@ from tests.vm.guest import (
     pod_slices,
     read,
     read_only,
+    service_pid,
     spin,
     unit_property,
     units_active,
@@ -105,7 +106,7 @@ def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
     # oomScoreAdj and maxOpenFiles at the kubelet's defaults, given by the units (OOMScoreAdjust=,
     # LimitNOFILE=): the services themselves have no CAP_SYS_RESOURCE.
     for service in SERVICES:
-        pid = unit_property(vm, f"pykubelet-{service}.service", "MainPID")
+        pid = service_pid(vm, f"pykubelet-{service}.service")
         assert read(vm, f"/proc/{pid}/oom_score_adj") == "-999", service
         files = next(line for line in read(vm, f"/proc/{pid}/limits").splitlines() if line.startswith("Max open files"))
         assert files.split()[3:5] == ["1000000", "1000000"], (service, files)
@@ -132,21 +133,23 @@ def _slice_pss_kib(vm) -> int:
 
 def _forked_from_preload(vm) -> bool:
     preload = unit_property(vm, "pykubelet-preload.service", "MainPID")
-    return all(_status(vm, unit_property(vm, f"pykubelet-{s}.service", "MainPID")).get("PPid") == preload
-               for s in SERVICES)
+    return all(_status(vm, service_pid(vm, f"pykubelet-{s}.service")).get("PPid") == preload for s in SERVICES)
 
 
 def test_every_service_is_forked_from_the_preload_unit_in_its_own_units_sandbox(vm):
-    """Each service unit's main process is a child of pykubelet-preload.service (the imported code
-    shared), in the unit's cgroup and sandbox, restarted and stopped by systemd as its unit's."""
+    """Each service unit's service is a child of pykubelet-preload.service (the imported code
+    shared), in the unit's cgroup and sandbox, beside the unit's main process (its launcher, which
+    systemd started): started, stopped, restarted and failed by systemd as its unit's."""
     preload = unit_property(vm, "pykubelet-preload.service", "MainPID")
     host_mnt = vm.run("readlink", "/proc/1/ns/mnt").stdout.strip()
     for service in SERVICES:
         unit = f"pykubelet-{service}.service"
-        pid = unit_property(vm, unit, "MainPID")
+        pid = service_pid(vm, unit)
+        main = unit_property(vm, unit, "MainPID")
         status = _status(vm, pid)
-        assert status["PPid"] == preload, vm.run("journalctl", "--no-pager", "-o", "cat", "-n", "60", "-u", unit,
-                                                 "-u", "pykubelet-preload.service").stdout
+        assert status["PPid"] == preload and pid != main, vm.run(
+            "journalctl", "--no-pager", "-o", "cat", "-n", "60", "-u", unit, "-u", "pykubelet-preload.service").stdout
+        assert _status(vm, main)["PPid"] == "1", service  # the launcher: systemd's own child
         assert read(vm, f"/proc/{pid}/cgroup") == f"0::/pykubelet.slice/{unit}", service
         assert status["NoNewPrivs"] == "1", service
         mnt = vm.run("readlink", f"/proc/{pid}/ns/mnt").stdout.strip()
@@ -158,22 +161,45 @@ def test_every_service_is_forked_from_the_preload_unit_in_its_own_units_sandbox(
         # Its command line whole, as `ps` and kube-bench read it: the unit's flags, flags.env's last.
         args = vm.run("ps", "-o", "args=", "-p", pid).stdout.strip()
         assert args.startswith(f"pykubelet {service} --config") and args.endswith("--node-ip=10.0.2.15"), args
-    assert int(_status(vm, unit_property(vm, "pykubelet-node-api.service", "MainPID"))["CapBnd"], 16) == 1 << 2
-    assert int(_status(vm, unit_property(vm, "pykubelet-network.service", "MainPID"))["CapBnd"], 16) == 1 << 12
+    assert int(_status(vm, service_pid(vm, "pykubelet-node-api.service"))["CapBnd"], 16) == 1 << 2
+    assert int(_status(vm, service_pid(vm, "pykubelet-network.service"))["CapBnd"], 16) == 1 << 12
     journal = vm.run("journalctl", "-u", "pykubelet-probe.service", "--no-pager", "-o", "cat").stdout
     assert "not forked" not in journal, journal[-2000:]
 
-    # systemd tracks the forked process as the unit's: a restart forks a new one, a killed one is
-    # restarted (Restart=always), and the unit is active again in both cases.
-    before = unit_property(vm, "pykubelet-probe.service", "MainPID")
-    vm.run("systemctl", "restart", "pykubelet-probe.service", timeout=180)
-    after = unit_property(vm, "pykubelet-probe.service", "MainPID")
+    # systemd follows the forked service through its launcher: a stop waits for the service's own
+    # clean stop, a restart forks a new one, a killed one is restarted (Restart=always), and the
+    # unit is active again in both cases.
+    probe = "pykubelet-probe.service"
+    before = service_pid(vm, probe)
+    since = vm.run("date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
+    vm.run("systemctl", "restart", probe, timeout=180)
+    stopped = vm.run("journalctl", "-u", probe, "--since", since, "--no-pager", "-o", "cat").stdout
+    assert "probe stopped" in stopped and "SIGKILL" not in stopped, stopped
+    after = service_pid(vm, probe)
     assert after != before and _status(vm, after)["PPid"] == preload
     vm.run("kill", "-9", after)
-    wait_for(lambda: unit_property(vm, "pykubelet-probe.service", "MainPID") not in ("0", after)
-             and unit_property(vm, "pykubelet-probe.service", "ActiveState") == "active", 180,
+    wait_for(lambda: service_pid(vm, probe) not in (after, unit_property(vm, probe, "MainPID"))
+             and unit_property(vm, probe, "ActiveState") == "active", 180,
              "the killed probe restarted by systemd", interval=2)
-    assert _status(vm, unit_property(vm, "pykubelet-probe.service", "MainPID"))["PPid"] == preload
+    assert _status(vm, service_pid(vm, probe))["PPid"] == preload
+    # A service that fails to start fails its unit's start at once, with its own exit code (2:
+    # a configuration it cannot read), as an exec'd service would.
+    dropin = "/run/systemd/system/pykubelet-probe.service.d/bad-config.conf"
+    vm.run("mkdir", "-p", str(Path(dropin).parent))
+    vm.run("sh", "-c", f"cat > {dropin}", input=f"[Service]\nRestart=no\nExecStart=\nExecStart={PY} -m "
+                                                  "services.cli.main fork probe --config /no/such/config.yaml\n")
+    try:
+        vm.run("systemctl", "daemon-reload")
+        began = time.monotonic()
+        failed = vm.run("systemctl", "restart", probe, timeout=300, check=False)
+        took = time.monotonic() - began
+        assert failed.returncode != 0, failed.stdout
+        assert (unit_property(vm, probe, "Result"), unit_property(vm, probe, "ExecMainStatus")) == ("exit-code", "2")
+        print(f"\na failing start of the forked probe failed its unit in {took:.1f}s")
+    finally:
+        vm.run("rm", "-f", dropin)
+        vm.run("systemctl", "daemon-reload")
+        vm.run("systemctl", "restart", probe, timeout=180)
 
     # The footprint, with and without the preload, each 30 s after the services restarted (printed,
     # not asserted: make bench measures footprints).
