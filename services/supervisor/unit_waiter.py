@@ -2,7 +2,9 @@
 the unit's main process for as long as the service runs.
 
 systemd only follows the processes it started itself: a main process handed over with MAINPID=
-is one systemd 252 neither waits for on stop (it sends SIGTERM and SIGKILL at once) nor sees end.
+is one systemd 252 does not wait for on stop (it sends SIGKILL right after SIGTERM), and whose end
+it learns only when the unit's cgroup is empty (a restart after a refused start hung until its
+start timeout).
 So the process systemd started stays, as this: it passes a SIGTERM or SIGINT on to the service
 and, when the service has ended, ends as it did (the fork server, which reaps the service, says
 how on the launcher's connection).
