@@ -20,7 +20,8 @@ NAME = "probe"
 
 async def setup(ctx: ServiceContext) -> None:
     cri = CRIClient(ctx.settings.kubelet.container_runtime_endpoint,
-                    timeout=ctx.settings.kubelet.runtime_request_timeout)
+                    timeout=ctx.settings.kubelet.runtime_request_timeout,
+                    image_endpoint=ctx.settings.kubelet.image_service_endpoint)
     manager = ProbeManager(ctx.store, ctx.bus, cri, BusRecorder(ctx.bus))
     manager.load_results()
 

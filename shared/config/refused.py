@@ -90,7 +90,6 @@ REFUSED: dict[str, Refused] = {
     "enableDebugFlagsHandler": Refused(True, _NO_HANDLER),
     "tracing": Refused(None, "no traces are exported"),
     "localStorageCapacityIsolation": Refused(True, "ephemeral-storage limits are enforced by eviction"),
-    "imageServiceEndpoint": Refused("", "images are pulled through containerRuntimeEndpoint"),
     "imagePullCredentialsVerificationPolicy": Refused("NeverVerifyPreloadedImages",
                                                       "images present on the node are used without checking "
                                                       "the pod's credentials"),

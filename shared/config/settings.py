@@ -260,6 +260,8 @@ class KubeletConfiguration(ServerConfig):
     cluster_dns: list[str] = Field(default_factory=list, alias="clusterDNS")
     cluster_domain: str = ""
     container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
+    # The CRI ImageService's endpoint; empty: containerRuntimeEndpoint's (shared/runtime/cri/client.py).
+    image_service_endpoint: str = ""
     sync_frequency: float = 60.0
     file_check_frequency: float = 20.0
     # Static pods from a URL too (services/pod_sync/url_source.py), fetched every httpCheckFrequency.
@@ -706,10 +708,12 @@ class KubeletConfiguration(ServerConfig):
     def _dns(cls, v: list[str]) -> list[str]:
         return [ip_address(ip) for ip in v]
 
-    @field_validator("container_runtime_endpoint")
+    @field_validator("container_runtime_endpoint", "image_service_endpoint")
     @classmethod
-    def _endpoint(cls, v: str) -> str:
-        if not v.startswith("unix://"):
+    def _endpoint(cls, v: str, info: ValidationInfo) -> str:
+        if v == "" and info.field_name == "image_service_endpoint":
+            return v
+        if not v.startswith("unix://") or len(v) <= len("unix://"):
             raise ValueError("must be a unix socket URL like 'unix:///run/containerd/containerd.sock'")
         return v
 

@@ -39,7 +39,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 @pytest.mark.parametrize("name,value", [
     ("kubeletCgroups", "/custom"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
     ("runOnce", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
-    ("imageServiceEndpoint", "unix:///run/x.sock"),
+    ("enableProfilingHandler", False),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
     ("makeIPTablesUtilChains", False), ("tlsCurvePreferences", [23]),
@@ -92,6 +92,15 @@ def test_the_default_in_another_spelling_is_the_default(name, value):
 def test_a_value_that_only_looks_like_the_default_is_refused(name, value):
     with pytest.raises(ConfigError, match=f"{name}: "):
         load_kubelet_config({name: value})
+
+
+def test_the_image_service_endpoint_is_a_unix_socket_or_the_runtimes():
+    assert load_kubelet_config({"imageServiceEndpoint": "unix:///run/images.sock"})[0].image_service_endpoint == \
+        "unix:///run/images.sock"
+    assert load_kubelet_config({})[0].image_service_endpoint == ""
+    for bad in ("tcp://10.0.0.1:1234", "/run/images.sock", "unix://"):
+        with pytest.raises(ConfigError, match="imageServiceEndpoint: must be a unix socket URL"):
+            load_kubelet_config({"imageServiceEndpoint": bad})
 
 
 def test_the_docs_table_is_what_the_code_says():

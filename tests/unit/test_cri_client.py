@@ -13,7 +13,7 @@ import pytest
 from cri_api.v1 import api_pb2 as cri
 from cri_api.v1 import api_pb2_grpc as cri_grpc
 
-from shared.runtime.cri import CRIClient
+from shared.runtime.cri import CRIClient, CRIError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,6 +77,47 @@ async def test_without_idle_close_the_channel_stays(runtime):
     await client.version()
     await asyncio.sleep(0.5)
     assert client.connected
+    await client.close()
+
+
+class Images(cri_grpc.ImageServiceServicer):
+    async def ListImages(self, request, context):
+        return cri.ListImagesResponse(images=[cri.Image(id="sha256:from-the-image-service")])
+
+
+async def test_an_image_service_endpoint_of_its_own_gets_the_image_calls(runtime, tmp_path):
+    """imageServiceEndpoint: the ImageService's calls go there, the RuntimeService's to the
+    runtime endpoint (which serves no images here: a call that went there would fail); both
+    channels open and close together."""
+    _, runtime_sock = runtime
+    server = grpc.aio.server()
+    cri_grpc.add_ImageServiceServicer_to_server(Images(), server)
+    image_sock = tmp_path / "images.sock"
+    server.add_insecure_port(f"unix://{image_sock}")
+    await server.start()
+    try:
+        client = CRIClient(runtime_sock, idle_close=0.3, image_endpoint=f"unix://{image_sock}")
+        assert [i.id for i in await client.list_images()] == ["sha256:from-the-image-service"]
+        assert (await client.version()).runtime_name == "test"
+        await asyncio.sleep(0.8)
+        assert not client.connected
+        assert [i.id for i in await client.list_images()] == ["sha256:from-the-image-service"]
+        await client.close()
+        # Without one, the image calls go to the runtime endpoint, as the kubelet's.
+        alone = CRIClient(runtime_sock, image_endpoint="")
+        with pytest.raises(CRIError, match="UNIMPLEMENTED"):
+            await alone.list_images()
+        await alone.close()
+    finally:
+        await server.stop(None)
+
+
+async def test_an_image_service_that_is_not_there_is_named_in_the_error(runtime, tmp_path):
+    _, runtime_sock = runtime
+    client = CRIClient(runtime_sock, timeout=2, image_endpoint=f"unix://{tmp_path}/absent.sock")
+    with pytest.raises(CRIError, match=f"is the image service running at unix://{tmp_path}/absent.sock"):
+        await client.list_images()
+    assert (await client.version()).runtime_name == "test", "the runtime's calls are not affected"
     await client.close()
 
 

@@ -87,22 +87,33 @@ class CRIError(RuntimeError):
         return self.code == grpc.StatusCode.NOT_FOUND
 
 
-class CRIClient:
-    """RuntimeService and ImageService of one CRI endpoint.
+# The calls that go to the ImageService (imageServiceEndpoint when set).
+IMAGE_OPERATIONS = frozenset({"image_status", "pull_image", "list_images", "remove_image", "image_fs_info"})
 
-    The gRPC channel is opened by the first call and closed once no call has been made for
-    idle_close seconds; the next call opens it again. An open channel keeps gRPC's worker threads
+
+def _unix_target(endpoint: str) -> str:
+    return endpoint if endpoint.startswith("unix:") else f"unix://{endpoint}"
+
+
+class CRIClient:
+    """RuntimeService and ImageService of a CRI runtime: one endpoint, or the images at an endpoint
+    of their own (imageServiceEndpoint).
+
+    The gRPC channels are opened by the first call and closed once no call has been made for
+    idle_close seconds; the next call opens them again. An open channel keeps gRPC's worker threads
     (four event-engine threads, a lifeguard and a timer: ~15 wake-ups a second) running in the
     process, and most services call the runtime only now and then (an exec probe, a pod's volumes
     torn down, a stats request), so they hold it only while they use it. A service calling every
     few seconds (pod-sync's relist) keeps it open. idle_close=None: never closed."""
 
-    def __init__(self, endpoint: str, timeout: float = 120.0, idle_close: float | None = IDLE_CLOSE) -> None:
-        target = endpoint if endpoint.startswith("unix:") else f"unix://{endpoint}"
-        self.endpoint = target
+    def __init__(self, endpoint: str, timeout: float = 120.0, idle_close: float | None = IDLE_CLOSE,
+                 image_endpoint: str | None = None) -> None:
+        self.endpoint = _unix_target(endpoint)
+        # The kubelet's rule: no imageServiceEndpoint, the images are the runtime endpoint's.
+        self.image_endpoint = _unix_target(image_endpoint) if image_endpoint else self.endpoint
         self.timeout = timeout
         self.idle_close = idle_close
-        self._channel: grpc.aio.Channel | None = None
+        self._channels: list[grpc.aio.Channel] = []
         self._runtime_stub: _RuntimeStub | None = None
         self._image_stub: _ImageStub | None = None
         self._in_flight = 0
@@ -111,16 +122,19 @@ class CRIClient:
 
     @property
     def connected(self) -> bool:
-        """Whether the channel is open now (it opens with the next call)."""
-        return self._channel is not None
+        """Whether the channels are open now (they open with the next call)."""
+        return bool(self._channels)
 
-    def _open(self) -> grpc.aio.Channel:
-        if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(
-                self.endpoint, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
-            self._runtime_stub = cri_grpc.RuntimeServiceStub(self._channel)
-            self._image_stub = cri_grpc.ImageServiceStub(self._channel)
-        return self._channel
+    def _open(self) -> None:
+        if self._channels:
+            return
+        options = [("grpc.max_receive_message_length", 16 * 1024 * 1024)]
+        runtime = grpc.aio.insecure_channel(self.endpoint, options=options)
+        images = runtime if self.image_endpoint == self.endpoint else \
+            grpc.aio.insecure_channel(self.image_endpoint, options=options)
+        self._channels = [runtime] if images is runtime else [runtime, images]
+        self._runtime_stub = cri_grpc.RuntimeServiceStub(runtime)
+        self._image_stub = cri_grpc.ImageServiceStub(images)
 
     @property
     def _runtime(self) -> _RuntimeStub:
@@ -134,21 +148,25 @@ class CRIClient:
         assert self._image_stub is not None
         return self._image_stub
 
+    def _take_channels(self) -> list[grpc.aio.Channel]:
+        channels, self._channels = self._channels, []
+        self._runtime_stub = self._image_stub = None
+        return channels
+
     def _close_if_idle(self) -> None:
         self._idle_timer = None
-        if self._in_flight or self._channel is None:
+        if self._in_flight or not self._channels:
             return
-        channel, self._channel = self._channel, None
-        self._runtime_stub = self._image_stub = None
-        task = asyncio.get_running_loop().create_task(self._close_channel(channel), name="cri:close-idle-channel")
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        for channel in self._take_channels():
+            task = asyncio.get_running_loop().create_task(self._close_channel(channel), name="cri:close-idle-channel")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def _close_channel(self, channel: grpc.aio.Channel) -> None:
         try:
             await channel.close()
         except Exception as exc:  # the next call opens a new channel either way
-            log.warning("closing the idle channel to %s failed: %s", self.endpoint, exc)
+            log.warning("closing an idle channel to %s failed: %s", self.endpoint, exc)
 
     async def close(self) -> None:
         if self._idle_timer is not None:
@@ -156,9 +174,7 @@ class CRIClient:
             self._idle_timer = None
         if self._closing:
             await asyncio.gather(*self._closing)
-        if self._channel is not None:
-            channel, self._channel = self._channel, None
-            self._runtime_stub = self._image_stub = None
+        for channel in self._take_channels():
             await channel.close()
 
     async def _call(self, op: str, method: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response],
@@ -175,12 +191,14 @@ class CRIClient:
             RUNTIME_OPERATION_ERRORS.labels(op).inc()
             details = exc.details() or ""
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                details += f" (is the container runtime running at {self.endpoint}?)"
+                where, what = ((self.image_endpoint, "image service") if op in IMAGE_OPERATIONS
+                               else (self.endpoint, "container runtime"))
+                details += f" (is the {what} running at {where}?)"
             raise CRIError(op, exc.code(), details) from None
         finally:
             RUNTIME_OPERATION_DURATION.labels(op).observe(time.monotonic() - start)
             self._in_flight -= 1
-            if not self._in_flight and self.idle_close is not None and self._channel is not None:
+            if not self._in_flight and self.idle_close is not None and self._channels:
                 self._idle_timer = asyncio.get_running_loop().call_later(self.idle_close, self._close_if_idle)
 
     # RuntimeService
