@@ -27,7 +27,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "tlsMinVersion": ("effect", "tests/security/test_kubelet_api_tls.py::test_the_kubelet_api_shows_the_tls_cert_file_and_speaks_tls13_only"),
     "authentication": ("effect", "tests/cluster/test_node_api.py::test_rbac_decides_per_subresource"),
     "authorization": ("effect", "tests/cluster/test_node_api.py::test_rbac_decides_per_subresource"),
-    "imageServiceEndpoint": ("direct", "tests/unit/test_cri_client.py::test_an_image_service_endpoint_of_its_own_gets_the_image_calls"),
+    "imageServiceEndpoint": ("effect", "tests/integration/test_image_service_endpoint.py::test_the_image_calls_go_to_the_image_service_endpoint"),
     "enableDebuggingHandlers": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_kubelet_api_has_no_debugging_handlers"),
     "streamingConnectionIdleTimeout": ("effect", "tests/cluster/test_node_api.py::test_a_stream_that_carries_nothing_is_closed_after_the_idle_timeout"),
     "staticPodPath": ("effect", "tests/integration/test_static_pods.py::test_web_pod_answers_http_at_its_ip"),

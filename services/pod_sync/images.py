@@ -96,7 +96,10 @@ class ImageManager:
         """ensure for an image by name: a container's, or an image volume's (the same pull, the
         same back-off per pod and image, the same messages, as the kubelet's image manager)."""
         if policy != "Always":
-            present = await self._images.image_status(image)
+            try:
+                present = await self._images.image_status(image)
+            except CRIError as exc:  # the kubelet's ErrImageInspect: retried at the pod's next sync
+                raise ImagePullError("ImageInspectError", f'Failed to inspect image "{image}": {exc.details}') from None
             if present is not None:
                 return EnsuredImage(present.id, None)
             if policy == "Never":

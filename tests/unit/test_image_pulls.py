@@ -92,3 +92,26 @@ def test_negative_registry_settings_are_refused_in_the_kubelets_words():
     with pytest.raises(ConfigError, match=r"registryBurst \(--registry-burst\) -2 must not be a negative number"):
         load_kubelet_config({"registryBurst": -2})
     assert load_kubelet_config({"registryBurst": 0})[0].registry_burst == 10, "0: the default, as the kubelet"
+
+
+class NoImageService(FakeRuntime):
+    async def image_status(self, image):
+        import grpc
+
+        from shared.runtime.cri import CRIError
+        raise CRIError("image_status", grpc.StatusCode.UNAVAILABLE, "connect: no such file (is the image service running "
+                                                                     "at unix:///run/images.sock?)")
+
+
+async def test_an_image_service_that_does_not_answer_is_the_kubelets_image_inspect_error():
+    """ImageStatus failing (no image service) is not a failed pull: the kubelet's ImageInspectError,
+    no pull made, and no back-off (the next sync asks again)."""
+    rt = NoImageService()
+    images = ImageManager(rt, Backoff(10, 300))
+    for _ in range(2):
+        with pytest.raises(ImagePullError) as exc:
+            await images.ensure("uid", Container(name="c", image="reg/app:1"), None)
+        assert exc.value.reason == "ImageInspectError"
+        assert exc.value.message.startswith('Failed to inspect image "reg/app:1": connect: no such file (is the image '
+                                            "service running at unix:///run/images.sock?)")
+    assert not rt.ops("pull_image")
