@@ -23,6 +23,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "readOnlyPort": ("effect", "tests/integration/test_services.py::test_the_kubelet_api_listens_where_address_and_read_only_port_say"),
     "tlsCertFile": ("effect", "tests/security/test_kubelet_api_tls.py::test_the_kubelet_api_shows_the_tls_cert_file_and_speaks_tls13_only"),
     "tlsPrivateKeyFile": ("effect", "tests/security/test_kubelet_api_tls.py::test_the_kubelet_api_shows_the_tls_cert_file_and_speaks_tls13_only"),
+    "tlsCurvePreferences": ("effect", "tests/cluster/test_node_api.py::test_the_kubelet_api_agrees_only_the_configured_curve"),
     "tlsCipherSuites": ("effect", "tests/cluster/test_node_api.py::test_tls12_clients_get_only_the_configured_cipher_suites"),
     "tlsMinVersion": ("effect", "tests/security/test_kubelet_api_tls.py::test_the_kubelet_api_shows_the_tls_cert_file_and_speaks_tls13_only"),
     "authentication": ("effect", "tests/cluster/test_node_api.py::test_rbac_decides_per_subresource"),

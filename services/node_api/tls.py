@@ -7,7 +7,7 @@ import ssl
 from pathlib import Path
 
 from shared.api.self_signed import write_self_signed
-from shared.config.server import GO_CIPHER_SUITES
+from shared.config.server import GO_CIPHER_SUITES, GO_CURVES
 from shared.config.settings import ConfigError, KubeletConfiguration
 
 _TLS_VERSIONS = {"VersionTLS10": ssl.TLSVersion.TLSv1, "VersionTLS11": ssl.TLSVersion.TLSv1_1,
@@ -44,6 +44,8 @@ def server_context(cfg: KubeletConfiguration, cert: Path | None, key: Path | Non
     ctx.minimum_version = _TLS_VERSIONS.get(cfg.tls_min_version, ssl.TLSVersion.TLSv1_2)
     if cfg.tls_cipher_suites:
         ctx.set_ciphers(":".join(GO_CIPHER_SUITES[c] for c in cfg.tls_cipher_suites))
+    for curve in cfg.tls_curve_preferences:  # one at most (shared/config/server.py)
+        ctx.set_ecdh_curve(GO_CURVES[curve])
     ctx.set_alpn_protocols(["http/1.1"])
     ca = cfg.authentication.x509.client_ca_file
     if ca:

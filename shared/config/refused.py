@@ -95,7 +95,6 @@ REFUSED: dict[str, Refused] = {
                                                       "the pod's credentials"),
     "preloadedImagesVerificationAllowlist": Refused([], "images present on the node are used without checking"),
     "defaultPodSysctls": Refused({}, "pods get only the sysctls they ask for"),
-    "tlsCurvePreferences": Refused([], "the kubelet API's TLS curves are Python's defaults"),
 }
 
 

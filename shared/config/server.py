@@ -14,6 +14,10 @@ from shared.model.ip import ip_address
 
 # Go's crypto/tls names (what the kubelet's tlsCipherSuites takes) -> OpenSSL names.
 # TLS 1.3 suites are not configurable, in Go or here.
+# tlsCurvePreferences: Go's tls.CurveID values and OpenSSL's names for them.
+GO_CURVES = {23: "prime256v1", 24: "secp384r1", 25: "secp521r1", 29: "X25519"}
+GO_CURVE_NAMES = {23: "CurveP256", 24: "CurveP384", 25: "CurveP521", 29: "X25519", 4588: "X25519MLKEM768"}
+
 GO_CIPHER_SUITES = {
     "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
     "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
@@ -89,6 +93,7 @@ class ServerConfig(_Section):
     tls_private_key_file: str = ""
     tls_cipher_suites: list[str] = Field(default_factory=list)
     tls_min_version: str = ""
+    tls_curve_preferences: list[int] = Field(default_factory=list)
     authentication: Authentication = Field(default_factory=Authentication)
     authorization: Authorization = Field(default_factory=Authorization)
     enable_debugging_handlers: bool = True
@@ -106,6 +111,22 @@ class ServerConfig(_Section):
         if unknown:
             raise ValueError(f"unknown or insecure cipher suite(s) {', '.join(unknown)}; "
                              f"known: {', '.join(sorted(GO_CIPHER_SUITES))}")
+        return v
+
+    @field_validator("tls_curve_preferences")
+    @classmethod
+    def _curves(cls, v: list[int]) -> list[int]:
+        unknown = [str(c) for c in v if c not in GO_CURVE_NAMES]
+        if unknown:
+            raise ValueError(f"unknown curve ID(s) {', '.join(unknown)}; known: "
+                             + ", ".join(f"{i} ({n})" for i, n in GO_CURVE_NAMES.items()))
+        if 4588 in v:
+            raise ValueError("4588 (X25519MLKEM768) is not offered by this node's TLS library; give one of "
+                             + ", ".join(f"{i} ({GO_CURVE_NAMES[i]})" for i in GO_CURVES))
+        if len(v) > 1:
+            # Python's ssl sets the key exchange groups through SSLContext.set_ecdh_curve: one.
+            raise ValueError(f"pykubelet limits the kubelet API's key exchange to one curve, not a preference list "
+                             f"of {len(v)}: give the one to use")
         return v
 
     @field_validator("tls_min_version")

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cluster.conftest import STREAM_IDLE_SECONDS, TLS12_SUITES
+from tests.cluster.conftest import STREAM_IDLE_SECONDS, TLS12_SUITES, TLS_CURVE
 from tests.cluster.harness import KUBE_BIN
 from tests.integration.conftest import NODE_NAME, free_port, wait_for
 
@@ -264,6 +264,27 @@ def test_tls12_clients_get_only_the_configured_cipher_suites(cluster):
     with pytest.raises(ssl.SSLError):
         tls12_handshake(cluster, "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
                                  "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305")
+
+
+def test_the_kubelet_api_agrees_only_the_configured_curve(cluster, talker):
+    """tlsCurvePreferences [24] (tests/cluster/conftest.py): a TLS 1.3 client offering only P-256 or
+    X25519 is refused, one offering P-384 gets through; the API server, which offers P-384 among
+    others, reaches the node all the same (a pod's log through it)."""
+    assert TLS_CURVE == 24
+
+    def handshake(curve: str) -> str:
+        ctx = ssl.create_default_context(cafile=str(cluster.cp.ca))
+        ctx.check_hostname = False
+        ctx.set_ecdh_curve(curve)
+        with socket.create_connection(("127.0.0.1", cluster.node.kubelet_port), timeout=10) as raw_sock:
+            with ctx.wrap_socket(raw_sock) as tls:
+                return tls.version() or ""
+
+    for offered in ("prime256v1", "X25519"):
+        with pytest.raises((ssl.SSLError, ConnectionError)):  # refused in the handshake
+            handshake(offered)
+    assert handshake("secp384r1") == "TLSv1.3"
+    assert cluster.cp.kubectl("logs", "talker", "-c", "main", "--tail", "1").returncode == 0
 
 
 # -- the node proxy endpoints -------------------------------------------------------------------------

@@ -5,6 +5,7 @@ certificate it is shown."""
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 
 import pytest
@@ -29,13 +30,16 @@ async def serve(tmp_path, config: dict) -> HTTPServer:
     return srv
 
 
-async def handshake(port: int, *, max_version=None, ciphers: str | None = None) -> ssl.SSLObject:
+async def handshake(port: int, *, max_version=None, ciphers: str | None = None,
+                    curve: str | None = None) -> ssl.SSLObject:
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     if max_version is not None:
         ctx.maximum_version = max_version
     if ciphers is not None:
         ctx.set_ciphers(ciphers)
+    if curve is not None:  # the client offers this key exchange group only
+        ctx.set_ecdh_curve(curve)
     _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, ssl=ctx), 10)
     tls = writer.get_extra_info("ssl_object")
     writer.close()
@@ -61,6 +65,32 @@ async def test_tls_cipher_suites_are_the_only_tls12_suites_offered(tmp_path):
         assert tls.cipher()[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
     finally:
         await srv.stop()
+
+
+async def test_tls_curve_preferences_is_the_only_key_exchange_group_agreed(tmp_path):
+    """tlsCurvePreferences [24] (Go's CurveP384): a client offering only P-256 or only X25519 is
+    refused, in TLS 1.3 and 1.2; in TLS 1.3 one offering only P-384 gets through, and so does one
+    with OpenSSL's default list in both (in TLS 1.2 the list must also hold the P-256 of the
+    node's ECDSA certificate, as with Go's TLS)."""
+    srv = await serve(tmp_path, {"tlsCurvePreferences": [24]})
+    try:
+        for version in (None, ssl.TLSVersion.TLSv1_2):
+            for curve in ("prime256v1", "X25519"):
+                with pytest.raises((ssl.SSLError, ConnectionError)):
+                    await handshake(srv.port, max_version=version, curve=curve)
+            assert await handshake(srv.port, max_version=version)
+        assert (await handshake(srv.port, curve="secp384r1")).version() == "TLSv1.3"
+    finally:
+        await srv.stop()
+
+
+@pytest.mark.parametrize("curves,error", [
+    ([23, 24], "one curve, not a preference list of 2"), ([22], "unknown curve ID(s) 22"),
+    ([4588], "4588 (X25519MLKEM768) is not offered"),
+])
+def test_tls_curve_preferences_it_cannot_honour_are_refused(curves, error):
+    with pytest.raises(ValueError, match=re.escape(error)):
+        KubeletConfiguration.model_validate({"tlsCurvePreferences": curves})
 
 
 async def test_tls_cert_and_key_files_are_the_certificate_clients_see(tmp_path):
