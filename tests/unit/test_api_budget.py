@@ -13,9 +13,12 @@ from shared.api.budget import SharedTokenBucket
 QPS, BURST, RUN_FOR, PROCESSES = 40.0, 10, 1.0, 4
 
 
-def _take_all_you_can(path, results) -> None:
+def _take_all_you_can(path, results, begin: float) -> None:
+    """From `begin` (CLOCK_MONOTONIC, the same in every process) for RUN_FOR seconds: one window
+    for all, however late a loaded machine starts a process."""
     bucket = SharedTokenBucket(path, QPS, BURST)
-    taken, deadline = 0, time.monotonic() + RUN_FOR
+    time.sleep(max(0.0, begin - time.monotonic()))
+    taken, deadline = 0, begin + RUN_FOR
     while time.monotonic() < deadline:
         wait = bucket.try_take()
         if wait == 0:
@@ -32,7 +35,8 @@ def test_processes_share_one_budget(tmp_path):
     results = ctx.Queue()
     path = tmp_path / "run" / "kube-api-budget"
     SharedTokenBucket(path, QPS, BURST).close()
-    procs = [ctx.Process(target=_take_all_you_can, args=(path, results)) for _ in range(PROCESSES)]
+    begin = time.monotonic() + 1.0  # time for every process to start
+    procs = [ctx.Process(target=_take_all_you_can, args=(path, results, begin)) for _ in range(PROCESSES)]
     for p in procs:
         p.start()
     for p in procs:
