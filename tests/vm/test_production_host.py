@@ -649,7 +649,11 @@ def test_containers_swap_as_memory_swap_says(vm, tmp_path):
         vm.run("sh", "-c", "umask 077 && cat > /etc/pykubelet/node.kubeconfig", input=_guest_kubeconfig(cp))
         vm.run(*install_args("pykubelet-vm", "10.0.2.15", "--kubeconfig", "/etc/pykubelet/node.kubeconfig"),
                timeout=300)
-        vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml", input="memorySwap:\n  swapBehavior: LimitedSwap\n")
+        # singleProcessOOMKill: an OOM kill of the dd (reclaim under emulation can be slower than the
+        # OOM killer) ends the dd alone, and the container, its sleep still running, keeps the
+        # cgroup whose memory.swap.max is read below; by default the whole container would go.
+        vm.run("sh", "-c", "cat >> /etc/pykubelet/config.yaml",
+               input="memorySwap:\n  swapBehavior: LimitedSwap\nsingleProcessOOMKill: true\n")
         vm.run("systemctl", "restart", "pykubelet.target", timeout=900)
         wait_for(lambda: not units_active(vm), 900, "every unit active with LimitedSwap", interval=5)
         node = wait_for(lambda: (n := cp.kubectl("get", "node", "pykubelet-vm", "-o", "json", check=False))
