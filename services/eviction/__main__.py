@@ -33,8 +33,7 @@ log = logging.getLogger(__name__)
 
 async def setup(ctx: ServiceContext) -> None:
     k = ctx.settings.kubelet
-    cri = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout,
-                    image_endpoint=k.image_service_endpoint)
+    cri = CRIClient.for_node(k)
     ctx.on_shutdown(cri.close)
     thresholds = k.eviction_thresholds()
     alloc = allocatable(cpu_capacity_millicores(), memory_capacity_bytes(), Reservations.from_config(k))

@@ -21,8 +21,7 @@ NAME = "network"
 
 
 async def setup(ctx: ServiceContext) -> None:
-    cri = CRIClient(ctx.settings.kubelet.container_runtime_endpoint, timeout=10.0,
-                    image_endpoint=ctx.settings.kubelet.image_service_endpoint)
+    cri = CRIClient.for_node(ctx.settings.kubelet, timeout=10.0)
     ctx.on_shutdown(cri.close)
     manager = NetworkManager(ctx.store, ctx.bus, lambda: runtime_network(ctx.store), ctx.settings.kubelet.pod_cidr,
                              ctx.settings.root_dir, runtime_cni=RuntimeCNI(cri, cni_conf_dir(ctx.settings.root_dir)))

@@ -30,8 +30,7 @@ async def setup(ctx: ServiceContext) -> None:
     if after != before:
         log.info("open files limit raised from %d to %d", before, after)
     k = ctx.settings.kubelet
-    runtime = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout,
-                        image_endpoint=k.image_service_endpoint)
+    runtime = CRIClient.for_node(k)
     ctx.on_shutdown(runtime.close)
     stats = StatsProvider(runtime, runtime, ctx.store, ctx.settings)
     ctx.on_shutdown(stats.close)

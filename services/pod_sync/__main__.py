@@ -56,8 +56,7 @@ async def setup(ctx: ServiceContext) -> None:
     problems = startup_problems(k)  # the host as the configuration wants it, as the kubelet checks
     if problems:
         raise ConfigError("not starting: " + "; ".join(problems))
-    cri = CRIClient(k.container_runtime_endpoint, timeout=k.runtime_request_timeout,
-                    image_endpoint=k.image_service_endpoint)
+    cri = CRIClient.for_node(k)
     cpu, memory, reservations = cpu_capacity_millicores(), memory_capacity_bytes(), Reservations.from_config(k)
     node = NodeFacts(name=ctx.settings.node_name, ip=node_address(ctx.settings.node_ip), cpu_millicores=cpu,
                      memory_bytes=memory,

@@ -39,12 +39,14 @@ def size_bucket(size: int) -> str:
 
 
 class ImagePullError(Exception):
-    """reason is the kubelet's waiting reason; message tells the user what happened."""
+    """reason is the kubelet's waiting reason; message tells the user what happened; event is the
+    reason of the Warning event that carries the message."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, event: str = "Failed") -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.event = event
 
 
 class PullQPSExceeded(Exception):
@@ -99,7 +101,8 @@ class ImageManager:
             try:
                 present = await self._images.image_status(image)
             except CRIError as exc:  # the kubelet's ErrImageInspect: retried at the pod's next sync
-                raise ImagePullError("ImageInspectError", f'Failed to inspect image "{image}": {exc.details}') from None
+                raise ImagePullError("ImageInspectError", f'Failed to inspect image "{image}": {exc.details}',
+                                     event="InspectFailed") from None
             if present is not None:
                 return EnsuredImage(present.id, None)
             if policy == "Never":

@@ -680,8 +680,7 @@ class PodSyncer:
             if exc.reason == "ImagePullBackOff":
                 self._event(pod, "Normal", "BackOff", exc.message)
             else:
-                self._event(pod, "Warning", "InspectFailed" if exc.reason == "ImageInspectError" else "Failed",
-                            exc.message)
+                self._event(pod, "Warning", exc.event, exc.message)
                 self._event(pod, "Warning", "Failed", f"Error: {exc.reason}")
             return exc.reason, exc.message
         except ImageVolumeUnsupported as exc:

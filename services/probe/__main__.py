@@ -19,9 +19,7 @@ NAME = "probe"
 
 
 async def setup(ctx: ServiceContext) -> None:
-    cri = CRIClient(ctx.settings.kubelet.container_runtime_endpoint,
-                    timeout=ctx.settings.kubelet.runtime_request_timeout,
-                    image_endpoint=ctx.settings.kubelet.image_service_endpoint)
+    cri = CRIClient.for_node(ctx.settings.kubelet)
     manager = ProbeManager(ctx.store, ctx.bus, cri, BusRecorder(ctx.bus))
     manager.load_results()
 

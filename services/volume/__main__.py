@@ -39,7 +39,7 @@ async def setup(ctx: ServiceContext) -> None:
     # Before any volume is ready (no container mounts one before): mount propagation needs it.
     make_rshared(ctx.settings.root_dir)
     layout = Layout(ctx.settings.root_dir)
-    cri = CRIClient(k.container_runtime_endpoint, timeout=30.0, image_endpoint=k.image_service_endpoint)
+    cri = CRIClient.for_node(k, timeout=30.0)
     registry = PluginRegistry(layout.registry)
     objects: ObjectSource = STANDALONE_OBJECTS
     api_objects = None

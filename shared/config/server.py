@@ -12,12 +12,12 @@ from pydantic.alias_generators import to_camel
 from shared.model.durations import to_seconds
 from shared.model.ip import ip_address
 
-# Go's crypto/tls names (what the kubelet's tlsCipherSuites takes) -> OpenSSL names.
-# TLS 1.3 suites are not configurable, in Go or here.
 # tlsCurvePreferences: Go's tls.CurveID values and OpenSSL's names for them.
 GO_CURVES = {23: "prime256v1", 24: "secp384r1", 25: "secp521r1", 29: "X25519"}
 GO_CURVE_NAMES = {23: "CurveP256", 24: "CurveP384", 25: "CurveP521", 29: "X25519", 4588: "X25519MLKEM768"}
 
+# Go's crypto/tls names (what the kubelet's tlsCipherSuites takes) -> OpenSSL names.
+# TLS 1.3 suites are not configurable, in Go or here.
 GO_CIPHER_SUITES = {
     "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
     "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",

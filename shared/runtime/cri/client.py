@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import grpc
 from cri_api.v1 import api_pb2 as cri
@@ -25,6 +25,9 @@ STATS_TIMEOUT = 10.0
 STREAM_URL_TIMEOUT = 10.0
 # A channel no call has used for this long is closed (CRIClient).
 IDLE_CLOSE = 30.0
+
+if TYPE_CHECKING:
+    from shared.config.settings import KubeletConfiguration
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,13 @@ class CRIClient:
         self._in_flight = 0
         self._idle_timer: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def for_node(cls, k: KubeletConfiguration, timeout: float | None = None) -> CRIClient:
+        """The runtime as the node's configuration names it: containerRuntimeEndpoint, and
+        imageServiceEndpoint for the images; each call's timeout runtimeRequestTimeout unless given."""
+        return cls(k.container_runtime_endpoint, timeout=k.runtime_request_timeout if timeout is None else timeout,
+                   image_endpoint=k.image_service_endpoint)
 
     @property
     def connected(self) -> bool:
