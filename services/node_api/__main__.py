@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
+from services.node_api.debug_flags import DebugFlags
 from services.node_api.healthz import serve_healthz
 from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.listeners import node_metrics_source, start_listeners
@@ -34,7 +35,9 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.on_shutdown(runtime.close)
     stats = StatsProvider(runtime, runtime, ctx.store, ctx.settings)
     ctx.on_shutdown(stats.close)
-    kubelet = KubeletAPI(ctx.settings, ctx.store, runtime, stats, node_metrics_source(ctx))
+    debug_flags = DebugFlags(ctx.store, ctx.bus, k.logging.verbosity)
+    await debug_flags.start()
+    kubelet = KubeletAPI(ctx.settings, ctx.store, runtime, stats, node_metrics_source(ctx), debug_flags=debug_flags)
     await start_listeners(ctx, kubelet)
     if k.healthz_port:  # whatever enableServer says, as the kubelet's
         ctx.spawn("healthz", serve_healthz(ctx, k.healthz_bind_address, k.healthz_port))
@@ -50,7 +53,7 @@ async def setup(ctx: ServiceContext) -> None:
         return r
 
     ctx.app.add_views(views)
-    ctx.synced()  # it serves what others own and keeps no table of its own
+    ctx.synced()  # it serves what others own; its one table (log_verbosity) was cleared at its start
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ from typing import Any, Awaitable, Callable, Protocol
 from cri_api.v1 import api_pb2 as cri
 
 from services.node_api import logs, streaming
+from services.node_api.debug_flags import MAX_BODY as FLAG_MAX_BODY
+from services.node_api.debug_flags import PATH as FLAGS_PATH
+from services.node_api.debug_flags import DebugFlags, flags_disabled
 from services.node_api.http import Connection, HTTPError, Request, Response, Router, json_response, text_response
 from services.node_api.metrics_merge import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from services.node_api.metrics_merge import PROBES_FAMILIES, filter_families
@@ -79,6 +82,7 @@ class KubeletAPI:
     # The self-signed serving certificate and key in use when the config names none (/configz).
     serving_files: tuple[str, str] = ("", "")
     node_logs: SystemLogs = field(default_factory=SystemLogs)  # /logs/: the node's /var/log
+    debug_flags: DebugFlags | None = None  # /debug/flags/v; None: the endpoint answers "disabled"
 
     def routes(self, read_only: bool = False) -> Router:
         """All endpoints; the read-only port gets only those that reveal no container data.
@@ -111,6 +115,12 @@ class KubeletAPI:
         r.add("GET POST", "/portForward/{namespace}/{pod}/{uid}", self.needs_upgrade, self.port_forward)
         r.add("POST", "/run/{namespace}/{pod}/{container}", self.run)
         r.add("POST", "/run/{namespace}/{pod}/{uid}/{container}", self.run)
+        # Every method reaches the handler, which answers all but PUT as the kubelet's does (406).
+        every = "GET HEAD POST PUT PATCH DELETE OPTIONS"
+        if self.debug_flags is not None and self.settings.kubelet.enable_debug_flags_handler:
+            r.add(every, FLAGS_PATH, self.debug_flags.verbosity, max_body=FLAG_MAX_BODY)
+        else:
+            r.add(every, FLAGS_PATH, flags_disabled)
         return r
 
     # -- plain endpoints ------------------------------------------------------------------------

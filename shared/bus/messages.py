@@ -161,3 +161,10 @@ class DiskReclaimed(Event):
     subject: ClassVar[str] = f"{SUBJECT_PREFIX}.disk.reclaimed"
     publishers: ClassVar[tuple[str, ...]] = ("pod-sync",)
     sequence: int = 0
+
+
+class LogVerbosityChanged(Event):
+    """node-api changed (or cleared) the node's run-time log verbosity (the log_verbosity row)."""
+
+    subject: ClassVar[str] = f"{SUBJECT_PREFIX}.logging.verbosity"
+    publishers: ClassVar[tuple[str, ...]] = ("node-api",)

@@ -97,6 +97,8 @@ class ServerConfig(_Section):
     authentication: Authentication = Field(default_factory=Authentication)
     authorization: Authorization = Field(default_factory=Authorization)
     enable_debugging_handlers: bool = True
+    # PUT /debug/flags/v sets every service's log verbosity (services/node_api/debug_flags.py).
+    enable_debug_flags_handler: bool = True
     streaming_connection_idle_timeout: float = 4 * 3600.0
 
     @field_validator("address")

@@ -69,8 +69,14 @@ def setup_logging(service: str, fmt: str = "text", verbosity: int = 0, early: Ea
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)
+    set_verbosity(verbosity)
     for noisy in ("uvicorn.access", "nats", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     for record in early.records if early else ():
         handler.handle(record)
+
+
+
+def set_verbosity(verbosity: int) -> None:
+    """The kubelet's -v for this process: 4 or more logs DEBUG too."""
+    logging.getLogger().setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)

@@ -20,7 +20,7 @@ from shared.config.settings import ConfigError, NodeSettings, add_node_flags, se
 from shared.host.node_dirs import private_umask, root_dir
 from shared.model.redact import secret_values
 from shared.model.version import version_line
-from shared.process import self_limits
+from shared.process import log_verbosity, self_limits
 from shared.process.admin import AdminApp, Check, admin_port
 from shared.process.admin_token import ensure_token
 from shared.process.log_format import hold_early_logs, setup_logging
@@ -249,6 +249,8 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
                    secrets=lambda: pod_secrets(store))
     ctx = ServiceContext(name=name, settings=settings, store=store, bus=bus, app=app,
                          checks=checks, stopping=stopping, state=state, admin_token=token)
+    # The verbosity set through the kubelet API (PUT /debug/flags/v), before the service logs much.
+    await log_verbosity.follow(store, bus, settings.kubelet.logging.verbosity)
     await setup(ctx)
     store_health = StoreHealth()
     checks["store"] = store_health.check

@@ -309,6 +309,18 @@ class OomKill(Base):
     last_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class LogVerbosity(Base):
+    """The verbosity set at run time through the kubelet API (PUT /debug/flags/v), one row for
+    the node: every service logs at it while the configuration's verbosity is still `configured`.
+    node-api removes it when it starts, as a kubelet's restart returns to its configuration."""
+
+    __tablename__ = "log_verbosity"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1
+    verbosity: Mapped[int] = mapped_column(Integer)
+    configured: Mapped[int] = mapped_column(Integer)  # logging.verbosity of the config it was set over
+    set_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class ServiceState(Base):
     """Each service's own row: when it started, that it is still alive, and when it last brought
     the tables it owns in line with their sources. Readers (`pykubelet status`) use it to tell
@@ -347,4 +359,5 @@ TABLE_OWNERS: dict[str, str] = {
     ReclaimRequest.__tablename__: "eviction",
     OomKill.__tablename__: "eviction",
     DiskReclaim.__tablename__: "pod-sync",
+    LogVerbosity.__tablename__: "node-api",
 }

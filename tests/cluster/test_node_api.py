@@ -52,14 +52,15 @@ def talker(cluster):
     cluster.kubectl("delete", "pod", "talker", "--wait=false", check=False)
 
 
-def kubelet_get(cluster, path: str, cert=None, token: str | None = None, method: str = "GET") -> tuple[int, str]:
+def kubelet_get(cluster, path: str, cert=None, token: str | None = None, method: str = "GET",
+                data: bytes | None = None) -> tuple[int, str]:
     """Call the node's kubelet API directly (not through the API server)."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE  # the kubelet's self-signed serving certificate
     if cert is not None:
         ctx.load_cert_chain(str(cert.cert), str(cert.key))
-    req = urllib.request.Request(f"https://127.0.0.1:{cluster.node.kubelet_port}{path}", method=method)
+    req = urllib.request.Request(f"https://127.0.0.1:{cluster.node.kubelet_port}{path}", method=method, data=data)
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
@@ -444,6 +445,43 @@ def test_the_nodes_var_log_is_served_under_logs(cluster, stats_reader):
         assert status == 403 and "verb=get, resource=nodes, subresource=log" in body, body
     finally:
         path.unlink()
+
+
+def test_debug_flags_v_sets_the_log_verbosity_of_every_service(cluster, stats_reader, tmp_path):
+    """enableDebugFlagsHandler (the default): `kubectl replace --raw .../proxy/debug/flags/v` with a
+    number sets the verbosity every service logs at, as the kubelet's PUT sets its -v, until it is
+    set again or node-api restarts; nodes/proxy (verb update) decides who may; a body Go cannot
+    parse is refused with Go's words and changes nothing."""
+    from shared.process.admin import SERVICES
+
+    logs = cluster.node.root / "logs"
+    url = f"/api/v1/nodes/{NODE_NAME}/proxy/debug/flags/v"
+
+    def put_through_the_api_server(value: str) -> str:
+        body = tmp_path / "v"
+        body.write_text(value)  # no newline: Go's ParseUint takes the body as sent
+        return cluster.kubectl("replace", "--raw", url, "-f", str(body)).stdout
+
+    def all_logged(line: str) -> bool:
+        return all(line.format(service=s) in (logs / f"{s}.log").read_text() for s in SERVICES)
+
+    assert put_through_the_api_server("4") == "successfully set klog.logging.verbosity to 4\n"
+    try:
+        # Each service writes the change at V(4): the line is there only if the level took.
+        wait_for(lambda: all_logged("DEBUG {service} shared.process.log_verbosity: log verbosity 4 (was 0)"), 30,
+                 "every service logging at V(4)")
+        admin = cluster.cp.kubelet_client
+        assert kubelet_get(cluster, "/debug/flags/v", cert=admin) == (406, "unsupported http method\n")
+        assert kubelet_get(cluster, "/debug/flags/v", cert=admin, method="PUT", data=b"4\n") == (
+            400, 'strconv.ParseUint: parsing "4\\n": invalid syntax\n')
+        assert kubelet_get(cluster, "/debug/flags/v", cert=admin, method="PUT", data=b"1" * 65)[0] == 413
+        cert, _ = stats_reader
+        status, body = kubelet_get(cluster, "/debug/flags/v", cert=cert, method="PUT", data=b"9")
+        assert status == 403 and "verb=update, resource=nodes, subresource=proxy" in body, body
+    finally:
+        assert put_through_the_api_server("0") == "successfully set klog.logging.verbosity to 0\n"
+    wait_for(lambda: all_logged("INFO {service} shared.process.log_verbosity: log verbosity 0 (was 4), "
+                                "the configuration's"), 30, "every service back at the configured verbosity")
 
 
 def test_bad_requests_get_clear_answers(cluster, talker):

@@ -42,7 +42,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
     ("enableProfilingHandler", False),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
-    ("makeIPTablesUtilChains", False), ("enableDebugFlagsHandler", False),
+    ("makeIPTablesUtilChains", False),
 ])
 def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value):
     with pytest.raises(ConfigError) as exc:
