@@ -8,6 +8,7 @@ its own (tests/unit/test_layering.py):
    runtime/  the container runtime: the CRI client (and its recording fake), images
    csi/      the CSI node and plugin registration stubs
 2  host/     this machine: cgroups, CPUs, mounts, safe paths, disk, swap, capacity
+   tracing/  the kubelet's OpenTelemetry spans (`tracing`): provider, pod syncs, runtime calls
 1  config/   the KubeletConfiguration file, the kubelet's flags, feature gates, defaults, refusals
 0  model/    Kubernetes values and objects: the Pod, quantities, QoS, IDs, durations, times
    tasks/    work over time on the event loop: retries, periodic steps, batched wake-ups

@@ -24,6 +24,7 @@ from shared.bus.messages import (
     ProbeResultsChanged,
     VolumesChanged,
 )
+from shared.tracing import spans as tracing
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ class PodSyncManager:
         else:
             operation = reason
         started = time.monotonic()
-        result = await self.syncer.sync(uid)
+        with tracing.pod_sync_span(uid, operation):
+            result = await self.syncer.sync(uid)
         POD_WORKER_DURATION.labels(operation_type=operation).observe(time.monotonic() - started)
         if result.gone:
             self._synced.discard(uid)

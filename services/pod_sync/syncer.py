@@ -76,6 +76,7 @@ from shared.store import DesiredPod, NetworkStatus, NodePressure, PodEviction, P
 from shared.store.models import is_static, utcnow
 from shared.store.node_shutdown import TERMINATED, shutting_down
 from shared.tasks.retry import Backoff
+from shared.tracing import spans as tracing
 
 log = logging.getLogger(__name__)
 
@@ -343,8 +344,11 @@ class PodSyncer:
 
     async def sync(self, uid: str) -> SyncResult:
         row, eviction = self._desired(uid)
+        if row is not None:
+            tracing.pod_names(row.namespace, row.name)
         rt = await get_runtime_pod(self.runtime, uid)
         if row is None or row.deleting:
+            tracing.pod_terminating()
             return await self._terminate(uid, row, rt)
         pod = self._pods.get(uid, row.manifest)
         if is_static(row.source) and row.rejection_reason in SHUTDOWN_REASONS and eviction is None:

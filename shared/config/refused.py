@@ -88,7 +88,6 @@ REFUSED: dict[str, Refused] = {
     "enableSystemLogQuery": Refused(False, "/logs/ serves /var/log's files, without node log queries "
                                            "(journal services, patterns)"),
     "enableProfilingHandler": Refused(True, _NO_HANDLER),
-    "tracing": Refused(None, "no traces are exported"),
     "localStorageCapacityIsolation": Refused(True, "ephemeral-storage limits are enforced by eviction"),
     "imagePullCredentialsVerificationPolicy": Refused("NeverVerifyPreloadedImages",
                                                       "images present on the node are used without checking "

@@ -171,6 +171,60 @@ class UserNamespacesConfig(BaseModel):
         return self.ids_per_pod or 65536
 
 
+class TracingConfig(BaseModel):
+    """tracing: the kubelet's OpenTelemetry spans (its pod syncs and runtime calls), exported over
+    OTLP/gRPC without TLS, as the kubelet's (shared/tracing/spans.py)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    # Unset: the OTLP gRPC default, localhost:4317. A gRPC target: host:port, dns:///host:port,
+    # unix:///path or unix-abstract:name.
+    endpoint: str | None = None
+    # Of a million new traces, how many are sampled; 0 (unset): only those a caller sampled.
+    sampling_rate_per_million: int | None = Field(default=None, alias="samplingRatePerMillion")
+
+    @field_validator("sampling_rate_per_million")
+    @classmethod
+    def _rate(cls, v: int | None) -> int | None:
+        if v is not None and v < 0:  # the kubelet's checks, in its words
+            raise ValueError(f"tracing.samplingRatePerMillion: Invalid value: {v}: sampling rate must be positive")
+        if v is not None and v > 1_000_000:
+            raise ValueError(f"tracing.samplingRatePerMillion: Invalid value: {v}: sampling rate per million must "
+                             "be less than or equal to one million")
+        return v
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if any(ch.isspace() or ord(ch) < 0x20 for ch in v):
+            raise ValueError(f"tracing.endpoint: {v!r} has whitespace or control characters")
+        # The kubelet's check: without "//" the endpoint is a dns target; it must parse as a URL.
+        target = v if "//" in v else f"dns://{v}"
+        try:
+            url = urlsplit(target)
+            url.port  # noqa: B018 (parses the port, as Go's url.Parse does)
+        except ValueError as exc:
+            raise ValueError(f"tracing.endpoint: Invalid value: {target!r}: {exc}") from None
+        if url.scheme not in ("dns", "unix", "unix-abstract"):
+            raise ValueError(f"tracing.endpoint: Invalid value: {target!r}: unsupported scheme: {url.scheme}.  Options "
+                             "are none, dns, unix, or unix-abstract.  See "
+                             "https://github.com/grpc/grpc/blob/master/doc/naming.md")
+        if "//" in v and url.scheme == "dns" and url.netloc:
+            # dns://SERVER/host:port asks a given DNS server: Go's gRPC does, Python's does not.
+            raise ValueError(f"tracing.endpoint: {v!r} names a DNS server (dns://SERVER/...), which pykubelet's "
+                             "exporter cannot use; give host:port or dns:///host:port")
+        return v
+
+    @property
+    def target(self) -> str:
+        return self.endpoint or "localhost:4317"
+
+    @property
+    def rate(self) -> float:
+        return (self.sampling_rate_per_million or 0) / 1_000_000
+
+
 class Taint(BaseModel):
     """A taint the Node is registered with (registerWithTaints), checked as the API server
     checks a Node's taints."""
@@ -307,6 +361,8 @@ class KubeletConfiguration(ServerConfig):
     memory_swap: MemorySwapConfiguration = Field(default_factory=MemorySwapConfiguration)
     # The IDs of pods with hostUsers: false (services/pod_sync/user_namespaces.py); None: 65536 each.
     user_namespaces: UserNamespacesConfig | None = None
+    # OpenTelemetry spans of the services' pod syncs and runtime calls; None: none are made.
+    tracing: TracingConfig | None = None
     protect_kernel_defaults: bool = False
     # How pod and QoS cgroups are made (shared/model/cgroup_names.py): directories under /kubepods, or
     # slice units through systemd's D-Bus API (kubepods.slice and below) with the runtime told to

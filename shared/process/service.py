@@ -29,6 +29,7 @@ from shared.process.sd_notify import notify
 from shared.store import DesiredPod, Store
 from shared.store.db import is_corruption
 from shared.store.service_state import HEARTBEAT_PERIOD, ServiceStateWriter, view_freshness
+from shared.tracing import spans as tracing
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +252,8 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
                          checks=checks, stopping=stopping, state=state, admin_token=token)
     # The verbosity set through the kubelet API (PUT /debug/flags/v), before the service logs much.
     await log_verbosity.follow(store, bus, settings.kubelet.logging.verbosity)
+    if settings.kubelet.tracing is not None:  # before setup: the runtime's channels open traced
+        tracing.start(settings.kubelet.tracing, settings.node_name, name)
     await setup(ctx)
     store_health = StoreHealth()
     checks["store"] = store_health.check
@@ -274,6 +277,7 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
         await asyncio.wait_for(admin, 5)
     except Exception as exc:
         log.warning("admin server did not stop cleanly: %s", exc)
+    await asyncio.to_thread(tracing.stop)
     try:
         state.stopped()
     except Exception as exc:  # a full disk must not keep the service from stopping

@@ -15,7 +15,10 @@ of the other signals (mergeDefaultEvictionSettings).
 Its image filesystem is a filesystem of its own, small enough that a test can push it past image
 GC's high threshold (imageGCHighThresholdPercent) with a file of a few megabytes: a tmpfs mounted
 on the node's containerd directory before the node starts. Its images go once unused for
-imageMaximumGCAge."""
+imageMaximumGCAge.
+
+It traces every pod sync and runtime call (tracing, samplingRatePerMillion one million) to an OTLP
+receiver on a unix socket (tests/integration/otlp_receiver.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from shared.host.cpu_topology import numa_nodes
 from tests.cluster.pki import PKI, CertPair
 from tests.integration.conftest import Node, launch_node, pods, stop_node  # noqa: F401
 from tests.integration.event_loops import assert_loops_never_blocked
+from tests.integration.otlp_receiver import OtlpReceiver
 
 RECONCILE_EVERY = 2  # seconds
 FILE_CHECK_EVERY, SYNC_EVERY = 2, 3  # seconds; the kubelet's defaults are 20 s and 1 min
@@ -57,6 +61,7 @@ CGROUP_ROOT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids", "blkio"
 class SettingsNode:
     node: Node
     client: CertPair  # a client certificate the kubelet API accepts
+    traces: OtlpReceiver  # where the node's spans go (tracing.endpoint)
 
 
 @pytest.fixture(scope="package")
@@ -72,14 +77,17 @@ def settings_node(tmp_path_factory) -> Iterator[SettingsNode]:
     imagefs.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={IMAGEFS_MIB}m,mode=0711", "pykubelet-test-imagefs",
                     str(imagefs)], check=True, timeout=30)
+    traces = OtlpReceiver(tmp_path_factory.mktemp("otlp") / "otlp.sock")
+    traces.start()
     try:
         _make_cgroup_root()
-        n = _launch(root, pki)
+        n = _launch(root, pki, traces)
         try:
-            yield SettingsNode(n, client)
+            yield SettingsNode(n, client, traces)
         finally:
             stop_node(n)
     finally:
+        traces.stop()
         _unmount(root, imagefs)
         _remove_cgroup_root()
     assert_loops_never_blocked(n.root)
@@ -119,7 +127,7 @@ def _unmount(root: Path, imagefs: Path) -> None:
             subprocess.run(["umount", "--recursive", "--lazy", str(target)], check=True, timeout=30)
 
 
-def _launch(root, pki: PKI) -> Node:
+def _launch(root, pki: PKI, traces: OtlpReceiver) -> Node:
     return launch_node(root,
                        # flags win over the config: these replace the integration node's periods
                        [f"--file-check-frequency={FILE_CHECK_EVERY}s", f"--sync-frequency={SYNC_EVERY}s"],
@@ -143,7 +151,8 @@ def _launch(root, pki: PKI) -> Node:
                                     "cpuCFSQuota: false\n"
                                     "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
                                     f"  x509:\n    clientCAFile: {pki.ca.cert}\n"
-                                    "authorization:\n  mode: AlwaysAllow\n")
+                                    "authorization:\n  mode: AlwaysAllow\n"
+                                    f"tracing:\n  endpoint: {traces.endpoint}\n  samplingRatePerMillion: 1000000\n")
 
 
 @pytest.fixture(scope="package")

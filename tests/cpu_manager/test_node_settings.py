@@ -4,7 +4,8 @@ as JSON (logging.format), the kubelet API without its debugging handlers
 fileCheckFrequency, every running pod synced every syncFrequency, and a runtime that stops
 answering failing the node's calls after runtimeRequestTimeout, image pulls two at a time,
 log compressions three at a time, the pods' cgroups below cgroupRoot, and the node's processes
-at oomScoreAdj and maxOpenFiles, evictionHard merged with the defaults."""
+at oomScoreAdj and maxOpenFiles, evictionHard merged with the defaults, and the node's spans at the
+tracing endpoint."""
 
 from __future__ import annotations
 
@@ -148,6 +149,47 @@ def test_the_kubelet_api_has_no_debugging_handlers(settings_node: SettingsNode, 
                          ("POST", f"/attach/default/{pod}/app"), ("POST", f"/portForward/default/{pod}"),
                          ("POST", f"/run/default/{pod}/app?cmd=true")):
         assert kubelet_api(settings_node, method, path) == 404, f"{method} {path}"
+
+
+def test_pod_syncs_and_runtime_calls_are_traced_to_the_tracing_endpoint(settings_node: SettingsNode, pods):
+    """tracing (every trace sampled, an OTLP receiver on a unix socket): a pod's first sync is a
+    `syncPod` span with the kubelet's attributes, the runtime calls it made (RunPodSandbox,
+    CreateContainer, StartContainer) its client spans, named as the kubelet's otelgrpc names them,
+    in the same trace; its removal a `syncTerminatingPod` span over StopPodSandbox. Every span's
+    resource says `kubelet` on this node, as a trace backend shows the kubelet's."""
+    traces = settings_node.traces
+    pods.write_pod("traced", sleeper(pods, "traced")["spec"])
+    uid = pods.wait_running("traced")["uid"]
+
+    def spans(name: str, **attributes) -> list:
+        return [s for s in traces.received() if s.name == name
+                and all(s.attributes.get(k) == v for k, v in attributes.items())]
+
+    def children(parent, name: str) -> list:
+        return [s for s in traces.received() if s.name == name and s.parent_span_id == parent.span_id]
+
+    def first_sync():
+        for sync in spans("syncPod", **{"k8s.pod.uid": uid, "k8s.pod.update_type": "create"}):
+            if children(sync, "runtime.v1.RuntimeService/RunPodSandbox"):
+                return sync
+        return None
+    sync = wait_for(first_sync, 30, "the pod's first syncPod span with its RunPodSandbox call")
+    name = f"traced-{pods.node_name}"
+    assert sync.attributes == {"k8s.pod.uid": uid, "k8s.pod.update_type": "create", "k8s.pod": f"default/{name}",
+                               "k8s.pod.name": name, "k8s.namespace.name": "default"}, sync.attributes
+    assert sync.resource["service.name"] == "kubelet" and sync.resource["host.name"] == pods.node_name, sync.resource
+    assert sync.resource["pykubelet.service"] == "pod-sync"
+    [run] = children(sync, "runtime.v1.RuntimeService/RunPodSandbox")
+    assert run.trace_id == sync.trace_id and run.kind == 3, run  # SPAN_KIND_CLIENT
+    assert run.attributes == {"rpc.system": "grpc", "rpc.service": "runtime.v1.RuntimeService",
+                              "rpc.method": "RunPodSandbox", "rpc.grpc.status_code": 0}, run.attributes
+    for call in ("CreateContainer", "StartContainer"):
+        assert children(sync, f"runtime.v1.RuntimeService/{call}"), f"{call} within the pod's first sync"
+
+    pods.remove("traced.yaml")
+    wait_for(lambda: any(children(s, "runtime.v1.RuntimeService/StopPodSandbox") for s in
+                         spans("syncTerminatingPod", **{"k8s.pod.uid": uid})),
+             60, "the pod's syncTerminatingPod span with its StopPodSandbox call")
 
 
 def test_a_manifest_no_directory_event_announces_is_found_within_file_check_frequency(pods, tmp_path):

@@ -41,7 +41,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
     ("runOnce", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
     ("enableProfilingHandler", False),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
-    ("kernelMemcgNotification", True), ("tracing", {"endpoint": "localhost:4317"}),
+    ("kernelMemcgNotification", True),
     ("makeIPTablesUtilChains", False),
 ])
 def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value):
@@ -79,7 +79,7 @@ def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_b
 
 @pytest.mark.parametrize("name,value", [
     ("cpuManagerPolicyOptions", None), ("cpuCFSQuotaPeriod", "0.1s"),
-    ("qosReserved", None), ("tracing", None),
+    ("qosReserved", None),
 ])
 def test_the_default_in_another_spelling_is_the_default(name, value):
     assert load_kubelet_config({name: value})[1] == [name]

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 # (importer, imported): the command line's `pykubelet up`/`down` and `admin` drive the supervisor.
 ALLOWED = {("cli", "supervisor")}
 # shared/'s floors: values and event-loop helpers at the bottom, the service frame at the top.
-FLOORS = {"model": 0, "tasks": 0, "config": 1, "host": 2,
+FLOORS = {"model": 0, "tasks": 0, "config": 1, "host": 2, "tracing": 2,
           "api": 3, "bus": 3, "csi": 3, "runtime": 3, "store": 3, "process": 4}
 
 

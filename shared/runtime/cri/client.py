@@ -14,6 +14,7 @@ from cri_api.v1 import api_pb2_grpc as cri_grpc
 
 from shared.model.json_types import JSONObject
 from shared.runtime.cri.metrics import RUNTIME_OPERATION_DURATION, RUNTIME_OPERATION_ERRORS, RUNTIME_OPERATIONS
+from shared.tracing import spans as tracing
 
 # Image pulls have no CRI deadline in the kubelet; bound them anyway so nothing waits forever.
 PULL_TIMEOUT = 30 * 60.0
@@ -139,9 +140,10 @@ class CRIClient:
         if self._channels:
             return
         options = [("grpc.max_receive_message_length", 16 * 1024 * 1024)]
-        runtime = grpc.aio.insecure_channel(self.endpoint, options=options)
+        interceptors = tracing.grpc_interceptors() or None  # a span per call where `tracing` is set
+        runtime = grpc.aio.insecure_channel(self.endpoint, options=options, interceptors=interceptors)
         images = runtime if self.image_endpoint == self.endpoint else \
-            grpc.aio.insecure_channel(self.image_endpoint, options=options)
+            grpc.aio.insecure_channel(self.image_endpoint, options=options, interceptors=interceptors)
         self._channels = [runtime] if images is runtime else [runtime, images]
         self._runtime_stub = cri_grpc.RuntimeServiceStub(runtime)
         self._image_stub = cri_grpc.ImageServiceStub(images)
