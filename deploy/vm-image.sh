@@ -5,7 +5,13 @@
 # happens when this script changes. tests/vm boots it.
 #
 #   deploy/vm-image.sh DIR   -> DIR/disk.raw (ext4, the root file system), DIR/vmlinuz,
-#                               DIR/initrd.img, DIR/id_ed25519 (root's ssh key into the guest)
+#                               DIR/initrd.img (bookworm's kernel, 6.1), DIR/vmlinuz-backports,
+#                               DIR/initrd.img-backports (bookworm-backports' kernel, 6.12),
+#                               DIR/id_ed25519 (root's ssh key into the guest)
+#
+# Two kernels: Debian 12's own boots the guest, as on most bookworm hosts; the backports one is
+# what newer hosts run (Debian 13 ships 6.12), and what user namespaced pods need (ID-mapped
+# mounts of tmpfs came with Linux 6.3). Both are in the one root file system, each with its modules.
 #
 # The guest gets its network from qemu's user-mode NAT (DHCP through systemd-networkd), an ssh
 # server for root with the key above only, and no password for anyone. This checkout and its
@@ -28,7 +34,13 @@ echo "vm-image: building a Debian bookworm systemd image in $DIR (mmdebstrap, a 
 rm -rf "$DIR/root.tmp" "$DIR/image.key" "$DIR/disk.raw" "$DIR/disk.tmp"
 mkdir -p "$DIR"
 R="$DIR/root.tmp"
-mmdebstrap --quiet --variant=minbase --include="$PACKAGES" bookworm "$R"
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The backports kernel beside bookworm's: apt prefers bookworm's metapackage (backports is
+# NotAutomatic), so the hook upgrades it from backports and bookworm's kernel stays installed.
+mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
+  --customize-hook='chroot "$1" apt-get install -y -q -t bookworm-backports linux-image-cloud-amd64' \
+  bookworm "$R" "deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" \
+  "deb $MIRROR bookworm-backports main"
 
 # Root logs in with this key only.
 rm -f "$DIR/id_ed25519" "$DIR/id_ed25519.pub"
@@ -63,12 +75,22 @@ done
 # The image registry the node pulls from.
 install -m 0644 "$(dirname "$0")/guest-registry.yml" "$R/etc/docker/registry/config.yml"
 
-cp "$R"/boot/vmlinuz-* "$DIR/vmlinuz.tmp"
-cp "$R"/boot/initrd.img-* "$DIR/initrd.img.tmp"
+mapfile -t kernels < <(cd "$R/boot" && ls vmlinuz-* | sed 's/^vmlinuz-//' | sort -V)
+if [ "${#kernels[@]}" -ne 2 ]; then
+  echo "vm-image: expected bookworm's and bookworm-backports' kernels, found: ${kernels[*]:-none}" >&2
+  exit 1
+fi
+echo "vm-image: kernels ${kernels[0]} (default) and ${kernels[1]} (backports)"
+cp "$R/boot/vmlinuz-${kernels[0]}" "$DIR/vmlinuz.tmp"
+cp "$R/boot/initrd.img-${kernels[0]}" "$DIR/initrd.img.tmp"
+cp "$R/boot/vmlinuz-${kernels[1]}" "$DIR/vmlinuz-backports.tmp"
+cp "$R/boot/initrd.img-${kernels[1]}" "$DIR/initrd.img-backports.tmp"
 mkfs.ext4 -q -L pykubelet-vm -d "$R" "$DIR/disk.tmp" "$SIZE"
 rm -rf "$R"
 mv "$DIR/vmlinuz.tmp" "$DIR/vmlinuz"
 mv "$DIR/initrd.img.tmp" "$DIR/initrd.img"
+mv "$DIR/vmlinuz-backports.tmp" "$DIR/vmlinuz-backports"
+mv "$DIR/initrd.img-backports.tmp" "$DIR/initrd.img-backports"
 mv "$DIR/disk.tmp" "$DIR/disk.raw"
 echo "$KEY" > "$DIR/image.key"
 echo "vm-image: ready"

@@ -71,7 +71,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "resolvConf": ("effect", "tests/integration/test_static_pods.py::test_pods_get_the_resolv_conf_the_config_names"),
     "memorySwap": ("effect", "tests/vm/test_production_host.py::test_containers_swap_as_memory_swap_says"),
     "tracing": ("effect", "tests/cpu_manager/test_node_settings.py::test_pod_syncs_and_runtime_calls_are_traced_to_the_tracing_endpoint"),
-    "userNamespaces": ("effect", "tests/unit/test_user_namespaces.py::test_ids_per_pod_sets_each_pods_mapping_length"),
+    "userNamespaces": ("effect", "tests/vm/test_backports_kernel.py::test_a_pod_with_host_users_false_runs_in_a_user_namespace"),
     "failSwapOn": ("effect", "tests/integration/test_start_refusals.py::test_swap_on_refuses_the_start_unless_fail_swap_on_is_false"),
     "protectKernelDefaults": ("effect", "tests/integration/test_start_refusals.py::test_protect_kernel_defaults_names_each_tunable_that_differs"),
     "failCgroupV1": ("effect", "tests/integration/test_start_refusals.py::test_fail_cgroup_v1_refuses_the_start_on_this_cgroup_v1_host"),

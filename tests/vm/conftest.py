@@ -73,9 +73,15 @@ def make_code_disk(work: Path) -> Path:
 class VirtualMachine:
     """One qemu guest: boots, runs commands over ssh, reboots and powers off."""
 
-    def __init__(self, image: Path, work: Path, kernel_args: str = "") -> None:
+    def __init__(self, image: Path, work: Path, kernel_args: str = "", kernel: str = "") -> None:
         self.image, self.work = image, work
         self.kernel_args = kernel_args  # besides the root and the console
+        # "": bookworm's kernel; "backports": bookworm-backports' (deploy/vm-image.sh has both).
+        self.kernel_suffix = f"-{kernel}" if kernel else ""
+        # Linux 6.12 double-faults within seconds of boot on Debian 12's qemu (7.2) under TCG when
+        # the CPU offers cmpxchg16b, always at the slab allocator's per-CPU cmpxchg16b (gs:
+        # prefixed), on every CPU model tried; without the instruction it takes its fallback and runs.
+        self.cpu = "max,-cx16" if kernel else "max"
         self.disk = work / "root.qcow2"
         self.console = work / "console.log"
         self.ssh_port = _free_port()
@@ -87,8 +93,9 @@ class VirtualMachine:
         self.code_disk = code_disk
 
     def boot(self, starting: bool = False) -> None:
-        argv = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "2", "-m", "3072",
-                "-nographic", "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
+        argv = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", self.cpu, "-smp", "2", "-m", "3072",
+                "-nographic", "-kernel", str(self.image / f"vmlinuz{self.kernel_suffix}"),
+                "-initrd", str(self.image / f"initrd.img{self.kernel_suffix}"),
                 "-append", f"root=/dev/vda rw console=ttyS0 {self.kernel_args}".strip(),
                 "-drive", f"file={self.disk},if=virtio,format=qcow2",
                 "-drive", f"file={self.code_disk},if=virtio,format=raw,readonly=on",
@@ -200,13 +207,13 @@ def ensure_image() -> Path:
     return CACHE
 
 
-def booted_guest(tmp_path_factory, kernel_args: str = ""):
+def booted_guest(tmp_path_factory, kernel_args: str = "", kernel: str = ""):
     """A guest booted from the cached image with the code mounted; powered off at the end."""
     if os.geteuid() != 0:
         pytest.fail("the VM tests build an image with mmdebstrap and need root")
     image = ensure_image()
     work = tmp_path_factory.mktemp("vm")
-    machine = VirtualMachine(image, work, kernel_args)
+    machine = VirtualMachine(image, work, kernel_args, kernel)
     machine.create(make_code_disk(work))
     try:
         machine.boot()
@@ -228,3 +235,10 @@ def vm_cgroup_v1(tmp_path_factory):
     """A guest whose systemd mounts the cgroup v1 controllers (its legacy, hybrid layout), as
     hosts older than cgroup v2 run; ended with its module, before the cgroup v2 guest boots."""
     yield from booted_guest(tmp_path_factory, "systemd.unified_cgroup_hierarchy=0")
+
+
+@pytest.fixture(scope="module")
+def vm_backports_kernel(tmp_path_factory):
+    """The same guest booted with bookworm-backports' kernel (6.12, the kernel of Debian 13), as
+    hosts with Linux 6.3 or newer run; ended with its module, before the cgroup v2 guest boots."""
+    yield from booted_guest(tmp_path_factory, kernel="backports")
