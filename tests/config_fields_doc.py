@@ -30,6 +30,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "authorization": ("effect", "tests/cluster/test_node_api.py::test_rbac_decides_per_subresource"),
     "imageServiceEndpoint": ("effect", "tests/integration/test_image_service_endpoint.py::test_the_image_calls_go_to_the_image_service_endpoint"),
     "enableDebuggingHandlers": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_kubelet_api_has_no_debugging_handlers"),
+    "enableProfilingHandler": ("effect", "tests/cluster/test_node_api.py::test_running_pods_and_the_disabled_profiling_endpoint_answer_as_the_kubelets"),
     "enableDebugFlagsHandler": ("effect", "tests/cluster/test_node_api.py::test_debug_flags_v_sets_the_log_verbosity_of_every_service"),
     "streamingConnectionIdleTimeout": ("effect", "tests/cluster/test_node_api.py::test_a_stream_that_carries_nothing_is_closed_after_the_idle_timeout"),
     "staticPodPath": ("effect", "tests/integration/test_static_pods.py::test_web_pod_answers_http_at_its_ip"),

@@ -1,10 +1,12 @@
-"""The kubelet API's /debug/flags/v (enableDebugFlagsHandler, with enableDebuggingHandlers): a PUT
+"""The kubelet API's debugging switches. /debug/flags/v (enableDebugFlagsHandler, with enableDebuggingHandlers): a PUT
 whose body is a verbosity sets every service's log verbosity at run time, as the kubelet's sets
 its klog -v (component-base's GlogSetter, answered by apiserver's StringFlagPutHandler). The
 value is the node's (shared/process/log_verbosity.py): node-api records it and wakes the other
 services; a node-api restart returns them all to the configuration's `logging.verbosity`.
 
-Also /debug/pprof/ with enableProfilingHandler false: the kubelet's "disabled" answer."""
+Also the kubelet's answers where a switch is off: /debug/pprof/ with enableProfilingHandler false,
+and every debugging path (exec, attach, port-forward, run, container logs, running pods,
+profiling, node logs) with enableDebuggingHandlers false."""
 
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ PPROF = "/debug/pprof/"
 MAX_BODY = 64  # a verbosity is a few digits; the kubelet reads any body whole
 FLAGS_DISABLED = "flags endpoint is disabled."
 PROFILING_DISABLED = "profiling endpoint is disabled."
+DEBUGGING_DISABLED = "Debug endpoints are disabled."
+# What the kubelet answers DEBUGGING_DISABLED at when enableDebuggingHandlers is false, each with
+# everything below it (its InstallDebuggingDisabledHandlers).
+DEBUGGING_PATHS = ("/run", "/exec", "/attach", "/portForward", "/containerLogs", "/runningpods", "/debug/pprof",
+                   "/logs")
 _UINT32_MAX = 2**32 - 1
 _INT32_MAX = 2**31 - 1
 
@@ -109,3 +116,7 @@ async def flags_disabled(req: Request) -> Response:
 
 async def profiling_disabled(req: Request) -> Response:
     raise HTTPError(405, PROFILING_DISABLED)
+
+
+async def debugging_disabled(req: Request) -> Response:
+    raise HTTPError(405, DEBUGGING_DISABLED)

@@ -13,9 +13,15 @@ from typing import Any, Awaitable, Callable, Protocol
 from cri_api.v1 import api_pb2 as cri
 
 from services.node_api import logs, streaming
+from services.node_api.debug_flags import (
+    DEBUGGING_PATHS,
+    DebugFlags,
+    debugging_disabled,
+    flags_disabled,
+    profiling_disabled,
+)
 from services.node_api.debug_flags import MAX_BODY as FLAG_MAX_BODY
 from services.node_api.debug_flags import PATH as FLAGS_PATH
-from services.node_api.debug_flags import DebugFlags, flags_disabled
 from services.node_api.http import Connection, HTTPError, Request, Response, Router, json_response, text_response
 from services.node_api.metrics_merge import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from services.node_api.metrics_merge import PROBES_FAMILIES, filter_families
@@ -28,6 +34,7 @@ from shared.config.settings import NodeSettings
 from shared.model.container_id import runtime_container_id
 from shared.model.durations import format_duration
 from shared.runtime.cri import CRIError, RuntimeService, StreamingService
+from shared.runtime.cri import labels as L
 from shared.store import Store
 from shared.store.observed import ContainerInstance, ObservedContainer
 
@@ -72,6 +79,31 @@ def configz(settings: NodeSettings, serving_files: tuple[str, str] = ("", "")) -
     return {"kubeletconfig": shown}
 
 
+def running_pod_list(sandboxes: list[cri.PodSandbox], containers: list[cri.Container]) -> dict[str, Any]:
+    """The kubelet's runtime pods (kubecontainer.Pod.ToAPIPod) of the ready sandboxes and running
+    containers that carry its labels, encoded as its legacy codec encodes a PodList."""
+    pods: dict[str, dict[str, Any]] = {}
+
+    def pod_of(labels: Any) -> dict[str, Any] | None:
+        uid = labels.get(L.POD_UID, "")
+        if not uid:
+            return None  # not a kubelet's
+        return pods.setdefault(uid, {"metadata": {"name": labels.get(L.POD_NAME, ""),
+                                                  "namespace": labels.get(L.POD_NAMESPACE, ""), "uid": uid,
+                                                  "creationTimestamp": None},
+                                     "spec": {"containers": None}, "status": {}})
+    for sb in sandboxes:
+        if sb.state == cri.SANDBOX_READY:
+            pod_of(sb.labels)
+    for c in containers:
+        pod = pod_of(c.labels) if c.state == cri.CONTAINER_RUNNING else None
+        if pod is not None:
+            pod["spec"]["containers"] = (pod["spec"]["containers"] or []) + [
+                {"name": c.labels.get(L.CONTAINER_NAME, ""), "image": c.image.image, "resources": {}}]
+    items = sorted(pods.values(), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items or None}
+
+
 @dataclass
 class KubeletAPI:
     settings: NodeSettings
@@ -100,8 +132,14 @@ class KubeletAPI:
         if read_only:
             return r
         r.add("GET", "/configz", self.configz)
+        # Every method reaches these handlers, which answer as the kubelet's do.
+        every = "GET HEAD POST PUT PATCH DELETE OPTIONS"
         if not self.settings.kubelet.enable_debugging_handlers:
+            for prefix in DEBUGGING_PATHS:
+                r.add(every, prefix, debugging_disabled)
+                r.add(every, f"{prefix}/{{rest:*}}", debugging_disabled)
             return r
+        r.add("GET", "/runningpods", self.running_pods)
         r.add("GET", "/containerLogs/{namespace}/{pod}/{container}", self.container_logs)
         if self.settings.kubelet.enable_system_log_handler:
             r.add("GET", "/logs/{logpath:*}", self.node_logs.serve)
@@ -115,8 +153,9 @@ class KubeletAPI:
         r.add("GET POST", "/portForward/{namespace}/{pod}/{uid}", self.needs_upgrade, self.port_forward)
         r.add("POST", "/run/{namespace}/{pod}/{container}", self.run)
         r.add("POST", "/run/{namespace}/{pod}/{uid}/{container}", self.run)
-        # Every method reaches the handler, which answers all but PUT as the kubelet's does (406).
-        every = "GET HEAD POST PUT PATCH DELETE OPTIONS"
+        if not self.settings.kubelet.enable_profiling_handler:
+            r.add(every, "/debug/pprof/{rest:*}", profiling_disabled)
+        # The handler answers every method but PUT as the kubelet's does (406).
         if self.debug_flags is not None and self.settings.kubelet.enable_debug_flags_handler:
             r.add(every, FLAGS_PATH, self.debug_flags.verbosity, max_body=FLAG_MAX_BODY)
         else:
@@ -130,6 +169,16 @@ class KubeletAPI:
 
     async def pods(self, req: Request) -> Response:
         return json_response(pod_list(self.store))
+
+    async def running_pods(self, req: Request) -> Response:
+        """The pods the runtime runs (ready sandboxes, running containers), as the kubelet's
+        /runningpods/ lists them: each pod's names and UID and its containers' names and images."""
+        try:
+            sandboxes = await self.runtime.list_pod_sandbox()
+            containers = await self.runtime.list_containers()
+        except CRIError as exc:
+            raise HTTPError(500, str(exc)) from None
+        return json_response(running_pod_list(sandboxes, containers))
 
     async def configz(self, req: Request) -> Response:
         return json_response(configz(self.settings, self.serving_files))

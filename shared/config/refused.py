@@ -57,10 +57,6 @@ class Refused:
 
 _CGROUPS = "every pod has its own cgroup below the kubelet's QoS tiers (/kubepods, /kubepods/burstable, /kubepods/besteffort)"
 _NO_CPU_MANAGER = "the static policy gives whole CPUs by topology order, without policy options"
-_NO_HANDLER = ("pykubelet serves the kubelet API's /pods, /stats, /metrics, /containerLogs, /logs, /exec, /attach, "
-               "/portForward, /run, /configz and /debug/flags/v routes: no Go profiles (`make profile` samples "
-               "the services with py-spy)")
-
 REFUSED: dict[str, Refused] = {
     "enableContentionProfiling": Refused(False, "there is no profiling handler"),
     "kubeletCgroups": Refused("", "pykubelet's processes stay in the cgroup they were started in"),
@@ -87,7 +83,6 @@ REFUSED: dict[str, Refused] = {
     "kernelMemcgNotification": Refused(False, "memory signals are polled"),
     "enableSystemLogQuery": Refused(False, "/logs/ serves /var/log's files, without node log queries "
                                            "(journal services, patterns)"),
-    "enableProfilingHandler": Refused(True, _NO_HANDLER),
     "localStorageCapacityIsolation": Refused(True, "ephemeral-storage limits are enforced by eviction"),
     "imagePullCredentialsVerificationPolicy": Refused("NeverVerifyPreloadedImages",
                                                       "images present on the node are used without checking "

@@ -99,6 +99,9 @@ class ServerConfig(_Section):
     enable_debugging_handlers: bool = True
     # PUT /debug/flags/v sets every service's log verbosity (services/node_api/debug_flags.py).
     enable_debug_flags_handler: bool = True
+    # false: /debug/pprof/ answers the kubelet's "disabled"; true: pykubelet has no Go runtime to
+    # profile and serves no profiles there (`make profile` samples the services with py-spy).
+    enable_profiling_handler: bool = True
     streaming_connection_idle_timeout: float = 4 * 3600.0
 
     @field_validator("address")

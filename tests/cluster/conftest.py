@@ -105,13 +105,14 @@ CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 # The kubelet API's TLS 1.2 suites (TLS 1.3, which the API server speaks, has its own), its one
 # key exchange curve (Go's CurveP384, which the API server offers too), and how long an exec,
 # attach or port-forward stream may carry nothing before the node closes it (the kubelet's
-# default is 4 h).
+# default is 4 h), and no profiling endpoint.
 TLS12_SUITES = ["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"]
 TLS_CURVE = 24
 STREAM_IDLE_SECONDS = 15
 KUBELET_API = (f"tlsCipherSuites: [{', '.join(TLS12_SUITES)}]\n"
                f"tlsCurvePreferences: [{TLS_CURVE}]\n"
-               f"streamingConnectionIdleTimeout: {STREAM_IDLE_SECONDS}s\n")
+               f"streamingConnectionIdleTimeout: {STREAM_IDLE_SECONDS}s\n"
+               "enableProfilingHandler: false\n")
 
 
 @pytest.fixture(scope="package")

@@ -484,6 +484,21 @@ def test_debug_flags_v_sets_the_log_verbosity_of_every_service(cluster, stats_re
                                 "the configuration's"), 30, "every service back at the configured verbosity")
 
 
+def test_running_pods_and_the_disabled_profiling_endpoint_answer_as_the_kubelets(cluster, talker):
+    """/runningpods/ lists what the runtime runs, as the kubelet's: the talker pod by its names and
+    UID with its two running containers. enableProfilingHandler false (the cluster node's setting):
+    /debug/pprof/ answers the kubelet's 405 "profiling endpoint is disabled."."""
+    listing = json.loads(raw(cluster, "/runningpods/"))
+    assert listing["kind"] == "PodList" and listing["apiVersion"] == "v1", listing
+    [pod] = [p for p in listing["items"] if p["metadata"]["name"] == "talker"]
+    assert pod["metadata"]["namespace"] == "default" and pod["metadata"]["uid"] == talker["metadata"]["uid"]
+    assert sorted(c["name"] for c in pod["spec"]["containers"]) == ["main", "second"], pod
+    assert all(c["image"] for c in pod["spec"]["containers"]), pod
+    admin = cluster.cp.kubelet_client
+    for path in ("/debug/pprof/", "/debug/pprof/profile?seconds=1", "/debug/pprof/heap"):
+        assert kubelet_get(cluster, path, cert=admin) == (405, "profiling endpoint is disabled.\n"), path
+
+
 def test_bad_requests_get_clear_answers(cluster, talker):
     admin = cluster.cp.kubelet_client
     assert kubelet_get(cluster, "/no/such/path", cert=admin)[0] == 404

@@ -138,8 +138,9 @@ def test_the_pods_cgroups_are_below_cgroup_root(settings_node: SettingsNode, pod
 
 
 def test_the_kubelet_api_has_no_debugging_handlers(settings_node: SettingsNode, pods):
-    """enableDebuggingHandlers false: logs, exec, attach, port-forward and run are not served
-    (404, as the kubelet's unregistered paths); the pod list, stats and metrics are."""
+    """enableDebuggingHandlers false: logs, exec, attach, port-forward, run, the runtime's pods,
+    profiling and the node's logs answer the kubelet's 405 "Debug endpoints are disabled."; the
+    pod list, stats and metrics are served."""
     pods.write_pod("quiet", sleeper(pods, "quiet")["spec"])
     pods.wait_running("quiet")
     pod = f"quiet-{pods.node_name}"
@@ -147,8 +148,10 @@ def test_the_kubelet_api_has_no_debugging_handlers(settings_node: SettingsNode, 
     assert kubelet_api(settings_node, "GET", "/stats/summary") == 200
     for method, path in (("GET", f"/containerLogs/default/{pod}/app"), ("POST", f"/exec/default/{pod}/app?command=true"),
                          ("POST", f"/attach/default/{pod}/app"), ("POST", f"/portForward/default/{pod}"),
-                         ("POST", f"/run/default/{pod}/app?cmd=true")):
-        assert kubelet_api(settings_node, method, path) == 404, f"{method} {path}"
+                         ("POST", f"/run/default/{pod}/app?cmd=true"), ("GET", "/runningpods/"),
+                         ("GET", "/debug/pprof/"), ("GET", "/logs/")):
+        assert kubelet_api(settings_node, method, path) == 405, f"{method} {path}"
+    assert kubelet_api(settings_node, "PUT", "/debug/flags/v") == 404, "no debug flags without debugging handlers"
 
 
 def test_pod_syncs_and_runtime_calls_are_traced_to_the_tracing_endpoint(settings_node: SettingsNode, pods):

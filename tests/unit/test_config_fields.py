@@ -39,7 +39,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 @pytest.mark.parametrize("name,value", [
     ("kubeletCgroups", "/custom"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
     ("runOnce", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
-    ("enableProfilingHandler", False),
+    ("enableContentionProfiling", True),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("kernelMemcgNotification", True),
     ("makeIPTablesUtilChains", False),

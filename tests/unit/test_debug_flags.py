@@ -142,3 +142,20 @@ def test_the_route_answers_disabled_when_the_field_is_false(settings, node_api_s
         import asyncio
         asyncio.run(route.handler(put(b"4")))
     assert (exc.value.status, exc.value.message) == (405, "flags endpoint is disabled.")
+
+
+def test_the_profiling_endpoint_answers_disabled_when_the_field_is_false(settings, node_api_store):
+    """enableProfilingHandler false: the kubelet's 405 at /debug/pprof/ and below; true (the
+    default): pykubelet has no Go profiles to serve there."""
+    api = KubeletAPI(settings, node_api_store, FakeRuntime(), None, _no_metrics)  # type: ignore[arg-type]
+    for path in ("/debug/pprof/", "/debug/pprof/profile"):
+        with pytest.raises(HTTPError) as exc:
+            api.routes().match("GET", path)
+        assert exc.value.status == 404
+    settings.kubelet.enable_profiling_handler = False
+    import asyncio
+    for path in ("/debug/pprof/", "/debug/pprof/profile", "/debug/pprof/goroutine"):
+        route, _ = api.routes().match("GET", path)
+        with pytest.raises(HTTPError) as exc:
+            asyncio.run(route.handler(put(b"", "GET")))
+        assert (exc.value.status, exc.value.message) == (405, "profiling endpoint is disabled."), path

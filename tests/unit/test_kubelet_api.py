@@ -3,10 +3,14 @@ read, the kubelet's messages when there is none, and store rows that point outsi
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from cri_api.v1 import api_pb2 as cri
 
 from services.node_api.http import HTTPError, Request
-from services.node_api.kubelet_api import KubeletAPI, configz
+from services.node_api.kubelet_api import KubeletAPI, configz, running_pod_list
+from shared.runtime.cri import labels as L
 from shared.runtime.cri.fake import FakeRuntime
 from shared.store import DesiredPod, PodRuntime
 
@@ -118,5 +122,36 @@ def test_debugging_handlers_off_removes_logs_and_streams(settings, store):
         return ""
     routes = KubeletAPI(settings, store, FakeRuntime(), None, no_metrics).routes()  # type: ignore[arg-type]
     routes.match("GET", "/configz")
-    with pytest.raises(HTTPError):
-        routes.match("POST", "/exec/ns/p/c")
+    # The kubelet's InstallDebuggingDisabledHandlers: each path and all below it, any method.
+    for method, path in (("POST", "/exec/ns/p/c"), ("GET", "/containerLogs/ns/p/c"), ("GET", "/runningpods/"),
+                         ("GET", "/debug/pprof/heap"), ("GET", "/logs/syslog"), ("POST", "/run/ns/p/c"),
+                         ("GET", "/attach/ns/p/c"), ("POST", "/portForward/ns/p")):
+        route, _ = routes.match(method, path)
+        with pytest.raises(HTTPError) as exc:
+            asyncio.run(route.handler(request({}, method=method)))
+        assert (exc.value.status, exc.value.message) == (405, "Debug endpoints are disabled."), path
+    with pytest.raises(HTTPError) as exc:
+        routes.match("PUT", "/debug/flags/v")
+    assert exc.value.status == 404, "not a debugging path of the kubelet's: not served at all"
+
+
+def test_running_pods_are_the_runtimes_ready_sandboxes_and_running_containers():
+    """/runningpods/: what the kubelet's ToAPIPod makes of the runtime's pods, in its PodList
+    encoding; a sandbox or container without the kubelet's labels is not a pod of its."""
+    def labels(uid: str, name: str, container: str = "") -> dict[str, str]:
+        out = {L.POD_UID: uid, L.POD_NAME: name, L.POD_NAMESPACE: "ns"}
+        return {**out, L.CONTAINER_NAME: container} if container else out
+    sandboxes = [cri.PodSandbox(id="s1", state=cri.SANDBOX_READY, labels=labels("u1", "web")),
+                 cri.PodSandbox(id="s2", state=cri.SANDBOX_NOTREADY, labels=labels("u2", "gone")),
+                 cri.PodSandbox(id="s3", state=cri.SANDBOX_READY, labels=labels("u3", "idle")),
+                 cri.PodSandbox(id="s4", state=cri.SANDBOX_READY, labels={"app": "not-the-kubelets"})]
+    containers = [cri.Container(id="c1", state=cri.CONTAINER_RUNNING, labels=labels("u1", "web", "app"),
+                                image=cri.ImageSpec(image="sha256:abc")),
+                  cri.Container(id="c2", state=cri.CONTAINER_EXITED, labels=labels("u1", "web", "init"),
+                                image=cri.ImageSpec(image="sha256:def"))]
+    assert running_pod_list(sandboxes, containers) == {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+        {"metadata": {"name": "idle", "namespace": "ns", "uid": "u3", "creationTimestamp": None},
+         "spec": {"containers": None}, "status": {}},
+        {"metadata": {"name": "web", "namespace": "ns", "uid": "u1", "creationTimestamp": None},
+         "spec": {"containers": [{"name": "app", "image": "sha256:abc", "resources": {}}]}, "status": {}}]}
+    assert running_pod_list([], [])["items"] is None  # Go's nil slice

@@ -145,6 +145,7 @@ async def test_the_routes_follow_the_settings(settings, store):
             await route.handler(get(path))
         assert (exc.value.status, exc.value.message) == (405, "logs endpoint is disabled."), "the kubelet's answer"
     settings.kubelet.enable_system_log_handler, settings.kubelet.enable_debugging_handlers = True, False
+    route, _ = routes().match("GET", "/logs/")
     with pytest.raises(HTTPError) as exc:
-        routes().match("GET", "/logs/")
-    assert exc.value.status == 404
+        await route.handler(get("/logs/"))
+    assert (exc.value.status, exc.value.message) == (405, "Debug endpoints are disabled."), "the kubelet's answer"
