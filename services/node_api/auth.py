@@ -36,8 +36,15 @@ FAILED_REVIEW_TTL = 5.0
 
 VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
          "DELETE": "delete"}
-# Path prefixes with their own subresource; everything else is nodes/proxy.
-SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"), ("/spec", "spec"))
+# The kubelet 1.37's subresources of a path (its nodeAuthorizerAttributesGetter, with
+# KubeletFineGrainedAuthz, which 1.36 locked on): a path of FINE_GRAINED is first asked as its
+# own subresource, then as the one SUBRESOURCES gives it (proxy for every path not there); a
+# request is allowed when one of them is. /spec is pykubelet's (cAdvisor's MachineInfo), which the
+# kubelet no longer serves.
+FINE_GRAINED = (("/allocatedPods", "pods"), ("/pods", "pods"), ("/healthz", "healthz"), ("/configz", "configz"),
+                ("/runningpods", "pods"))
+SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"), ("/checkpoint", "checkpoint"),
+                ("/statusz", "statusz"), ("/flagz", "configz"), ("/spec", "spec"))
 
 
 @dataclass(frozen=True)
@@ -54,11 +61,6 @@ class Attributes:
     subresource: str
     node: str
     path: str
-
-    def describe(self, user: User) -> str:
-        # The kubelet's wording, so operators recognise the message.
-        return (f"Forbidden (user={user.name}, verb={self.verb}, resource=nodes, "
-                f"subresource={self.subresource})")
 
 
 class AuthError(Exception):
@@ -122,13 +124,22 @@ def user_from_peercert(peercert: dict[str, Any] | None) -> User | None:
     return User(cn, tuple(orgs)) if cn else None
 
 
-def request_attributes(method: str, path: str, node: str) -> Attributes:
-    sub = "proxy"
-    for prefix, name in SUBRESOURCES:
-        if path == prefix or path.startswith(prefix + "/"):
-            sub = name
-            break
-    return Attributes(VERBS.get(method.upper(), method.lower()), sub, node, path)
+def _first(table: tuple[tuple[str, str], ...], path: str) -> str | None:
+    """The subresource of the first prefix the path is (or is below), as the kubelet's isSubpath."""
+    return next((name for prefix, name in table if path == prefix or path.startswith(prefix + "/")), None)
+
+
+def request_attributes(method: str, path: str, node: str) -> list[Attributes]:
+    """What the request is asked as, in the kubelet's order."""
+    verb = VERBS.get(method.upper(), method.lower())
+    subresources = [_first(FINE_GRAINED, path), _first(SUBRESOURCES, path) or "proxy"]
+    return [Attributes(verb, sub, node, path) for sub in subresources if sub]
+
+
+def forbidden(user: User, attrs: list[Attributes]) -> str:
+    """The kubelet's 403 message: the attributes differ only by subresource."""
+    subs = " ".join(a.subresource for a in attrs)
+    return f"Forbidden (user={user.name}, verb={attrs[0].verb}, resource=nodes, subresource(s)=[{subs}])"
 
 
 class Authenticator:
@@ -203,12 +214,24 @@ class Authorizer:
         self._decisions: TTLCache[tuple[Any, ...], tuple[bool, str]] = TTLCache()
 
     async def authorize(self, user: User, method: str, path: str) -> Attributes:
-        attrs = request_attributes(method, path, self.node)
+        """The attributes the request is allowed as (the first of the kubelet's that is)."""
+        candidates = request_attributes(method, path, self.node)
         if self.cfg.mode == "AlwaysAllow":
-            return attrs
+            return candidates[0]
         if self.reviews is None:
-            raise AuthError(403, f"{attrs.describe(user)}: authorization mode Webhook needs an API "
+            raise AuthError(403, f"{forbidden(user, candidates)}: authorization mode Webhook needs an API "
                                  f"server (set authorization.mode: AlwaysAllow in standalone mode)")
+        reasons = []
+        for attrs in candidates:
+            allowed, reason = await self._decide(user, attrs, candidates)
+            if allowed:
+                return attrs
+            if reason:
+                reasons.append(reason)
+        raise AuthError(403, forbidden(user, candidates) + (f": {'; '.join(reasons)}" if reasons else ""))
+
+    async def _decide(self, user: User, attrs: Attributes, candidates: list[Attributes]) -> tuple[bool, str]:
+        assert self.reviews is not None
         # The path is part of the attributes the kubelet sends, but not of the resource decision.
         key = (user, attrs.verb, attrs.subresource)
         decision = self._decisions.get(key)
@@ -217,10 +240,7 @@ class Authorizer:
                 decision = await self.reviews.access_review(user, attrs)
             except Exception as exc:
                 log.warning("SubjectAccessReview failed: %s", exc)
-                raise AuthError(403, f"{attrs.describe(user)}: authorization check failed") from None
+                raise AuthError(403, f"{forbidden(user, candidates)}: authorization check failed") from None
             w = self.cfg.webhook
             self._decisions.put(key, decision, w.cache_authorized_ttl if decision[0] else w.cache_unauthorized_ttl)
-        allowed, reason = decision
-        if not allowed:
-            raise AuthError(403, attrs.describe(user) + (f": {reason}" if reason else ""))
-        return attrs
+        return decision

@@ -423,8 +423,29 @@ def test_rbac_decides_per_subresource(cluster, stats_reader, talker):
         assert status == 200 and json.loads(body)["node"]["nodeName"] == NODE_NAME
         status, body = kubelet_get(cluster, "/exec/default/talker/main?command=true&output=1",
                                    method="POST", **creds)
-        assert status == 403 and "verb=create, resource=nodes, subresource=proxy" in body
+        assert status == 403 and "verb=create, resource=nodes, subresource(s)=[proxy]" in body
         assert kubelet_get(cluster, "/pods", **creds)[0] == 403
+
+
+def test_nodes_pods_alone_lists_the_pods_but_reaches_no_container(cluster, talker):
+    """KubeletFineGrainedAuthz (locked on in 1.37): a user granted get on nodes/pods (a monitoring
+    agent's role) reads /pods and /runningpods/ without nodes/proxy, which would also let it read
+    every container's log and exec into it; nodes/healthz alone reads /healthz."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "node-pod-lister"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes/pods", "nodes/healthz"], "verbs": ["get"]}]}
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(role))
+    cluster.kubectl("create", "clusterrolebinding", "node-pod-lister", "--clusterrole=node-pod-lister",
+                    "--user=pod-lister")
+    cert = cluster.cp.pki.issue("pod-lister", "pod-lister")
+    status, body = kubelet_get(cluster, "/pods", cert=cert)
+    assert status == 200 and any(p["metadata"]["name"] == "talker" for p in json.loads(body)["items"]), body[:300]
+    status, body = kubelet_get(cluster, "/runningpods/", cert=cert)
+    assert status == 200 and any(p["metadata"]["name"] == "talker" for p in json.loads(body)["items"]), body[:300]
+    assert kubelet_get(cluster, "/healthz", cert=cert) == (200, "ok")
+    status, body = kubelet_get(cluster, "/containerLogs/default/talker/main", cert=cert)
+    assert status == 403 and "verb=get, resource=nodes, subresource(s)=[proxy]" in body, body
+    status, body = kubelet_get(cluster, "/configz", cert=cert)
+    assert status == 403 and "subresource(s)=[configz proxy]" in body, body
 
 
 def test_the_nodes_var_log_is_served_under_logs(cluster, stats_reader):
@@ -442,7 +463,7 @@ def test_the_nodes_var_log_is_served_under_logs(cluster, stats_reader):
         assert missing.returncode != 0 and "NotFound" in missing.stderr, missing.stderr
         cert, _ = stats_reader
         status, body = kubelet_get(cluster, f"/logs/{name}", cert=cert)
-        assert status == 403 and "verb=get, resource=nodes, subresource=log" in body, body
+        assert status == 403 and "verb=get, resource=nodes, subresource(s)=[log]" in body, body
     finally:
         path.unlink()
 
@@ -477,7 +498,7 @@ def test_debug_flags_v_sets_the_log_verbosity_of_every_service(cluster, stats_re
         assert kubelet_get(cluster, "/debug/flags/v", cert=admin, method="PUT", data=b"1" * 65)[0] == 413
         cert, _ = stats_reader
         status, body = kubelet_get(cluster, "/debug/flags/v", cert=cert, method="PUT", data=b"9")
-        assert status == 403 and "verb=update, resource=nodes, subresource=proxy" in body, body
+        assert status == 403 and "verb=update, resource=nodes, subresource(s)=[proxy]" in body, body
     finally:
         assert put_through_the_api_server("0") == "successfully set klog.logging.verbosity to 0\n"
     wait_for(lambda: all_logged("INFO {service} shared.process.log_verbosity: log verbosity 0 (was 4), "

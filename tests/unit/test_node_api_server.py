@@ -38,15 +38,26 @@ class FakeReviews:
         return ok, "" if ok else "no RBAC rule"
 
 
+def subresources(method: str, path: str) -> list[str]:
+    return [a.subresource for a in request_attributes(method, path, "n1")]
+
+
 def test_request_attributes_follow_the_kubelet():
-    assert request_attributes("GET", "/stats/summary", "n1") == Attributes("get", "stats", "n1", "/stats/summary")
-    assert request_attributes("GET", "/metrics/cadvisor", "n1").subresource == "metrics"
-    assert request_attributes("GET", "/logs/syslog", "n1").subresource == "log"
-    assert request_attributes("GET", "/spec/", "n1").subresource == "spec"
-    # container logs, exec, pods and everything else are nodes/proxy
-    assert request_attributes("GET", "/containerLogs/ns/p/c", "n1").subresource == "proxy"
-    assert request_attributes("POST", "/exec/ns/p/c", "n1").verb == "create"
-    assert request_attributes("GET", "/statsfoo", "n1").subresource == "proxy"
+    assert request_attributes("GET", "/stats/summary", "n1") == [Attributes("get", "stats", "n1", "/stats/summary")]
+    assert subresources("GET", "/metrics/cadvisor") == ["metrics"]
+    assert subresources("GET", "/logs/syslog") == ["log"]
+    assert subresources("GET", "/spec/") == ["spec"]
+    # KubeletFineGrainedAuthz (locked on since 1.36): their own subresource first, then proxy
+    assert subresources("GET", "/pods") == ["pods", "proxy"]
+    assert subresources("GET", "/runningpods/") == ["pods", "proxy"]
+    assert subresources("GET", "/healthz") == ["healthz", "proxy"]
+    assert subresources("GET", "/configz") == ["configz", "proxy"]
+    assert subresources("GET", "/podsfoo") == ["proxy"]
+    # container logs, exec, flags and everything else are nodes/proxy
+    assert subresources("GET", "/containerLogs/ns/p/c") == ["proxy"]
+    assert request_attributes("POST", "/exec/ns/p/c", "n1")[0].verb == "create"
+    assert subresources("PUT", "/debug/flags/v") == ["proxy"]
+    assert subresources("GET", "/statsfoo") == ["proxy"]
 
 
 @pytest.fixture
@@ -113,8 +124,19 @@ async def test_x509_client_certificate_is_the_user(server, pki):
     server.reviews.allowed["kube-apiserver-kubelet-client"] = {("get", "proxy")}
     status, body = await request(server.port, "/pods", cert=admin)
     assert (status, body) == (200, "kube-apiserver-kubelet-client system:masters,system:authenticated")
-    user, attrs = server.reviews.access_calls[-1]
-    assert attrs == Attributes("get", "proxy", "node1", "/pods")
+    # nodes/pods asked first (the kubelet's fine-grained check), then nodes/proxy, which allows it
+    assert [attrs for _, attrs in server.reviews.access_calls[-2:]] == [
+        Attributes("get", "pods", "node1", "/pods"), Attributes("get", "proxy", "node1", "/pods")]
+
+
+async def test_nodes_pods_alone_reads_the_pod_list_but_cannot_exec(server, pki):
+    """What KubeletFineGrainedAuthz gives: a monitoring agent granted nodes/pods reads /pods
+    without nodes/proxy, which would also let it exec into every container."""
+    agent = pki.issue("agent", "pod-lister")
+    server.reviews.allowed["pod-lister"] = {("get", "pods")}
+    assert (await request(server.port, "/pods", cert=agent))[0] == 200
+    status, body = await request(server.port, "/exec/ns/p/c", cert=agent)
+    assert status == 403 and "subresource(s)=[proxy]" in body, body
 
 
 async def test_certificate_from_another_ca_fails_the_handshake(server, tmp_path):
@@ -129,7 +151,7 @@ async def test_bearer_token_reviewed_once_and_rbac_applied(server):
     # allowed to get nodes/stats, not nodes/proxy: the kubelet's 403 wording
     status, body = await request(server.port, "/pods", headers={"Authorization": "Bearer good-token"})
     assert status == 403
-    assert "Forbidden (user=alice, verb=get, resource=nodes, subresource=proxy)" in body
+    assert "Forbidden (user=alice, verb=get, resource=nodes, subresource(s)=[pods proxy])" in body
     assert server.reviews.token_calls == 1  # cached for cacheTTL
     bad = await request(server.port, "/stats/summary", headers={"Authorization": "Bearer forged"})
     assert bad[0] == 401
