@@ -71,6 +71,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "imageMaximumGCAge": ("effect", "tests/cpu_manager/test_image_gc.py::test_an_image_unused_for_image_maximum_gc_age_is_removed_whatever_the_disk"),
     "resolvConf": ("effect", "tests/integration/test_static_pods.py::test_pods_get_the_resolv_conf_the_config_names"),
     "memorySwap": ("effect", "tests/vm/test_production_host.py::test_containers_swap_as_memory_swap_says"),
+    "kubeletCgroups": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_nodes_own_processes_run_in_kubelet_cgroups"),
     "tracing": ("effect", "tests/cpu_manager/test_node_settings.py::test_pod_syncs_and_runtime_calls_are_traced_to_the_tracing_endpoint"),
     "userNamespaces": ("effect", "tests/vm/test_backports_kernel.py::test_a_pod_with_host_users_false_runs_in_a_user_namespace"),
     "failSwapOn": ("effect", "tests/integration/test_start_refusals.py::test_swap_on_refuses_the_start_unless_fail_swap_on_is_false"),

@@ -29,6 +29,7 @@ from services.supervisor.teardown import teardown_node
 from shared.bus.auth import BUS_DIR, credentials_file, write_credentials, write_server_config
 from shared.config.flags import forwarded_argv
 from shared.config.settings import NodeSettings
+from shared.host import kubelet_cgroup
 from shared.host.cni import CNI_BIN_DIR, cni_conf_dir, cni_ipam_dir
 from shared.host.facts import kernel_refuses_negative_oom_score_adj
 from shared.host.node_dirs import private_dir, private_tree
@@ -347,7 +348,23 @@ class LocalNode:
         else:
             await self.start_containerd()
             log.info("containerd      running (%s)", self.containerd.endpoint)
+        if self.opts.settings.kubelet.kubelet_cgroups:
+            self.enter_kubelet_cgroups(self.opts.settings.kubelet.kubelet_cgroups)
         await self.start_services()
+
+    def enter_kubelet_cgroups(self, cgroup: str) -> None:
+        """kubeletCgroups: this supervisor and the bus move there (the runtime, started before,
+        stays in its own cgroup); each service moves itself as it starts (shared/process/service.py)."""
+        nats = next(p for p in self.processes if p.name == "nats")
+        for pid, what in ((os.getpid(), "the supervisor"), (nats.pid, "the bus (nats-server)")):
+            if pid is None:
+                continue
+            try:
+                moved_from = kubelet_cgroup.move(pid, cgroup, what)
+            except kubelet_cgroup.KubeletCgroupError as exc:
+                raise NodeError(str(exc)) from None
+            if moved_from:
+                log.info("%s moved into kubeletCgroups %s from %s", what, cgroup, moved_from)
 
     async def down(self) -> None:
         services = [p for p in self.processes if p.name in SERVICES]

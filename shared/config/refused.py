@@ -59,7 +59,6 @@ _CGROUPS = "every pod has its own cgroup below the kubelet's QoS tiers (/kubepod
 _NO_CPU_MANAGER = "the static policy gives whole CPUs by topology order, without policy options"
 REFUSED: dict[str, Refused] = {
     "enableContentionProfiling": Refused(False, "there is no profiling handler"),
-    "kubeletCgroups": Refused("", "pykubelet's processes stay in the cgroup they were started in"),
     "systemCgroups": Refused("", "system processes are not moved"),
     "cgroupsPerQOS": Refused(True, _CGROUPS),
     "cpuManagerPolicyOptions": Refused({}, _NO_CPU_MANAGER),

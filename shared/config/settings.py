@@ -440,6 +440,8 @@ class KubeletConfiguration(ServerConfig):
     # system-reserved and kube-reserved limit to systemReserved and kubeReserved.
     system_reserved_cgroup: str = ""
     kube_reserved_cgroup: str = ""
+    # The cgroup the node agent's processes run in (shared/host/kubelet_cgroup.py); "": where started.
+    kubelet_cgroups: str = ""
     image_gc_high_threshold_percent: int = Field(default=85, alias="imageGCHighThresholdPercent", ge=0, le=100)
     image_gc_low_threshold_percent: int = Field(default=80, alias="imageGCLowThresholdPercent", ge=0, le=100)
     image_minimum_gc_age: float = Field(default=120.0, alias="imageMinimumGCAge")
@@ -604,7 +606,7 @@ class KubeletConfiguration(ServerConfig):
         """The pods' cgroup (cgroupfs name): /kubepods, or below cgroupRoot."""
         return kubepods_name(self.cgroup_root)
 
-    @field_validator("system_reserved_cgroup", "kube_reserved_cgroup")
+    @field_validator("system_reserved_cgroup", "kube_reserved_cgroup", "kubelet_cgroups")
     @classmethod
     def _reserved_cgroup(cls, v: str) -> str:
         # It becomes a path below /sys/fs/cgroup that limits are written to.

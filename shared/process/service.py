@@ -17,6 +17,7 @@ from sqlalchemy.exc import DatabaseError
 from shared.bus.auth import BUS_DIR, Credentials, credentials_file, read_credentials
 from shared.bus.client import Bus
 from shared.config.settings import ConfigError, NodeSettings, add_node_flags, settings_from_args
+from shared.host import kubelet_cgroup
 from shared.host.node_dirs import private_umask, root_dir
 from shared.model.redact import secret_values
 from shared.model.version import version_line
@@ -34,6 +35,8 @@ from shared.tracing import spans as tracing
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT = 20.0
+# How often a service checks that it is still in kubeletCgroups (the kubelet: every minute).
+KUBELET_CGROUPS_PERIOD = 60.0
 ADMIN_START_TIMEOUT = 30.0
 
 
@@ -218,11 +221,32 @@ async def _unless_stopped(step: Coroutine[Any, Any, object], stopping: asyncio.E
     return False
 
 
+async def _keep_in_kubelet_cgroups(name: str, cgroup: str) -> None:
+    """kubeletCgroups: back into it every minute, as the kubelet checks its own process."""
+    while True:
+        await asyncio.sleep(KUBELET_CGROUPS_PERIOD)
+        try:
+            moved_from = kubelet_cgroup.move_self(cgroup, name)
+        except kubelet_cgroup.KubeletCgroupError as exc:
+            log.warning("%s", exc)
+            continue
+        if moved_from:
+            log.info("%s moved back into kubeletCgroups %s from %s", name, cgroup, moved_from)
+
+
 async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    cgroup = settings.kubelet.kubelet_cgroups
+    if cgroup:  # first: what the service does from here on is accounted there
+        try:
+            moved_from = kubelet_cgroup.move_self(cgroup, name)
+        except kubelet_cgroup.KubeletCgroupError as exc:
+            raise ConfigError(str(exc)) from None
+        if moved_from:
+            log.info("%s moved into kubeletCgroups %s from %s", name, cgroup, moved_from)
 
     root_dir(settings.root_dir)
     # Every service of a node opens the store at the same moment; a write that waits out
@@ -257,6 +281,8 @@ async def run_service(name: str, settings: NodeSettings, setup: Setup) -> int:
     await setup(ctx)
     store_health = StoreHealth()
     checks["store"] = store_health.check
+    if cgroup:
+        ctx.spawn("kubelet-cgroups", _keep_in_kubelet_cgroups(name, cgroup))
     ctx.spawn("heartbeat", _heartbeat(store, state, store_health))
     port = settings.admin_port or admin_port(name, settings.admin_port_base)
     admin = asyncio.create_task(_serve_admin(ctx, port), name=f"{name}:admin")

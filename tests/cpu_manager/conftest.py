@@ -18,7 +18,8 @@ on the node's containerd directory before the node starts. Its images go once un
 imageMaximumGCAge.
 
 It traces every pod sync and runtime call (tracing, samplingRatePerMillion one million) to an OTLP
-receiver on a unix socket (tests/integration/otlp_receiver.py)."""
+receiver on a unix socket (tests/integration/otlp_receiver.py), and runs its own processes in a
+cgroup of their own (kubeletCgroups)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ GC_LOW, GC_HIGH = 40, 41  # imageGCLowThresholdPercent, imageGCHighThresholdPerc
 MAX_IMAGE_AGE = 20  # imageMaximumGCAge, seconds: image GC then runs every 5 s (a quarter of it)
 # cgroupRoot: the node's pods are below /pykubelet-test-settings/kubepods, not /kubepods.
 CGROUP_ROOT = "/pykubelet-test-settings"
+# kubeletCgroups: where the node's own processes run (made by the node, removed after it).
+KUBELET_CGROUPS = "/pykubelet-test-settings-agent"
 # The node's own OOM score and open-files limit (the kubelet's defaults: -999, 1000000): a higher
 # score and a lower limit, which a process may take without CAP_SYS_RESOURCE (root here has none).
 OOM_SCORE_ADJ, MAX_OPEN_FILES = 100, 8192
@@ -108,7 +111,11 @@ def _make_cgroup_root() -> None:
 
 
 def _remove_cgroup_root() -> None:
-    """Deepest first: what the node left below (empty once its pods are gone), then the root."""
+    """Deepest first: what the node left below (empty once its pods are gone), then the root;
+    and kubeletCgroups, empty once the node's processes are gone."""
+    for d in [CGROUPS / c / KUBELET_CGROUPS.strip("/") for c in CGROUP_ROOT_CONTROLLERS]:
+        if d.is_dir():
+            d.rmdir()
     for d in _cgroup_root_dirs():
         if d.is_dir():
             for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
@@ -146,7 +153,7 @@ def _launch(root, pki: PKI, traces: OtlpReceiver) -> Node:
                                     f"containerLogMaxWorkers: {LOG_WORKERS}\n"
                                     f"imageGCLowThresholdPercent: {GC_LOW}\nimageGCHighThresholdPercent: {GC_HIGH}\n"
                                     f"imageMinimumGCAge: 1s\nimageMaximumGCAge: {MAX_IMAGE_AGE}s\n"
-                                    f"cgroupRoot: {CGROUP_ROOT}\n"
+                                    f"cgroupRoot: {CGROUP_ROOT}\nkubeletCgroups: {KUBELET_CGROUPS}\n"
                                     f"oomScoreAdj: {OOM_SCORE_ADJ}\nmaxOpenFiles: {MAX_OPEN_FILES}\n"
                                     "cpuCFSQuota: false\n"
                                     "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"

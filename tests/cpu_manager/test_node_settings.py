@@ -5,7 +5,7 @@ fileCheckFrequency, every running pod synced every syncFrequency, and a runtime 
 answering failing the node's calls after runtimeRequestTimeout, image pulls two at a time,
 log compressions three at a time, the pods' cgroups below cgroupRoot, and the node's processes
 at oomScoreAdj and maxOpenFiles, evictionHard merged with the defaults, and the node's spans at the
-tracing endpoint."""
+tracing endpoint, and the node's own processes in kubeletCgroups."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from tests.cpu_manager.conftest import (
     CGROUP_ROOT,
     FILE_CHECK_EVERY,
     HARD_MEMORY_MI,
+    KUBELET_CGROUPS,
     LOG_WORKERS,
     MAX_OPEN_FILES,
     OOM_SCORE_ADJ,
@@ -69,6 +70,26 @@ def test_every_process_of_the_node_runs_at_oom_score_adj_and_max_open_files(sett
     limits = node_process_limits(settings_node.node.root / "run")
     want = (OOM_SCORE_ADJ, f"{MAX_OPEN_FILES}/{MAX_OPEN_FILES}")
     assert limits == {name: want for name in limits}, limits
+
+
+def test_the_nodes_own_processes_run_in_kubelet_cgroups(settings_node: SettingsNode):
+    """kubeletCgroups: the supervisor, the bus and every service in it, in each hierarchy where
+    usage is accounted (cpu, cpuacct, memory, pids), the runtime not; the Summary's "kubelet"
+    system container is that cgroup, with its usage."""
+    run = settings_node.node.root / "run"
+    for name in ["supervisor", "nats", *SERVICES]:
+        pid = int((run / f"{name}.pid").read_text())
+        groups = {c: path for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                  for _, controllers, path in [line.split(":", 2)] for c in controllers.split(",")}
+        for controller in ("cpu", "cpuacct", "memory", "pids"):
+            assert groups.get(controller) == KUBELET_CGROUPS, (name, controller, groups)
+    containerd = int((run / "containerd.pid").read_text())
+    assert KUBELET_CGROUPS not in Path(f"/proc/{containerd}/cgroup").read_text(), "the runtime stays in its own"
+    procs = Path("/sys/fs/cgroup/memory") / KUBELET_CGROUPS.strip("/") / "cgroup.procs"
+    assert len(procs.read_text().split()) >= 2 + len(SERVICES), procs.read_text()
+    summary = kubelet_json(settings_node, "/stats/summary")
+    kubelet = next(c for c in summary["node"]["systemContainers"] if c["name"] == "kubelet")
+    assert kubelet["memory"]["workingSetBytes"] > 20 * 2**20, kubelet  # nine processes' memory
 
 
 def test_eviction_hard_keeps_the_default_thresholds_of_the_signals_it_does_not_name(settings_node: SettingsNode):

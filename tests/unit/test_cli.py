@@ -81,11 +81,11 @@ def test_grpc_settings_are_set_before_a_service_imports_grpc(tmp_path):
 
 def test_up_refuses_a_kubelet_field_it_does_not_implement_naming_it(tmp_path):
     cfg = tmp_path / "k.yaml"
-    cfg.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nkubeletCgroups: /custom\n"
+    cfg.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nsystemCgroups: /custom\n"
                    "cgroupsPerQOS: true\n")
     res = run("up", "--config", str(cfg), "--root-dir", str(tmp_path / "root"))
     assert res.returncode == 2
-    assert 'kubeletCgroups: "/custom" is not implemented by pykubelet' in res.stderr
+    assert 'systemCgroups: "/custom" is not implemented by pykubelet' in res.stderr
     assert "cgroupsPerQOS" not in res.stderr, "at the kubelet's default: accepted"
     assert not (tmp_path / "root" / "run").exists()
 
@@ -156,10 +156,10 @@ def test_kubelet_refuses_a_bus_off_loopback_and_a_bad_config_before_starting_any
     res = run("kubelet", "--nats-url=nats://0.0.0.0:4222", "--root-dir", str(root))
     assert res.returncode == 2 and "--nats-url nats://0.0.0.0:4222: the node's bus runs on loopback" in res.stderr
     cfg = tmp_path / "config.yaml"
-    cfg.write_text("kubeletCgroups: /custom\n")
+    cfg.write_text("systemCgroups: /custom\n")
     res = run("kubelet", f"--config={cfg}", "--root-dir", str(root))
     assert res.returncode == 2 and res.stderr.startswith("pykubelet kubelet: ")
-    assert 'kubeletCgroups: "/custom" is not implemented by pykubelet' in res.stderr
+    assert 'systemCgroups: "/custom" is not implemented by pykubelet' in res.stderr
     assert not root.exists()
 
 

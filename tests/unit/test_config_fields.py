@@ -37,7 +37,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 
 
 @pytest.mark.parametrize("name,value", [
-    ("kubeletCgroups", "/custom"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
+    ("systemCgroups", "/custom"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
     ("runOnce", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
     ("enableContentionProfiling", True),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
@@ -55,8 +55,8 @@ def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value)
 
 def test_every_refused_field_is_named_at_once_in_the_files_spelling():
     with pytest.raises(ConfigError) as exc:
-        load_kubelet_config({"kubeletCgroups": "/custom", "runOnce": True})
-    assert ('kubeletCgroups: "/custom" is not implemented' in str(exc.value)
+        load_kubelet_config({"systemCgroups": "/custom", "runOnce": True})
+    assert ('systemCgroups: "/custom" is not implemented' in str(exc.value)
             and "runOnce: true is not implemented" in str(exc.value))
     assert "set it to the kubelet's default (\"\")" in str(exc.value)
 

@@ -79,7 +79,7 @@ def test_a_flag_wins_over_the_file_and_replaces_its_whole_map(tmp_path):
 
 
 @pytest.mark.parametrize(("argv", "named"), [
-    (["--kubelet-cgroups=/custom"], "--kubelet-cgroups: kubeletCgroups: \"/custom\" is not implemented by pykubelet"),
+    (["--system-cgroups=/custom"], "--system-cgroups: systemCgroups: \"/custom\" is not implemented by pykubelet"),
     (["--feature-gates=InPlacePodVerticalScaling=false"],
      "featureGates: cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true "
      "(--feature-gates sets featureGates)"),
@@ -95,9 +95,9 @@ def test_a_refused_flag_stops_the_start_naming_it(argv, named):
 
 
 def test_a_refused_flag_at_the_kubelets_default_is_accepted():
-    s = from_flags("--kubelet-cgroups=", "--maximum-dead-containers=-1", "--cloud-provider=",
+    s = from_flags("--system-cgroups=", "--maximum-dead-containers=-1", "--cloud-provider=",
                    "--log-text-split-stream=false", "--cgroup-driver=systemd")
-    assert "kubeletCgroups" in s.at_default_fields
+    assert "systemCgroups" in s.at_default_fields
     assert s.kubelet.cgroup_driver == "systemd"
 
 

@@ -36,8 +36,9 @@ class NodeStats:
         self.proc = proc
         self.rates = rates
         self._clock = clock
-        # The "kubelet" system container (shared/host/agent_cgroup.py); this process does not move.
-        self.agent_cgroup = own_agent_cgroup(cgroups.version, proc)
+        # The "kubelet" system container: kubeletCgroups where it is set (every service moves
+        # there), else shared/host/agent_cgroup.py's; this process does not move otherwise.
+        self.agent_cgroup = settings.kubelet.kubelet_cgroups or own_agent_cgroup(cgroups.version, proc)
 
     async def image_fs(self, images: ImageFsSource, now: float) -> tuple[dict[str, Any] | None, str,
                                                                           dict[str, Any] | None]:
