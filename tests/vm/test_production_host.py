@@ -228,6 +228,32 @@ def test_every_service_is_forked_from_the_preload_unit_in_its_own_units_sandbox(
     wait_for(lambda: running_pod(vm, "web"), POD_TIMEOUT, "the web pod Running through the restarts", interval=5)
 
 
+def test_a_unit_with_kubelet_cgroups_set_refuses_to_start_saying_to_use_slice(vm):
+    """kubeletCgroups: a service moves itself there as the kubelet does, but a unit's sandbox
+    (ProtectControlGroups) keeps /sys/fs/cgroup read-only: the service's start fails with its
+    configuration's exit code and says what to do instead, rather than run where it was not asked."""
+    probe, config = "pykubelet-probe.service", "/etc/pykubelet/config.yaml"
+    dropin = "/run/systemd/system/pykubelet-probe.service.d/no-restart.conf"
+    vm.run("cp", config, f"{config}.before-kubelet-cgroups")
+    vm.run("mkdir", "-p", str(Path(dropin).parent))
+    vm.run("sh", "-c", f"cat > {dropin}", input="[Service]\nRestart=no\n")
+    try:
+        vm.run("sh", "-c", f"cat >> {config}", input="kubeletCgroups: /kube.slice/kubelet.service\n")
+        vm.run("systemctl", "daemon-reload")
+        failed = vm.run("systemctl", "restart", probe, timeout=300, check=False)
+        assert failed.returncode != 0, failed.stdout
+        assert (unit_property(vm, probe, "Result"), unit_property(vm, probe, "ExecMainStatus")) == ("exit-code", "2")
+        journal = vm.run("journalctl", "-u", probe, "--no-pager", "-o", "cat", "-n", "30").stdout
+        assert "kubeletCgroups /kube.slice/kubelet.service: cannot move probe" in journal, journal[-2000:]
+        assert "Read-only file system" in journal and "placed by their Slice=" in journal, journal[-2000:]
+    finally:
+        vm.run("mv", f"{config}.before-kubelet-cgroups", config)
+        vm.run("rm", "-f", dropin)
+        vm.run("systemctl", "daemon-reload")
+        vm.run("systemctl", "restart", probe, timeout=300)
+    assert not units_active(vm), units_active(vm)
+
+
 def test_a_burstable_pod_gets_the_cpu_a_best_effort_pod_wants_too(vm):
     """Both pods spin on both CPUs; the Burstable one asked for 1500m. The kubelet's tiers give the
     BestEffort tier the minimum weight and the Burstable tier its pods' requests, so the Burstable
