@@ -17,6 +17,7 @@ from shared.host.cgroups import read_meminfo
 from shared.host.facts import boot_id, machine_id, system_uuid
 
 REFRESH_SECONDS = 300.0
+_VENDOR = re.compile(r"^vendor_id\s*:\s*(.*)$", re.MULTILINE)
 _CPU_MHZ = re.compile(r"^(?:cpu MHz|CPU MHz|clock)\s*:\s*([0-9]+\.[0-9]+)", re.MULTILINE)
 _CPU_DIR = re.compile(r"^cpu[0-9]+$")
 # cAdvisor's FsType names: everything that is not zfs/devicemapper/btrfs is "vfs"
@@ -179,18 +180,33 @@ class MachineFacts:
                         "has_inodes": st.f_files > 0})
         return out
 
+    def s390x_count(self, attribute: str) -> int:
+        """cAdvisor's CPU books and drawers: distinct topology/<attribute> values of the CPUs on
+        s390x, the one architecture that has them; 0 elsewhere."""
+        if os.uname().machine != "s390x":
+            return 0
+        return len({_read(f).strip() for f in (self.sys / "bus/cpu/devices").glob(f"cpu*/topology/{attribute}")})
+
     def machine_info(self, now: float | None = None) -> dict[str, Any]:
         cpuinfo = self.cpuinfo()
-        memory = read_meminfo(self.proc / "meminfo").get("MemTotal", 0)
+        meminfo = read_meminfo(self.proc / "meminfo")
+        memory = meminfo.get("MemTotal", 0)
         topology, cores, physical, sockets = self.topology(memory)
-        # Key order follows cAdvisor's struct, as its JSON encoder writes it.
+        vendor = _VENDOR.search(cpuinfo)
+        # Key order follows cAdvisor's struct, as its JSON encoder writes it (books and drawers
+        # are omitted when 0, as its omitempty does).
+        books, drawers = self.s390x_count("book_id"), self.s390x_count("drawer_id")
         return {
             "timestamp": rfc3339nano(time.time() if now is None else now),
+            "vendor_id": vendor.group(1).strip() if vendor else "",
             "num_cores": cores,
             "num_physical_cores": physical,
             "num_sockets": sockets,
+            **({"num_books": books} if books else {}),
+            **({"num_drawers": drawers} if drawers else {}),
             "cpu_frequency_khz": self.cpu_frequency_khz(cpuinfo),
             "memory_capacity": memory,
+            "swap_capacity": meminfo.get("SwapTotal", 0),
             "memory_by_type": {},
             # "app direct_mode_capacity" (sic) is cAdvisor's own JSON key
             "nvm": {"memory_mode_capacity": 0, "app direct_mode_capacity": 0, "avg_power_budget": 0},

@@ -287,8 +287,14 @@ def _cadvisor_families() -> _Families:
     for name, help_ in (("machine_cpu_cores", "Number of logical CPU cores."),
                         ("machine_cpu_physical_cores", "Number of physical CPU cores."),
                         ("machine_cpu_sockets", "Number of CPU sockets."),
-                        ("machine_memory_bytes", "Amount of memory installed on the machine.")):
+                        ("machine_cpu_books", "Number of CPU books."),
+                        ("machine_cpu_drawers", "Number of CPU drawers."),
+                        ("machine_memory_bytes", "Amount of memory installed on the machine."),
+                        ("machine_swap_bytes", "Amount of swap memory available on the machine."),
+                        ("machine_nvm_avg_power_budget_watts", "NVM power budget.")):
         f.family("gauge", name, help_, _MACHINE)
+    f.family("gauge", "machine_nvm_capacity", "NVM capacity value labeled by NVM mode (memory mode or app direct "
+                                              "mode).", _MACHINE + ["mode"])
     f.family("gauge", "machine_scrape_error",
              "1 if there was an error while getting machine metrics, 0 otherwise.", [])
     f.family("gauge", VERSION_INFO, "A metric with a constant '1' value labeled by kernel version, OS version, "
@@ -326,8 +332,18 @@ def render_cadvisor(snap: Snapshot | None, spec: dict[str, Any] | None, spec_tim
     if spec:
         machine = {"boot_id": spec["boot_id"], "machine_id": spec["machine_id"], "system_uuid": spec["system_uuid"]}
         for name, key in (("machine_cpu_cores", "num_cores"), ("machine_cpu_physical_cores", "num_physical_cores"),
-                          ("machine_cpu_sockets", "num_sockets"), ("machine_memory_bytes", "memory_capacity")):
-            f.add(name, machine, spec[key], spec_time or None)
+                          ("machine_cpu_sockets", "num_sockets"), ("machine_cpu_books", "num_books"),
+                          ("machine_cpu_drawers", "num_drawers"), ("machine_memory_bytes", "memory_capacity"),
+                          ("machine_swap_bytes", "swap_capacity")):
+            f.add(name, machine, spec.get(key, 0), spec_time or None)
+        # The kubelet's cAdvisor reads NVM (Intel Optane) only in a build with ipmctl, which its
+        # release is not: zeros, as pykubelet's MachineInfo has them.
+        nvm = spec.get("nvm", {})
+        f.add("machine_nvm_capacity", {**machine, "mode": "memory_mode"}, nvm.get("memory_mode_capacity", 0),
+              spec_time or None)
+        f.add("machine_nvm_capacity", {**machine, "mode": "app_direct_mode"}, nvm.get("app direct_mode_capacity", 0),
+              spec_time or None)
+        f.add("machine_nvm_avg_power_budget_watts", machine, nvm.get("avg_power_budget", 0), spec_time or None)
     f.add("container_scrape_error", {}, 0 if snap else 1)
     if snap is not None:
         out = _CadvisorSeries(f, time.time(), host or HostFigures(), snap.time)

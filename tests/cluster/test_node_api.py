@@ -339,6 +339,9 @@ def test_proxy_endpoints_answer_in_the_kubelets_formats(cluster, talker):
     assert cfg["syncFrequency"] == "30s"
     spec = json.loads(raw(cluster, "/spec"))
     assert spec["num_cores"] >= 1 and spec["memory_capacity"] > 0
+    swap_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                    if line.startswith("SwapTotal:"))
+    assert spec["swap_capacity"] == swap_kib * 1024
     families = {f.name: f for f in text_string_to_metric_families(raw(cluster, "/metrics"))}
     assert {"kubelet_running_pods", "kubelet_runtime_operations", "pykubelet_service_up"} <= set(families)
     # One series, as the kubelet's: only pod-sync exports it (not every service forked beside it).
@@ -346,6 +349,11 @@ def test_proxy_endpoints_answer_in_the_kubelets_formats(cluster, talker):
     cadvisor = {f.name: f for f in text_string_to_metric_families(raw(cluster, "/metrics/cadvisor"))}
     assert {"container_memory_working_set_bytes", "machine_cpu_cores", "container_spec_memory_limit_bytes",
             "container_cpu_system_seconds", "container_memory_cache"} <= set(cadvisor)
+    # The machine families of the kubelet 1.37's cAdvisor, x86's values.
+    assert [s.value for s in cadvisor["machine_swap_bytes"].samples] == [swap_kib * 1024]
+    assert [s.value for s in cadvisor["machine_cpu_books"].samples] == [0]
+    assert sorted(s.labels["mode"] for s in cadvisor["machine_nvm_capacity"].samples) == ["app_direct_mode",
+                                                                                         "memory_mode"]
     # The talker's containers are BestEffort: cpu.shares 2 in their cgroup, as cAdvisor reads it.
     main = next(s for s in cadvisor["container_spec_cpu_shares"].samples
                 if s.labels["pod"] == "talker" and s.labels["container"] == "main")

@@ -59,7 +59,8 @@ def host(tmp_path):
     write(cg / "memory/kubepods/memory.usage_in_bytes", str(GIB))
     write(cg / "memory/kubepods/memory.stat", f"total_inactive_file {GIB // 4}\ntotal_rss {GIB // 2}\n")
     write(cg / "memory/kubepods/memory.limit_in_bytes", str(6 * GIB))
-    write(proc / "meminfo", f"MemTotal:       {8 * GIB // 1024} kB\nMemFree:        100 kB\n")
+    write(proc / "meminfo", f"MemTotal:       {8 * GIB // 1024} kB\nMemFree:        100 kB\nSwapTotal:      2048 kB\n")
+    write(proc / "cpuinfo", "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n")
     write(proc / "stat", f"cpu  1 2 3 4 5 6 7 8 0 0\nbtime {BOOT}\n")
     write(proc / "net/dev",
           "Inter-|   Receive                                                |  Transmit\n"
@@ -517,6 +518,12 @@ async def test_cadvisor_metrics_labels(node):
     [cores] = find("machine_cpu_cores")
     assert cores.value == 4 and set(cores.labels) == {"boot_id", "machine_id", "system_uuid"}
     assert find("machine_cpu_physical_cores")[0].value == 2
+    # The machine families the kubelet 1.37's cAdvisor has on x86: books and drawers 0 (s390x's),
+    # the swap, and NVM at 0 (its release is built without ipmctl).
+    assert [find(name)[0].value for name in ("machine_cpu_books", "machine_cpu_drawers", "machine_swap_bytes",
+                                             "machine_nvm_avg_power_budget_watts")] == [0, 0, 2048 * 1024, 0]
+    assert sorted((s.labels["mode"], s.value) for s in find("machine_nvm_capacity")) == [
+        ("app_direct_mode", 0), ("memory_mode", 0)]
     assert find("container_scrape_error")[0].value == 0
     # Always there, as the kubelet's cAdvisor says it: the kernel and the OS, nothing of its own.
     [version] = find("cadvisor_version_info")
@@ -604,10 +611,12 @@ async def test_cadvisor_metrics_have_each_cgroups_limits_and_cpu_time(node):
 
 def test_machine_spec(node):
     spec = node.stats.machine_spec()
-    assert list(spec) == ["timestamp", "num_cores", "num_physical_cores", "num_sockets", "cpu_frequency_khz",
-                          "memory_capacity", "memory_by_type", "nvm", "hugepages", "machine_id", "system_uuid",
-                          "boot_id", "filesystems", "disk_map", "network_devices", "topology", "cloud_provider",
-                          "instance_type", "instance_id"]
+    # cAdvisor's MachineInfo keys in its order; num_books and num_drawers only on s390x (omitempty)
+    assert list(spec) == ["timestamp", "vendor_id", "num_cores", "num_physical_cores", "num_sockets",
+                          "cpu_frequency_khz", "memory_capacity", "swap_capacity", "memory_by_type", "nvm", "hugepages",
+                          "machine_id", "system_uuid", "boot_id", "filesystems", "disk_map", "network_devices",
+                          "topology", "cloud_provider", "instance_type", "instance_id"]
+    assert (spec["vendor_id"], spec["swap_capacity"]) == ("GenuineIntel", 2048 * 1024)
     assert (spec["num_cores"], spec["num_physical_cores"], spec["num_sockets"]) == (4, 2, 1)
     assert spec["cpu_frequency_khz"] == 2_500_000 and spec["memory_capacity"] == 8 * GIB
     assert spec["network_devices"] == [{"name": "eth0", "mac_address": "02:00:00:00:00:01", "speed": 1000,
