@@ -451,6 +451,8 @@ def test_the_kubelet_1_37_in_this_guest_sets_the_cgroups_pykubelet_sets(vm):
     print(cmp.table())
     print(cmp.shapes())
     assert not cmp.summary_fields_only_ours(), f"fields the kubelet 1.37 has not: {cmp.summary_fields_only_ours()}"
+    missing = cmp.their_cadvisor - cmp.our_cadvisor
+    assert not missing, f"/metrics/cadvisor families only the kubelet 1.37 has: {sorted(missing)}"
     assert not cmp.differ(), f"pykubelet and the kubelet 1.37 differ (pykubelet, kubelet): {cmp.differ()}"
     ours = cmp.ours
     # floor(64Mi + 0.9 x (256Mi - 64Mi)), down to a page; none where request is limit.
