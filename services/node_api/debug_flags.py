@@ -23,7 +23,6 @@ from shared.store import Store
 log = logging.getLogger(__name__)
 
 PATH = "/debug/flags/v"
-PPROF = "/debug/pprof/"
 MAX_BODY = 64  # a verbosity is a few digits; the kubelet reads any body whole
 FLAGS_DISABLED = "flags endpoint is disabled."
 PROFILING_DISABLED = "profiling endpoint is disabled."
