@@ -109,6 +109,9 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "registryPullQPS": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
     "registryBurst": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
     "enableSystemLogHandler": ("effect", "tests/cluster/test_node_api.py::test_the_nodes_var_log_is_served_under_logs"),
+    "cpuCFSQuotaPeriod": ("effect", "tests/cluster/test_pod_resize.py::test_resize_cpu_in_place_then_memory_with_a_restart"),
+    "enableSystemLogQuery": ("effect", "tests/cluster/test_node_api.py::"
+                                       "test_node_log_queries_read_a_service_log_of_var_log_as_the_kubelets_do"),
     "cpuCFSQuota": ("effect", "tests/cpu_manager/test_node_settings.py::test_the_pods_cgroups_are_below_cgroup_root"),
     "mergeDefaultEvictionSettings": ("effect", "tests/cpu_manager/test_node_settings.py::test_eviction_hard_keeps_the_default_thresholds_of_the_signals_it_does_not_name"),
     "podsPerCore": ("effect", "tests/cluster/test_node.py::test_node_registers_ready_with_the_kubelets_fields"),

@@ -11,8 +11,10 @@ from services.node_api.debug_flags import DebugFlags
 from services.node_api.healthz import serve_healthz
 from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.listeners import node_metrics_source, start_listeners
+from services.node_api.log_query import NodeLogQuery
 from services.node_api.pods import pod_list
 from services.node_api.stats.provider import StatsProvider
+from services.node_api.system_logs import NODE_LOG_DIR, SystemLogs
 from shared.process.service import ServiceContext, service_main
 from shared.process.tuning import raise_open_files_limit
 from shared.runtime.cri import CRIClient
@@ -37,7 +39,9 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.on_shutdown(stats.close)
     debug_flags = DebugFlags(ctx.store, ctx.bus, k.logging.verbosity)
     await debug_flags.start()
-    kubelet = KubeletAPI(ctx.settings, ctx.store, runtime, stats, node_metrics_source(ctx), debug_flags=debug_flags)
+    node_logs = SystemLogs(query=NodeLogQuery(NODE_LOG_DIR) if k.enable_system_log_query else None)
+    kubelet = KubeletAPI(ctx.settings, ctx.store, runtime, stats, node_metrics_source(ctx), node_logs=node_logs,
+                         debug_flags=debug_flags)
     await start_listeners(ctx, kubelet)
     if k.healthz_port:  # whatever enableServer says, as the kubelet's
         ctx.spawn("healthz", serve_healthz(ctx, k.healthz_bind_address, k.healthz_port))

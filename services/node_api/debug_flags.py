@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from services.node_api.go_text import go_quote
 from services.node_api.http import HTTPError, Request, Response
 from shared.bus.client import Bus
 from shared.bus.messages import LogVerbosityChanged
@@ -37,29 +38,6 @@ _INT32_MAX = 2**31 - 1
 
 class VerbosityError(ValueError):
     """A body the kubelet's setter refuses; the message is the kubelet's."""
-
-
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
-               '"': '\\"', "\\": "\\\\"}
-
-
-def go_quote(text: str) -> str:
-    """Go's strconv.Quote, which its parse errors quote the input with: one line whatever the
-    body holds (a byte that is not UTF-8 comes from surrogateescape and is shown as \\xNN)."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif 0xDC80 <= code <= 0xDCFF:
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif ch.isprintable():
-            out.append(ch)
-        else:
-            out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-    return '"' + "".join(out) + '"'
 
 
 def parse_verbosity(body: bytes) -> int:

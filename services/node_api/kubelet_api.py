@@ -59,7 +59,8 @@ DURATION_FIELDS = {"syncFrequency", "fileCheckFrequency", "runtimeRequestTimeout
                    "cacheTTL", "cacheAuthorizedTTL", "cacheUnauthorizedTTL", "maxContainerRestartPeriod",
                    "initialContainerRestartPeriod", "flushFrequency", "containerLogMonitorInterval",
                    "cpuManagerReconcilePeriod", "evictionPressureTransitionPeriod", "httpCheckFrequency",
-                   "imageMaximumGCAge", "imageMinimumGCAge", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods"}
+                   "imageMaximumGCAge", "imageMinimumGCAge", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods",
+                   "cpuCFSQuotaPeriod"}
 
 
 def configz(settings: NodeSettings, serving_files: tuple[str, str] = ("", "")) -> dict[str, Any]:

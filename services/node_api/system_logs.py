@@ -27,7 +27,9 @@ import stat
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from services.node_api import log_query
 from services.node_api.http import HTTPError, Request, Response
+from services.node_api.log_query import NodeLogQuery, QueryError
 
 NODE_LOG_DIR = Path("/var/log")
 CHUNK = 64 * 1024
@@ -105,12 +107,38 @@ class FileChunks:
 
 
 class SystemLogs:
-    def __init__(self, root: Path = NODE_LOG_DIR) -> None:
+    """query: answers node log queries (enableSystemLogQuery); None: /logs/ serves files only."""
+
+    def __init__(self, root: Path = NODE_LOG_DIR, query: NodeLogQuery | None = None) -> None:
         self.root = root
+        self.query = query
 
     async def serve(self, req: Request) -> Response:
-        rel = clean(req.path.removeprefix("/logs/"))
-        return await asyncio.to_thread(self._open, rel, req.path.endswith("/"))
+        below = req.path.removeprefix("/logs/")
+        if self.query is not None:
+            try:
+                return await self._query(req, below)
+            except QueryError as exc:
+                raise HTTPError(exc.status, str(exc)) from None
+        return await asyncio.to_thread(self._open, clean(below), req.path.endswith("/"))
+
+    async def _query(self, req: Request, below: str) -> Response:
+        """The kubelet's order: a query that does not parse is refused (400) before anything else;
+        a request without query parameters is a file request."""
+        q = log_query.parse(req.query)
+        if q is None:
+            return await asyncio.to_thread(self._open, clean(below), req.path.endswith("/"))
+        if below not in ("", "/"):
+            raise HTTPError(406, "path not allowed in query mode")
+        await asyncio.to_thread(log_query.validate, q, self.root)
+        if q.files:
+            name = q.files[0]
+            return await asyncio.to_thread(self._open, log_query.file_path(name), name.endswith("/"))
+        assert self.query is not None
+        body = self.query.answer(q)
+        if req.header("accept-encoding") == "gzip":
+            return Response(200, log_query.gzipped(body), log_query.CONTENT_TYPE, [("Content-Encoding", "gzip")])
+        return Response(200, body, log_query.CONTENT_TYPE)
 
     def _open(self, rel: str, asked_as_directory: bool) -> Response:
         root = Path(os.path.realpath(self.root))

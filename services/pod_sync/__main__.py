@@ -67,6 +67,7 @@ async def setup(ctx: ServiceContext) -> None:
                      kubepods=k.kubepods,
                      guaranteed_mems=format_cpuset(numa_nodes()) if k.memory_manager_policy == "Static" else "",
                      swap=node_swap(k.memory_swap.swap_behavior), cpu_cfs_quota=k.cpu_cfs_quota,
+                     cpu_cfs_period=k.cpu_cfs_period_us,
                      memory_throttling=memory_throttling(k.memory_throttling_factor, CGROUP_ROOT,
                                                          pods_cgroup_limits(cpu, memory, reservations)["memory"]),
                      memory_protection=memory_protection(k.memory_reservation_policy, CGROUP_ROOT),

@@ -42,6 +42,7 @@ class PodCgroupConfig:
     memory_high: int | None = None
     memory_min: int | None = None
     memory_low: int | None = None
+    cpu_period: int = CPU_PERIOD  # cpuCFSQuotaPeriod, microseconds
 
 
 def pod_limits(pod: Pod, name: str) -> int | None:
@@ -66,15 +67,17 @@ def pod_limits(pod: Pod, name: str) -> int | None:
     return max(apps, inits)
 
 
-def pod_cgroup_config(pod: Pod, pod_pids_limit: int = -1, cfs_quota: bool = True) -> PodCgroupConfig:
-    """cfs_quota: cpuCFSQuota; false leaves the pod's CPU limit without a CFS quota."""
+def pod_cgroup_config(pod: Pod, pod_pids_limit: int = -1, cfs_quota: bool = True,
+                      cpu_period: int = CPU_PERIOD) -> PodCgroupConfig:
+    """cfs_quota: cpuCFSQuota; false leaves the pod's CPU limit without a CFS quota. cpu_period:
+    cpuCFSQuotaPeriod in microseconds."""
     pids = pod_pids_limit if pod_pids_limit > 0 else None
     if qos_class(pod) == "BestEffort":
-        return PodCgroupConfig(MIN_SHARES, None, None, pids)
+        return PodCgroupConfig(MIN_SHARES, None, None, pids, cpu_period=cpu_period)
     cpu_limit, memory_limit = pod_limits(pod, "cpu"), pod_limits(pod, "memory")
     return PodCgroupConfig(cpu_shares=cpu_shares(pod_requests(pod)["cpu"]),
-                           cpu_quota=cpu_quota(cpu_limit) if cpu_limit is not None and cfs_quota else None,
-                           memory_limit=memory_limit, pids_limit=pids)
+                           cpu_quota=cpu_quota(cpu_limit, cpu_period) if cpu_limit is not None and cfs_quota else None,
+                           memory_limit=memory_limit, pids_limit=pids, cpu_period=cpu_period)
 
 
 def _rel(parent: str, slices: SystemdSlices | None) -> str:
@@ -84,7 +87,7 @@ def _rel(parent: str, slices: SystemdSlices | None) -> str:
 def _apply(slices: SystemdSlices, name: str, config: PodCgroupConfig, what: str, pids: bool = True,
            memory: bool = True) -> list[str]:
     try:
-        slices.apply(name, properties(config, CPU_PERIOD, cpu_weight(config.cpu_shares), pids=pids, memory=memory,
+        slices.apply(name, properties(config, config.cpu_period, cpu_weight(config.cpu_shares), pids=pids, memory=memory,
                                       legacy=slices.legacy),
                      f"pykubelet {what}")
     except SlicesError as exc:
@@ -100,14 +103,14 @@ def _files(parent: str, config: PodCgroupConfig, root: Path, pids: bool = True,
     if (root / "cgroup.controllers").is_file():
         d = root / rel
         return [(d / "cpu.weight", str(cpu_weight(config.cpu_shares))),
-                (d / "cpu.max", f"{config.cpu_quota if config.cpu_quota is not None else 'max'} {CPU_PERIOD}"),
+                (d / "cpu.max", f"{config.cpu_quota if config.cpu_quota is not None else 'max'} {config.cpu_period}"),
                 (d / "memory.max", str(config.memory_limit) if config.memory_limit is not None else "max"),
                 *[(d / name, str(value)) for name, value in (("memory.high", config.memory_high),
                                                               ("memory.min", config.memory_min),
                                                               ("memory.low", config.memory_low)) if value is not None],
                 *([(d / "pids.max", pids_max)] if pids else [])]
     cpu, memory = root / "cpu" / rel, root / "memory" / rel
-    return [(cpu / "cpu.shares", str(config.cpu_shares)), (cpu / "cpu.cfs_period_us", str(CPU_PERIOD)),
+    return [(cpu / "cpu.shares", str(config.cpu_shares)), (cpu / "cpu.cfs_period_us", str(config.cpu_period)),
             (cpu / "cpu.cfs_quota_us", str(config.cpu_quota if config.cpu_quota is not None else -1)),
             (memory / "memory.limit_in_bytes", str(config.memory_limit if config.memory_limit is not None else -1)),
             # Without a pids hierarchy only a limit asked for is written (and fails, saying so).
@@ -159,14 +162,16 @@ def current(parent: str, root: Path = CGROUP_ROOT, slices: SystemdSlices | None 
         return None if text in ("max", "-1") or int(text) >= 2**62 else int(text)  # v1 "unlimited" is huge
 
     try:
-        values = {path.name: path.read_text().split()[0]
-                  for path, _ in _files(parent, PodCgroupConfig(0, None, None), root, pids=False, slices=slices)}
+        texts = {path.name: path.read_text().split()
+                 for path, _ in _files(parent, PodCgroupConfig(0, None, None), root, pids=False, slices=slices)}
+        values = {name: words[0] for name, words in texts.items()}
         if "cpu.max" in values:
             weight = int(values["cpu.weight"])
             return PodCgroupConfig(cpu_shares=2 + (weight - 1) * 262_142 // 9999, cpu_quota=number(values["cpu.max"]),
-                                   memory_limit=number(values["memory.max"]))
+                                   memory_limit=number(values["memory.max"]), cpu_period=int(texts["cpu.max"][1]))
         return PodCgroupConfig(cpu_shares=int(values["cpu.shares"]), cpu_quota=number(values["cpu.cfs_quota_us"]),
-                               memory_limit=number(values["memory.limit_in_bytes"]))
+                               memory_limit=number(values["memory.limit_in_bytes"]),
+                               cpu_period=int(values["cpu.cfs_period_us"]))
     except (OSError, ValueError, IndexError):
         return None
 
@@ -183,12 +188,14 @@ def resize(parent: str, new: PodCgroupConfig, containers_done: bool, root: Path 
     now = current(parent, root, slices)
     if now is None:
         return [f"cannot read the pod cgroup {parent}"]
-    new = PodCgroupConfig(new.cpu_shares, new.cpu_quota, new.memory_limit)  # pids.max is not resized
+    # pids.max is not resized
+    new = PodCgroupConfig(new.cpu_shares, new.cpu_quota, new.memory_limit, cpu_period=new.cpu_period)
     if now == new:
         return []
     target = new if containers_done else PodCgroupConfig(max(now.cpu_shares, new.cpu_shares),
                                                          _larger(now.cpu_quota, new.cpu_quota),
-                                                         _larger(now.memory_limit, new.memory_limit))
+                                                         _larger(now.memory_limit, new.memory_limit),
+                                                         cpu_period=new.cpu_period)
     if slices is not None:
         return _apply(slices, parent, target, f"pod cgroup {parent}", pids=False)
     return _write(_files(parent, target, root, pids=False))

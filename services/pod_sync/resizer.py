@@ -156,7 +156,8 @@ class Resizer:
         parent = pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods)
         if state.in_progress is None or not pod_cgroup.exists(parent, self.node.cgroup_root, self.node.cgroup_slices):
             return ""  # nothing to resize, or no pod cgroup yet: it is made with the allocation
-        config = pod_cgroup.pod_cgroup_config(pod, cfs_quota=self.node.cpu_cfs_quota)
+        config = pod_cgroup.pod_cgroup_config(pod, cfs_quota=self.node.cpu_cfs_quota,
+                                              cpu_period=self.node.cpu_cfs_period)
         problems = pod_cgroup.resize(parent, config, containers_done, self.node.cgroup_root, self.node.cgroup_slices)
         if problems:
             log.warning("pod %s: resizing the pod cgroup: %s", pod.full_name, "; ".join(problems))

@@ -35,9 +35,9 @@ def cpu_shares(milli: int) -> int:
     return min(MAX_SHARES, max(MIN_SHARES, milli * 1024 // 1000))
 
 
-def cpu_quota(milli: int) -> int:
-    """cfs_quota_us for millicores over CPU_PERIOD (the kubelet's MilliCPUToQuota)."""
-    return max(MIN_QUOTA, milli * CPU_PERIOD // 1000)
+def cpu_quota(milli: int, period: int = CPU_PERIOD) -> int:
+    """cfs_quota_us for millicores over a CFS period in microseconds (the kubelet's MilliCPUToQuota)."""
+    return max(MIN_QUOTA, milli * period // 1000)
 
 
 def cpu_weight(shares: int) -> int:
@@ -89,23 +89,24 @@ def own_oom_score_adj() -> int:
 def container_resources(c: Container, qos: str, memory_capacity: int,
                         oom_floor: int | None, pod: Pod | None = None, cpuset: str = "",
                         guaranteed_mems: str = "", swap: NodeSwap | None = None,
-                        cfs_quota: bool = True) -> cri.LinuxContainerResources:
+                        cfs_quota: bool = True, cpu_period: int = CPU_PERIOD) -> cri.LinuxContainerResources:
     """oom_floor: the lowest oom_score_adj the kernel lets us set here (None: no limit). A
     container without a limit of its own in a pod with pod-level limits gets the pod's.
     cpuset: the CPUs it may run on (services/pod_sync/cpu_manager.py; "": the runtime's default).
     guaranteed_mems: the NUMA nodes a Guaranteed container's memory comes from (the memory
     manager's Static policy; "": the runtime's default). swap: the node's swap (services/pod_sync/swap.py;
-    None: no swap setting). cfs_quota: cpuCFSQuota; false leaves CPU limits without a CFS quota."""
+    None: no swap setting). cfs_quota: cpuCFSQuota; false leaves CPU limits without a CFS quota.
+    cpu_period: cpuCFSQuotaPeriod in microseconds, the period a CPU limit is a quota of."""
     r = c.resources
     own = pod_level(pod) if pod is not None else None
     cpu_limit = r.limits.get("cpu", own.limits.get("cpu") if own else None)
     memory_limit = r.limits.get("memory", own.limits.get("memory") if own else None)
     cpu_request = r.requests.get("cpu", cpu_limit)
     shares = cpu_shares(millicores(cpu_request)) if cpu_request is not None else MIN_SHARES
-    res = cri.LinuxContainerResources(cpu_shares=shares, cpu_period=CPU_PERIOD, cpuset_cpus=cpuset,
+    res = cri.LinuxContainerResources(cpu_shares=shares, cpu_period=cpu_period, cpuset_cpus=cpuset,
                                       cpuset_mems=guaranteed_mems if qos == "Guaranteed" else "")
     if cpu_limit is not None and cfs_quota:
-        res.cpu_quota = cpu_quota(millicores(cpu_limit))
+        res.cpu_quota = cpu_quota(millicores(cpu_limit), cpu_period)
     if memory_limit is not None:
         res.memory_limit_in_bytes = to_bytes(memory_limit)
     adj = oom_score_adj(c, qos, memory_capacity, pod)

@@ -21,7 +21,7 @@ from services.pod_sync.memory_qos import (
     container_memory_protection,
 )
 from services.pod_sync.resize import annotation as resize_annotation
-from services.pod_sync.resources import CGROUP_ROOT, container_resources, pod_cgroup_parent
+from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, container_resources, pod_cgroup_parent
 from services.pod_sync.security import container_security_context, sandbox_security_context, seccomp_dir
 from services.pod_sync.systemd_slices import SystemdSlices
 from shared.config.settings import NodeSettings
@@ -69,6 +69,7 @@ class NodeFacts:
     # memoryReservationPolicy on cgroup v2 (memory_qos.py); None (cgroup v1): no memory.min/low.
     memory_protection: MemoryProtection | None = None
     cpu_cfs_quota: bool = True  # cpuCFSQuota: false gives CPU limits no CFS quota (containers and pods)
+    cpu_cfs_period: int = CPU_PERIOD  # cpuCFSQuotaPeriod, microseconds (containers and pods)
     # cgroup v2 without singleProcessOOMKill: a container's OOM kill takes all of its processes.
     oom_group: bool = False
 
@@ -76,7 +77,7 @@ class NodeFacts:
 def linux_resources(pod: Pod, c: Container, qos: str, node: NodeFacts, cpuset: str = "") -> cri.LinuxContainerResources:
     """A container's CPU, memory, swap and OOM settings on this node, at creation and on each update."""
     res = container_resources(c, qos, node.memory_bytes, node.oom_floor, pod, cpuset, node.guaranteed_mems, node.swap,
-                              node.cpu_cfs_quota)
+                              node.cpu_cfs_quota, node.cpu_cfs_period)
     if node.memory_throttling is not None and (high := container_memory_high(c, pod, node.memory_throttling)):
         res.unified[MEMORY_HIGH] = str(high)
     if node.memory_protection is not None:

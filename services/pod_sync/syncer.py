@@ -618,7 +618,8 @@ class PodSyncer:
             return "", "", ("FailedCreatePodSandBox", problem)
         # The pod's cgroup first, with its settings: the sandbox and the containers start in it.
         # In a thread: with the systemd driver this is a D-Bus round trip to systemd.
-        cgroup = pod_cgroup.pod_cgroup_config(pod, self.settings.kubelet.pod_pids_limit, self.node.cpu_cfs_quota)
+        cgroup = pod_cgroup.pod_cgroup_config(pod, self.settings.kubelet.pod_pids_limit, self.node.cpu_cfs_quota,
+                                              self.node.cpu_cfs_period)
         if self.node.memory_throttling is not None:
             cgroup = dataclasses.replace(cgroup, memory_high=pod_memory_high(pod, self.node.memory_throttling))
         if self.node.memory_protection is not None:

@@ -13,11 +13,8 @@ kubelet leaves the field unset, so only an absent or null value is the default.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
-
-from shared.model.durations import to_seconds
 
 # The json names of KubeletConfiguration's fields in k8s.io/kubelet v0.37.2
 # (config/v1beta1/types.go), apiVersion and kind aside.
@@ -52,7 +49,6 @@ memoryReservationPolicy""".split()
 class Refused:
     default: Any
     instead: str          # what pykubelet does, for the error message and the docs table
-    duration: bool = False  # compared as a duration ("10s" == "10000ms")
 
 
 _CGROUPS = "every pod has its own cgroup below the kubelet's QoS tiers (/kubepods, /kubepods/burstable, /kubepods/besteffort)"
@@ -67,7 +63,6 @@ REFUSED: dict[str, Refused] = {
     "qosReserved": Refused({}, "no memory is reserved per QoS tier"),
     "hairpinMode": Refused("promiscuous-bridge", "the bridge CNI config sets hairpinMode true on every port"),
     "runOnce": Refused(False, "pykubelet runs until stopped"),
-    "cpuCFSQuotaPeriod": Refused("100ms", "the CFS period is 100ms", duration=True),
     "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
     "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),
     "makeIPTablesUtilChains": Refused(True, "no iptables chains are made (CNI's portmap and bridge plugins "
@@ -80,8 +75,6 @@ REFUSED: dict[str, Refused] = {
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
     "kernelMemcgNotification": Refused(False, "memory signals are polled"),
-    "enableSystemLogQuery": Refused(False, "/logs/ serves /var/log's files, without node log queries "
-                                           "(journal services, patterns)"),
     "localStorageCapacityIsolation": Refused(True, "ephemeral-storage limits are enforced by eviction"),
     "imagePullCredentialsVerificationPolicy": Refused("NeverVerifyPreloadedImages",
                                                       "images present on the node are used without checking "
@@ -91,17 +84,12 @@ REFUSED: dict[str, Refused] = {
 }
 
 
-def _same(value: Any, default: Any, duration: bool) -> bool:
+def _same(value: Any, default: Any) -> bool:
     if value is None:
         return True  # null is "not set"
-    if duration:
-        try:
-            return math.isclose(to_seconds(value), to_seconds(default))
-        except (TypeError, ValueError):
-            return False
     if isinstance(default, dict):
         # A partial mapping is at the default when each key it gives is.
-        return isinstance(value, dict) and all(k in default and _same(v, default[k], False) for k, v in value.items())
+        return isinstance(value, dict) and all(k in default and _same(v, default[k]) for k, v in value.items())
     if isinstance(default, list):
         return bool(value == default)
     if default is None:
@@ -126,7 +114,7 @@ def refused_settings(data: dict[str, Any]) -> tuple[list[str], list[str]]:
     errors, at_default = [], []
     for name in sorted(k for k in data if k in REFUSED):
         field = REFUSED[name]
-        if _same(data[name], field.default, field.duration):
+        if _same(data[name], field.default):
             at_default.append(name)
             continue
         default = "unset" if field.default is None else shown(field.default)

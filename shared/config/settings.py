@@ -390,8 +390,14 @@ class KubeletConfiguration(ServerConfig):
     # GET /logs/ on the kubelet API: the node's /var/log (services/node_api/system_logs.py), when
     # enableDebuggingHandlers is true too.
     enable_system_log_handler: bool = True
+    # GET /logs/?query=SERVICE: a service's journal, or its file in /var/log
+    # (services/node_api/log_query.py); needs enableSystemLogHandler.
+    enable_system_log_query: bool = False
     # false: CPU limits get no CFS quota (containers and pod cgroups); shares still follow requests.
     cpu_cfs_quota: bool = Field(default=True, alias="cpuCFSQuota")
+    # The CFS period (cpu.cfs_period_us, cpu.max) of containers and pod cgroups, seconds; CPU
+    # limits are quotas over it.
+    cpu_cfs_quota_period: float = Field(default=0.1, alias="cpuCFSQuotaPeriod")
     # With podsPerCore set, the node's pod capacity is maxPods or podsPerCore per CPU, the lower.
     pods_per_core: int = 0
     # The kubelet's own OOM score and open-files limit, taken by every pykubelet process at start
@@ -654,7 +660,8 @@ class KubeletConfiguration(ServerConfig):
                      "node_status_update_frequency", "node_status_report_frequency",
                      "volume_stats_agg_period", "eviction_pressure_transition_period", "image_minimum_gc_age", "image_maximum_gc_age",
                      "container_log_monitor_interval", "http_check_frequency", "cpu_manager_reconcile_period",
-                     "shutdown_grace_period", "shutdown_grace_period_critical_pods", mode="before")
+                     "shutdown_grace_period", "shutdown_grace_period_critical_pods", "cpu_cfs_quota_period",
+                     mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return to_seconds(v)
@@ -673,6 +680,24 @@ class KubeletConfiguration(ServerConfig):
         priorities = [p.priority for p in self.shutdown_grace_period_by_pod_priority]
         if len(set(priorities)) != len(priorities):
             raise ValueError("shutdownGracePeriodByPodPriority: each priority may be given once")
+        return self
+
+    @model_validator(mode="after")
+    def _cfs_period(self) -> "KubeletConfiguration":
+        if not 0.001 <= self.cpu_cfs_quota_period <= 1:
+            raise ValueError(f"invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) "
+                             f"{format_duration(self.cpu_cfs_quota_period)} must be between 1ms and 1sec, inclusive")
+        return self
+
+    @property
+    def cpu_cfs_period_us(self) -> int:
+        """cpuCFSQuotaPeriod in microseconds, as cgroups take it."""
+        return round(self.cpu_cfs_quota_period * 1_000_000)
+
+    @model_validator(mode="after")
+    def _system_log_query(self) -> "KubeletConfiguration":
+        if self.enable_system_log_query and not self.enable_system_log_handler:
+            raise ValueError("invalid configuration: enableSystemLogHandler is required for enableSystemLogQuery")
         return self
 
     @model_validator(mode="after")

@@ -30,11 +30,16 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """Format like Go's time.Duration.String() for whole seconds and larger."""
+    """Format like Go's time.Duration.String() (below a second in ms, µs or ns, as Go does)."""
     if seconds == 0:
         return "0s"
     if seconds < 1:
-        return f"{round(seconds * 1000)}ms"
+        nanos = round(seconds * 1e9)
+        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if nanos >= size or unit == "ns":
+                whole, part = divmod(nanos, size)
+                fraction = f"{part:0{len(str(size)) - 1}d}".rstrip("0") if size > 1 else ""
+                return f"{whole}{'.' + fraction if fraction else ''}{unit}"
     whole = int(seconds)
     frac = seconds - whole
     h, rem = divmod(whole, 3600)

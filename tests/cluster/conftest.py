@@ -105,14 +105,19 @@ CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 # The kubelet API's TLS 1.2 suites (TLS 1.3, which the API server speaks, has its own), its one
 # key exchange curve (Go's CurveP384, which the API server offers too), and how long an exec,
 # attach or port-forward stream may carry nothing before the node closes it (the kubelet's
-# default is 4 h), and no profiling endpoint.
+# default is 4 h), no profiling endpoint, and node log queries on /logs/.
 TLS12_SUITES = ["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"]
 TLS_CURVE = 24
 STREAM_IDLE_SECONDS = 15
 KUBELET_API = (f"tlsCipherSuites: [{', '.join(TLS12_SUITES)}]\n"
                f"tlsCurvePreferences: [{TLS_CURVE}]\n"
                f"streamingConnectionIdleTimeout: {STREAM_IDLE_SECONDS}s\n"
-               "enableProfilingHandler: false\n")
+               "enableProfilingHandler: false\n"
+               "enableSystemLogQuery: true\n")
+# A CFS period of half the kubelet's default: CPU limits are quotas of 50 ms
+# (tests/cluster/test_pod_resize.py reads them).
+CFS_PERIOD_US = 50_000
+CPU = f"cpuCFSQuotaPeriod: {CFS_PERIOD_US // 1000}ms\n"
 
 
 @pytest.fixture(scope="package")
@@ -138,7 +143,8 @@ def _cluster_on(cp: ControlPlane, tmp_path_factory) -> Iterator[Cluster]:
         # a test's expected output must fit in one (the rotation test writes fast enough).
         node = launch_node(tmp_path_factory.mktemp("cluster-node"), ["--kubeconfig", str(cp.node_kubeconfig), *SEED_FLAGS],
                            extra_config=f"serverTLSBootstrap: true\nauthentication:\n  x509:\n"
-                                        f"    clientCAFile: {cp.ca}\n{REGISTRATION}{KUBELET_API}", log_max_size=CLUSTER_LOG_MAX_SIZE)
+                                        f"    clientCAFile: {cp.ca}\n{REGISTRATION}{KUBELET_API}{CPU}",
+                           log_max_size=CLUSTER_LOG_MAX_SIZE)
         c = Cluster(cp, node, signer)
         wait_for(lambda: c.ready() == "True", 60, "the node to register and turn Ready")
         # The kubelet API listens once its serving certificate is issued (the CSR above), which

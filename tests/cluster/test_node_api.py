@@ -476,6 +476,34 @@ def test_the_nodes_var_log_is_served_under_logs(cluster, stats_reader):
         path.unlink()
 
 
+def test_node_log_queries_read_a_service_log_of_var_log_as_the_kubelets_do(cluster, stats_reader):
+    """enableSystemLogQuery (the cluster node's setting): `kubectl get --raw
+    .../proxy/logs/?query=NAME` reads the service NAME's log (here, where no journal holds it,
+    /var/log/NAME.log) and `?query=DIR/FILE` a file below /var/log; a query the kubelet refuses
+    gets its words through the API server, and nodes/log decides who may ask."""
+    name = f"pykubelet-test-{uuid.uuid4().hex[:8]}"
+    Path("/var/log", f"{name}.log").write_text("service line\n")
+    try:
+        assert raw(cluster, f"/logs/?query={name}") == "service line\n"
+        assert raw(cluster, f"/logs/?query=./{name}.log") == "service line\n"
+        assert raw(cluster, f"/logs/?query={name}&tailLines=1") == (
+            f"\noptions present and query resolved to log files for [{name}]\ntry without specifying options\n")
+        escape = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{NODE_NAME}/proxy/logs/?query=/etc/passwd",
+                                 check=False)
+        assert escape.returncode != 0 and "statat /etc/passwd: path escapes from parent" in escape.stderr, \
+            escape.stderr
+        admin = cluster.cp.kubelet_client
+        assert kubelet_get(cluster, "/logs/?query=a%3Bb", cert=admin) == (
+            406, 'query: Invalid value: "a;b": input contains unsupported characters\n')
+        assert kubelet_get(cluster, "/logs/?tailLines=x", cert=admin) == (
+            400, 'tailLines: Invalid value: "x": strconv.Atoi: parsing "x": invalid syntax\n')
+        cert, _ = stats_reader
+        status, body = kubelet_get(cluster, f"/logs/?query={name}", cert=cert)
+        assert status == 403 and "verb=get, resource=nodes, subresource(s)=[log]" in body, body
+    finally:
+        Path("/var/log", f"{name}.log").unlink()
+
+
 def test_debug_flags_v_sets_the_log_verbosity_of_every_service(cluster, stats_reader, tmp_path):
     """enableDebugFlagsHandler (the default): `kubectl replace --raw .../proxy/debug/flags/v` with a
     number sets the verbosity every service logs at, as the kubelet's PUT sets its -v, until it is

@@ -1,11 +1,15 @@
 """In-place pod resize through the API server's `resize` subresource: the node grants it, the
 running container's cgroup changes without a restart (or with one, where resizePolicy asks),
-and the pod's status says what was allocated and what the container has."""
+and the pod's status says what was allocated and what the container has. The cluster node's
+cpuCFSQuotaPeriod is 50 ms: every CPU limit is a quota of that period, in the container and in
+the pod cgroup, before and after a resize."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from tests.cluster.conftest import CFS_PERIOD_US
 
 
 def _resources(cpu_req: str, cpu_lim: str, mem_req: str, mem_lim: str) -> dict:
@@ -32,10 +36,13 @@ def _settled(resources: dict):
 def _cgroup(cluster, name: str) -> dict[str, str]:
     """The container's own CPU and memory cgroup settings, read inside it (v1 or v2)."""
     script = ("if [ -f /sys/fs/cgroup/cpu.max ]; then cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/cpu.weight "
-              "/sys/fs/cgroup/memory.max; else cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.shares "
+              "/sys/fs/cgroup/memory.max; else echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us "
+              "/sys/fs/cgroup/cpu/cpu.cfs_period_us); cat /sys/fs/cgroup/cpu/cpu.shares "
               "/sys/fs/cgroup/memory/memory.limit_in_bytes; fi")
-    quota, shares, memory = cluster.kubectl("exec", name, "--", "sh", "-c", script).stdout.split("\n")[:3]
-    return {"quota": quota.split()[0], "shares": shares, "memory": memory}
+    cpu, shares, memory = cluster.kubectl("exec", name, "--", "sh", "-c", script).stdout.split("\n")[:3]
+    quota, period = cpu.split()
+    assert int(period) == CFS_PERIOD_US, f"the container's CFS period is cpuCFSQuotaPeriod's: {cpu}"
+    return {"quota": quota, "shares": shares, "memory": memory}
 
 
 def _pod_cgroup(pod: dict, controller: str, name: str) -> str:
@@ -54,7 +61,7 @@ def test_resize_cpu_in_place_then_memory_with_a_restart(cluster):
     pod = cluster.wait_pod("resized", _settled(first), 60, "Running")
     assert pod["status"]["containerStatuses"][0]["allocatedResources"] == {"cpu": "100m", "memory": "64Mi"}
     before = _cgroup(cluster, "resized")
-    assert before["quota"] == "20000" and before["memory"] in (str(128 * 2**20),)
+    assert before["quota"] == "10000" and before["memory"] in (str(128 * 2**20),)
 
     cpu = _resources("300m", "400m", "64Mi", "128Mi")
     _resize(cluster, "resized", cpu)
@@ -64,10 +71,11 @@ def test_resize_cpu_in_place_then_memory_with_a_restart(cluster):
     assert status["allocatedResources"] == {"cpu": "300m", "memory": "64Mi"}
     assert pod["metadata"]["generation"] == 2
     now = _cgroup(cluster, "resized")
-    assert now["quota"] == "40000", now
+    assert now["quota"] == "20000", now
     assert now["shares"] in ("307", "12"), now  # cpu.shares on v1, cpu.weight on v2
     # The pod cgroup grew first (cgroup v1 refuses a container's quota above its pod's).
-    assert _pod_cgroup(pod, "cpu", "cpu.cfs_quota_us") == "40000"
+    assert _pod_cgroup(pod, "cpu", "cpu.cfs_quota_us") == "20000"
+    assert _pod_cgroup(pod, "cpu", "cpu.cfs_period_us") == str(CFS_PERIOD_US)
     assert _pod_cgroup(pod, "cpu", "cpu.shares") == "307"
 
     memory = _resources("300m", "400m", "64Mi", "256Mi")
@@ -107,11 +115,11 @@ def test_resize_that_does_not_fit_beside_other_pods_waits_for_room(cluster):
     status = pod["status"]["containerStatuses"][0]
     assert status["allocatedResources"]["cpu"] == "50m" and status["resources"] == asked
     assert "running" in status["state"] and status["restartCount"] == 0
-    assert _cgroup(cluster, "waiting")["quota"] == "10000", "the container keeps its resources meanwhile"
+    assert _cgroup(cluster, "waiting")["quota"] == "5000", "the container keeps its resources meanwhile"
     events = cluster.kubectl("get", "events", "--field-selector", "involvedObject.name=waiting").stdout
     assert "ResizeDeferred" in events
 
     cluster.kubectl("delete", "pod", "room-taker", "--wait=false")
     cluster.wait_pod("waiting", _settled(bigger), 90, "resized once the room is free")
-    assert _cgroup(cluster, "waiting")["quota"] == "100000"
+    assert _cgroup(cluster, "waiting")["quota"] == "50000", "1 CPU: a whole period"
     cluster.kubectl("delete", "pod", "waiting", "--wait=false")

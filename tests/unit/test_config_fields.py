@@ -4,6 +4,7 @@ naming the field (shared/config/refused.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -78,8 +79,7 @@ def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_b
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cpuManagerPolicyOptions", None), ("cpuCFSQuotaPeriod", "0.1s"),
-    ("qosReserved", None),
+    ("cpuManagerPolicyOptions", None), ("qosReserved", None), ("qosReserved", {}),
 ])
 def test_the_default_in_another_spelling_is_the_default(name, value):
     assert load_kubelet_config({name: value})[1] == [name]
@@ -119,3 +119,13 @@ def test_every_test_the_table_names_exists():
     for node_id in sorted(named):
         path, name = node_id.split("::")
         assert f"def {name}(" in (REPO / path).read_text(), f"{node_id} does not exist"
+
+
+def test_the_cfs_quota_period_is_between_1ms_and_1s_as_the_kubelets():
+    assert load_kubelet_config({"cpuCFSQuotaPeriod": "50ms"})[0].cpu_cfs_period_us == 50_000
+    assert load_kubelet_config({})[0].cpu_cfs_period_us == 100_000
+    for value, shown in (("2s", "2s"), ("500us", "500µs"), ("0s", "0s")):
+        with pytest.raises(ConfigError, match=re.escape(
+                f"invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {shown} must be between 1ms "
+                "and 1sec, inclusive")):
+            load_kubelet_config({"cpuCFSQuotaPeriod": value})

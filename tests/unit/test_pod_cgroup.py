@@ -267,3 +267,31 @@ def test_with_a_cgroup_root_the_pods_cgroups_are_below_it(tmp_path, v2):
         (tmp_path / "cpuacct/custom/kubepods/burstable/poduid1").mkdir(parents=True)
     reader = CgroupReader(tmp_path, kubepods=kubepods)
     assert reader.kubepods() == "/custom/kubepods" and reader.pod_cgroup("uid1") == parent
+
+
+def test_cpu_limits_are_quotas_of_the_cfs_quota_period(tmp_path):
+    """cpuCFSQuotaPeriod 50ms: the container's and the pod's period is 50 000 µs and a limit is a
+    quota of it; as the kubelet's MilliCPUToQuota, a quota is never below 1 ms."""
+    p = pod(limits("200m", "64Mi"), limits("300m", "32Mi"))
+    res = container_resources(p.spec.containers[0], qos_class(p), 4096 * MI, None, p, cpu_period=50_000)
+    assert (res.cpu_period, res.cpu_quota) == (50_000, 10_000)
+    assert container_resources(p.spec.containers[0], qos_class(p), 4096 * MI, None, p,
+                               cpu_period=2_000).cpu_quota == 1_000, "400 µs is raised to the 1 ms floor"
+    config = pod_cgroup_config(p, cpu_period=50_000)
+    assert config == PodCgroupConfig(cpu_shares=512, cpu_quota=25_000, memory_limit=96 * MI, cpu_period=50_000)
+    for controller in ("cpu", "memory"):
+        (tmp_path / "v1" / controller).mkdir(parents=True)
+    parent = "/kubepods/poduid1"
+    assert pod_cgroup.ensure(parent, config, tmp_path / "v1") == []
+    assert (tmp_path / "v1/cpu/kubepods/poduid1/cpu.cfs_period_us").read_text() == "50000"
+    assert pod_cgroup.current(parent, tmp_path / "v1") == PodCgroupConfig(512, 25_000, 96 * MI, cpu_period=50_000)
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2/cgroup.controllers").write_text("cpu memory pids")
+    assert pod_cgroup.ensure(parent, config, tmp_path / "v2") == []
+    assert (tmp_path / "v2/kubepods/poduid1/cpu.max").read_text() == "25000 50000"
+    assert pod_cgroup.current(parent, tmp_path / "v2").cpu_period == 50_000
+    # A resize keeps the period.
+    assert pod_cgroup.resize(parent, pod_cgroup_config(pod(limits("1", "64Mi")), cpu_period=50_000), True,
+                             root=tmp_path / "v1") == []
+    assert (tmp_path / "v1/cpu/kubepods/poduid1/cpu.cfs_quota_us").read_text() == "50000"
+    assert (tmp_path / "v1/cpu/kubepods/poduid1/cpu.cfs_period_us").read_text() == "50000"
