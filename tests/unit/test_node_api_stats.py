@@ -869,3 +869,19 @@ async def test_the_first_request_has_the_nodes_cpu_rate(node):
     n = (await node.stats.summary())["node"]
     assert n["cpu"]["usageNanoCores"] == 200_000_000, "2 core-seconds in 10 s since the start"
     assert n["systemContainers"][0]["cpu"]["usageNanoCores"] == 100_000_000
+
+
+async def test_the_first_request_has_the_kubelet_system_containers_cpu_rate(tmp_path, settings, store, host):
+    """With kubeletCgroups, the "kubelet" system container's CPU use is noted at the start too:
+    the first scrape has its usageNanoCores."""
+    settings.kubelet.kubelet_cgroups = "/pykubelet-agent"
+    cg, _ = host
+    write(cg / "cpuacct/pykubelet-agent/cpuacct.usage", "5000000000\n")
+    n = Node(tmp_path, settings, store, host)
+    try:
+        write(cg / "cpuacct/pykubelet-agent/cpuacct.usage", "5500000000\n")
+        n.clock.now += 10
+        system = {c["name"]: c for c in (await n.stats.summary())["node"]["systemContainers"]}
+        assert system["kubelet"]["cpu"]["usageNanoCores"] == 50_000_000, "0.5 core-seconds in 10 s"
+    finally:
+        await n.stats.close()

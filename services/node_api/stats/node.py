@@ -98,10 +98,15 @@ class NodeStats:
         return compact(node)
 
     def prime(self) -> None:
-        """Note the node's and the pods' cgroup's CPU use, for the first request's rates."""
-        for cgroup in ("/", self.cgroups.kubepods()):
-            if self.cgroups.exists(cgroup):
-                self.cgroup_cpu(cgroup, self.cgroups.sample(cgroup))
+        """Note the CPU use of the node, the pods' cgroup and the kubelet system container, for
+        the first request's rates."""
+        for cgroup in ("/", self.cgroups.kubepods(), self.agent_cgroup):
+            try:
+                if cgroup is None or not self.cgroups.exists(cgroup):
+                    continue
+            except ValueError:  # not a cgroup name
+                continue
+            self.cgroup_cpu(cgroup, self.cgroups.sample(cgroup))
 
     def _system_containers(self) -> list[dict[str, Any]]:
         """The kubelet's system containers: "kubelet", the node agent's own cgroup (where there is
