@@ -23,8 +23,10 @@ NAME = "network"
 async def setup(ctx: ServiceContext) -> None:
     cri = CRIClient.for_node(ctx.settings.kubelet, timeout=10.0)
     ctx.on_shutdown(cri.close)
-    manager = NetworkManager(ctx.store, ctx.bus, lambda: runtime_network(ctx.store), ctx.settings.kubelet.pod_cidr,
-                             ctx.settings.root_dir, runtime_cni=RuntimeCNI(cri, cni_conf_dir(ctx.settings.root_dir)))
+    k = ctx.settings.kubelet
+    manager = NetworkManager(ctx.store, ctx.bus, lambda: runtime_network(ctx.store), k.pod_cidr,
+                             ctx.settings.root_dir, runtime_cni=RuntimeCNI(cri, cni_conf_dir(ctx.settings.root_dir)),
+                             hairpin=k.hairpin_mode != "none")
 
     async def on_runtime_status(_event: RuntimeStatusChanged) -> None:
         manager.wake.set()

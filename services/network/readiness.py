@@ -35,7 +35,7 @@ def choose_pod_cidr(node_cidr: str | None, configured: str) -> str:
 class NetworkManager:
     def __init__(self, store: Store, bus: Bus, runtime_network: Callable[[], tuple[bool, str]], pod_cidr: str,
                  root_dir: Path, period: float = READY_PERIOD, not_ready_period: float = NOT_READY_PERIOD,
-                 runtime_cni: RuntimeCNI | None = None) -> None:
+                 runtime_cni: RuntimeCNI | None = None, hairpin: bool = True) -> None:
         self.store = store
         self.bus = bus
         self.runtime_network = runtime_network  # (ready, why not) of the runtime's NetworkReady
@@ -45,6 +45,7 @@ class NetworkManager:
         self.conf_dir, self.ipam_dir = cni_conf_dir(root_dir), cni_ipam_dir(root_dir)
         self.period, self.not_ready_period = period, not_ready_period
         self.runtime_cni = runtime_cni  # None: the runtime reads our directory (tests' fakes)
+        self.hairpin = hairpin  # hairpinMode other than none: pods' bridge ports in hairpin mode
         self._last: tuple[bool, str] | None = None
         self._written: tuple[str, bool, str, str, str] | None = None
 
@@ -58,7 +59,7 @@ class NetworkManager:
     def ensure_config(self) -> Path | None:
         if not self.pod_cidr:
             return None
-        path, changed = write_conflist(self.conf_dir, self.pod_cidr, self.ipam_dir)
+        path, changed = write_conflist(self.conf_dir, self.pod_cidr, self.ipam_dir, self.hairpin)
         if changed:
             log.info("wrote CNI config %s for pod CIDR %s", path, self.pod_cidr)
         return path

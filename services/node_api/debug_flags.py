@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from services.node_api.go_text import go_quote
 from services.node_api.http import HTTPError, Request, Response
 from shared.bus.client import Bus
 from shared.bus.messages import LogVerbosityChanged
+from shared.model.go_text import go_quote
 from shared.process import log_verbosity
 from shared.process.log_format import set_verbosity
 from shared.store import Store

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from services.node_api.go_text import go_json, go_quote
+from shared.model.go_text import go_json, go_quote
 
 log = logging.getLogger(__name__)
 

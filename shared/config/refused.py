@@ -61,7 +61,6 @@ REFUSED: dict[str, Refused] = {
     "topologyManagerPolicyOptions": Refused({}, "the topology manager's policies are for single-NUMA hosts, where "
                                                 "their options change nothing"),
     "qosReserved": Refused({}, "no memory is reserved per QoS tier"),
-    "hairpinMode": Refused("promiscuous-bridge", "the bridge CNI config sets hairpinMode true on every port"),
     "runOnce": Refused(False, "pykubelet runs until stopped"),
     "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
     "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),

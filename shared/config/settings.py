@@ -47,12 +47,15 @@ from shared.model import safe_yaml
 from shared.model.cgroup_names import SLICE, kubepods_name, slice_path
 from shared.model.cpusets import CPUSetError, parse_cpuset
 from shared.model.durations import format_duration, parse_duration, to_seconds
+from shared.model.go_text import go_quote
 from shared.model.ip import ip_address
 from shared.model.podspec import DNS1123_SUBDOMAIN
 from shared.model.quantity import to_bytes
 from shared.model.sysctls import check_allowed_unsafe
 
 # A cgroup path from the root: "/" then parts, none of them "." or "..".
+# hairpinMode's values (the kubelet's HairpinNone, HairpinVeth, PromiscuousBridge).
+HAIRPIN_MODES = ("none", "hairpin-veth", "promiscuous-bridge")
 _CGROUP_PATH = re.compile(r"(/(?!\.{1,2}(?:/|$))[A-Za-z0-9_.@:-]+)+")
 
 log = logging.getLogger(__name__)
@@ -395,6 +398,10 @@ class KubeletConfiguration(ServerConfig):
     enable_system_log_query: bool = False
     # false: CPU limits get no CFS quota (containers and pod cgroups); shares still follow requests.
     cpu_cfs_quota: bool = Field(default=True, alias="cpuCFSQuota")
+    # How a pod reaches itself through a service or host port on pykubelet's bridge network
+    # (services/network/cni_config.py): promiscuous-bridge and hairpin-veth put each pod's bridge
+    # port in hairpin mode, none does not. A network another CNI agent writes is its own.
+    hairpin_mode: str = "promiscuous-bridge"
     # The CFS period (cpu.cfs_period_us, cpu.max) of containers and pod cgroups, seconds; CPU
     # limits are quotas over it.
     cpu_cfs_quota_period: float = Field(default=0.1, alias="cpuCFSQuotaPeriod")
@@ -681,6 +688,14 @@ class KubeletConfiguration(ServerConfig):
         if len(set(priorities)) != len(priorities):
             raise ValueError("shutdownGracePeriodByPodPriority: each priority may be given once")
         return self
+
+    @field_validator("hairpin_mode")
+    @classmethod
+    def _hairpin_mode(cls, v: str) -> str:
+        if v not in HAIRPIN_MODES:
+            raise ValueError(f"invalid configuration: option {go_quote(v)} specified for hairpinMode (--hairpin-mode). "
+                             "Valid options are \"none\", \"hairpin-veth\" or \"promiscuous-bridge\"")
+        return v
 
     @model_validator(mode="after")
     def _cfs_period(self) -> "KubeletConfiguration":

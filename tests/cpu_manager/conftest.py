@@ -9,7 +9,8 @@ manifest directory's rescan (fileCheckFrequency) and of the full resync (syncFre
 short runtimeRequestTimeout, image pulls in parallel (serializeImagePulls false,
 maxParallelImagePulls 2), three log rotations at once (containerLogMaxWorkers), and the node's
 own OOM score and open-files limit (oomScoreAdj, maxOpenFiles), and CPU limits without a CFS
-quota (cpuCFSQuota false), and an evictionHard of memory alone that keeps the default thresholds
+quota (cpuCFSQuota false), pods' bridge ports without hairpin (hairpinMode none), and an
+evictionHard of memory alone that keeps the default thresholds
 of the other signals (mergeDefaultEvictionSettings).
 
 Its image filesystem is a filesystem of its own, small enough that a test can push it past image
@@ -155,7 +156,7 @@ def _launch(root, pki: PKI, traces: OtlpReceiver) -> Node:
                                     f"imageMinimumGCAge: 1s\nimageMaximumGCAge: {MAX_IMAGE_AGE}s\n"
                                     f"cgroupRoot: {CGROUP_ROOT}\nkubeletCgroups: {KUBELET_CGROUPS}\n"
                                     f"oomScoreAdj: {OOM_SCORE_ADJ}\nmaxOpenFiles: {MAX_OPEN_FILES}\n"
-                                    "cpuCFSQuota: false\n"
+                                    "cpuCFSQuota: false\nhairpinMode: none\n"
                                     "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n"
                                     f"  x509:\n    clientCAFile: {pki.ca.cert}\n"
                                     "authorization:\n  mode: AlwaysAllow\n"

@@ -5,7 +5,8 @@ fileCheckFrequency, every running pod synced every syncFrequency, and a runtime 
 answering failing the node's calls after runtimeRequestTimeout, image pulls two at a time,
 log compressions three at a time, the pods' cgroups below cgroupRoot, and the node's processes
 at oomScoreAdj and maxOpenFiles, evictionHard merged with the defaults, and the node's spans at the
-tracing endpoint, and the node's own processes in kubeletCgroups."""
+tracing endpoint, the node's own processes in kubeletCgroups, and pods' bridge ports without
+hairpin (hairpinMode none)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from tests.cpu_manager.conftest import (
 from tests.integration.conftest import LOG_MONITOR_EVERY, wait_for
 from tests.integration.log_compression import compression_spans, two_bursts
 from tests.integration.node_limits import node_process_limits
+from tests.integration.pod_network import hairpin_mode
 from tests.integration.slow_registry import most_at_once, pull_spans
 
 
@@ -173,6 +175,14 @@ def test_the_kubelet_api_has_no_debugging_handlers(settings_node: SettingsNode, 
                          ("GET", "/debug/pprof/"), ("GET", "/logs/")):
         assert kubelet_api(settings_node, method, path) == 405, f"{method} {path}"
     assert kubelet_api(settings_node, "PUT", "/debug/flags/v") == 404, "no debug flags without debugging handlers"
+
+
+def test_hairpin_mode_none_leaves_the_pods_bridge_port_without_hairpin(pods):
+    """hairpinMode none: the pod's veth port on the bridge is not in hairpin mode (the default
+    node's is: tests/integration/test_static_pods.py)."""
+    pods.write_pod("no-hairpin", sleeper(pods, "no-hairpin")["spec"])
+    uid = pods.wait_running("no-hairpin")["uid"]
+    assert hairpin_mode(pods, uid, "app") == "0"
 
 
 def test_pod_syncs_and_runtime_calls_are_traced_to_the_tracing_endpoint(settings_node: SettingsNode, pods):

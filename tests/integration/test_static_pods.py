@@ -7,6 +7,7 @@ from itertools import pairwise
 import httpx
 
 from tests.integration.conftest import HTTP_CHECK_EVERY, MANIFEST_URL_HEADER, NODE_NAME, RESOLV_SEARCH, wait_for
+from tests.integration.pod_network import hairpin_mode
 
 
 def web_manifest(node, name="web", extra_env=""):
@@ -34,6 +35,9 @@ def test_web_pod_answers_http_at_its_ip(pods):
     [c] = pods.containers_of(pod["uid"])
     assert c.state == 1 and c.metadata.name == "web"
     assert c.labels["io.kubernetes.pod.name"] == f"web-{NODE_NAME}"
+    # hairpinMode promiscuous-bridge (the default): its bridge port hairpins, so it can reach
+    # itself through a service or host port
+    assert hairpin_mode(pods, pod["uid"], "web") == "1"
     # and its log is readable through the CLI
     logs = wait_for(lambda: pods.cli("logs", "web").stdout, 10, "httpd access log line")
     assert "response:200" in logs

@@ -38,7 +38,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 
 
 @pytest.mark.parametrize("name,value", [
-    ("systemCgroups", "/custom"), ("cgroupsPerQOS", False), ("hairpinMode", "hairpin-veth"),
+    ("systemCgroups", "/custom"), ("cgroupsPerQOS", False), ("showHiddenMetricsForVersion", "1.36"),
     ("runOnce", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
     ("enableContentionProfiling", True),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
@@ -129,3 +129,13 @@ def test_the_cfs_quota_period_is_between_1ms_and_1s_as_the_kubelets():
                 f"invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {shown} must be between 1ms "
                 "and 1sec, inclusive")):
             load_kubelet_config({"cpuCFSQuotaPeriod": value})
+
+
+def test_hairpin_mode_takes_the_kubelets_three_values():
+    for mode in ("none", "hairpin-veth", "promiscuous-bridge"):
+        assert load_kubelet_config({"hairpinMode": mode})[0].hairpin_mode == mode
+    assert load_kubelet_config({"hairpinMode": ""})[0].hairpin_mode == "promiscuous-bridge", "empty: the default"
+    with pytest.raises(ConfigError, match=re.escape(
+            'invalid configuration: option "hairpin" specified for hairpinMode (--hairpin-mode). Valid options are '
+            '"none", "hairpin-veth" or "promiscuous-bridge"')):
+        load_kubelet_config({"hairpinMode": "hairpin"})

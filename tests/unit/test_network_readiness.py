@@ -139,3 +139,16 @@ async def test_a_runtime_reading_a_cni_agents_directory_gets_no_config_from_pyku
     clock[0] += 31
     await manager.reconcile()
     assert (cni_conf_dir(tmp_path) / CONFLIST_NAME).exists()
+
+
+def test_hairpin_mode_none_writes_the_bridge_without_hairpin_ports(tmp_path):
+    """hairpinMode: promiscuous-bridge (the default) and hairpin-veth put each pod's bridge port
+    in hairpin mode (the bridge plugin's hairpinMode), none does not."""
+    import json
+
+    from services.network.cni_config import write_conflist
+
+    for hairpin in (True, False):
+        path, changed = write_conflist(tmp_path / str(hairpin), "10.88.0.0/24", tmp_path / "ipam", hairpin)
+        bridge = json.loads(path.read_text())["plugins"][0]
+        assert changed and bridge["type"] == "bridge" and bridge["hairpinMode"] is hairpin

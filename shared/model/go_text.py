@@ -1,4 +1,4 @@
-"""Go's renderings of values in the messages the kubelet answers with, so that pykubelet's
+"""Go's renderings of values in the messages the kubelet gives, so that pykubelet's
 answers read as the kubelet's (and a hostile value cannot break a line)."""
 
 from __future__ import annotations
