@@ -109,6 +109,8 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "registryPullQPS": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
     "registryBurst": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
     "enableSystemLogHandler": ("effect", "tests/cluster/test_node_api.py::test_the_nodes_var_log_is_served_under_logs"),
+    "localStorageCapacityIsolation": ("effect", "tests/integration/test_local_storage_isolation.py::"
+                                                "test_without_local_storage_isolation_nothing_requests_or_limits_local_storage"),
     "hairpinMode": ("effect", "tests/cpu_manager/test_node_settings.py::"
                               "test_hairpin_mode_none_leaves_the_pods_bridge_port_without_hairpin"),
     "cpuCFSQuotaPeriod": ("effect", "tests/cluster/test_pod_resize.py::test_resize_cpu_in_place_then_memory_with_a_restart"),

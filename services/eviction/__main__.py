@@ -41,7 +41,11 @@ async def setup(ctx: ServiceContext) -> None:
     signals = SignalReader(ctx.settings.root_dir, alloc["memory"], cgroups)
     manager = EvictionManager(ctx.store, ctx.bus, signals, UsageCollector(cri, cgroups), thresholds,
                               k.eviction_pressure_transition_period, k.eviction_max_pod_grace_period,
-                              BusRecorder(ctx.bus), find_imagefs=lambda: imagefs_mountpoint(cri))
+                              BusRecorder(ctx.bus), find_imagefs=lambda: imagefs_mountpoint(cri),
+                              local_storage=k.local_storage_capacity_isolation)
+    if not k.local_storage_capacity_isolation:
+        log.info("localStorageCapacityIsolation false: emptyDir sizeLimit and ephemeral-storage limits are not "
+                 "enforced")
     loop = EvictionLoop(manager)
 
     async def on_reclaimed(_event: DiskReclaimed) -> None:

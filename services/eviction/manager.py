@@ -89,7 +89,9 @@ class EvictionManager:
     def __init__(self, store: Store, bus: Publisher, signals: SignalReader, usage: UsageCollector,
                  thresholds: list[Threshold], transition_period: float, max_pod_grace: int,
                  events: Recorder, find_imagefs: Callable[[], Awaitable[Path | None]] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, local_storage: bool = True) -> None:
+        """local_storage false (localStorageCapacityIsolation): pods' local storage limits
+        (emptyDir sizeLimit, ephemeral-storage limits) are not enforced."""
         self.store = store
         self.bus = bus
         self.signals = signals
@@ -101,6 +103,7 @@ class EvictionManager:
         self.events = events
         self.find_imagefs = find_imagefs
         self.clock = clock
+        self.local_storage = local_storage
         self._pods = PodCache()
         self._first_met: dict[tuple[str, bool], float] = {}
         self._unresolved: set[tuple[str, bool]] = set()  # met, not yet back above threshold + minimum reclaim
@@ -173,7 +176,7 @@ class EvictionManager:
         await self._record_signals(obs)
 
         pods = await self._active_pods()
-        evicted = await self._local_storage_evictions(pods)
+        evicted = await self._local_storage_evictions(pods) if self.local_storage else []
         if evicted:
             return evicted
         actionable = [m for m in met

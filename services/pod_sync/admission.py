@@ -21,6 +21,8 @@ from shared.store import node_shutdown as shutdown
 
 ADMISSION_REJECTIONS = Counter("kubelet_admission_rejections_total",
                                "Cumulative number pod admission rejections by the Kubelet.", ["reason"])
+# The resources a pod is admitted by (the kubelet admits by the scheduler's NodeResourcesFit).
+FITTED = ("cpu", "memory", "ephemeral-storage")
 
 
 @dataclass
@@ -37,15 +39,17 @@ def admit(pod: Pod, admitted: list[Pod], capacity: dict[str, int], max_pods: int
 
 
 def resources_fit(pod: Pod, admitted: list[Pod], capacity: dict[str, int]) -> Verdict:
-    """Do the pod's requests fit beside the admitted pods' (at their allocations)?"""
-    want = pod_requests(pod)
-    used = {"cpu": 0, "memory": 0}
+    """Do the pod's requests fit beside the admitted pods' (at their allocations)? A resource the
+    node does not report (ephemeral-storage without localStorageCapacityIsolation) has none to
+    give, as to the kubelet."""
+    want = pod_requests(pod, FITTED)
+    used = dict.fromkeys(FITTED, 0)
     for other in admitted:
-        for name, value in pod_requests(other).items():
+        for name, value in pod_requests(other, FITTED).items():
             used[name] += value
-    for name in ("cpu", "memory"):
-        if want[name] and used[name] + want[name] > capacity[name]:
-            return _reject(f"OutOf{name}", name, want[name], used[name], capacity[name])
+    for name in FITTED:
+        if want[name] and used[name] + want[name] > capacity.get(name, 0):
+            return _reject(f"OutOf{name}", name, want[name], used[name], capacity.get(name, 0))
     return Verdict(True)
 
 

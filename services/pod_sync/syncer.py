@@ -63,7 +63,7 @@ from shared.bus.events import Recorder
 from shared.config.settings import NodeSettings
 from shared.config.thresholds import PRESSURE_CONDITIONS
 from shared.host.facts import node_labels
-from shared.host.node_resources import Reservations, allocatable
+from shared.host.node_resources import Reservations, allocatable, disk_capacity_bytes
 from shared.host.safe_paths import UnsafePath, beneath
 from shared.host.subpath import SubPathMounts
 from shared.model.allocation import spec_allocation, with_allocation
@@ -154,8 +154,10 @@ class PodSyncer:
         # Per pod, what its runtime row last said (all but updated_at): a resync that finds the
         # pod as it was writes nothing. Only pod-sync writes these rows, so the memory is true.
         self._recorded: dict[str, tuple[object, ...]] = {}
-        self._capacity = allocatable(node.cpu_millicores, node.memory_bytes,
-                                     Reservations.from_config(settings.kubelet))
+        self._capacity = allocatable(node.cpu_millicores, node.memory_bytes, Reservations.from_config(settings.kubelet),
+                                     disk_capacity_bytes(str(settings.root_dir)))
+        if not settings.kubelet.local_storage_capacity_isolation:
+            del self._capacity["ephemeral-storage"]  # the node reports none: a request of it does not fit
         self._tiers_protected = False  # the QoS tiers' memory protection written since the start
 
     # -- reading the store -------------------------------------------------------------------

@@ -73,7 +73,7 @@ async def start_cluster_mode(ctx: ServiceContext) -> None:
                       registration=Registration(k.register_node, [t.model_dump(exclude_defaults=True)
                                                                   for t in k.register_with_taints],
                                                 k.provider_id, ctx.settings.node_labels),
-                      max_images=k.node_status_max_images)
+                      max_images=k.node_status_max_images, local_storage=k.local_storage_capacity_isolation)
     pods = ApiPodStatusWriter(api, ctx.store, node_ip)
     mirrors = MirrorPods(api, ctx.store, ctx.settings.node_name, lambda: agent.node_uid, node_ip)
 

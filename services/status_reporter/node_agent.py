@@ -46,7 +46,8 @@ class NodeAgent:
                  lease_seconds: int, status_every: float, report_every: float,
                  node_event: Callable[[str, str, str], None], kubelet_port: int = 10250,
                  node_ip: str = "", reservations: Reservations = NO_RESERVATIONS,
-                 registration: Registration | None = None, max_images: int = 50) -> None:
+                 registration: Registration | None = None, max_images: int = 50,
+                 local_storage: bool = True) -> None:
         self.api = api
         self.store = store
         self.name = name
@@ -61,6 +62,7 @@ class NodeAgent:
         self.reservations = reservations
         self.registration = registration or Registration()
         self.max_images = max_images  # nodeStatusMaxImages
+        self.local_storage = local_storage  # localStorageCapacityIsolation: ephemeral-storage reported
         self.node_uid = ""
         self._last_reported: dict[str, Any] | None = None
         self._last_report_at = 0.0
@@ -101,7 +103,7 @@ class NodeAgent:
         ready, why, runtime = self.health()
         self._conditions = conditions(ready, why, self._conditions, self.pressure())
         return {**node_status_facts(self.name, self.root_dir, self.max_pods, runtime.runtime_version if runtime else "",
-                                   self.kubelet_port, self.node_ip, self.reservations),
+                                   self.kubelet_port, self.node_ip, self.reservations, self.local_storage),
                 **runtime_facts(runtime, self.max_images), "conditions": self._conditions}
 
     # -- registration ---------------------------------------------------------------------------

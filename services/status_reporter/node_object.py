@@ -16,9 +16,9 @@ from shared.store import NodeHealth
 
 def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: str,
                       kubelet_port: int, node_ip: str,
-                      reservations: Reservations = NO_RESERVATIONS) -> dict[str, Any]:
+                      reservations: Reservations = NO_RESERVATIONS, local_storage: bool = True) -> dict[str, Any]:
     """Everything in NodeStatus except conditions."""
-    capacity, allocatable = node_capacity(root_dir, max_pods, reservations)
+    capacity, allocatable = node_capacity(root_dir, max_pods, reservations, local_storage)
     swap = swap_capacity_bytes()
     return {
         "capacity": capacity,

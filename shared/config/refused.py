@@ -74,7 +74,6 @@ REFUSED: dict[str, Refused] = {
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
     "kernelMemcgNotification": Refused(False, "memory signals are polled"),
-    "localStorageCapacityIsolation": Refused(True, "ephemeral-storage limits are enforced by eviction"),
     "imagePullCredentialsVerificationPolicy": Refused("NeverVerifyPreloadedImages",
                                                       "images present on the node are used without checking "
                                                       "the pod's credentials"),

@@ -398,6 +398,10 @@ class KubeletConfiguration(ServerConfig):
     enable_system_log_query: bool = False
     # false: CPU limits get no CFS quota (containers and pod cgroups); shares still follow requests.
     cpu_cfs_quota: bool = Field(default=True, alias="cpuCFSQuota")
+    # false: the node reports no ephemeral-storage (capacity, allocatable; a pod requesting some
+    # is not admitted) and enforces no local storage limit (emptyDir sizeLimit, ephemeral-storage
+    # limits), as the kubelet.
+    local_storage_capacity_isolation: bool = True
     # How a pod reaches itself through a service or host port on pykubelet's bridge network
     # (services/network/cni_config.py): promiscuous-bridge and hairpin-veth put each pod's bridge
     # port in hairpin mode, none does not. A network another CNI agent writes is its own.

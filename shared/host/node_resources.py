@@ -126,9 +126,10 @@ def disk_capacity_bytes(path: str) -> int:
     return st.f_blocks * st.f_frsize
 
 
-def node_capacity(root_dir: str, max_pods: int,
-                  reservations: Reservations = NO_RESERVATIONS) -> tuple[dict[str, str], dict[str, str]]:
-    """(capacity, allocatable) as Node status quantities."""
+def node_capacity(root_dir: str, max_pods: int, reservations: Reservations = NO_RESERVATIONS,
+                  local_storage: bool = True) -> tuple[dict[str, str], dict[str, str]]:
+    """(capacity, allocatable) as Node status quantities; local_storage false
+    (localStorageCapacityIsolation) leaves ephemeral-storage out of both, as the kubelet does."""
     cpu = cpu_capacity_millicores()
     mem = memory_capacity_bytes()
     disk = disk_capacity_bytes(root_dir)
@@ -138,4 +139,6 @@ def node_capacity(root_dir: str, max_pods: int,
     allocatable_q = {"cpu": f"{alloc['cpu']}m" if alloc["cpu"] % 1000 else str(alloc["cpu"] // 1000),
                      "memory": f"{alloc['memory'] // 1024}Ki", "pods": str(max_pods),
                      "ephemeral-storage": str(alloc["ephemeral-storage"])}
+    if not local_storage:
+        del capacity["ephemeral-storage"], allocatable_q["ephemeral-storage"]
     return capacity, allocatable_q

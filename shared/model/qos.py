@@ -57,9 +57,10 @@ def qos_class(pod: Pod) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def pod_requests(pod: Pod) -> dict[str, int]:
+def pod_requests(pod: Pod, names: tuple[str, ...] = COMPUTE) -> dict[str, int]:
     """What the pod needs from the node: max(sum of app containers, largest init container)
-    (sidecars run alongside everything, so they add to both), in millicores and bytes."""
+    (sidecars run alongside everything, so they add to both), in millicores and bytes, for
+    each resource of names (pod-level requests are for CPU and memory only)."""
     def need(c: Container, name: str) -> int:
         q = c.resources.request(name)
         if q is None:
@@ -68,15 +69,15 @@ def pod_requests(pod: Pod) -> dict[str, int]:
 
     out: dict[str, int] = {}
     sidecars = pod.spec.sidecars
-    for name in COMPUTE:
+    for name in names:
         side = sum(need(c, name) for c in sidecars)
         apps = sum(need(c, name) for c in pod.spec.containers) + side
         inits = max((need(c, name) + side for c in pod.spec.initContainers if c not in sidecars), default=0)
         out[name] = max(apps, inits)
     # Pod-level requests replace the containers' for each resource they name.
     if (own := pod_level(pod)) is not None:
-        for name in COMPUTE:
-            if (q := own.request(name)) is not None:
+        for name in names:
+            if name in COMPUTE and (q := own.request(name)) is not None:
                 out[name] = millicores(q) if name == "cpu" else to_bytes(q)
     return out
 

@@ -238,6 +238,13 @@ def test_pod_that_does_not_fit_is_rejected(pods):
     assert pod["status"]["reason"] == "OutOfcpu"
     assert pod["status"]["message"].startswith("Pod was rejected: Node didn't have enough resource: cpu, requested: 64000")
     assert pods.sandboxes_of(pod["uid"]) == []
+    # ephemeral-storage against what the node's filesystem has (less the nodefs.available reserve)
+    pods.write_pod("toomuchdisk", {"containers": [sh(pods, "app", "sleep 3600",
+                                                      resources={"requests": {"ephemeral-storage": "1Pi"}})]})
+    pod = pods.wait_pod("toomuchdisk", lambda p: p["phase"] == "Failed", 30, "rejection")
+    assert pod["status"]["reason"] == "OutOfephemeral-storage"
+    assert pod["status"]["message"].startswith(
+        f"Pod was rejected: Node didn't have enough resource: ephemeral-storage, requested: {2**50}, used: ")
 
 
 def test_env_expansion_field_refs_and_security_context(pods):

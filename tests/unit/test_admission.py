@@ -48,5 +48,22 @@ def test_out_of_pods():
     assert v.reason == "OutOfpods" and "pods, requested: 1, used: 2, capacity: 2" in v.message
 
 
+def test_ephemeral_storage_requests_fit_the_nodes_allocatable_or_are_refused():
+    def scratch(size: str):
+        return validate_pod({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "c", "image": "i:1", "resources": {"requests": {"ephemeral-storage": size}}}]}})
+    disk = allocatable(2000, 1024 * 2**20, Reservations.from_config(KubeletConfiguration()), 10 * 2**30)
+    assert disk["ephemeral-storage"] == 9 * 2**30, "10 GiB less the default nodefs.available 10%"
+    assert admit(scratch("4Gi"), [scratch("4Gi")], disk, 110).admitted
+    v = admit(scratch("2Gi"), [scratch("4Gi"), scratch("4Gi")], disk, 110)
+    assert (v.reason, v.message) == ("OutOfephemeral-storage", "Pod was rejected: Node didn't have enough resource: "
+                                     f"ephemeral-storage, requested: {2 * 2**30}, used: {8 * 2**30}, "
+                                     f"capacity: {9 * 2**30}")
+    # localStorageCapacityIsolation false: the node reports no ephemeral-storage, none fits.
+    without = {k: v for k, v in disk.items() if k != "ephemeral-storage"}
+    assert admit(scratch("1Mi"), [], without, 110).message.endswith(f"requested: {2**20}, used: 0, capacity: 0")
+    assert admit(pod("1"), [], without, 110).admitted
+
+
 def test_best_effort_pods_always_fit_resources():
     assert admit(pod(), [pod("2")], CAP, 110).admitted

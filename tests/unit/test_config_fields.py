@@ -139,3 +139,13 @@ def test_hairpin_mode_takes_the_kubelets_three_values():
             'invalid configuration: option "hairpin" specified for hairpinMode (--hairpin-mode). Valid options are '
             '"none", "hairpin-veth" or "promiscuous-bridge"')):
         load_kubelet_config({"hairpinMode": "hairpin"})
+
+
+def test_without_local_storage_capacity_isolation_the_node_reports_no_ephemeral_storage(tmp_path):
+    from shared.host.node_resources import node_capacity
+
+    capacity, allocatable = node_capacity(str(tmp_path), 110)
+    assert "ephemeral-storage" in capacity and "ephemeral-storage" in allocatable
+    capacity, allocatable = node_capacity(str(tmp_path), 110, local_storage=False)
+    assert set(capacity) == set(allocatable) == {"cpu", "memory", "pods"}
+    assert load_kubelet_config({"localStorageCapacityIsolation": False})[0].local_storage_capacity_isolation is False

@@ -240,7 +240,7 @@ def world(tmp_path):
         store = Store(path, writer="eviction")
         return EvictionManager(store, bus, signals, usage, k.eviction_thresholds(),
                                k.eviction_pressure_transition_period, k.eviction_max_pod_grace_period,
-                               events, clock=clock)
+                               events, clock=clock, local_storage=k.local_storage_capacity_isolation)
 
     class World:
         pass
@@ -430,6 +430,18 @@ async def test_empty_dir_over_its_size_limit_is_evicted_whatever_the_node_has(wo
     [decision] = rows(world.store, PodEviction)
     assert decision.message == 'Usage of EmptyDir volume "scratch" exceeds the limit "10Mi". '
     assert decision.signal == "local-storage"
+
+
+async def test_without_local_storage_capacity_isolation_no_local_storage_limit_evicts(world):
+    vols = [{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}]
+    over = pod("over", volumes=vols)
+    world.add(over)
+    with Store(world.store.path, writer="volume").session() as s:
+        s.add(PodVolume(pod_uid=over.uid, name="scratch", plugin="kubernetes.io/empty-dir", ready=True,
+                        size_limit_bytes=10 * MIB, used_bytes=11 * MIB))
+    m = world.make({**HARD_MEMORY, "localStorageCapacityIsolation": False})
+    assert await m.synchronize() == []
+    assert rows(world.store, PodEviction) == []
 
 
 async def evicted_hog(world) -> EvictionManager:
