@@ -109,6 +109,8 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "registryPullQPS": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
     "registryBurst": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
     "enableSystemLogHandler": ("effect", "tests/cluster/test_node_api.py::test_the_nodes_var_log_is_served_under_logs"),
+    "kernelMemcgNotification": ("effect", "tests/eviction/test_pressure.py::"
+                                          "test_memory_hog_is_evicted_and_guaranteed_pod_untouched"),
     "localStorageCapacityIsolation": ("effect", "tests/integration/test_local_storage_isolation.py::"
                                                 "test_without_local_storage_isolation_nothing_requests_or_limits_local_storage"),
     "hairpinMode": ("effect", "tests/cpu_manager/test_node_settings.py::"

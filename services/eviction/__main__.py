@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from services.eviction.loop import EvictionLoop
 from services.eviction.manager import EvictionManager
+from services.eviction.memcg_notifier import MemcgNotifier, targets
 from services.eviction.node_shutdown import NodeShutdownManager, shutdown_groups
 from services.eviction.oom_kills import OomWatcher
 from services.eviction.pod_usage import UsageCollector
@@ -29,6 +30,25 @@ if TYPE_CHECKING:
 NAME = "eviction"
 
 log = logging.getLogger(__name__)
+
+
+def memcg_notifications(loop: EvictionLoop, manager: EvictionManager, signals: SignalReader, cgroups: CgroupReader,
+                        synced: Callable[[], None]) -> Callable[[], None]:
+    """kernelMemcgNotification: what runs after each cycle, registering the memory thresholds
+    with the kernel again when due; a crossing wakes the loop."""
+    def crossed(message: str) -> None:
+        log.info("%s", message)
+        loop.wake.set()
+    notifier = MemcgNotifier(cgroups, crossed)
+    if not notifier.supported:
+        log.info("kernelMemcgNotification: cgroup v2 has no memory usage thresholds to register; memory is "
+                 "polled, as the kubelet does there")
+        return synced
+
+    def after_cycle() -> None:
+        synced()
+        notifier.refresh(lambda: targets(manager.thresholds, signals))
+    return after_cycle
 
 
 async def setup(ctx: ServiceContext) -> None:
@@ -69,7 +89,10 @@ async def setup(ctx: ServiceContext) -> None:
         return r
 
     ctx.app.add_views(views)
-    ctx.spawn("eviction-cycles", loop.run_cycles(ctx.synced))
+    after_cycle = ctx.synced
+    if k.kernel_memcg_notification:
+        after_cycle = memcg_notifications(loop, manager, signals, cgroups, ctx.synced)
+    ctx.spawn("eviction-cycles", loop.run_cycles(after_cycle))
     ctx.spawn("memory-poll", loop.poll_memory())
     try:
         kmsg = KmsgReader()

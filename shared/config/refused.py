@@ -73,7 +73,6 @@ REFUSED: dict[str, Refused] = {
     "showHiddenMetricsForVersion": Refused("", "no metric is hidden"),
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
-    "kernelMemcgNotification": Refused(False, "memory signals are polled"),
     "imagePullCredentialsVerificationPolicy": Refused("NeverVerifyPreloadedImages",
                                                       "images present on the node are used without checking "
                                                       "the pod's credentials"),

@@ -402,6 +402,9 @@ class KubeletConfiguration(ServerConfig):
     # is not admitted) and enforces no local storage limit (emptyDir sizeLimit, ephemeral-storage
     # limits), as the kubelet.
     local_storage_capacity_isolation: bool = True
+    # true (cgroup v1): the kernel signals when memory use crosses a memory eviction threshold and
+    # eviction runs at once (services/eviction/memcg_notifier.py); cgroup v2 has no such signal.
+    kernel_memcg_notification: bool = False
     # How a pod reaches itself through a service or host port on pykubelet's bridge network
     # (services/network/cni_config.py): promiscuous-bridge and hairpin-veth put each pod's bridge
     # port in hairpin mode, none does not. A network another CNI agent writes is its own.

@@ -1,6 +1,7 @@
 """Eviction under real pressure: a cluster node (real etcd + kube-apiserver) whose root dir is a
 small ext4 filesystem on a loop device made for the test, with thresholds set from what this
-machine has free right now, so a pod can cross them on purpose."""
+machine has free right now, so a pod can cross them on purpose. The kernel signals the crossing
+of the memory threshold (kernelMemcgNotification)."""
 
 from __future__ import annotations
 
@@ -106,7 +107,8 @@ def pressure_cluster(tmp_path_factory, small_fs):
                   f"evictionSoftGracePeriod:\n  pid.available: {SOFT_GRACE}s\n"
                   f"evictionMaxPodGracePeriod: {MAX_POD_GRACE}\n"
                   f"evictionPressureTransitionPeriod: {TRANSITION_SECONDS}s\n"
-                  "imageMinimumGCAge: 1s\n")  # 0s would be the default 2m, as in the kubelet
+                  "imageMinimumGCAge: 1s\n"  # 0s would be the default 2m, as in the kubelet
+                  "kernelMemcgNotification: true\n")
         node = None
         try:
             node = launch_node(small_fs, ["--kubeconfig", str(cp.node_kubeconfig)], extra_config=config)

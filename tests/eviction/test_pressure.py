@@ -101,6 +101,9 @@ def test_memory_hog_is_evicted_and_guaranteed_pod_untouched(pressure_cluster):
     node_events = {e["reason"] for e in c.get("events", "--field-selector", "involvedObject.kind=Node")["items"]}
     assert {"NodeHasInsufficientMemory", "NodeHasSufficientMemory"} <= node_events
     assert any(e["pod"] == "default/hog" for e in c.eviction_view()["evictions"])
+    # kernelMemcgNotification: the kernel signalled the crossing of the hard memory threshold
+    eviction_log = (c.node.root / "logs" / "eviction.log").read_text()
+    assert "eviction manager: hard memory eviction threshold crossed" in eviction_log
     status = c.node.status_output()
     assert "memory.available" in status and "evicted default/hog" in status
     c.delete_pods("steady", "hog")

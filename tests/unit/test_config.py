@@ -57,8 +57,8 @@ def test_bad_values_name_the_field(field, value, needle):
 
 
 def test_unimplemented_fields_at_the_kubelets_default_are_accepted_and_reported():
-    cfg, at_default = load_kubelet_config({"qosReserved": {}, "kernelMemcgNotification": False})
-    assert at_default == ["kernelMemcgNotification", "qosReserved"]
+    cfg, at_default = load_kubelet_config({"qosReserved": {}, "runOnce": False})
+    assert at_default == ["qosReserved", "runOnce"]
 
 
 def test_pods_per_core_caps_the_pod_capacity_as_the_kubelets():

@@ -42,7 +42,6 @@ def test_a_refused_field_at_its_default_is_accepted(name):
     ("runOnce", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
     ("enableContentionProfiling", True),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
-    ("kernelMemcgNotification", True),
     ("makeIPTablesUtilChains", False),
 ])
 def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value):
