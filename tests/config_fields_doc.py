@@ -109,6 +109,10 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "registryPullQPS": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
     "registryBurst": ("effect", "tests/integration/test_registry_qps.py::test_pulls_beyond_registry_pull_qps_fail_and_are_made_later"),
     "enableSystemLogHandler": ("effect", "tests/cluster/test_node_api.py::test_the_nodes_var_log_is_served_under_logs"),
+    "imagePullCredentialsVerificationPolicy": ("effect", "tests/cluster/test_pull_secrets.py::"
+                                                         "test_an_image_pulled_with_a_secret_is_used_only_by_pods_that_show_it"),
+    "preloadedImagesVerificationAllowlist": ("effect", "tests/integration/test_pull_verification.py::"
+                                                       "test_only_allowlisted_preloaded_images_are_used_without_a_pull"),
     "kernelMemcgNotification": ("effect", "tests/eviction/test_pressure.py::"
                                           "test_memory_hog_is_evicted_and_guaranteed_pod_untouched"),
     "localStorageCapacityIsolation": ("effect", "tests/integration/test_local_storage_isolation.py::"

@@ -16,6 +16,7 @@ from services.pod_sync.node_health import NodeHealthWriter
 from services.pod_sync.pod_cgroup import enforce_pods_allocatable, enforce_reserved
 from services.pod_sync.pod_logs_gc import GC_PERIOD as LOGS_GC_PERIOD
 from services.pod_sync.pod_logs_gc import PodLogsGC
+from services.pod_sync.pull_records import Policy, PullRecords
 from services.pod_sync.resources import CGROUP_ROOT, own_oom_score_adj
 from services.pod_sync.runtime_config import NodeFacts
 from services.pod_sync.static_source import StaticPodSource
@@ -39,7 +40,7 @@ from shared.model.cgroup_names import SYSTEMD
 from shared.model.cpusets import format_cpuset
 from shared.model.quantity import to_bytes
 from shared.process.service import ServiceContext, service_main
-from shared.runtime.cri import CRIClient
+from shared.runtime.cri import CRIClient, CRIError
 from shared.tasks import periodic
 from shared.tasks.retry import Backoff
 
@@ -74,8 +75,16 @@ async def setup(ctx: ServiceContext) -> None:
                      oom_group=oom_group(k.single_process_oom_kill, CGROUP_ROOT))
     crash = Backoff(k.crash_loop_back_off.initial_container_restart_period,
                     k.crash_loop_back_off.max_container_restart_period)
+    records = PullRecords(ctx.settings.root_dir / "image_manager",
+                          Policy(k.image_pull_credentials_verification_policy, k.preloaded_images_verification_allowlist))
+    try:
+        records.prepare([(i.id, [*i.repo_tags, *i.repo_digests]) for i in await cri.list_images()])
+    except CRIError as exc:
+        log.warning("image pull records: the runtime's images are unknown (%s); interrupted pulls stay "
+                    "unresolved and their images verified", exc)
+        records.prepare(None)
     images = ImageManager(cri, Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_CAP), k.image_pull_parallelism,
-                          k.registry_pull_qps, k.registry_burst)
+                          k.registry_pull_qps, k.registry_burst, records)
     recorder = BusRecorder(ctx.bus)
     sources: list[Any] = [StaticPodSource(k.static_pod_path, ctx.settings.node_name, ctx.store, k.file_check_frequency)]
     if k.static_pod_url:
@@ -130,6 +139,7 @@ async def setup(ctx: ServiceContext) -> None:
         health.images_changed()  # the Node lists it at its next status update
     images.on_pulled = pulled
     reclaimer.on_removed = health.images_changed
+    reclaimer.on_removed_ids = records.forget
     await ctx.bus.subscribe(DiskReclaimRequested, reclaimer.on_request)
     ctx.spawn("image-gc", periodic.every(gc_period(k.image_maximum_gc_age), "image garbage collection",
                                          reclaimer.periodic_image_gc, log))

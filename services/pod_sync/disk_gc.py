@@ -99,6 +99,7 @@ class DiskReclaimer:
         self._last_used: dict[str, float] = {}  # image ID -> when last seen in use
         self._sandbox_image: str | None = None
         self.on_removed: Callable[[], None] | None = None  # told when a collection removed images
+        self.on_removed_ids: Callable[[list[str]], None] | None = None  # told the IDs it removed
 
     # -- what is in use -------------------------------------------------------------------------
 
@@ -188,6 +189,8 @@ class DiskReclaimer:
                 result.error = f"removing image {img.id[:19]}: {exc.details}"
                 log.warning("image GC (%s): %s", trigger, result.error)
                 continue
+            if self.on_removed_ids is not None:
+                self.on_removed_ids([img.id])
             name = (img.repo_tags or img.repo_digests or [img.id])[0]
             result.images.append(name)
             result.freed += img.size

@@ -57,12 +57,14 @@ class PullCredentials:
     credentials: list[Credential] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
-    def add(self, name: str, secret_type: str, data: dict[str, str] | None, missing_why: str = "not found") -> None:
+    def add(self, name: str, secret_type: str, data: dict[str, str] | None, missing_why: str = "not found",
+            source: tuple[str, str, str] | None = None) -> None:
+        """source: the secret's namespace, name and UID."""
         if data is None:
             self.problems.append(f"{name}: {missing_why}")
             return
         try:
-            self.credentials.extend(credentials_from_secret(secret_type, data))
+            self.credentials.extend(credentials_from_secret(secret_type, data, source))
         except PullSecretInvalid as exc:
             self.problems.append(f"{name}: {exc}")
 
@@ -157,7 +159,9 @@ class ApiEnvSource:
             except EnvSourceError as exc:
                 out.add(ref.name, "", None, str(exc))
                 continue
-            out.add(ref.name, (raw or {}).get("type") or "", None if raw is None else secret_data(raw))
+            meta = (raw or {}).get("metadata") or {}
+            out.add(ref.name, (raw or {}).get("type") or "", None if raw is None else secret_data(raw),
+                    source=(pod.metadata.namespace, ref.name, str(meta.get("uid") or "")))
         return out
 
     async def _read(self, kind: str, plural: str, ns: str, name: str) -> dict[str, Any] | None:

@@ -3,7 +3,8 @@
 Pulls of the same image at the same moment share one CRI PullImage call; different images pull
 in parallel up to maxParallelImagePulls, at most registryPullQPS a second (registryBurst at
 once), as the kubelet: a pull over that rate fails. A failed pull backs off per (pod, image) as
-the kubelet does: ErrImagePull first, ImagePullBackOff while waiting.
+the kubelet does: ErrImagePull first, ImagePullBackOff while waiting. An image already present
+is used only by a pod that could have pulled it (pull_records.py), else pulled with its logins.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable
 from cri_api.v1 import api_pb2 as cri
 from prometheus_client import Histogram
 
+from services.pod_sync.pull_records import PullRecords
 from services.pod_sync.pull_secrets import Credential, lookup
 from shared.model.podspec import Container
 from shared.runtime.cri import CRIError, ImageService
@@ -66,14 +68,16 @@ class EnsuredImage:
 
 class ImageManager:
     def __init__(self, images: ImageService, backoff: Backoff, parallelism: int | None = None,
-                 pull_qps: float = 0, pull_burst: int = 0) -> None:
-        """pull_qps, pull_burst: registryPullQPS and registryBurst (0 qps: no limit)."""
+                 pull_qps: float = 0, pull_burst: int = 0, records: PullRecords | None = None) -> None:
+        """pull_qps, pull_burst: registryPullQPS and registryBurst (0 qps: no limit); records:
+        which credentials pulled each image (None: a present image is anyone's)."""
+        self.records = records
         self._images = images
         self._backoff = backoff
         self._limit = asyncio.Semaphore(parallelism) if parallelism else None
         self._rate = TokenBucket(pull_qps, pull_burst) if pull_qps > 0 else None
         self._last_error: dict[str, str] = {}  # pod/image -> its last failed pull, while in back-off
-        self._inflight: dict[tuple[str, tuple[Credential, ...]], asyncio.Future[str]] = {}
+        self._inflight: dict[tuple[str, tuple[Credential, ...]], asyncio.Future[tuple[str, Credential | None]]] = {}
         # Told the ID of each image pulled (the image GC's first sight of it: its age counts
         # from the pull, not from the next listing).
         self.on_pulled: Callable[[str], None] | None = None
@@ -97,6 +101,7 @@ class ImageManager:
                            credentials: list[Credential] | None = None) -> EnsuredImage:
         """ensure for an image by name: a container's, or an image volume's (the same pull, the
         same back-off per pod and image, the same messages, as the kubelet's image manager)."""
+        logins = lookup(credentials or [], image)
         if policy != "Always":
             try:
                 present = await self._images.image_status(image)
@@ -104,7 +109,12 @@ class ImageManager:
                 raise ImagePullError("ImageInspectError", f'Failed to inspect image "{image}": {exc.details}',
                                      event="InspectFailed") from None
             if present is not None:
-                return EnsuredImage(present.id, None)
+                secrets = [c.secret for c in logins if c.secret is not None]
+                if self.records is None or not self.records.must_pull(image, present.id, secrets):
+                    return EnsuredImage(present.id, None)
+                log.info("image %s is on the node, but pod %s has not shown that it may use it "
+                         "(imagePullCredentialsVerificationPolicy %s): it pulls the image with its own credentials%s",
+                         image, pod_uid, self.records.policy.name, " (it has none)" if not logins else "")
             if policy == "Never":
                 raise ImagePullError(
                     "ErrImageNeverPull",
@@ -119,7 +129,7 @@ class ImageManager:
             on_pull(f'Pulling image "{image}"')
         start = time.monotonic()
         try:
-            ref = await self._pull_shared(image, sandbox_config, lookup(credentials or [], image))
+            ref = await self._pull_shared(image, sandbox_config, logins)
         except (CRIError, PullQPSExceeded) as exc:
             self._backoff.next(key, time.time())
             message = f'Failed to pull image "{image}": {exc.details if isinstance(exc, CRIError) else exc}'
@@ -140,16 +150,25 @@ class ImageManager:
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
             self._inflight[key] = fut
+            if self.records is not None:
+                self.records.pulling(image)
             try:
-                fut.set_result(await self._pull(image, sandbox_config, logins))
+                ref, login = await self._pull(image, sandbox_config, logins)
+                fut.set_result((ref, login))
+                if self.records is not None:
+                    self.records.pulled(image, ref, login.secret if login is not None else None)
             except BaseException as exc:
                 fut.set_exception(exc)
                 fut.exception()  # retrieved: nobody else may be waiting
+                if self.records is not None:
+                    self.records.failed(image)
             finally:
                 del self._inflight[key]
-        return await asyncio.shield(fut)
+        return (await asyncio.shield(fut))[0]
 
-    async def _pull(self, image: str, sandbox_config: cri.PodSandboxConfig | None, logins: list[Credential]) -> str:
+    async def _pull(self, image: str, sandbox_config: cri.PodSandboxConfig | None,
+                    logins: list[Credential]) -> tuple[str, Credential | None]:
+        """The image's ID, and the login that pulled it (None: anonymous)."""
         async with (self._limit or contextlib.nullcontext()):
             # As the kubelet: a pull over the rate fails (and backs off), it does not queue.
             if self._rate is not None and not self._rate.try_acquire():
@@ -160,7 +179,7 @@ class ImageManager:
                                       f"registryBurst {self._rate.burst})")
             start = time.monotonic()
             log.info("pulling image %s%s", image, f" ({len(logins)} login(s) to try)" if logins else "")
-            ref = await self._pull_with(image, sandbox_config, logins)
+            ref, login = await self._pull_with(image, sandbox_config, logins)
             took = time.monotonic() - start
             size = 0
             with contextlib.suppress(CRIError):
@@ -170,17 +189,17 @@ class ImageManager:
             log.info("pulled image %s in %.2fs", image, took)
             if self.on_pulled is not None:
                 self.on_pulled(ref)
-            return ref
+            return ref, login
 
     async def _pull_with(self, image: str, sandbox_config: cri.PodSandboxConfig | None,
-                         logins: list[Credential]) -> str:
+                         logins: list[Credential]) -> tuple[str, Credential | None]:
         """Anonymous without logins; else each login in turn, failing with all their errors."""
         if not logins:
-            return await self._images.pull_image(image, sandbox_config)
+            return await self._images.pull_image(image, sandbox_config), None
         errors: list[CRIError] = []
         for login in logins:
             try:
-                return await self._images.pull_image(image, sandbox_config, login.auth_config())
+                return await self._images.pull_image(image, sandbox_config, login.auth_config()), login
             except CRIError as exc:
                 errors.append(exc)
         if len(errors) == 1:

@@ -20,6 +20,8 @@ from typing import Any
 
 from cri_api.v1 import api_pb2 as cri
 
+from services.pod_sync.pull_records import SecretRef, credential_hash
+
 DOCKER_HUB = "docker.io"
 _HUB_ALIASES = {"index.docker.io", "registry-1.docker.io", "docker.io"}
 # Entries a pod may carry: enough for any real config, a bound on what a secret can make us hold.
@@ -46,6 +48,7 @@ class Credential:
     key: str
     username: str
     password: str
+    secret: SecretRef | None = None  # the pull secret it came from (services/pod_sync/pull_records.py)
 
     def auth_config(self) -> cri.AuthConfig:
         return cri.AuthConfig(username=self.username, password=self.password)
@@ -95,7 +98,7 @@ def _matches(key: _Key, image: _Key) -> bool:
     return not key.path or image.path == key.path or image.path.startswith(key.path + "/")
 
 
-def _entry(key: str, entry: Any) -> Credential:
+def _entry(key: str, entry: Any, source: tuple[str, str, str] | None) -> Credential:
     if not isinstance(entry, dict):
         raise PullSecretInvalid(f"the entry for {key!r} is not an object")
     username, password = entry.get("username") or "", entry.get("password") or ""
@@ -106,11 +109,14 @@ def _entry(key: str, entry: Any) -> Credential:
             raise PullSecretInvalid(f"the auth of {key!r} is not base64 of user:password") from None
     if not isinstance(username, str) or not isinstance(password, str):
         raise PullSecretInvalid(f"the username and password of {key!r} must be strings")
-    return Credential(key, username, password)
+    secret = SecretRef(*source, credential_hash(key, username, password)) if source is not None else None
+    return Credential(key, username, password, secret)
 
 
-def credentials_from_secret(secret_type: str, data: dict[str, str]) -> list[Credential]:
-    """The credentials a (decoded) secret holds; PullSecretInvalid when it holds none usable."""
+def credentials_from_secret(secret_type: str, data: dict[str, str],
+                            source: tuple[str, str, str] | None = None) -> list[Credential]:
+    """The credentials a (decoded) secret holds; PullSecretInvalid when it holds none usable.
+    source: the secret's namespace, name and UID, which the credentials are recorded by."""
     if ".dockerconfigjson" in data:
         field = ".dockerconfigjson"
     elif ".dockercfg" in data:
@@ -126,7 +132,7 @@ def credentials_from_secret(secret_type: str, data: dict[str, str]) -> list[Cred
         raise PullSecretInvalid(f"{field} has no registry entries")
     if len(entries) > MAX_ENTRIES:
         raise PullSecretInvalid(f"{field} has {len(entries)} entries; at most {MAX_ENTRIES} are read")
-    return [_entry(str(k), v) for k, v in entries.items()]
+    return [_entry(str(k), v, source) for k, v in entries.items()]
 
 
 def lookup(credentials: list[Credential], image: str) -> list[Credential]:

@@ -735,7 +735,8 @@ class PodSyncer:
     def _pulled(self, pod: Pod, progress: _Progress, name: str, image: EnsuredImage) -> None:
         """The Pulled event of an image had (a container's or an image volume's), and its pull time."""
         self._event(pod, "Normal", "Pulled",
-                    f'Container image "{name}" already present on machine' if image.pulled_seconds is None
+                    f'Container image "{name}" already present on machine and can be accessed by the pod'
+                    if image.pulled_seconds is None
                     else f'Successfully pulled image "{name}" in {image.pulled_seconds:.3f}s')
         progress.pull_seconds += image.pulled_seconds or 0.0
 

@@ -73,10 +73,6 @@ REFUSED: dict[str, Refused] = {
     "showHiddenMetricsForVersion": Refused("", "no metric is hidden"),
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
-    "imagePullCredentialsVerificationPolicy": Refused("NeverVerifyPreloadedImages",
-                                                      "images present on the node are used without checking "
-                                                      "the pod's credentials"),
-    "preloadedImagesVerificationAllowlist": Refused([], "images present on the node are used without checking"),
     "defaultPodSysctls": Refused({}, "pods get only the sysctls they ask for"),
 }
 

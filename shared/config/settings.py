@@ -48,12 +48,16 @@ from shared.model.cgroup_names import SLICE, kubepods_name, slice_path
 from shared.model.cpusets import CPUSetError, parse_cpuset
 from shared.model.durations import format_duration, parse_duration, to_seconds
 from shared.model.go_text import go_quote
+from shared.model.image_names import allowlist_pattern
 from shared.model.ip import ip_address
 from shared.model.podspec import DNS1123_SUBDOMAIN
 from shared.model.quantity import to_bytes
 from shared.model.sysctls import check_allowed_unsafe
 
 # A cgroup path from the root: "/" then parts, none of them "." or "..".
+# imagePullCredentialsVerificationPolicy's values, in the kubelet's order.
+PULL_VERIFICATION_POLICIES = ("NeverVerify", "NeverVerifyPreloadedImages", "NeverVerifyAllowlistedImages",
+                              "AlwaysVerify")
 # hairpinMode's values (the kubelet's HairpinNone, HairpinVeth, PromiscuousBridge).
 HAIRPIN_MODES = ("none", "hairpin-veth", "promiscuous-bridge")
 _CGROUP_PATH = re.compile(r"(/(?!\.{1,2}(?:/|$))[A-Za-z0-9_.@:-]+)+")
@@ -405,6 +409,10 @@ class KubeletConfiguration(ServerConfig):
     # true (cgroup v1): the kernel signals when memory use crosses a memory eviction threshold and
     # eviction runs at once (services/eviction/memcg_notifier.py); cgroup v2 has no such signal.
     kernel_memcg_notification: bool = False
+    # Which images already on the node a pod must show the credentials of before it may use them
+    # (services/pod_sync/pull_records.py, the KubeletEnsureSecretPulledImages feature).
+    image_pull_credentials_verification_policy: str = "NeverVerifyPreloadedImages"
+    preloaded_images_verification_allowlist: list[str] = Field(default_factory=list)
     # How a pod reaches itself through a service or host port on pykubelet's bridge network
     # (services/network/cni_config.py): promiscuous-bridge and hairpin-veth put each pod's bridge
     # port in hairpin mode, none does not. A network another CNI agent writes is its own.
@@ -703,6 +711,23 @@ class KubeletConfiguration(ServerConfig):
             raise ValueError(f"invalid configuration: option {go_quote(v)} specified for hairpinMode (--hairpin-mode). "
                              "Valid options are \"none\", \"hairpin-veth\" or \"promiscuous-bridge\"")
         return v
+
+    @model_validator(mode="after")
+    def _pull_verification(self) -> "KubeletConfiguration":
+        policy, allowlist = self.image_pull_credentials_verification_policy, self.preloaded_images_verification_allowlist
+        if policy not in PULL_VERIFICATION_POLICIES:
+            raise ValueError(f"invalid configuration: option {go_quote(policy)} specified for "
+                             "imagePullCredentialsVerificationPolicy. Valid options are " +
+                             ", ".join(go_quote(p) for p in PULL_VERIFICATION_POLICIES[:-1]) +
+                             f" or {go_quote(PULL_VERIFICATION_POLICIES[-1])}")
+        if allowlist and policy != "NeverVerifyAllowlistedImages":
+            raise ValueError("invalid configuration: can't set `preloadedImagesVerificationAllowlist` if "
+                             "`imagePullCredentialsVertificationPolicy` is not \"NeverVerifyAllowlistedImages\"")
+        for pattern in allowlist:
+            if (problem := allowlist_pattern(pattern)) is not None:
+                raise ValueError("invalid configuration: invalid image pattern in "
+                                 f"`preloadedImagesVerificationAllowlist`: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _cfs_period(self) -> "KubeletConfiguration":

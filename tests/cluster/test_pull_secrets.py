@@ -1,9 +1,11 @@
 """imagePullSecrets against a real registry that wants a login (docker-registry with htpasswd):
 the pod's dockerconfigjson secret is read through the API server and handed to containerd's
-PullImage; without it the registry's refusal is what the pod shows."""
+PullImage; without it the registry's refusal is what the pod shows, also when the image is on the
+node already, pulled with another pod's secret."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import bcrypt
@@ -66,3 +68,36 @@ def test_a_private_image_pulls_with_the_pods_secret_and_not_without(cluster, pri
     for name in ("no-login", "with-login"):
         cluster.kubectl("delete", "pod", name, "--wait=false")
     cluster.kubectl("delete", "secret", "regcred", "not-a-login")
+
+
+def test_an_image_pulled_with_a_secret_is_used_only_by_pods_that_show_it(cluster, private_registry):
+    """KubeletEnsureSecretPulledImages (the kubelet 1.37's default, imagePullCredentialsVerificationPolicy
+    NeverVerifyPreloadedImages): once the node pulled the private image with one pod's secret, a
+    pod without it cannot use the copy on the node (IfNotPresent pulls again, and the registry
+    refuses it), while a pod with a secret holding the same login uses it without a pull."""
+    registry = private_registry.split("/", 1)[0]
+    login = [f"--docker-server={registry}", f"--docker-username={USER}", f"--docker-password={PASSWORD}"]
+    cluster.kubectl("create", "secret", "docker-registry", "owner-cred", *login)
+    cluster.kubectl("create", "secret", "docker-registry", "twin-cred", *login)
+    base = {"containers": [{"name": "app", "image": private_registry, "command": ["sleep", "3600"]}]}
+    cluster.create_pod("owner", {**base, "imagePullSecrets": [{"name": "owner-cred"}]})
+    cluster.wait_pod("owner", lambda p: p.get("status", {}).get("phase") == "Running", 90, "Running")
+
+    cluster.create_pod("borrower", base)
+    cluster.wait_pod("borrower", lambda p: (p.get("status", {}).get("containerStatuses") or [{}])[0].get(
+        "state", {}).get("waiting", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff"), 60,
+        "the copy on the node refused to a pod without the secret")
+    wait_for(lambda: "401 Unauthorized" in _events(cluster, "borrower"), 30, "its own pull refused by the registry")
+
+    cluster.create_pod("twin", {**base, "imagePullSecrets": [{"name": "twin-cred"}]})
+    cluster.wait_pod("twin", lambda p: p.get("status", {}).get("phase") == "Running", 60, "Running")
+    assert f'Pulled: Container image "{private_registry}" already present on machine and can be accessed by the pod' \
+        in _events(cluster, "twin")
+    records = list((cluster.node.root / "image_manager" / "pulled").iterdir())
+    mapping = [json.loads(r.read_text())["credentialMapping"] for r in records]
+    secrets = [s["name"] for m in mapping for s in m.get(private_registry.rsplit(":", 1)[0], {}).get(
+        "kubernetesSecrets", [])]
+    assert sorted(secrets) == ["owner-cred", "twin-cred"], mapping
+    for name in ("owner", "borrower", "twin"):
+        cluster.kubectl("delete", "pod", name, "--wait=false")
+    cluster.kubectl("delete", "secret", "owner-cred", "twin-cred")
