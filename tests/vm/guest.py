@@ -28,6 +28,18 @@ NODE = "pykubelet-vm"
 DRIVER = ("import asyncio; from shared.runtime.cri import CRIClient; "
           "print(asyncio.run(CRIClient('unix:///var/lib/pykubelet/containerd/containerd.sock').cgroup_driver()))")
 
+# A node log query (enableSystemLogQuery) for a pykubelet unit, answered as node-api answers
+# `GET /logs/?query=pykubelet-pod-sync&pattern=...`: from the journal, by journalctl.
+LOG_QUERY = ("import asyncio; from services.node_api.http import Request; "
+             "from services.node_api.log_query import NodeLogQuery; "
+             "from services.node_api.system_logs import NODE_LOG_DIR, SystemLogs\n"
+             "async def main():\n"
+             "    logs = SystemLogs(query=NodeLogQuery(NODE_LOG_DIR))\n"
+             "    r = await logs.serve(Request('GET', '/logs/', {'query': ['pykubelet-pod-sync'], "
+             "'pattern': ['pod-sync running']}, {}, [], None))\n"
+             "    print(b''.join([c async for c in r.body]).decode())\n"
+             "asyncio.run(main())")
+
 # Whether the runtime's default handler makes user namespaces (containerd asks the kernel: ID-mapped
 # mounts on every filesystem a pod uses, tmpfs included, need Linux 6.3).
 USERNS = ("import asyncio; from shared.runtime.cri import CRIClient; "

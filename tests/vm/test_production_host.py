@@ -43,6 +43,7 @@ from tests.kubeadm_control_plane import (
 from tests.vm.guest import (
     BUSYBOX,
     DRIVER,
+    LOG_QUERY,
     POD_PIDS_LIMIT,
     POD_TIMEOUT,
     READ_ONLY_PORT,
@@ -116,6 +117,10 @@ def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
     assert "active" in target, target
     journal = vm.run("journalctl", "-u", "pykubelet-pod-sync.service", "--no-pager", "-o", "cat").stdout
     assert "pod-sync running" in journal, journal[-2000:]
+    # ... and what a node log query (enableSystemLogQuery) answers for the unit: its journal.
+    queried = vm.run(PY, "-c", LOG_QUERY, timeout=120).stdout
+    lines = [line for line in queried.splitlines() if line and not line.startswith("--")]
+    assert lines and all("pod-sync running" in line for line in lines), queried[-2000:]  # pattern: --grep
 
 
 def _status(vm, pid: str) -> dict[str, str]:
