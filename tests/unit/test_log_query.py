@@ -5,7 +5,6 @@ put in a query."""
 from __future__ import annotations
 
 import gzip
-import os
 import stat
 
 import pytest
@@ -14,6 +13,7 @@ from services.node_api.http import HTTPError, Request
 from services.node_api.log_query import NodeLogQuery, go_regexp_error, journalctl_args, parse
 from services.node_api.system_logs import SystemLogs
 from shared.config.settings import KubeletConfiguration
+from tests.unit.var_log import body, stand_in_var_log
 
 # A journalctl that knows one unit, fake.service, and prints the arguments it was run with.
 FAKE_JOURNALCTL = """#!/bin/sh
@@ -26,23 +26,11 @@ def get(path: str, query: dict[str, list[str]] | None = None, **headers: str) ->
     return Request("GET", path, query or {}, {k.replace("_", "-"): v for k, v in headers.items()}, [], None)
 
 
-async def body(resp) -> bytes:
-    if isinstance(resp.body, bytes):
-        return resp.body
-    return b"".join([chunk async for chunk in resp.body])
-
-
 @pytest.fixture
 def var_log(tmp_path):
-    root = tmp_path / "log"
-    (root / "apt").mkdir(parents=True)
-    (root / "syslog").write_text("line one\nline two\n")
-    (root / "apt" / "history.log").write_text("Start-Date: 2026-12-06\n")
+    root = stand_in_var_log(tmp_path)
     (root / "apt" / "apt.log").write_text("apt's own\n")
     (root / "cloud-init.log").write_text("cloud\n")
-    (tmp_path / "secret").write_text("root's only\n")
-    (root / "escape").symlink_to(tmp_path / "secret")
-    os.mkfifo(root / "pipe")
     return root
 
 

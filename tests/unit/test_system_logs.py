@@ -11,32 +11,16 @@ from services.node_api.http import HTTPError, Request
 from services.node_api.kubelet_api import KubeletAPI
 from services.node_api.system_logs import SystemLogs, content_type
 from shared.runtime.cri.fake import FakeRuntime
+from tests.unit.var_log import body, stand_in_var_log
 
 
 def get(path: str, method: str = "GET") -> Request:
     return Request(method, path, {}, {}, [], None)
 
 
-async def body(resp) -> bytes:
-    if isinstance(resp.body, bytes):
-        return resp.body
-    return b"".join([chunk async for chunk in resp.body])
-
-
 @pytest.fixture
 def var_log(tmp_path):
-    root = tmp_path / "log"
-    (root / "apt").mkdir(parents=True)
-    (root / "syslog").write_text("line one\nline two\n")
-    (root / "apt" / "history.log").write_text("Start-Date: 2026-12-06\n")
-    (root / "a b&<c>.log").write_text("odd name\n")
-    (root / "containers").mkdir()
-    (root / "containers" / "app.log").symlink_to(root / "syslog")  # a link inside: followed
-    (tmp_path / "secret").write_text("root's only\n")
-    (root / "escape").symlink_to(tmp_path / "secret")  # a link out: refused
-    (root / "escape-dir").symlink_to(tmp_path)
-    os.mkfifo(root / "pipe")
-    return root
+    return stand_in_var_log(tmp_path)
 
 
 async def test_a_directory_is_listed_as_go_lists_it(var_log):
