@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
@@ -190,6 +190,8 @@ def resize(parent: str, new: PodCgroupConfig, containers_done: bool, root: Path 
         return [f"cannot read the pod cgroup {parent}"]
     # pids.max is not resized
     new = PodCgroupConfig(new.cpu_shares, new.cpu_quota, new.memory_limit, cpu_period=new.cpu_period)
+    if now.cpu_quota is None and new.cpu_quota is None:
+        now = replace(now, cpu_period=new.cpu_period)  # a slice without a quota keeps systemd's period
     if now == new:
         return []
     target = new if containers_done else PodCgroupConfig(max(now.cpu_shares, new.cpu_shares),
