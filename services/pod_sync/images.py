@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cri_api.v1 import api_pb2 as cri
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 
 from services.pod_sync.pull_records import PullRecords
 from services.pod_sync.pull_secrets import Credential, lookup
@@ -31,6 +31,18 @@ log = logging.getLogger(__name__)
 IMAGE_PULL_DURATION = Histogram(
     "kubelet_image_pull_duration_seconds", "Duration in seconds to pull an image.", ["image_size_in_bytes"],
     buckets=(0.5, 1, 5, 10, 20, 30, 60, 120, 180, 240, 300, 600, 900, 1200, 1800, 2700, 3600))
+
+ENSURE_IMAGE_REQUESTS = Counter(
+    "kubelet_image_manager_ensure_image_requests", "Number of ensure-image requests processed by the kubelet.",
+    ["pull_policy", "present_locally", "pull_required"])
+
+
+def _count_request(policy: str, present: bool | None, required: bool | None) -> None:
+    """As the kubelet counts them: "unknown" where the check did not get that far."""
+    def word(value: bool | None) -> str:
+        return "unknown" if value is None else str(value).lower()
+    ENSURE_IMAGE_REQUESTS.labels(policy.lower(), word(present), word(required)).inc()
+
 
 _SIZE_BUCKETS = [(10 * 2**20, "0-10MB"), (100 * 2**20, "10MB-100MB"), (500 * 2**20, "100MB-500MB"),
                  (2**30, "500MB-1GB"), (5 * 2**30, "1GB-5GB"), (10 * 2**30, "5GB-10GB")]
@@ -106,19 +118,28 @@ class ImageManager:
             try:
                 present = await self._images.image_status(image)
             except CRIError as exc:  # the kubelet's ErrImageInspect: retried at the pod's next sync
+                _count_request(policy, None, None)
                 raise ImagePullError("ImageInspectError", f'Failed to inspect image "{image}": {exc.details}',
                                      event="InspectFailed") from None
+            if present is None and policy == "Never":
+                _count_request(policy, False, None)
             if present is not None:
                 secrets = [c.secret for c in logins if c.secret is not None]
                 if self.records is None or not self.records.must_pull(image, present.id, secrets):
+                    _count_request(policy, True, False)
                     return EnsuredImage(present.id, None)
+                _count_request(policy, True, True)
                 log.info("image %s is on the node, but pod %s has not shown that it may use it "
                          "(imagePullCredentialsVerificationPolicy %s): it pulls the image with its own credentials%s",
                          image, pod_uid, self.records.policy.name, " (it has none)" if not logins else "")
+            elif policy != "Never":
+                _count_request(policy, False, True)
             if policy == "Never":
                 raise ImagePullError(
                     "ErrImageNeverPull",
                     f'Container image "{image}" is not present with pull policy of Never')
+        else:
+            _count_request(policy, None, True)
         key = f"{pod_uid}/{image}"
         if self._backoff.remaining_since_last_failure(key) > 0:
             # As the kubelet 1.37: the waiting message carries the failed pull's error.

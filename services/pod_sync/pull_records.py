@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import Counter, Gauge
+
 from shared.host.node_dirs import private_dir
 from shared.model.image_names import image_without_tag_or_digest
 
@@ -44,6 +46,13 @@ POLICIES = (NEVER_VERIFY, NEVER_VERIFY_PRELOADED, NEVER_VERIFY_ALLOWLISTED, ALWA
 # Matching a pod's secret by its login alone adds the secret to the record, up to this many.
 WRITE_WHILE_MATCHING_LIMIT = 100
 
+
+
+MUST_PULL_CHECKS = Counter(
+    "kubelet_imagemanager_image_mustpull_checks", "Counter for how many times kubelet checked whether credentials "
+    "need to be re-verified to access an image", ["result"])
+PULL_INTENTS = Gauge("kubelet_imagemanager_ondisk_pullintents", "Number of ImagePullIntents stored on disk.")
+PULLED_RECORDS = Gauge("kubelet_imagemanager_ondisk_pulledrecords", "Number of ImagePulledRecords stored on disk.")
 
 
 class RecordUnreadable(Exception):
@@ -102,6 +111,7 @@ class PullRecords:
         for d in (self.pulled_dir.parent, self.pulled_dir, self.pulling_dir):
             private_dir(d)
         if present is None:
+            self._count()
             return
         self.prune({ref for ref, _ in present})
         intents = {}
@@ -115,6 +125,7 @@ class PullRecords:
             for name in set(names) & set(intents):
                 self._merge(name, ref, None)
                 intents.pop(name).unlink(missing_ok=True)
+        self._count()
 
     # -- pulls ----------------------------------------------------------------------------------
 
@@ -123,6 +134,7 @@ class PullRecords:
             _write(self.pulling_dir / _filename(image), {"kind": "ImagePullIntent", "apiVersion": API_VERSION,
                                                          "image": image})
         self._pulling[image] = self._pulling.get(image, 0) + 1
+        self._count()
 
     def pulled(self, image: str, ref: str, secret: SecretRef | None) -> None:
         """A pull made: with a pod's secret's login, or with none (anyone may use the image)."""
@@ -142,11 +154,18 @@ class PullRecords:
             return
         self._pulling.pop(image, None)
         (self.pulling_dir / _filename(image)).unlink(missing_ok=True)
+        self._count()
 
     # -- the check ------------------------------------------------------------------------------
 
     def must_pull(self, image: str, ref: str, pod_secrets: list[SecretRef]) -> bool:
         """Must the pod pull an image that is present (as ref) before it may use it?"""
+        required, result = self._check(image, ref, pod_secrets)
+        MUST_PULL_CHECKS.labels(result).inc()
+        return required
+
+    def _check(self, image: str, ref: str, pod_secrets: list[SecretRef]) -> tuple[bool, str]:
+        """(must pull, the kubelet's name for the result)."""
         try:
             record = self._record(ref)
             pulled_by_node = record is not None or bool(self._pulling.get(image)) or \
@@ -154,16 +173,16 @@ class PullRecords:
         except RecordUnreadable as exc:
             log.error("image pull record of %s unreadable (%s): the pod's credentials are checked by a pull",
                       ref, exc)
-            return True
+            return True, "error"
         if not self.policy.verifies(image, pulled_by_node):
-            return False
+            return False, "credentialPolicyAllowed"
         if record is None:
-            return True
+            return True, "mustAuthenticate"
         cached = (record.get("credentialMapping") or {}).get(image_without_tag_or_digest(image))
         if not isinstance(cached, dict):
-            return True
+            return True, "mustAuthenticate"
         if cached.get("nodePodsAccessible"):
-            return False
+            return False, "credentialRecordFound"
         known = [s for s in cached.get("kubernetesSecrets") or [] if isinstance(s, dict)]
         for mine in pod_secrets:
             for theirs in known:
@@ -172,8 +191,8 @@ class PullRecords:
                 if same_login or same_secret:
                     if not (same_login and same_secret) and len(known) < WRITE_WHILE_MATCHING_LIMIT:
                         self._merge(image, ref, mine)  # this secret may use it too, from now on
-                    return False
-        return True
+                    return False, "credentialRecordFound"
+        return True, "mustAuthenticate"
 
     # -- records --------------------------------------------------------------------------------
 
@@ -217,6 +236,7 @@ class PullRecords:
                 s.get("namespace") or "", s.get("name") or "", s.get("uid") or ""))}
         record["lastUpdatedTime"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         _write(self.pulled_dir / _filename(ref), record)
+        self._count()
 
     def prune(self, present_refs: set[str]) -> None:
         """Forget the records of images the node no longer has."""
@@ -227,11 +247,22 @@ class PullRecords:
                 ref = None
             if ref not in present_refs:
                 path.unlink(missing_ok=True)
+        self._count()
 
     def forget(self, refs: Iterable[str]) -> None:
         """Image GC removed these images: their records go with them."""
         for ref in refs:
             (self.pulled_dir / _filename(ref)).unlink(missing_ok=True)
+        self._count()
+
+    def _count(self) -> None:
+        """The records and intents on disk, for /metrics (the kubelet's imagemanager_ondisk_*)."""
+        for gauge, directory in ((PULL_INTENTS, self.pulling_dir), (PULLED_RECORDS, self.pulled_dir)):
+            try:
+                gauge.set(sum(1 for name in os.listdir(directory) if name.startswith(PREFIX)
+                              and not name.endswith(".tmp")))
+            except OSError:
+                pass  # the directory is made at start; until then there is nothing to count
 
 
 def _filename(value: str) -> str:

@@ -10,10 +10,11 @@ import subprocess
 
 import bcrypt
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from shared.runtime.images.build import IMAGES, ImageSpec, build_image, busybox_applets
 from shared.runtime.images.registry import push_image, wait_for_registry
-from tests.integration.conftest import free_port, stop_process, wait_for
+from tests.integration.conftest import NODE_NAME, free_port, stop_process, wait_for
 
 USER, PASSWORD = "puller", "s3cret-pull"
 
@@ -98,6 +99,12 @@ def test_an_image_pulled_with_a_secret_is_used_only_by_pods_that_show_it(cluster
     secrets = [s["name"] for m in mapping for s in m.get(private_registry.rsplit(":", 1)[0], {}).get(
         "kubernetesSecrets", [])]
     assert {"owner-cred", "twin-cred"} <= set(secrets), mapping  # beside the first test's regcred
+    # The checks on the node's /metrics, under the kubelet 1.37's names.
+    metrics = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{NODE_NAME}/proxy/metrics").stdout
+    checks = {s.labels["result"]: s.value for f in text_string_to_metric_families(metrics) for s in f.samples
+              if s.name == "kubelet_imagemanager_image_mustpull_checks_total"}
+    assert checks.get("mustAuthenticate", 0) >= 1 and checks.get("credentialRecordFound", 0) >= 1, checks
+    assert "kubelet_imagemanager_ondisk_pulledrecords" in metrics
     for name in ("owner", "borrower", "twin"):
         cluster.kubectl("delete", "pod", name, "--wait=false")
     cluster.kubectl("delete", "secret", "owner-cred", "twin-cred")

@@ -152,3 +152,28 @@ def test_the_policy_and_allowlist_take_the_kubelets_values_and_words():
     assert allowlist_pattern("registry.*/app") == \
         "not a valid wildcard pattern, only patterns ending with '/*' are allowed: registry.*/app"
     assert allowlist_pattern("/*") == "at least registry hostname is required"
+
+
+async def test_checks_requests_and_records_are_counted_under_the_kubelets_metric_names(node):
+    from prometheus_client import REGISTRY
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    rt, records, images = node
+    before = {r: value("kubelet_imagemanager_image_mustpull_checks_total", result=r)
+              for r in ("credentialRecordFound", "mustAuthenticate")}
+    requests = value("kubelet_image_manager_ensure_image_requests_total", pull_policy="ifnotpresent",
+                     present_locally="true", pull_required="false")
+    await images.ensure_image("pod-a", PRIVATE, "IfNotPresent", None, credentials=secret("a", "regcred", "u1"))
+    await images.ensure_image("pod-a2", PRIVATE, "IfNotPresent", None, credentials=secret("a", "regcred", "u1"))
+    with pytest.raises(ImagePullError):
+        await images.ensure_image("pod-b", PRIVATE, "Never", None)
+    assert value("kubelet_imagemanager_image_mustpull_checks_total", result="credentialRecordFound") == \
+        before["credentialRecordFound"] + 1
+    assert value("kubelet_imagemanager_image_mustpull_checks_total", result="mustAuthenticate") == \
+        before["mustAuthenticate"] + 1
+    assert value("kubelet_image_manager_ensure_image_requests_total", pull_policy="ifnotpresent",
+                 present_locally="true", pull_required="false") == requests + 1
+    assert value("kubelet_imagemanager_ondisk_pulledrecords") == len(list(records.pulled_dir.iterdir())) == 1
+    assert value("kubelet_imagemanager_ondisk_pullintents") == 0
