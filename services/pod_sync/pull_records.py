@@ -190,7 +190,11 @@ class PullRecords:
                 same_secret = (theirs.get("namespace"), theirs.get("name"), theirs.get("uid")) == mine.coordinates
                 if same_login or same_secret:
                     if not (same_login and same_secret) and len(known) < WRITE_WHILE_MATCHING_LIMIT:
-                        self._merge(image, ref, mine)  # this secret may use it too, from now on
+                        try:
+                            self._merge(image, ref, mine)  # this secret may use it too, from now on
+                        except OSError as exc:  # the pod may still use it; the record is only not widened
+                            log.warning("cannot add secret %s/%s to the pull record of %s: %s", mine.namespace,
+                                        mine.name, image, exc)
                     return False, "credentialRecordFound"
         return True, "mustAuthenticate"
 
