@@ -45,17 +45,17 @@ def describe(t: Threshold) -> str:
 
 def targets(thresholds: list[Threshold], signals: SignalReader) -> list[Target]:
     """Where each memory threshold would be met, as memory.usage_in_bytes of its cgroup."""
-    wanted = [t for t in thresholds if t.signal in MEMORY_SIGNALS]
-    obs = signals.memory(frozenset(t.signal for t in wanted))
     out = []
-    for t in wanted:
-        if t.signal not in obs:
+    for t in thresholds:
+        if t.signal not in MEMORY_SIGNALS:
             continue
-        cgroup = "/" if t.signal == "memory.available" else signals.cgroups.kubepods()
+        root = t.signal == "memory.available"
+        cgroup = "/" if root else signals.cgroups.kubepods()
         sample = signals.cgroups.sample(cgroup)
         if sample.memory_usage is None or sample.working_set is None:
             continue
-        capacity = obs[t.signal].capacity
+        # The signals' capacities (services/eviction/signals.py): the node's memory, or allocatable.
+        capacity = signals.memory_capacity if root else signals.allocatable_memory
         inactive = sample.memory_usage - sample.working_set
         out.append(Target(describe(t), cgroup, max(0, capacity - t.value.of(capacity) + inactive)))
     return out

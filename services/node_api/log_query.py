@@ -97,7 +97,7 @@ class GoTime:
         return self.at.strftime("%Y-%m-%dT%H:%M:%S") + fraction + zone
 
     def key(self) -> tuple[datetime, int]:
-        return self.at.replace(microsecond=0), self.nanos
+        return self.at, self.nanos  # whole seconds in `at`, the fraction in `nanos`
 
 
 def parse_rfc3339(text: str) -> GoTime | None:

@@ -89,7 +89,7 @@ class ImageManager:
         self._limit = asyncio.Semaphore(parallelism) if parallelism else None
         self._rate = TokenBucket(pull_qps, pull_burst) if pull_qps > 0 else None
         self._last_error: dict[str, str] = {}  # pod/image -> its last failed pull, while in back-off
-        self._inflight: dict[tuple[str, tuple[Credential, ...]], asyncio.Future[tuple[str, Credential | None]]] = {}
+        self._inflight: dict[tuple[str, tuple[Credential, ...]], asyncio.Future[str]] = {}
         # Told the ID of each image pulled (the image GC's first sight of it: its age counts
         # from the pull, not from the next listing).
         self.on_pulled: Callable[[str], None] | None = None
@@ -175,7 +175,7 @@ class ImageManager:
                 self.records.pulling(image)
             try:
                 ref, login = await self._pull(image, sandbox_config, logins)
-                fut.set_result((ref, login))
+                fut.set_result(ref)
                 if self.records is not None:
                     self.records.pulled(image, ref, login.secret if login is not None else None)
             except BaseException as exc:
@@ -185,7 +185,7 @@ class ImageManager:
                     self.records.failed(image)
             finally:
                 del self._inflight[key]
-        return (await asyncio.shield(fut))[0]
+        return await asyncio.shield(fut)
 
     async def _pull(self, image: str, sandbox_config: cri.PodSandboxConfig | None,
                     logins: list[Credential]) -> tuple[str, Credential | None]:

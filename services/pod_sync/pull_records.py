@@ -42,7 +42,6 @@ NEVER_VERIFY = "NeverVerify"
 NEVER_VERIFY_PRELOADED = "NeverVerifyPreloadedImages"
 NEVER_VERIFY_ALLOWLISTED = "NeverVerifyAllowlistedImages"
 ALWAYS_VERIFY = "AlwaysVerify"
-POLICIES = (NEVER_VERIFY, NEVER_VERIFY_PRELOADED, NEVER_VERIFY_ALLOWLISTED, ALWAYS_VERIFY)
 # Matching a pod's secret by its login alone adds the secret to the record, up to this many.
 WRITE_WHILE_MATCHING_LIMIT = 100
 

@@ -101,22 +101,21 @@ class NodeStats:
         """Note the CPU use of the node, the pods' cgroup and the kubelet system container, for
         the first request's rates."""
         for cgroup in ("/", self.cgroups.kubepods(), self.agent_cgroup):
-            try:
-                if cgroup is None or not self.cgroups.exists(cgroup):
-                    continue
-            except ValueError:  # not a cgroup name
-                continue
-            self.cgroup_cpu(cgroup, self.cgroups.sample(cgroup))
+            if cgroup is not None and self._present(cgroup):
+                self.cgroup_cpu(cgroup, self.cgroups.sample(cgroup))
+
+    def _present(self, cgroup: str) -> bool:
+        try:
+            return self.cgroups.exists(cgroup)
+        except ValueError:  # not a cgroup name
+            return False
 
     def _system_containers(self) -> list[dict[str, Any]]:
         """The kubelet's system containers: "kubelet", the node agent's own cgroup (where there is
         one), and "pods", the /kubepods cgroup all pods live under."""
         out = []
         for name, cgroup in (("kubelet", self.agent_cgroup), ("pods", self.cgroups.kubepods())):
-            try:
-                if cgroup is None or not self.cgroups.exists(cgroup):
-                    continue
-            except ValueError:  # not a cgroup name
+            if cgroup is None or not self._present(cgroup):
                 continue
             sample = self.cgroups.sample(cgroup)
             entry = {"name": name, "startTime": self.cgroups.created(cgroup), "cpu": self.cgroup_cpu(cgroup, sample),
