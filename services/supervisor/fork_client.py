@@ -1,7 +1,7 @@
 """`pykubelet fork SERVICE FLAGS...`: a unit's launcher (services/supervisor/fork_server.py).
 
 systemd starts this in the unit's cgroup and sandbox. It asks the fork server for the service and
-waits until the forked child has taken on its sandbox. Then it becomes unit_waiter.py, which stays
+waits until the forked child has taken on its sandbox. Then it becomes unit_waiter.sh, which stays
 the unit's main process until the service ends and ends as it did. The service says READY=1
 itself (the units' NotifyAccess=all).
 
@@ -31,7 +31,9 @@ CONNECT_TIMEOUT = 5.0
 ANSWER_TIMEOUT = 60.0
 LENGTH = struct.Struct("!I")  # a request's length, before its JSON body
 PASSED_ON = (signal.SIGTERM, signal.SIGINT)
-WAITER = Path(__file__).with_name("unit_waiter.py")
+WAITER = Path(__file__).with_name("unit_waiter.sh")
+SHELL = "/bin/sh"
+WAITER_CONN_FD = 3  # where unit_waiter.sh reads the server's word
 
 
 class NotForked(Exception):
@@ -48,15 +50,23 @@ class Forked:
         self.conn = conn
 
     def wait_as_unit_waiter(self, stops: list[int]) -> NoReturn:
-        """Become the unit's main process for as long as the service runs (unit_waiter.py, a
-        small interpreter); the stops asked meanwhile are passed on first."""
-        signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)  # pending across the exec, not lost
+        """Become the unit's main process for as long as the service runs (unit_waiter.sh); the
+        stops asked meanwhile are passed on first."""
+        # A shell cannot take over signals blocked across the exec (it never unblocks them), so
+        # they are taken here until the exec and passed on; one sent during the exec itself ends
+        # this process by the default action, and systemd's own stop signals the service too.
+        signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)
+        while (taken := signal.sigtimedwait(PASSED_ON, 0)) is not None:
+            stops.append(taken.si_signo)
         for signum in stops:
             signal.pidfd_send_signal(self.pidfd, signum)
-        for fd in (self.pidfd, self.conn.fileno()):
-            os.set_inheritable(fd, True)
-        os.execv(sys.executable, [sys.executable, "-S", "-I", str(WAITER), str(self.pid), str(self.pidfd),
-                                  str(self.conn.fileno())])
+        if self.conn.fileno() != WAITER_CONN_FD:
+            os.dup2(self.conn.fileno(), WAITER_CONN_FD)
+        os.set_inheritable(WAITER_CONN_FD, True)  # the socket's own fd is close-on-exec
+        for sig in PASSED_ON:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, PASSED_ON)
+        os.execv(SHELL, [SHELL, str(WAITER), str(self.pid), "1" if stops else "0"])
 
 
 def request_fork(path: Path, service: str, args: list[str]) -> Forked:

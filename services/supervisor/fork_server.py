@@ -173,7 +173,8 @@ class ForkServer:
 
     def _forget(self) -> None:
         """In a child: close what only the server uses (its listening socket, its wake-up pipe, the
-        other units' launchers: a launcher sees the server gone when no process holds its end)."""
+        other units' launchers: a launcher's connection ends only when no process holds its other
+        end, the server and the launcher's own service)."""
         self.sock.close()
         for fd in self._pipe:
             os.close(fd)
@@ -270,7 +271,10 @@ def _serve_child(conn: socket.socket, launcher: int, request: Request, fds: list
         handed_over = False
     if not handed_over:  # the launcher is gone or failed: the unit does not know this process
         return 1
-    conn.close()
+    # Kept open (close-on-exec) for as long as the service runs, never closed: the launcher's
+    # waiter sees the connection end only once the service has ended, even when this server
+    # has stopped meanwhile (unit_waiter.sh reads nothing else to know).
+    conn.detach()
     os.setsid()
     for target, fd in enumerate(fds):
         os.dup2(fd, target)

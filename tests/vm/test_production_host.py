@@ -136,6 +136,11 @@ def _slice_pss_kib(vm) -> int:
     return int(vm.run(PY, "-c", script).stdout.strip())
 
 
+def _pss_kib(vm, pid: str) -> int:
+    rollup = read(vm, f"/proc/{pid}/smaps_rollup")
+    return next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:"))
+
+
 def _forked_from_preload(vm) -> bool:
     preload = unit_property(vm, "pykubelet-preload.service", "MainPID")
     return all(_status(vm, service_pid(vm, f"pykubelet-{s}.service")).get("PPid") == preload for s in SERVICES)
@@ -155,6 +160,8 @@ def test_every_service_is_forked_from_the_preload_unit_in_its_own_units_sandbox(
         assert status["PPid"] == preload and pid != main, vm.run(
             "journalctl", "--no-pager", "-o", "cat", "-n", "60", "-u", unit, "-u", "pykubelet-preload.service").stdout
         assert _status(vm, main)["PPid"] == "1", service  # the launcher: systemd's own child
+        # ... become the shell that waits for the service (services/supervisor/unit_waiter.sh).
+        assert "unit_waiter.sh" in read(vm, f"/proc/{main}/cmdline"), service
         assert read(vm, f"/proc/{pid}/cgroup") == f"0::/pykubelet.slice/{unit}", service
         assert status["NoNewPrivs"] == "1", service
         mnt = vm.run("readlink", f"/proc/{pid}/ns/mnt").stdout.strip()
@@ -218,6 +225,7 @@ def test_every_service_is_forked_from_the_preload_unit_in_its_own_units_sandbox(
 
     forked_pss = restarted_pss()
     assert _forked_from_preload(vm)
+    waiters_pss = sum(_pss_kib(vm, unit_property(vm, unit, "MainPID")) for unit in units)
     vm.run("systemctl", "stop", "pykubelet-preload.service", timeout=120)
     exec_pss = restarted_pss()
     journal = vm.run("journalctl", "-u", "pykubelet-probe.service", "--no-pager", "-o", "cat", "-n", "50").stdout
@@ -225,7 +233,8 @@ def test_every_service_is_forked_from_the_preload_unit_in_its_own_units_sandbox(
     assert units_active(vm) == ["pykubelet-preload.service"], units_active(vm)
     print()
     print(f"pykubelet.slice PSS: {forked_pss / 1024:.0f} MiB forked from the preload unit, "
-          f"{exec_pss / 1024:.0f} MiB with every service an interpreter of its own")
+          f"{exec_pss / 1024:.0f} MiB with every service an interpreter of its own; the seven units' main "
+          f"processes (their waiters) {waiters_pss / 1024:.1f} MiB of the first")
     vm.run("systemctl", "start", "pykubelet-preload.service", timeout=180)
     vm.run("systemctl", "restart", *units, timeout=600)
     assert not units_active(vm), units_active(vm)
