@@ -9,6 +9,11 @@
   never given out. The CPUs given out are kept on the pod's DesiredPod row, so a restart of
   pod-sync knows them; they are free again once the pod is gone or has finished. Containers on
   the shared pool follow it every cpuManagerReconcilePeriod (UpdateContainerResources).
+  cpuManagerPolicyOptions (shared/config/cpu_policy_options.py): `full-pcpus-only` gives out whole
+  physical cores only (SMTAlignmentError otherwise); `strict-cpu-reservation` takes the reserved
+  CPUs out of the shared pool as well. A shared pool left empty (every CPU not reserved given out
+  under strict-cpu-reservation) is not applied: new containers start on the runtime's default
+  (every CPU) and running ones keep their CPUs, as with the kubelet.
 A non-restartable init container runs before the app containers, so it takes its CPUs from
 those its pod's app containers got (more only if it asks for more), as the kubelet reuses them.
 """
@@ -25,7 +30,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.pod_sync.runtime_config import NodeFacts, linux_resources
-from shared.host.cpu_topology import online_cpus, reserved_cpus, topology_order
+from shared.config.cpu_policy_options import CPUPolicyOptions
+from shared.host.cpu_topology import online_cpus, physical_cores, reserved_cpus, topology_order
 from shared.model.cpusets import format_cpuset, parse_cpuset
 from shared.model.podspec import Container, Pod
 from shared.model.qos import qos_class
@@ -45,6 +51,20 @@ class NotEnoughCPUs(Exception):
         super().__init__(f"not enough cpus available to satisfy request: requested={requested}, available={available}")
 
 
+class SMTAlignmentError(Exception):
+    """full-pcpus-only: a request that whole free cores cannot meet (the kubelet's words)."""
+
+    reason = "SMTAlignmentError"
+
+    def __init__(self, requested: int, per_core: int, available: int | None = None) -> None:
+        if available is None:
+            text = f"SMT Alignment Error: requested {requested} cpus not multiple cpus per core = {per_core}"
+        else:
+            text = (f"SMT Alignment Error: not enough free physical CPUs: available physical CPUs = {available}, "
+                    f"requested CPUs = {requested}, CPUs per core = {per_core}")
+        super().__init__(text)
+
+
 def exclusive_count(pod: Pod, c: Container) -> int:
     """The CPUs of its own a container gets under the static policy: its CPU request when the
     pod is Guaranteed and the request is a whole number, else none (the kubelet's guaranteedCPUs)."""
@@ -61,11 +81,18 @@ def exclusive_count(pod: Pod, c: Container) -> int:
 class StaticPolicy:
     order: list[int]            # every CPU of the node, in topology order
     reserved: frozenset[int]    # never given out
+    # The node's physical cores (hyperthreads together), in topology order; empty: each CPU a core.
+    cores: list[frozenset[int]] = field(default_factory=list)
+    options: CPUPolicyOptions = field(default_factory=CPUPolicyOptions)
+
+    @property
+    def cpus_per_core(self) -> int:
+        return len(self.order) // len(self.cores) if self.cores else 1
 
     def allocate(self, pod: Pod, taken: frozenset[int]) -> dict[str, frozenset[int]]:
         """The CPUs of their own for the pod's containers, from those neither reserved nor
-        `taken` by other pods (NotEnoughCPUs when they do not fit). Empty: none asks."""
-        free = [cpu for cpu in self.order if cpu not in taken and cpu not in self.reserved]
+        `taken` by other pods (NotEnoughCPUs or SMTAlignmentError when they do not fit). Empty:
+        none asks."""
         running = [c for c in pod.spec.initContainers if c.restartPolicy == "Always"] + list(pod.spec.containers)
         wants = [(c.name, n) for c in running if (n := exclusive_count(pod, c))]
         inits = [(c.name, n) for c in pod.spec.initContainers
@@ -74,6 +101,12 @@ class StaticPolicy:
         # An init container runs alone: it reuses the app containers' CPUs, and needs more only
         # for what it asks beyond them.
         needed = max([needed, *(n for _, n in inits)])
+        if not needed:
+            return {}
+        if self.options.full_pcpus_only:
+            free = self._whole_free_cores(pod, taken, needed)
+        else:
+            free = [cpu for cpu in self.order if cpu not in taken and cpu not in self.reserved]
         if needed > len(free):
             raise NotEnoughCPUs(needed, len(free))
         out: dict[str, frozenset[int]] = {}
@@ -85,8 +118,25 @@ class StaticPolicy:
             out[name] = frozenset(free[:n])
         return out
 
+    def _whole_free_cores(self, pod: Pod, taken: frozenset[int], needed: int) -> list[int]:
+        """full-pcpus-only: the CPUs of the cores wholly free (no CPU taken, none reserved), in
+        topology order, after the kubelet's checks: each container's request a multiple of the
+        CPUs per core (in the order the kubelet allocates: init containers first), and the pod's
+        `needed` CPUs within the free CPUs off the reserved CPUs' cores."""
+        per_core = self.cpus_per_core
+        for c in [*pod.spec.initContainers, *pod.spec.containers]:
+            if (n := exclusive_count(pod, c)) % per_core:
+                raise SMTAlignmentError(n, per_core)
+        cores = self.cores or [frozenset({cpu}) for cpu in self.order]
+        reserved_cores = frozenset(cpu for core in cores if core & self.reserved for cpu in core)
+        available = len(frozenset(self.order) - taken - reserved_cores)
+        if needed > available:
+            raise SMTAlignmentError(needed, per_core, available)
+        return [cpu for core in cores if not core & (taken | reserved_cores) for cpu in sorted(core, key=self.order.index)]
+
     def shared_pool(self, taken: frozenset[int]) -> frozenset[int]:
-        return frozenset(self.order) - taken
+        pool = frozenset(self.order) - taken
+        return pool - self.reserved if self.options.strict_cpu_reservation else pool
 
 
 @dataclass
@@ -99,15 +149,20 @@ class CPUManager:
     assignments: dict[str, dict[str, frozenset[int]]] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, policy: str, reserved_system_cpus: str, reserved_millicores: int) -> CPUManager:
+    def from_config(cls, policy: str, reserved_system_cpus: str, reserved_millicores: int,
+                    options: CPUPolicyOptions | None = None) -> CPUManager:
         if policy != STATIC:
             return cls()
+        options = options or CPUPolicyOptions()
         cpus = online_cpus()
         order = topology_order(cpus)
         reserved = reserved_cpus(reserved_system_cpus, reserved_millicores, order)
-        log.info("CPU manager static: CPUs %s, reserved %s (never given out)", format_cpuset(cpus),
-                 format_cpuset(reserved))
-        return cls(StaticPolicy(order, reserved))
+        static = StaticPolicy(order, reserved, physical_cores(cpus), options)
+        log.info("CPU manager static: CPUs %s (%d per core), reserved %s (never given out%s)%s", format_cpuset(cpus),
+                 static.cpus_per_core, format_cpuset(reserved),
+                 "; not in the shared pool either: strict-cpu-reservation" if options.strict_cpu_reservation else "",
+                 "; whole cores only: full-pcpus-only" if options.full_pcpus_only else "")
+        return cls(static)
 
     @property
     def static(self) -> bool:
@@ -121,7 +176,7 @@ class CPUManager:
         if self.policy is None:
             return ""
         own = self.assignments.get(uid, {}).get(container)
-        return format_cpuset(own if own else self.policy.shared_pool(self.taken()))
+        return format_cpuset(own if own else self.policy.shared_pool(self.taken()))  # "" for an empty pool
 
     @staticmethod
     def stored(assignment: dict[str, frozenset[int]]) -> dict[str, str]:
@@ -182,6 +237,8 @@ class CPUSetReconciler:
         for c in running:
             uid, name = c.labels.get(L.POD_UID, ""), c.metadata.name
             want = self.manager.cpuset_for(uid, name)
+            if not want:  # an empty shared pool: the container keeps its CPUs (the kubelet skips it too)
+                continue
             if self.applied.get(c.id) == want:
                 continue
             pod = self.pod_of(uid)

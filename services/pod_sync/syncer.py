@@ -35,6 +35,7 @@ from services.pod_sync.cpu_manager import (
     UNEXPECTED,
     CPUManager,
     NotEnoughCPUs,
+    SMTAlignmentError,
     StaticPolicy,
     assignments_in,
     taken_cpus,
@@ -235,7 +236,7 @@ class PodSyncer:
             pressure = [c for c in PRESSURE_CONDITIONS if c in set(s.scalars(
                 select(NodePressure.condition).where(NodePressure.pressure.is_(True))))]
             # First what no node could run, then in the kubelet's order: eviction (node
-            # pressure), sysctls, then resources.
+            # pressure), sysctls, the CPU manager's allocation, then resources (its predicates).
             verdict = admit_exec_strings(pod)
             if verdict.admitted:
                 verdict = admit_unless_shutting_down(shutting_down(s))
@@ -243,6 +244,9 @@ class PodSyncer:
                 verdict = admit_under_pressure(pod, pressure, is_critical(pod, static=is_static(row.source)))
             if verdict.admitted:
                 verdict = admit_sysctls(pod, self.settings.kubelet.allowed_unsafe_sysctls)
+            cpus: dict[str, frozenset[int]] = {}
+            if verdict.admitted and self.cpus.policy is not None:  # kept only if the pod is admitted
+                verdict, cpus = self._take_cpus(s, self.cpus.policy, row.uid, pod)
             if verdict.admitted:
                 verdict = admit(pod, others, self._capacity,
                                self.settings.kubelet.pod_capacity(self.node.cpu_millicores // 1000))
@@ -250,9 +254,6 @@ class PodSyncer:
                 verdict = admit_to_node(pod, node_labels(self.node.name, self.node.labels), self.node.name)
             if verdict.admitted:
                 verdict = admit_os(pod)
-            cpus: dict[str, frozenset[int]] = {}
-            if verdict.admitted and self.cpus.policy is not None:
-                verdict, cpus = self._take_cpus(s, self.cpus.policy, row.uid, pod)
             stored = s.get(DesiredPod, row.uid)
             assert stored is not None  # read in this same session
             stored.admitted = verdict.admitted
@@ -275,6 +276,8 @@ class PodSyncer:
             return Verdict(True), policy.allocate(pod, taken_cpus(others))
         except NotEnoughCPUs as exc:
             return Verdict(False, UNEXPECTED, f"Allocate failed due to {exc}, which is unexpected"), {}
+        except SMTAlignmentError as exc:  # an admission error of its own kind: its reason, its words
+            return Verdict(False, exc.reason, str(exc)), {}
 
     def pod_at_allocation(self, uid: str) -> Pod | None:
         """An admitted pod as it runs: its spec at the resources it was allocated."""

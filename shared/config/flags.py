@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from shared.model.go_text import go_parse_bool
+
 log = logging.getLogger("pykubelet.flags")
 
 CONFIG_DEPRECATED = ("This parameter should be set via the config file specified by the Kubelet's --config flag. "
@@ -57,11 +59,10 @@ class Flag:
 
 def _bool(raw: str) -> bool:
     # Go's strconv.ParseBool, which pflag uses.
-    if raw in ("1", "t", "T", "true", "TRUE", "True"):
-        return True
-    if raw in ("0", "f", "F", "false", "FALSE", "False"):
-        return False
-    raise FlagError(f"{raw!r} is not a boolean (true or false)")
+    try:
+        return go_parse_bool(raw)
+    except ValueError:
+        raise FlagError(f"{raw!r} is not a boolean (true or false)") from None
 
 
 def _int(raw: str) -> int:

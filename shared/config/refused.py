@@ -52,12 +52,10 @@ class Refused:
 
 
 _CGROUPS = "every pod has its own cgroup below the kubelet's QoS tiers (/kubepods, /kubepods/burstable, /kubepods/besteffort)"
-_NO_CPU_MANAGER = "the static policy gives whole CPUs by topology order, without policy options"
 REFUSED: dict[str, Refused] = {
     "enableContentionProfiling": Refused(False, "there is no profiling handler"),
     "systemCgroups": Refused("", "system processes are not moved"),
     "cgroupsPerQOS": Refused(True, _CGROUPS),
-    "cpuManagerPolicyOptions": Refused({}, _NO_CPU_MANAGER),
     "topologyManagerPolicyOptions": Refused({}, "the topology manager's policies are for single-NUMA hosts, where "
                                                 "their options change nothing"),
     "qosReserved": Refused({}, "no memory is reserved per QoS tier"),

@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from shared.config.cpu_policy_options import parse_cpu_policy_options
 from shared.config.defaults import drop_zero_values
 from shared.config.feature_gates import GATES
 from shared.config.flags import (
@@ -340,6 +341,9 @@ class KubeletConfiguration(ServerConfig):
     cpu_manager_policy: Literal["none", "static"] = Field(default="none", alias="cpuManagerPolicy")
     reserved_system_cpus: str = Field(default="", alias="reservedSystemCPUs")
     cpu_manager_reconcile_period: float = Field(default=10.0, alias="cpuManagerReconcilePeriod")
+    # The static policy's options (shared/config/cpu_policy_options.py): full-pcpus-only and
+    # strict-cpu-reservation; the others are refused.
+    cpu_manager_policy_options: dict[str, str] = Field(default_factory=dict, alias="cpuManagerPolicyOptions")
     # The topology and memory managers, for a single-NUMA host (shared/host/checks.py refuses
     # anything but their defaults on a host with more NUMA nodes): every resource is on NUMA
     # node 0, so each topology policy admits what `none` admits, and the memory manager's Static
@@ -702,6 +706,16 @@ class KubeletConfiguration(ServerConfig):
         priorities = [p.priority for p in self.shutdown_grace_period_by_pod_priority]
         if len(set(priorities)) != len(priorities):
             raise ValueError("shutdownGracePeriodByPodPriority: each priority may be given once")
+        return self
+
+    @field_validator("cpu_manager_policy_options", mode="before")
+    @classmethod
+    def _null_map(cls, v: Any) -> Any:
+        return {} if v is None else v  # Go's nil map: the default
+
+    @model_validator(mode="after")
+    def _cpu_policy_options(self) -> "KubeletConfiguration":
+        parse_cpu_policy_options(self.cpu_manager_policy_options, self.cpu_manager_policy)
         return self
 
     @field_validator("hairpin_mode")

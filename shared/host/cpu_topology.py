@@ -30,15 +30,27 @@ def numa_nodes(sys_node: Path = SYS_NODE) -> frozenset[int]:
         return frozenset({0})
 
 
+def _place(cpu: int, sys_cpu: Path) -> tuple[int, int, int]:
+    """(package, core, cpu); a CPU whose topology cannot be read is a core of its own."""
+    topo = sys_cpu / f"cpu{cpu}" / "topology"
+    try:
+        return (int((topo / "physical_package_id").read_text()), int((topo / "core_id").read_text()), cpu)
+    except (OSError, ValueError):
+        return (0, cpu, cpu)
+
+
 def topology_order(cpus: frozenset[int], sys_cpu: Path = SYS_CPU) -> list[int]:
     """cpus sorted by (package, core, cpu)."""
-    def key(cpu: int) -> tuple[int, int, int]:
-        topo = sys_cpu / f"cpu{cpu}" / "topology"
-        try:
-            return (int((topo / "physical_package_id").read_text()), int((topo / "core_id").read_text()), cpu)
-        except (OSError, ValueError):
-            return (0, cpu, cpu)
-    return sorted(cpus, key=key)
+    return sorted(cpus, key=lambda cpu: _place(cpu, sys_cpu))
+
+
+def physical_cores(cpus: frozenset[int], sys_cpu: Path = SYS_CPU) -> list[frozenset[int]]:
+    """The physical cores the CPUs are on, each as its CPUs (its hyperthreads), in topology order."""
+    by_core: dict[tuple[int, int], set[int]] = {}
+    for cpu in topology_order(cpus, sys_cpu):
+        package, core, _ = _place(cpu, sys_cpu)
+        by_core.setdefault((package, core), set()).add(cpu)
+    return [frozenset(c) for c in by_core.values()]
 
 
 def reserved_cpus(reserved_system_cpus: str, reserved_millicores: int, order: list[int]) -> frozenset[int]:

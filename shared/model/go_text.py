@@ -34,3 +34,16 @@ def go_json(value: Any) -> str:
     apimachinery's field errors show a list or a time with."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+GO_TRUE = ("1", "t", "T", "true", "TRUE", "True")
+GO_FALSE = ("0", "f", "F", "false", "FALSE", "False")
+
+
+def go_parse_bool(text: str) -> bool:
+    """Go's strconv.ParseBool (ValueError with its words for anything else)."""
+    if text in GO_TRUE:
+        return True
+    if text in GO_FALSE:
+        return False
+    raise ValueError(f"strconv.ParseBool: parsing {go_quote(text)}: invalid syntax")

@@ -1,4 +1,5 @@
-"""The node of this package: cpuManagerPolicy static, CPU 0 reserved (reservedSystemCPUs), and a
+"""The node of this package: cpuManagerPolicy static, CPU 0 reserved (reservedSystemCPUs) and kept
+out of the shared pool too (strict-cpu-reservation), whole cores only (full-pcpus-only), and a
 short cpuManagerReconcilePeriod so the shared pool's changes show within a test; the topology
 manager's single-numa-node policy and the memory manager's Static one, which a single-NUMA host
 (this one) runs.
@@ -140,6 +141,8 @@ def _launch(root, pki: PKI, traces: OtlpReceiver) -> Node:
                        # flags win over the config: these replace the integration node's periods
                        [f"--file-check-frequency={FILE_CHECK_EVERY}s", f"--sync-frequency={SYNC_EVERY}s"],
                        extra_config=f"cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"
+                                    "cpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\n"
+                                    "  strict-cpu-reservation: \"true\"\n"
                                     f"cpuManagerReconcilePeriod: {RECONCILE_EVERY}s\n"
                                     "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n"
                                     # evictionHard's memory.available, the node's only memory reservation; the

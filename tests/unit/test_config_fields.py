@@ -39,7 +39,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 
 @pytest.mark.parametrize("name,value", [
     ("systemCgroups", "/custom"), ("cgroupsPerQOS", False), ("showHiddenMetricsForVersion", "1.36"),
-    ("runOnce", True), ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}),
+    ("runOnce", True),
     ("enableContentionProfiling", True),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
     ("makeIPTablesUtilChains", False),
@@ -78,7 +78,7 @@ def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_b
 
 
 @pytest.mark.parametrize("name,value", [
-    ("cpuManagerPolicyOptions", None), ("qosReserved", None), ("qosReserved", {}),
+    ("topologyManagerPolicyOptions", None), ("qosReserved", None), ("qosReserved", {}),
 ])
 def test_the_default_in_another_spelling_is_the_default(name, value):
     assert load_kubelet_config({name: value})[1] == [name]

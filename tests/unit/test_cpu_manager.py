@@ -5,15 +5,18 @@ SQLite store."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlalchemy import select
 
-from services.pod_sync.cpu_manager import CPUManager, CPUSetReconciler, StaticPolicy, exclusive_count
+from services.pod_sync.cpu_manager import CPUManager, CPUSetReconciler, SMTAlignmentError, StaticPolicy, exclusive_count
 from services.pod_sync.images import ImageManager
 from services.pod_sync.syncer import PodSyncer
+from shared.config.cpu_policy_options import CPUPolicyOptions, parse_cpu_policy_options
 from shared.config.settings import ConfigError, load_kubelet_config
 from shared.host.checks import startup_problems
-from shared.host.cpu_topology import static_policy_problem, topology_order
+from shared.host.cpu_topology import physical_cores, static_policy_problem, topology_order
 from shared.host.node_resources import Reservations, allocatable
 from shared.model.cpusets import CPUSetError, format_cpuset, parse_cpuset
 from shared.model.podspec import validate_pod
@@ -78,6 +81,76 @@ def test_the_policy_never_gives_out_a_reserved_cpu_nor_one_taken():
     assert policy.allocate(pod("d", "1", init_cpu="2"), frozenset()) == {"app": frozenset({1}),
                                                                          "setup": frozenset({1, 2})}
     assert policy.shared_pool(frozenset({1, 2})) == {0, 3}
+
+
+def _two_threads_a_core(sys_cpu, cores: int) -> frozenset[int]:
+    """A host of `cores` cores of two threads each, numbered as Linux often numbers them (core c
+    has CPUs c and c + cores)."""
+    for cpu in range(2 * cores):
+        topo = sys_cpu / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text("0\n")
+        (topo / "core_id").write_text(f"{cpu % cores}\n")
+    return frozenset(range(2 * cores))
+
+
+def test_full_pcpus_only_gives_out_whole_cores_and_refuses_what_they_cannot_meet(tmp_path):
+    cpus = _two_threads_a_core(tmp_path, 4)
+    cores = physical_cores(cpus, tmp_path)
+    assert cores == [frozenset({0, 4}), frozenset({1, 5}), frozenset({2, 6}), frozenset({3, 7})]
+    order = topology_order(cpus, tmp_path)
+    whole = StaticPolicy(order, frozenset({0}), cores, CPUPolicyOptions(full_pcpus_only=True))
+    assert whole.cpus_per_core == 2
+    # CPU 0 is reserved, so its sibling 4 is never given out either: whole cores only.
+    assert whole.allocate(pod("a", "2"), frozenset()) == {"app": frozenset({1, 5})}
+    assert whole.allocate(pod("b", "4"), frozenset({1, 5})) == {"app": frozenset({2, 6, 3, 7})}
+    with pytest.raises(SMTAlignmentError) as odd:
+        whole.allocate(pod("c", "3"), frozenset())
+    assert str(odd.value) == "SMT Alignment Error: requested 3 cpus not multiple cpus per core = 2"
+    with pytest.raises(SMTAlignmentError) as odd_init:
+        whole.allocate(pod("d", "2", init_cpu="1"), frozenset())
+    assert "requested 1 cpus not multiple" in str(odd_init.value), "init containers are checked too"
+    with pytest.raises(SMTAlignmentError) as full:
+        whole.allocate(pod("e", "6"), frozenset({1, 5}))
+    assert str(full.value) == ("SMT Alignment Error: not enough free physical CPUs: available physical CPUs = 4, "
+                               "requested CPUs = 6, CPUs per core = 2")
+    # Without the option the same node hands out single threads, the reserved CPU's sibling too.
+    threads = StaticPolicy(order, frozenset({0}), cores)
+    assert threads.allocate(pod("c", "3"), frozenset()) == {"app": frozenset({4, 1, 5})}
+
+
+def test_strict_cpu_reservation_takes_the_reserved_cpus_out_of_the_shared_pool():
+    loose = StaticPolicy([0, 1, 2, 3], frozenset({0}))
+    strict = StaticPolicy([0, 1, 2, 3], frozenset({0}), options=CPUPolicyOptions(strict_cpu_reservation=True))
+    assert loose.shared_pool(frozenset({1})) == {0, 2, 3}
+    assert strict.shared_pool(frozenset({1})) == {2, 3}
+    # Every CPU not reserved given out: an empty pool, which containers are not put on.
+    manager = CPUManager(strict, {"g": {"app": frozenset({1, 2, 3})}})
+    assert manager.cpuset_for("b", "app") == ""
+    assert manager.cpuset_for("g", "app") == "1-3"
+
+
+@pytest.mark.parametrize(("options", "policy", "error"), [
+    ({"full-pcpus-only": "yes"}, "static",
+     'bad value for option "full-pcpus-only": strconv.ParseBool: parsing "yes": invalid syntax'),
+    ({"no-such-option": "true"}, "static", 'unknown CPU Manager Policy option: "no-such-option"'),
+    ({"align-by-socket": "true"}, "static",
+     'CPU Manager Policy Alpha-level Options not enabled, but option "align-by-socket" provided'),
+    ({"prefer-align-cpus-by-uncorecache": "true"}, "static",
+     'option "prefer-align-cpus-by-uncorecache" is not implemented: pykubelet does not align CPUs to uncore caches'),
+    ({"distribute-cpus-across-numa": "true"}, "static", "pykubelet does not spread CPUs over NUMA nodes"),
+    ({"full-pcpus-only": "true"}, "none", "None policy: received unsupported options=map[full-pcpus-only:true]"),
+])
+def test_cpu_manager_policy_options_are_checked_with_the_kubelets_words(options, policy, error):
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_kubelet_config({"cpuManagerPolicy": policy, "reservedSystemCPUs": "0", "cpuManagerPolicyOptions": options})
+
+
+def test_cpu_manager_policy_options_read_as_go_reads_booleans():
+    k, _ = load_kubelet_config({"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+                                "cpuManagerPolicyOptions": {"full-pcpus-only": "T", "strict-cpu-reservation": "0"}})
+    assert parse_cpu_policy_options(k.cpu_manager_policy_options, k.cpu_manager_policy) == CPUPolicyOptions(
+        full_pcpus_only=True, strict_cpu_reservation=False)
 
 
 @pytest.mark.parametrize(("config", "problem"), [
