@@ -15,7 +15,8 @@ from shared.config.settings import KubeletConfiguration
 # The test that shows each implemented field's effect: "effect" (the field is set where a node
 # or the code under test reads it, and its effect observed), "direct" (the value is handed to
 # the component the field configures and its effect observed), "parse" (only its validation is
-# tested), "none".
+# tested), "unused" (the kubelet 1.37 checks it and uses it for nothing; so does pykubelet),
+# "none".
 TESTS: dict[str, tuple[str, str | None]] = {
     "enableServer": ("effect", "tests/security_modes/test_file_modes.py::test_enable_server_false_runs_the_node_without_the_kubelet_api"),
     "address": ("effect", "tests/integration/test_services.py::test_the_kubelet_api_listens_where_address_and_read_only_port_say"),
@@ -43,6 +44,9 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "cpuManagerPolicy": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "reservedSystemCPUs": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "cpuManagerReconcilePeriod": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
+    "makeIPTablesUtilChains": ("effect", "tests/integration/test_services.py::test_the_kubelets_iptables_util_chains_are_made"),
+    "iptablesMasqueradeBit": ("unused", "tests/unit/test_iptables_chains.py::test_the_iptables_bits_are_checked_as_the_kubelet_checks_them"),
+    "iptablesDropBit": ("unused", "tests/unit/test_iptables_chains.py::test_the_iptables_bits_are_checked_as_the_kubelet_checks_them"),
     "cpuManagerPolicyOptions": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "topologyManagerPolicy": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "topologyManagerScope": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
@@ -138,7 +142,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
 }
 REFUSED_TEST = "tests/unit/test_config_fields.py::test_a_refused_field_at_another_value_stops_the_start_naming_it"
 _KIND = {"effect": "effect", "direct": "effect (value given to the component)", "parse": "validation only",
-         "none": "no test of its effect yet"}
+         "unused": "check (the kubelet 1.37 uses it for nothing)", "none": "no test of its effect yet"}
 
 
 def implemented() -> dict[str, object]:
@@ -155,13 +159,16 @@ def _where(test: str | None) -> str:
 
 
 def _coverage(impl: dict[str, object]) -> list[str]:
-    names = [n for n in FIELDS if n in impl]
+    unused = sorted((n for n in FIELDS if n in impl and TESTS.get(n, ("none", None))[0] == "unused"), key=str.lower)
+    names = [n for n in FIELDS if n in impl and n not in unused]
     live = [n for n in names if _where(TESTS.get(n, ("none", None))[1]) == " on a running node"]
     unit = sorted(set(names) - set(live), key=str.lower)
+    besides = (f" Besides them, {len(unused)} ({', '.join(f'`{n}`' for n in unused)}) are checked as the kubelet "
+               "1.37 checks them and used for nothing, as by the kubelet." if unused else "")
     if not unit:
-        return [f"All {len(names)} implemented fields have their effect observed on a running node."]
+        return [f"All {len(names)} implemented fields have their effect observed on a running node.{besides}"]
     return [f"{len(live)} of the {len(names)} implemented fields have their effect observed on a running node; "
-            f"the effect of {len(unit)} ({', '.join(f'`{n}`' for n in unit)}) is observed in unit tests only."]
+            f"the effect of {len(unit)} ({', '.join(f'`{n}`' for n in unit)}) is observed in unit tests only.{besides}"]
 
 
 def render() -> str:

@@ -10,10 +10,14 @@ import pytest
 
 from shared.host.cni import BRIDGE
 from tests import kube_build
+from tests.host_iptables import remove_util_chains, util_chains_present
 from tests.host_leftovers import TEARDOWN_TIMEOUT, clear_bridge
 
 UNIT_TESTS = Path(__file__).parent / "unit"
 VM_TESTS = Path(__file__).parent / "vm"  # a guest of their own: no node of this host, no control plane
+# Whether this host's iptables had the kubelet's util chains before the session's nodes started
+# (None: no node session, or not root).
+_util_chains_before: bool | None = None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -21,6 +25,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if all(Path(str(item.path)).is_relative_to(UNIT_TESTS) or Path(str(item.path)).is_relative_to(VM_TESTS)
            for item in session.items):
         return
+    global _util_chains_before
+    if os.geteuid() == 0:
+        _util_chains_before = util_chains_present()
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if kube_build.start_in_background() and reporter is not None:
         reporter.write_line(f"building the control plane in the background for the cluster tests "
@@ -44,3 +51,5 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     kube_build.stop_background()
+    if _util_chains_before is False:
+        remove_util_chains()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from services.network.iptables_chains import keep_every_family
 from services.network.readiness import NetworkManager
 from services.network.runtime_cni import RuntimeCNI
 from shared.bus.messages import RuntimeStatusChanged
@@ -51,6 +52,8 @@ async def setup(ctx: ServiceContext) -> None:
     ctx.app.add_views(views)
     ctx.checks["network"] = manager.ready
     ctx.spawn("network-reconcile", manager.run(ctx.synced))
+    if k.make_iptables_util_chains:
+        ctx.spawn("iptables-util-chains", keep_every_family(), may_finish=True)  # done at once without iptables
     if ctx.settings.cluster_mode:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.network.node_cidr import NodePodCIDRWatcher

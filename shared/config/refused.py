@@ -62,10 +62,6 @@ REFUSED: dict[str, Refused] = {
     "runOnce": Refused(False, "pykubelet runs until stopped"),
     "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
     "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),
-    "makeIPTablesUtilChains": Refused(True, "no iptables chains are made (CNI's portmap and bridge plugins "
-                                            "make what pods need)"),
-    "iptablesMasqueradeBit": Refused(14, "no iptables chains are made"),
-    "iptablesDropBit": Refused(15, "no iptables chains are made"),
     "configMapAndSecretChangeDetectionStrategy": Refused("Watch", "configMaps and secrets are watched (the first "
                                                                   "100; the rest re-read after 60s)"),
     "showHiddenMetricsForVersion": Refused("", "no metric is hidden"),

@@ -341,6 +341,12 @@ class KubeletConfiguration(ServerConfig):
     cpu_manager_policy: Literal["none", "static"] = Field(default="none", alias="cpuManagerPolicy")
     reserved_system_cpus: str = Field(default="", alias="reservedSystemCPUs")
     cpu_manager_reconcile_period: float = Field(default=10.0, alias="cpuManagerReconcilePeriod")
+    # The kubelet's iptables chains for other components (services/network/iptables_chains.py).
+    # The two marks are only checked (0-31), as the kubelet 1.37 does: nothing uses them since
+    # kube-proxy makes its own KUBE-MARK-* chains.
+    make_iptables_util_chains: bool = Field(default=True, alias="makeIPTablesUtilChains")
+    iptables_masquerade_bit: int = Field(default=14, alias="iptablesMasqueradeBit")
+    iptables_drop_bit: int = Field(default=15, alias="iptablesDropBit")
     # The static policy's options (shared/config/cpu_policy_options.py): full-pcpus-only and
     # strict-cpu-reservation; the others are refused.
     cpu_manager_policy_options: dict[str, str] = Field(default_factory=dict, alias="cpuManagerPolicyOptions")
@@ -717,6 +723,15 @@ class KubeletConfiguration(ServerConfig):
     def _cpu_policy_options(self) -> "KubeletConfiguration":
         parse_cpu_policy_options(self.cpu_manager_policy_options, self.cpu_manager_policy)
         return self
+
+    @field_validator("iptables_masquerade_bit", "iptables_drop_bit")
+    @classmethod
+    def _iptables_bit(cls, v: int, info: ValidationInfo) -> int:
+        if not 0 <= v <= 31:
+            name, flag = {"iptables_masquerade_bit": ("iptablesMasqueradeBit", "--iptables-masquerade-bit"),
+                          "iptables_drop_bit": ("iptablesDropBit", "--iptables-drop-bit")}[str(info.field_name)]
+            raise ValueError(f"invalid configuration: {name} ({flag}) {v} must be between 0 and 31, inclusive")
+        return v
 
     @field_validator("hairpin_mode")
     @classmethod

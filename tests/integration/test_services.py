@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 from tests.integration.conftest import KUBELET_CERT_DIR, POD_CIDR, SERVICES, wait_for
 
 
@@ -20,6 +22,26 @@ def test_network_service_wrote_cni_config_and_reports_ready(node):
     conf = (node.root / "cni" / "net.d" / "10-pykubelet.conflist").read_text()
     assert POD_CIDR in conf and '"portmap"' in conf
     assert node.status()["network"]["ready"]
+
+
+def _iptables(*args: str) -> str:
+    res = subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, (args, res.stderr)
+    return res.stdout
+
+
+def test_the_kubelets_iptables_util_chains_are_made(node):
+    """makeIPTablesUtilChains (default true): the chains the kubelet makes for kube-proxy and CNI
+    agents, in this host's iptables, with the canary that tells a flush."""
+    wait_for(lambda: "iptables rules (KUBE-IPTABLES-HINT, KUBE-FIREWALL)" in (node.root / "logs" / "network.log").read_text(), 30,
+             "the network service's word that it made the chains")
+    assert "-N KUBE-IPTABLES-HINT" in _iptables("-t", "mangle", "-S")
+    assert "-A INPUT -j KUBE-FIREWALL" in _iptables("-S", "INPUT")
+    assert "-A OUTPUT -j KUBE-FIREWALL" in _iptables("-S", "OUTPUT")
+    assert ('-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet '
+            'connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP') in _iptables("-S", "KUBE-FIREWALL")
+    for table in ("mangle", "nat", "filter"):
+        assert "-N KUBE-KUBELET-CANARY" in _iptables("-t", table, "-S"), table
 
 
 def test_runtime_metrics_use_kubelet_names(node):

@@ -42,7 +42,6 @@ def test_a_refused_field_at_its_default_is_accepted(name):
     ("runOnce", True),
     ("enableContentionProfiling", True),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
-    ("makeIPTablesUtilChains", False),
 ])
 def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value):
     with pytest.raises(ConfigError) as exc:

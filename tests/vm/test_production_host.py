@@ -112,6 +112,13 @@ def test_install_brings_the_node_up_on_systemd_and_cgroup_v2(vm):
         files = next(line for line in read(vm, f"/proc/{pid}/limits").splitlines() if line.startswith("Max open files"))
         assert files.split()[3:5] == ["1000000", "1000000"], (service, files)
 
+    # makeIPTablesUtilChains: the network unit's sandbox (CAP_NET_ADMIN, AF_NETLINK) lets it make
+    # the kubelet's chains in the guest's iptables (nft).
+    wait_for(lambda: vm.run("iptables", "-w", "5", "-t", "mangle", "-S", "KUBE-IPTABLES-HINT",
+                            check=False).returncode == 0, 60, "the KUBE-IPTABLES-HINT chain", interval=2)
+    assert "-A INPUT -j KUBE-FIREWALL" in vm.run("iptables", "-w", "5", "-S", "INPUT").stdout
+    assert "block incoming localnet connections" in vm.run("iptables", "-w", "5", "-S", "KUBE-FIREWALL").stdout
+
     # What the README tells an operator to look at.
     target = vm.run("systemctl", "status", "--no-pager", "pykubelet.target", check=False).stdout
     assert "active" in target, target
