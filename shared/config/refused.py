@@ -64,7 +64,6 @@ REFUSED: dict[str, Refused] = {
     "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),
     "configMapAndSecretChangeDetectionStrategy": Refused("Watch", "configMaps and secrets are watched (the first "
                                                                   "100; the rest re-read after 60s)"),
-    "showHiddenMetricsForVersion": Refused("", "no metric is hidden"),
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
     "defaultPodSysctls": Refused({}, "pods get only the sysctls they ask for"),

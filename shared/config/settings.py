@@ -54,6 +54,7 @@ from shared.model.ip import ip_address
 from shared.model.podspec import DNS1123_SUBDOMAIN
 from shared.model.quantity import to_bytes
 from shared.model.sysctls import check_allowed_unsafe
+from shared.model.version import PREVIOUS_MINOR
 
 # A cgroup path from the root: "/" then parts, none of them "." or "..".
 # imagePullCredentialsVerificationPolicy's values, in the kubelet's order.
@@ -347,6 +348,9 @@ class KubeletConfiguration(ServerConfig):
     make_iptables_util_chains: bool = Field(default=True, alias="makeIPTablesUtilChains")
     iptables_masquerade_bit: int = Field(default=14, alias="iptablesMasqueradeBit")
     iptables_drop_bit: int = Field(default=15, alias="iptablesDropBit")
+    # Checked as the kubelet 1.37 checks it (only the previous minor version), and then changes
+    # nothing: no metric of the kubelet 1.37, nor of pykubelet, is hidden.
+    show_hidden_metrics_for_version: str = Field(default="", alias="showHiddenMetricsForVersion")
     # The static policy's options (shared/config/cpu_policy_options.py): full-pcpus-only and
     # strict-cpu-reservation; the others are refused.
     cpu_manager_policy_options: dict[str, str] = Field(default_factory=dict, alias="cpuManagerPolicyOptions")
@@ -723,6 +727,15 @@ class KubeletConfiguration(ServerConfig):
     def _cpu_policy_options(self) -> "KubeletConfiguration":
         parse_cpu_policy_options(self.cpu_manager_policy_options, self.cpu_manager_policy)
         return self
+
+    @field_validator("show_hidden_metrics_for_version")
+    @classmethod
+    def _show_hidden_metrics(cls, v: str) -> str:
+        if v and v != PREVIOUS_MINOR:
+            raise ValueError(f"invalid showHiddenMetricsForVersion: showHiddenMetricsForVersion: Invalid value: "
+                             f"{go_quote(v)}: must be omitted or have the value '{PREVIOUS_MINOR}'; only the previous "
+                             "minor version is allowed")
+        return v
 
     @field_validator("iptables_masquerade_bit", "iptables_drop_bit")
     @classmethod

@@ -4,6 +4,8 @@ the kubelet does, in the probes' User-Agent (kube-probe/MAJOR.MINOR)."""
 KUBELET_VERSION = "v1.37.2-pykubelet"
 _MAJOR, _MINOR = KUBELET_VERSION.lstrip("v").split(".")[:2]
 PROBE_USER_AGENT = f"kube-probe/{_MAJOR}.{_MINOR}"
+# The one value showHiddenMetricsForVersion may take (component-base's rule).
+PREVIOUS_MINOR = f"{_MAJOR}.{int(_MINOR) - 1}"
 
 
 def version_line() -> str:

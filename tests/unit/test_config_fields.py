@@ -38,7 +38,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
 
 
 @pytest.mark.parametrize("name,value", [
-    ("systemCgroups", "/custom"), ("cgroupsPerQOS", False), ("showHiddenMetricsForVersion", "1.36"),
+    ("systemCgroups", "/custom"), ("cgroupsPerQOS", False),
     ("runOnce", True),
     ("enableContentionProfiling", True),
     ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
@@ -147,3 +147,11 @@ def test_without_local_storage_capacity_isolation_the_node_reports_no_ephemeral_
     capacity, allocatable = node_capacity(str(tmp_path), 110, local_storage=False)
     assert set(capacity) == set(allocatable) == {"cpu", "memory", "pods"}
     assert load_kubelet_config({"localStorageCapacityIsolation": False})[0].local_storage_capacity_isolation is False
+
+
+def test_show_hidden_metrics_for_version_is_checked_as_the_kubelet_checks_it():
+    assert load_kubelet_config({"showHiddenMetricsForVersion": "1.36"})[0].show_hidden_metrics_for_version == "1.36"
+    with pytest.raises(ConfigError) as exc:
+        load_kubelet_config({"showHiddenMetricsForVersion": "1.35"})
+    assert ('invalid showHiddenMetricsForVersion: showHiddenMetricsForVersion: Invalid value: "1.35": must be omitted '
+            "or have the value '1.36'; only the previous minor version is allowed") in str(exc.value)
