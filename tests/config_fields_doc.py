@@ -44,6 +44,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "cpuManagerPolicy": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "reservedSystemCPUs": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "cpuManagerReconcilePeriod": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
+    "configMapAndSecretChangeDetectionStrategy": ("effect", "tests/multinode/test_change_detection.py::test_each_node_finds_a_config_map_change_its_own_way"),
     "makeIPTablesUtilChains": ("effect", "tests/integration/test_services.py::test_the_kubelets_iptables_util_chains_are_made"),
     "iptablesMasqueradeBit": ("unused", "tests/unit/test_iptables_chains.py::test_the_iptables_bits_are_checked_as_the_kubelet_checks_them"),
     "showHiddenMetricsForVersion": ("unused", "tests/unit/test_config_fields.py::test_show_hidden_metrics_for_version_is_checked_as_the_kubelet_checks_it"),

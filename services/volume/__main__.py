@@ -49,7 +49,8 @@ async def setup(ctx: ServiceContext) -> None:
         from shared.api.client import node_api_client
 
         api = node_api_client(ctx.settings)
-        objects = api_objects = ApiObjects(api)
+        objects = api_objects = ApiObjects(api, strategy=k.config_map_and_secret_change_detection_strategy,
+                                           node_name=ctx.settings.node_name)
         ctx.on_shutdown(api_objects.close)
         ctx.on_shutdown(api.close)
     node = NodeAllocatable(cpu_capacity_millicores(), memory_capacity_bytes())

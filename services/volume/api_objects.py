@@ -1,6 +1,14 @@
 """configMaps, secrets, tokens and storage objects from the API server (cluster mode).
 
-configMaps and secrets a pod's volumes use are watched one object at a time (a field selector
+How a change of a configMap or secret a pod's volumes use is found follows
+configMapAndSecretChangeDetectionStrategy, as in the kubelet:
+- `Get`: every read is a GET; the volume manager's resync (every 10 s) brings a change.
+- `Cache`: a read within the object's TTL comes from the last GET. The TTL is the Node's
+  `node.alpha.kubernetes.io/ttl` annotation (seconds; the TTL controller sets it by cluster
+  size), else 60 s, the Node read again at most every TTL_READ_EVERY. A pod seen for the first
+  time reads its objects afresh (the kubelet's RegisterPod), and so moves the cache on for every
+  pod that shares them.
+- `Watch` (the default): configMaps and secrets are watched one object at a time (a field selector
 on metadata.name, which the Node authorizer allows for objects of pods bound to this node), so
 a change reaches the volume within a second; reads come from that cache. Each watch holds an
 HTTP/1.1 connection to the API server (the kubelet multiplexes its watches over HTTP/2), so at
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,9 +35,14 @@ from shared.model.podspec import Pod
 
 log = logging.getLogger(__name__)
 
+WATCH, CACHE, GET = "Watch", "Cache", "Get"
+STRATEGIES = (WATCH, CACHE, GET)
 WATCH_TIMEOUT = 300
 MAX_WATCHES = 100
 POLL_TTL = 60.0  # the kubelet's default object cache TTL
+NODE_TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"
+TTL_READ_EVERY = 10.0
+_GO_ATOI = re.compile(r"[+-]?[0-9]+")
 RETRY = 5.0
 MAX_TOKEN_AGE = 24 * 3600
 PLURAL = {"configmap": "configmaps", "secret": "secrets"}
@@ -50,11 +64,16 @@ def token_needs_refresh(tok: _Token, now: float) -> bool:
 
 class ApiObjects:
     def __init__(self, api: KubeApi, on_change: Callable[[str, str, str], None] | None = None,
-                 max_watches: int = MAX_WATCHES, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_watches: int = MAX_WATCHES, clock: Callable[[], float] = time.monotonic,
+                 strategy: str = WATCH, node_name: str = "") -> None:
         self.api = api
         self.on_change = on_change  # (kind, namespace, name) of a watched object that changed
         self.max_watches = max_watches
+        self.strategy = strategy
+        self.node_name = node_name  # whose TTL annotation the Cache strategy reads
         self._clock = clock
+        self._ttl: tuple[float, float] | None = None  # Cache: (read at, seconds)
+        self._registered: set[str] = set()  # pods whose objects were read since they were first seen
         self._cache: dict[tuple[str, str, str], dict[str, Any] | None] = {}
         self._watches: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._read_at: dict[tuple[str, str, str], float] = {}  # objects read, not watched: when
@@ -77,16 +96,54 @@ class ApiObjects:
         return value
 
     async def _polled(self, key: tuple[str, str, str]) -> dict[str, Any] | None:
-        read_at = self._read_at.get(key)
-        if read_at is not None and self._clock() - read_at < POLL_TTL:
-            return self._cache[key]
         if not self._read_at:
             log.warning("%d configMaps and secrets are watched already (the most this node watches): "
                         "%s %s/%s and any more are read again every %.0fs instead", len(self._watches), *key,
                         POLL_TTL)
+        return await self._cached(key, POLL_TTL)
+
+    async def _cached(self, key: tuple[str, str, str], ttl: float) -> dict[str, Any] | None:
+        read_at = self._read_at.get(key)
+        if read_at is not None and self._clock() - read_at < ttl:
+            return self._cache[key]
         value = await self._get(*key)
         self._cache[key], self._read_at[key] = value, self._clock()
         return value
+
+    async def _object_ttl(self) -> float:
+        """Cache: the Node's TTL annotation (a decimal integer, as Go's Atoi reads it), else 60 s,
+        also when the Node cannot be read."""
+        now = self._clock()
+        if self._ttl is None or now - self._ttl[0] >= TTL_READ_EVERY:
+            ttl = POLL_TTL
+            try:
+                node = await self.api.get_or_none(path("v1", "nodes", self.node_name)) or {}
+                value = ((node.get("metadata") or {}).get("annotations") or {}).get(NODE_TTL_ANNOTATION)
+                if isinstance(value, str) and _GO_ATOI.fullmatch(value):
+                    ttl = float(int(value))
+            except ApiError as exc:
+                log.warning("cannot read Node %s for its %s annotation (%s %s); configMaps and secrets are read "
+                            "again every %.0fs", self.node_name, NODE_TTL_ANNOTATION, exc.status, exc.reason, ttl)
+            self._ttl = (now, ttl)
+        return self._ttl[1]
+
+    async def _object(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.strategy == GET:
+            return await self._get(kind, namespace, name)
+        if self.strategy == CACHE:
+            return await self._cached((kind, namespace, name), await self._object_ttl())
+        return await self._watched(kind, namespace, name)
+
+    def register_pod(self, uid: str, refs: set[tuple[str, str, str]]) -> None:
+        """Before a pod's volumes are set up: under Cache, a pod seen for the first time reads the
+        objects it refers to afresh (the kubelet's RegisterPod), so a new pod never starts on data
+        older than itself."""
+        if uid in self._registered:
+            return
+        self._registered.add(uid)
+        if self.strategy == CACHE:
+            for key in refs:
+                self._read_at.pop(key, None)
 
     async def _watch(self, key: tuple[str, str, str]) -> None:
         kind, namespace, name = key
@@ -117,10 +174,10 @@ class ApiObjects:
             self.on_change(kind, namespace, name)
 
     async def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return await self._watched("configmap", namespace, name)
+        return await self._object("configmap", namespace, name)
 
     async def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return await self._watched("secret", namespace, name)
+        return await self._object("secret", namespace, name)
 
     async def service_account_token(self, pod: Pod, audience: str, expiration_seconds: int) -> str:
         sa = pod.spec.serviceAccountName or "default"
@@ -170,6 +227,7 @@ class ApiObjects:
         return await self._read("VolumeAttachment", path(STORAGE, "volumeattachments", name), name)
 
     def forget_pod(self, uid: str) -> None:
+        self._registered.discard(uid)
         for key in [k for k in self._tokens if k[0] == uid]:
             del self._tokens[key]
 

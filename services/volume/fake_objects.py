@@ -16,6 +16,7 @@ class FakeObjectSource:
         self.drivers: dict[str, dict[str, Any]] = {}
         self.attachments: dict[str, dict[str, Any]] = {}
         self.token_requests: list[tuple[str, str, int]] = []  # (pod uid, audience, expiration)
+        self.registered: dict[str, set[tuple[str, str, str]]] = {}  # pod uid -> the objects it refers to
 
     async def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.config_maps.get((namespace, name))
@@ -38,6 +39,9 @@ class FakeObjectSource:
 
     async def volume_attachment(self, name: str) -> dict[str, Any] | None:
         return self.attachments.get(name)
+
+    def register_pod(self, uid: str, refs: set[tuple[str, str, str]]) -> None:
+        self.registered[uid] = refs
 
     def forget_pod(self, uid: str) -> None:
         return None

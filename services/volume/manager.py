@@ -136,6 +136,7 @@ class VolumeManager:
                 row = active.get(uid)
                 try:
                     if row is not None:
+                        self.objects.register_pod(uid, referenced_objects(self._pods.get(uid, row.manifest)))
                         return await self.setup.setup_pod(row)
                     if uid in rows or uid in recorded or self.layout.pod_dir(uid).exists():
                         return await self.teardown.teardown_pod(uid)

@@ -32,6 +32,9 @@ class ObjectSource(Protocol):
 
     async def volume_attachment(self, name: str) -> dict[str, Any] | None: ...
 
+    def register_pod(self, uid: str, refs: set[tuple[str, str, str]]) -> None:
+        """Before the pod's volumes are set up, with the (kind, namespace, name) they read."""
+
     def forget_pod(self, uid: str) -> None:
         """The pod is gone: drop what was kept for it (watches, tokens)."""
 
@@ -68,6 +71,9 @@ class NoApiObjects:
         return None  # no CSIDriver objects to read: the driver's defaults apply
 
     async def volume_attachment(self, name: str) -> dict[str, Any] | None:
+        return None
+
+    def register_pod(self, uid: str, refs: set[tuple[str, str, str]]) -> None:
         return None
 
     def forget_pod(self, uid: str) -> None:

@@ -62,8 +62,6 @@ REFUSED: dict[str, Refused] = {
     "runOnce": Refused(False, "pykubelet runs until stopped"),
     "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
     "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),
-    "configMapAndSecretChangeDetectionStrategy": Refused("Watch", "configMaps and secrets are watched (the first "
-                                                                  "100; the rest re-read after 60s)"),
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
     "defaultPodSysctls": Refused({}, "pods get only the sysctls they ask for"),

@@ -348,6 +348,10 @@ class KubeletConfiguration(ServerConfig):
     make_iptables_util_chains: bool = Field(default=True, alias="makeIPTablesUtilChains")
     iptables_masquerade_bit: int = Field(default=14, alias="iptablesMasqueradeBit")
     iptables_drop_bit: int = Field(default=15, alias="iptablesDropBit")
+    # How the volume service learns of a change of a configMap or secret that pods' volumes use
+    # (services/volume/api_objects.py): Watch, Cache (the Node's TTL annotation) or Get.
+    config_map_and_secret_change_detection_strategy: str = Field(
+        default="Watch", alias="configMapAndSecretChangeDetectionStrategy")
     # Checked as the kubelet 1.37 checks it (only the previous minor version), and then changes
     # nothing: no metric of the kubelet 1.37, nor of pykubelet, is hidden.
     show_hidden_metrics_for_version: str = Field(default="", alias="showHiddenMetricsForVersion")
@@ -727,6 +731,13 @@ class KubeletConfiguration(ServerConfig):
     def _cpu_policy_options(self) -> "KubeletConfiguration":
         parse_cpu_policy_options(self.cpu_manager_policy_options, self.cpu_manager_policy)
         return self
+
+    @field_validator("config_map_and_secret_change_detection_strategy")
+    @classmethod
+    def _change_detection(cls, v: str) -> str:
+        if v not in ("Watch", "Cache", "Get"):
+            raise ValueError(f"unknown configmap and secret manager mode: {v}")  # the kubelet's words
+        return v
 
     @field_validator("show_hidden_metrics_for_version")
     @classmethod

@@ -1,6 +1,7 @@
 """Three pykubelet nodes in one real cluster: etcd, kube-apiserver, kube-scheduler and
 kube-controller-manager 1.37, and three nodes, each in its own network namespace with its own
-containerd, root dir, NATS, registry and pod CIDR."""
+containerd, root dir, NATS, registry and pod CIDR, and its own way of finding configMap and
+secret changes (Watch, Get, Cache)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ from tests.multinode.netns import HOST_IP, NodeNetwork, create_bridge, delete_br
 NODES = 3
 # Inside each node's namespace: the same image references work on every node.
 REGISTRY_PORT = 5000
-# Short, so a lost node shows within the test: NotReady after 20 s of silence.
-CONTROLLER_MANAGER_ARGS = ("--node-monitor-grace-period=20s", "--node-monitor-period=2s")
+# Short, so a lost node shows within the test: NotReady after 20 s of silence. No TTL controller:
+# it would set every Node's node.alpha.kubernetes.io/ttl to 0 (a small cluster) over the value
+# test_change_detection.py gives node-3's.
+CONTROLLER_MANAGER_ARGS = ("--node-monitor-grace-period=20s", "--node-monitor-period=2s", "--controllers=*,-ttl-controller")
+# How each node learns of a configMap or secret change (configMapAndSecretChangeDetectionStrategy):
+# node-1 keeps the default, Watch.
+CHANGE_DETECTION = {"node-2": "Get", "node-3": "Cache"}
 
 
 class MultiNodeCluster:
@@ -58,7 +64,9 @@ def cluster(tmp_path_factory):
             kubeconfig = cp.kubeconfig_for_node(name)
             return launch_node(tmp_path_factory.mktemp(name), ["--kubeconfig", str(kubeconfig), "--node-ip", net.address],
                                node_name=name, pod_cidr=f"10.244.{net.index}.0/24", wrap=net.wrap,
-                               registry_port=REGISTRY_PORT)
+                               registry_port=REGISTRY_PORT,
+                               extra_config=(f"configMapAndSecretChangeDetectionStrategy: {CHANGE_DETECTION[name]}\n"
+                                             if name in CHANGE_DETECTION else ""))
 
         with ThreadPoolExecutor(NODES) as pool:
             futures = {name: pool.submit(launch, name) for name in networks}

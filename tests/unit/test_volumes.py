@@ -314,6 +314,9 @@ async def test_an_unexpected_failure_in_one_pod_does_not_hold_back_the_others(tm
     assert not rows["bad"].ready and rows["bad"].reason == "FailedMount"
     assert rows["bad"].message == 'MountVolume.SetUp failed for volume "cfg" : internal error: RuntimeError: boom'
     assert ("Warning", "FailedMount") in [(e[0], e[1]) for e in events.events]
+    # Each pod was registered with the objects it reads before its volumes were set up (the
+    # Cache strategy reads them afresh for a pod seen for the first time).
+    assert objects.registered == {"good": {("configmap", "ns", "good")}, "bad": {("configmap", "ns", "boom")}}
 
 
 async def test_an_image_volume_is_ready_with_nothing_on_the_host(tmp_path, settings):
