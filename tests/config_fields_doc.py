@@ -16,7 +16,8 @@ from shared.config.settings import KubeletConfiguration
 # or the code under test reads it, and its effect observed), "direct" (the value is handed to
 # the component the field configures and its effect observed), "parse" (only its validation is
 # tested), "unused" (checked; the kubelet 1.37 checks it too and it changes nothing there, nor
-# here), "none".
+# here), "one-numa" (checked; it changes nothing on a host with one NUMA node, the only kind
+# pykubelet runs topology policies on, in the kubelet either), "none".
 TESTS: dict[str, tuple[str, str | None]] = {
     "enableServer": ("effect", "tests/security_modes/test_file_modes.py::test_enable_server_false_runs_the_node_without_the_kubelet_api"),
     "address": ("effect", "tests/integration/test_services.py::test_the_kubelet_api_listens_where_address_and_read_only_port_say"),
@@ -45,6 +46,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "reservedSystemCPUs": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "cpuManagerReconcilePeriod": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "configMapAndSecretChangeDetectionStrategy": ("effect", "tests/multinode/test_change_detection.py::test_each_node_finds_a_config_map_change_its_own_way"),
+    "topologyManagerPolicyOptions": ("one-numa", "tests/unit/test_cpu_manager.py::test_topology_manager_policy_options_are_checked_with_the_kubelets_words"),
     "makeIPTablesUtilChains": ("effect", "tests/integration/test_services.py::test_the_kubelets_iptables_util_chains_are_made"),
     "iptablesMasqueradeBit": ("unused", "tests/unit/test_iptables_chains.py::test_the_iptables_bits_are_checked_as_the_kubelet_checks_them"),
     "showHiddenMetricsForVersion": ("unused", "tests/unit/test_config_fields.py::test_show_hidden_metrics_for_version_is_checked_as_the_kubelet_checks_it"),
@@ -144,7 +146,9 @@ TESTS: dict[str, tuple[str, str | None]] = {
 }
 REFUSED_TEST = "tests/unit/test_config_fields.py::test_a_refused_field_at_another_value_stops_the_start_naming_it"
 _KIND = {"effect": "effect", "direct": "effect (value given to the component)", "parse": "validation only",
-         "unused": "check only (it changes nothing in the kubelet 1.37)", "none": "no test of its effect yet"}
+         "unused": "check only (it changes nothing in the kubelet 1.37)",
+         "one-numa": "check only (it changes nothing on a host with one NUMA node, in the kubelet either)",
+         "none": "no test of its effect yet"}
 
 
 def implemented() -> dict[str, object]:
@@ -161,12 +165,14 @@ def _where(test: str | None) -> str:
 
 
 def _coverage(impl: dict[str, object]) -> list[str]:
-    unused = sorted((n for n in FIELDS if n in impl and TESTS.get(n, ("none", None))[0] == "unused"), key=str.lower)
+    unused = sorted((n for n in FIELDS if n in impl and TESTS.get(n, ("none", None))[0] in ("unused", "one-numa")),
+                    key=str.lower)
     names = [n for n in FIELDS if n in impl and n not in unused]
     live = [n for n in names if _where(TESTS.get(n, ("none", None))[1]) == " on a running node"]
     unit = sorted(set(names) - set(live), key=str.lower)
     besides = (f" Besides them, {len(unused)} ({', '.join(f'`{n}`' for n in unused)}) are checked as the kubelet "
-               "1.37 checks them and change nothing, there as here." if unused else "")
+               "1.37 checks them and change nothing, there as here (the topology manager's options on a host with "
+               "one NUMA node, the only kind pykubelet runs topology policies on)." if unused else "")
     if not unit:
         return [f"All {len(names)} implemented fields have their effect observed on a running node.{besides}"]
     return [f"{len(live)} of the {len(names)} implemented fields have their effect observed on a running node; "

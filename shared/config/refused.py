@@ -56,8 +56,6 @@ REFUSED: dict[str, Refused] = {
     "enableContentionProfiling": Refused(False, "there is no profiling handler"),
     "systemCgroups": Refused("", "system processes are not moved"),
     "cgroupsPerQOS": Refused(True, _CGROUPS),
-    "topologyManagerPolicyOptions": Refused({}, "the topology manager's policies are for single-NUMA hosts, where "
-                                                "their options change nothing"),
     "qosReserved": Refused({}, "no memory is reserved per QoS tier"),
     "runOnce": Refused(False, "pykubelet runs until stopped"),
     "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),

@@ -44,6 +44,7 @@ from shared.config.thresholds import (
     check_signal_map,
     parse_thresholds,
 )
+from shared.config.topology_policy_options import check_topology_policy_options
 from shared.model import safe_yaml
 from shared.model.cgroup_names import SLICE, kubepods_name, slice_path
 from shared.model.cpusets import CPUSetError, parse_cpuset
@@ -365,6 +366,10 @@ class KubeletConfiguration(ServerConfig):
     # accounting for the node's memory reservation.
     topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = "none"
     topology_manager_scope: Literal["container", "pod"] = "container"
+    # Checked as the kubelet checks them (shared/config/topology_policy_options.py); on the one
+    # NUMA node the policies run on here they change nothing, as in the kubelet.
+    topology_manager_policy_options: dict[str, str] = Field(default_factory=dict,
+                                                            alias="topologyManagerPolicyOptions")
     memory_manager_policy: Literal["None", "Static"] = "None"
     reserved_memory: list[MemoryReservation] = Field(default_factory=list)
     max_pods: int = 110
@@ -722,10 +727,16 @@ class KubeletConfiguration(ServerConfig):
             raise ValueError("shutdownGracePeriodByPodPriority: each priority may be given once")
         return self
 
-    @field_validator("cpu_manager_policy_options", mode="before")
+    @field_validator("cpu_manager_policy_options", "topology_manager_policy_options", mode="before")
     @classmethod
     def _null_map(cls, v: Any) -> Any:
         return {} if v is None else v  # Go's nil map: the default
+
+    @field_validator("topology_manager_policy_options")
+    @classmethod
+    def _topology_options(cls, v: dict[str, str]) -> dict[str, str]:
+        check_topology_policy_options(v)
+        return v
 
     @model_validator(mode="after")
     def _cpu_policy_options(self) -> "KubeletConfiguration":

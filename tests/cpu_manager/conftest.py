@@ -145,6 +145,7 @@ def _launch(root, pki: PKI, traces: OtlpReceiver) -> Node:
                                     "  strict-cpu-reservation: \"true\"\n"
                                     f"cpuManagerReconcilePeriod: {RECONCILE_EVERY}s\n"
                                     "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n"
+                                    "topologyManagerPolicyOptions:\n  prefer-closest-numa-nodes: \"true\"\n"
                                     # evictionHard's memory.available, the node's only memory reservation; the
                                     # other signals keep their defaults (mergeDefaultEvictionSettings)
                                     f"evictionHard:\n  memory.available: {HARD_MEMORY_MI}Mi\n"

@@ -41,7 +41,7 @@ def test_a_refused_field_at_its_default_is_accepted(name):
     ("systemCgroups", "/custom"), ("cgroupsPerQOS", False),
     ("runOnce", True),
     ("enableContentionProfiling", True),
-    ("topologyManagerPolicyOptions", {"prefer-closest-numa-nodes": "true"}), ("qosReserved", {"memory": "50%"}),
+    ("qosReserved", {"memory": "50%"}),
 ])
 def test_a_refused_field_at_another_value_stops_the_start_naming_it(name, value):
     with pytest.raises(ConfigError) as exc:
@@ -77,7 +77,7 @@ def test_feature_gates_at_the_kubelets_default_are_accepted_and_others_refused_b
 
 
 @pytest.mark.parametrize("name,value", [
-    ("topologyManagerPolicyOptions", None), ("qosReserved", None), ("qosReserved", {}),
+    ("qosReserved", None), ("qosReserved", {}),
 ])
 def test_the_default_in_another_spelling_is_the_default(name, value):
     assert load_kubelet_config({name: value})[1] == [name]

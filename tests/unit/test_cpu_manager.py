@@ -318,3 +318,21 @@ async def test_the_static_memory_policy_pins_guaranteed_containers_memory(rt, st
                                            "limits": {"cpu": "500m", "memory": "64Mi"}}})
     syncer.resizer.allocate(pod("g", "500m", memory="128Mi"), state, False, lambda: [], {"cpu": 2000, "memory": 2**32})
     assert state.pending["message"] == 'Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"'
+
+
+@pytest.mark.parametrize(("options", "error"), [
+    ({"prefer-closest-numa-nodes": "yes"},
+     'bad value for option "prefer-closest-numa-nodes": strconv.ParseBool: parsing "yes": invalid syntax'),
+    ({"max-allowable-numa-nodes": "many"}, 'unable to convert policy option to integer "max-allowable-numa-nodes": '
+                                           'strconv.Atoi: parsing "many": invalid syntax'),
+    ({"max-allowable-numa-nodes": "4"}, 'the minimum value of "max-allowable-numa-nodes" should not be less than 8'),
+    ({"single-numa": "true"}, 'unknown Topology Manager Policy option: "single-numa"'),
+])
+def test_topology_manager_policy_options_are_checked_with_the_kubelets_words(tmp_path, options, error):
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_kubelet_config({"topologyManagerPolicyOptions": options})
+    # Taken as the kubelet takes them; a single-NUMA host starts with them (they change nothing there).
+    k, _ = load_kubelet_config({"failSwapOn": False, "topologyManagerPolicy": "single-numa-node",
+                                "topologyManagerPolicyOptions": {"prefer-closest-numa-nodes": "true",
+                                                                 "max-allowable-numa-nodes": "16"}})
+    assert startup_problems(k, tmp_path, tmp_path, numa=frozenset({0}), memory_bytes=8 * 2**30) == []
