@@ -46,6 +46,9 @@ TESTS: dict[str, tuple[str, str | None]] = {
     "reservedSystemCPUs": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "cpuManagerReconcilePeriod": ("effect", "tests/cpu_manager/test_cpu_sets.py::test_exclusive_cpus_and_the_shared_pool"),
     "configMapAndSecretChangeDetectionStrategy": ("effect", "tests/multinode/test_change_detection.py::test_each_node_finds_a_config_map_change_its_own_way"),
+    "runOnce": ("unused", "tests/unit/test_config_fields.py::test_fields_of_the_kubelets_default_feature_gates_are_checked_as_it_checks_them"),
+    "defaultPodSysctls": ("unused", "tests/unit/test_config_fields.py::test_fields_of_the_kubelets_default_feature_gates_are_checked_as_it_checks_them"),
+    "qosReserved": ("unused", "tests/unit/test_config_fields.py::test_fields_of_the_kubelets_default_feature_gates_are_checked_as_it_checks_them"),
     "topologyManagerPolicyOptions": ("one-numa", "tests/unit/test_cpu_manager.py::test_topology_manager_policy_options_are_checked_with_the_kubelets_words"),
     "makeIPTablesUtilChains": ("effect", "tests/integration/test_services.py::test_the_kubelets_iptables_util_chains_are_made"),
     "iptablesMasqueradeBit": ("unused", "tests/unit/test_iptables_chains.py::test_the_iptables_bits_are_checked_as_the_kubelet_checks_them"),
@@ -146,7 +149,7 @@ TESTS: dict[str, tuple[str, str | None]] = {
 }
 REFUSED_TEST = "tests/unit/test_config_fields.py::test_a_refused_field_at_another_value_stops_the_start_naming_it"
 _KIND = {"effect": "effect", "direct": "effect (value given to the component)", "parse": "validation only",
-         "unused": "check only (it changes nothing in the kubelet 1.37)",
+         "unused": "check only (it changes nothing in the kubelet 1.37 at its default feature gates)",
          "one-numa": "check only (it changes nothing on a host with one NUMA node, in the kubelet either)",
          "none": "no test of its effect yet"}
 
@@ -171,8 +174,9 @@ def _coverage(impl: dict[str, object]) -> list[str]:
     live = [n for n in names if _where(TESTS.get(n, ("none", None))[1]) == " on a running node"]
     unit = sorted(set(names) - set(live), key=str.lower)
     besides = (f" Besides them, {len(unused)} ({', '.join(f'`{n}`' for n in unused)}) are checked as the kubelet "
-               "1.37 checks them and change nothing, there as here (the topology manager's options on a host with "
-               "one NUMA node, the only kind pykubelet runs topology policies on)." if unused else "")
+               "1.37 checks them and change nothing, there as here (at the kubelet's default feature gates, which "
+               "pykubelet keeps; the topology manager's options on a host with one NUMA node, the only kind "
+               "pykubelet runs topology policies on)." if unused else "")
     if not unit:
         return [f"All {len(names)} implemented fields have their effect observed on a running node.{besides}"]
     return [f"{len(live)} of the {len(names)} implemented fields have their effect observed on a running node; "

@@ -56,13 +56,10 @@ REFUSED: dict[str, Refused] = {
     "enableContentionProfiling": Refused(False, "there is no profiling handler"),
     "systemCgroups": Refused("", "system processes are not moved"),
     "cgroupsPerQOS": Refused(True, _CGROUPS),
-    "qosReserved": Refused({}, "no memory is reserved per QoS tier"),
-    "runOnce": Refused(False, "pykubelet runs until stopped"),
     "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
     "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
-    "defaultPodSysctls": Refused({}, "pods get only the sysctls they ask for"),
 }
 
 

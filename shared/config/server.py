@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from pydantic.alias_generators import to_camel
 
 from shared.model.durations import to_seconds
@@ -48,7 +48,7 @@ class X509Authentication(_Section):
 
 
 class WebhookAuthentication(_Section):
-    enabled: bool = True
+    enabled: StrictBool = True
     cache_ttl: float = Field(default=120.0, alias="cacheTTL")
 
     @field_validator("cache_ttl", mode="before")
@@ -58,7 +58,7 @@ class WebhookAuthentication(_Section):
 
 
 class AnonymousAuthentication(_Section):
-    enabled: bool = False
+    enabled: StrictBool = False
 
 
 class Authentication(_Section):
@@ -85,7 +85,7 @@ class Authorization(_Section):
 class ServerConfig(_Section):
     """Mixed into KubeletConfiguration: the fields of the kubelet's HTTPS server."""
 
-    enable_server: bool = True
+    enable_server: StrictBool = True
     address: str = "0.0.0.0"
     port: int = Field(default=10250, ge=1, le=65535)
     read_only_port: int = Field(default=0, ge=0, le=65535)
@@ -96,12 +96,12 @@ class ServerConfig(_Section):
     tls_curve_preferences: list[int] = Field(default_factory=list)
     authentication: Authentication = Field(default_factory=Authentication)
     authorization: Authorization = Field(default_factory=Authorization)
-    enable_debugging_handlers: bool = True
+    enable_debugging_handlers: StrictBool = True
     # PUT /debug/flags/v sets every service's log verbosity (services/node_api/debug_flags.py).
-    enable_debug_flags_handler: bool = True
+    enable_debug_flags_handler: StrictBool = True
     # false: /debug/pprof/ answers the kubelet's "disabled"; true: pykubelet has no Go runtime to
     # profile and serves no profiles there (`make profile` samples the services with py-spy).
-    enable_profiling_handler: bool = True
+    enable_profiling_handler: StrictBool = True
     streaming_connection_idle_timeout: float = 4 * 3600.0
 
     @field_validator("address")

@@ -20,7 +20,16 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from shared.config.cpu_policy_options import parse_cpu_policy_options
@@ -311,6 +320,19 @@ def _camel_field(info: ValidationInfo) -> str:
     return to_camel(info.field_name)
 
 
+def _percentage_problem(value: str) -> str:
+    """The kubelet's parsePercentage (cm/container_manager.go): what is wrong with a qosReserved
+    value, "" when nothing."""
+    if not value.endswith("%"):
+        return f"percentage expected, got '{value}'"
+    number = value.rstrip("%")
+    if not re.fullmatch(r"[+-]?[0-9]+", number) or abs(int(number)) >= 2**63:
+        return f"invalid number in percentage '{value}'"
+    if not 0 <= int(number) <= 100:
+        return "percentage must be between 0 and 100"
+    return ""
+
+
 class KubeletConfiguration(ServerConfig):
     """The implemented subset of KubeletConfiguration, with the kubelet's defaults."""
 
@@ -346,7 +368,7 @@ class KubeletConfiguration(ServerConfig):
     # The kubelet's iptables chains for other components (services/network/iptables_chains.py).
     # The two marks are only checked (0-31), as the kubelet 1.37 does: nothing uses them since
     # kube-proxy makes its own KUBE-MARK-* chains.
-    make_iptables_util_chains: bool = Field(default=True, alias="makeIPTablesUtilChains")
+    make_iptables_util_chains: StrictBool = Field(default=True, alias="makeIPTablesUtilChains")
     iptables_masquerade_bit: int = Field(default=14, alias="iptablesMasqueradeBit")
     iptables_drop_bit: int = Field(default=15, alias="iptablesDropBit")
     # How the volume service learns of a change of a configMap or secret that pods' volumes use
@@ -356,6 +378,12 @@ class KubeletConfiguration(ServerConfig):
     # Checked as the kubelet 1.37 checks it (only the previous minor version), and then changes
     # nothing: no metric of the kubelet 1.37, nor of pykubelet, is hidden.
     show_hidden_metrics_for_version: str = Field(default="", alias="showHiddenMetricsForVersion")
+    # As the kubelet 1.37 with its default feature gates takes them: runOnce true refused (the
+    # mode is gone), defaultPodSysctls refused (its gate, DefaultPodSysctls, is off), qosReserved
+    # parsed and then unused (its gate, QOSReserved, is off).
+    run_once: StrictBool = Field(default=False, alias="runOnce")
+    default_pod_sysctls: dict[str, str] = Field(default_factory=dict, alias="defaultPodSysctls")
+    qos_reserved: dict[str, str] = Field(default_factory=dict, alias="qosReserved")
     # The static policy's options (shared/config/cpu_policy_options.py): full-pcpus-only and
     # strict-cpu-reservation; the others are refused.
     cpu_manager_policy_options: dict[str, str] = Field(default_factory=dict, alias="cpuManagerPolicyOptions")
@@ -377,23 +405,23 @@ class KubeletConfiguration(ServerConfig):
     pod_pids_limit: int = Field(default=-1, ge=-1)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     # RuntimeDefault seccomp for containers that name no profile (services/pod_sync/security.py).
-    seccomp_default: bool = False
+    seccomp_default: StrictBool = False
     # The Node as registered in cluster mode (services/status_reporter/node_agent.py).
-    register_node: bool = True
+    register_node: StrictBool = True
     register_with_taints: list[Taint] = Field(default_factory=list)
     provider_id: str = Field(default="", alias="providerID")
     # The node's resolver file: dnsPolicy Default pods get it, ClusterFirst pods its search
     # domains after the cluster's (services/pod_sync/dns.py); "" for none.
     resolv_conf: str = "/etc/resolv.conf"
     # What the node checks of its host before it starts (shared/host/checks.py).
-    fail_swap_on: bool = True
+    fail_swap_on: StrictBool = True
     # NoSwap (the default) or LimitedSwap for containers (services/pod_sync/swap.py).
     memory_swap: MemorySwapConfiguration = Field(default_factory=MemorySwapConfiguration)
     # The IDs of pods with hostUsers: false (services/pod_sync/user_namespaces.py); None: 65536 each.
     user_namespaces: UserNamespacesConfig | None = None
     # OpenTelemetry spans of the services' pod syncs and runtime calls; None: none are made.
     tracing: TracingConfig | None = None
-    protect_kernel_defaults: bool = False
+    protect_kernel_defaults: StrictBool = False
     # How pod and QoS cgroups are made (shared/model/cgroup_names.py): directories under /kubepods, or
     # slice units through systemd's D-Bus API (kubepods.slice and below) with the runtime told to
     # match (containerd's SystemdCgroup).
@@ -408,30 +436,30 @@ class KubeletConfiguration(ServerConfig):
     # (the kubelet's default) sets neither and resets what a former TieredReservation left.
     memory_reservation_policy: str = "None"
     # The kubelet 1.35+ defaults this to true; pykubelet runs on cgroup v1 unless told not to.
-    fail_cgroup_v1: bool = Field(default=False, alias="failCgroupV1")
+    fail_cgroup_v1: StrictBool = Field(default=False, alias="failCgroupV1")
     runtime_request_timeout: float = 120.0
     # On cgroup v2, false or unset (the kubelet's default there) sets memory.oom.group on every
     # container's cgroup: an OOM kill takes the container's whole process group, not one process.
     # cgroup v1 has no such setting (one process is killed); false is refused there.
-    single_process_oom_kill: bool | None = Field(default=None, alias="singleProcessOOMKill")
+    single_process_oom_kill: StrictBool | None = Field(default=None, alias="singleProcessOOMKill")
     # Image pulls a second and at once (services/pod_sync/images.py); 0 qps: no limit.
     registry_pull_qps: float = Field(default=5, alias="registryPullQPS")
     registry_burst: int = 10
     # GET /logs/ on the kubelet API: the node's /var/log (services/node_api/system_logs.py), when
     # enableDebuggingHandlers is true too.
-    enable_system_log_handler: bool = True
+    enable_system_log_handler: StrictBool = True
     # GET /logs/?query=SERVICE: a service's journal, or its file in /var/log
     # (services/node_api/log_query.py); needs enableSystemLogHandler.
-    enable_system_log_query: bool = False
+    enable_system_log_query: StrictBool = False
     # false: CPU limits get no CFS quota (containers and pod cgroups); shares still follow requests.
-    cpu_cfs_quota: bool = Field(default=True, alias="cpuCFSQuota")
+    cpu_cfs_quota: StrictBool = Field(default=True, alias="cpuCFSQuota")
     # false: the node reports no ephemeral-storage (capacity, allocatable; a pod requesting some
     # is not admitted) and enforces no local storage limit (emptyDir sizeLimit, ephemeral-storage
     # limits), as the kubelet.
-    local_storage_capacity_isolation: bool = True
+    local_storage_capacity_isolation: StrictBool = True
     # true (cgroup v1): the kernel signals when memory use crosses a memory eviction threshold and
     # eviction runs at once (services/eviction/memcg_notifier.py); cgroup v2 has no such signal.
-    kernel_memcg_notification: bool = False
+    kernel_memcg_notification: StrictBool = False
     # Which images already on the node a pod must show the credentials of before it may use them
     # (services/pod_sync/pull_records.py, the KubeletEnsureSecretPulledImages feature).
     image_pull_credentials_verification_policy: str = "NeverVerifyPreloadedImages"
@@ -450,7 +478,7 @@ class KubeletConfiguration(ServerConfig):
     oom_score_adj: int = -999
     max_open_files: int = 1000000
     # pykubelet pulls in parallel by default (the kubelet serializes unless told otherwise).
-    serialize_image_pulls: bool = False
+    serialize_image_pulls: StrictBool = False
     max_parallel_image_pulls: int | None = 5
     container_log_max_size: str = "10Mi"
     container_log_max_files: int = 5
@@ -471,14 +499,14 @@ class KubeletConfiguration(ServerConfig):
     # How often volume usage (kubelet_volume_stats_*) is measured.
     volume_stats_agg_period: float = 60.0
     # The kubelet API's serving certificate from a kubernetes.io/kubelet-serving CSR (cluster mode).
-    server_tls_bootstrap: bool = Field(default=False, alias="serverTLSBootstrap")
+    server_tls_bootstrap: StrictBool = Field(default=False, alias="serverTLSBootstrap")
     # The client certificate renewed through kube-apiserver-client-kubelet CSRs (cluster mode).
-    rotate_certificates: bool = False
+    rotate_certificates: StrictBool = False
     # Eviction and node allocatable (shared.config.thresholds parses the maps).
     eviction_hard: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
     # true: the config file's evictionHard keeps the default thresholds of the signals it does not
     # name (merged as the file is read, before the flags, as the kubelet does: merge_default_eviction).
-    merge_default_eviction_settings: bool = False
+    merge_default_eviction_settings: StrictBool = False
     eviction_soft: dict[str, str] = Field(default_factory=dict)
     eviction_soft_grace_period: dict[str, float] = Field(default_factory=dict)
     eviction_max_pod_grace_period: int = Field(default=0, ge=0)
@@ -727,7 +755,36 @@ class KubeletConfiguration(ServerConfig):
             raise ValueError("shutdownGracePeriodByPodPriority: each priority may be given once")
         return self
 
-    @field_validator("cpu_manager_policy_options", "topology_manager_policy_options", mode="before")
+    @field_validator("run_once")
+    @classmethod
+    def _run_once(cls, v: bool) -> bool:
+        if v:
+            raise ValueError("invalid configuration: runOnce (--runOnce) true, Runonce mode has been deprecated and "
+                             "should not be set")
+        return v
+
+    @field_validator("default_pod_sysctls")
+    @classmethod
+    def _default_pod_sysctls(cls, v: dict[str, str]) -> dict[str, str]:
+        if v:
+            raise ValueError("invalid configuration: DefaultPodSysctls feature gate is required for Kubelet "
+                             "configuration option defaultPodSysctls")
+        return v
+
+    @field_validator("qos_reserved")
+    @classmethod
+    def _qos_reserved(cls, v: dict[str, str]) -> dict[str, str]:
+        for resource, value in sorted(v.items()):
+            if resource != "memory":
+                raise ValueError(f"--qos-reserved value failed to parse: cannot reserve {go_quote(resource)} resource")
+            problem = _percentage_problem(value)
+            if problem:
+                raise ValueError(f"--qos-reserved value failed to parse: failed to parse percentage {go_quote(value)} "
+                                 f"for {go_quote(resource)} resource: {problem}")
+        return v
+
+    @field_validator("cpu_manager_policy_options", "topology_manager_policy_options", "default_pod_sysctls",
+                     "qos_reserved", mode="before")
     @classmethod
     def _null_map(cls, v: Any) -> Any:
         return {} if v is None else v  # Go's nil map: the default

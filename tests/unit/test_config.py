@@ -57,8 +57,9 @@ def test_bad_values_name_the_field(field, value, needle):
 
 
 def test_unimplemented_fields_at_the_kubelets_default_are_accepted_and_reported():
-    cfg, at_default = load_kubelet_config({"qosReserved": {}, "runOnce": False})
-    assert at_default == ["qosReserved", "runOnce"]
+    cfg, at_default = load_kubelet_config({"cgroupsPerQOS": True, "volumePluginDir": "/usr/libexec/kubernetes/"
+                                                                                   "kubelet-plugins/volume/exec/"})
+    assert at_default == ["cgroupsPerQOS", "volumePluginDir"]
 
 
 def test_pods_per_core_caps_the_pod_capacity_as_the_kubelets():
