@@ -203,7 +203,8 @@ def render() -> str:
         else:
             r = REFUSED[name]
             default = "unset" if r.default is None else f"`{shown(r.default)}`"
-            out.append(f"| `{name}` | refused unless default | {default} | {r.instead} | `{REFUSED_TEST}` |")
+            also = "".join(f" (also `{shown(v)}`, which is what it does)" for v in r.also)
+            out.append(f"| `{name}` | refused unless default | {default} | {r.instead}{also} | `{REFUSED_TEST}` |")
     return "\n".join(out + ["", *render_flags()]) + "\n"
 
 

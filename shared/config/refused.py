@@ -49,6 +49,7 @@ memoryReservationPolicy""".split()
 class Refused:
     default: Any
     instead: str          # what pykubelet does, for the error message and the docs table
+    also: tuple[Any, ...] = ()  # other values taken too: what pykubelet does anyway
 
 
 _CGROUPS = "every pod has its own cgroup below the kubelet's QoS tiers (/kubepods, /kubepods/burstable, /kubepods/besteffort)"
@@ -56,7 +57,8 @@ REFUSED: dict[str, Refused] = {
     "enableContentionProfiling": Refused(False, "there is no profiling handler"),
     "systemCgroups": Refused("", "system processes are not moved"),
     "cgroupsPerQOS": Refused(True, _CGROUPS),
-    "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server"),
+    "contentType": Refused("application/vnd.kubernetes.protobuf", "pykubelet speaks JSON to the API server",
+                           also=("application/json",)),
     "enableControllerAttachDetach": Refused(True, "attach and detach are the controller's (CSI node calls only)"),
     "volumePluginDir": Refused("/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
                                "no FlexVolume plugins; CSI plugins register in <root-dir>/plugins_registry"),
@@ -93,10 +95,11 @@ def refused_settings(data: dict[str, Any]) -> tuple[list[str], list[str]]:
     errors, at_default = [], []
     for name in sorted(k for k in data if k in REFUSED):
         field = REFUSED[name]
-        if _same(data[name], field.default):
+        if _same(data[name], field.default) or data[name] in field.also:
             at_default.append(name)
             continue
         default = "unset" if field.default is None else shown(field.default)
+        also = "".join(f" or to {shown(v)}" for v in field.also)
         errors.append(f"{name}: {shown(data[name])} is not implemented by pykubelet ({field.instead}); remove the "
-                      f"field or set it to the kubelet's default ({default})")
+                      f"field or set it to the kubelet's default ({default}){also}")
     return errors, at_default

@@ -175,3 +175,10 @@ def test_show_hidden_metrics_for_version_is_checked_as_the_kubelet_checks_it():
         load_kubelet_config({"showHiddenMetricsForVersion": "1.35"})
     assert ('invalid showHiddenMetricsForVersion: showHiddenMetricsForVersion: Invalid value: "1.35": must be omitted '
             "or have the value '1.36'; only the previous minor version is allowed") in str(exc.value)
+
+
+def test_a_refused_field_takes_too_the_value_that_is_what_pykubelet_does():
+    """contentType: pykubelet speaks JSON to the API server, so asking for JSON asks for nothing else."""
+    assert load_kubelet_config({"contentType": "application/json"})[1] == ["contentType"]
+    with pytest.raises(ConfigError, match="contentType: \"application/yaml\" is not implemented by pykubelet"):
+        load_kubelet_config({"contentType": "application/yaml"})
