@@ -320,6 +320,15 @@ def _camel_field(info: ValidationInfo) -> str:
     return to_camel(info.field_name)
 
 
+# What the kubelet 1.37 at its default feature gates says of these fields when set at all.
+_REFUSED_WHEN_SET = {
+    "run_once": "invalid configuration: runOnce (--runOnce) true, Runonce mode has been deprecated and should not be "
+                "set",
+    "default_pod_sysctls": "invalid configuration: DefaultPodSysctls feature gate is required for Kubelet "
+                           "configuration option defaultPodSysctls",
+}
+
+
 def _percentage_problem(value: str) -> str:
     """The kubelet's parsePercentage (cm/container_manager.go): what is wrong with a qosReserved
     value, "" when nothing."""
@@ -755,20 +764,11 @@ class KubeletConfiguration(ServerConfig):
             raise ValueError("shutdownGracePeriodByPodPriority: each priority may be given once")
         return self
 
-    @field_validator("run_once")
+    @field_validator("run_once", "default_pod_sysctls")
     @classmethod
-    def _run_once(cls, v: bool) -> bool:
+    def _refused_when_set(cls, v: Any, info: ValidationInfo) -> Any:
         if v:
-            raise ValueError("invalid configuration: runOnce (--runOnce) true, Runonce mode has been deprecated and "
-                             "should not be set")
-        return v
-
-    @field_validator("default_pod_sysctls")
-    @classmethod
-    def _default_pod_sysctls(cls, v: dict[str, str]) -> dict[str, str]:
-        if v:
-            raise ValueError("invalid configuration: DefaultPodSysctls feature gate is required for Kubelet "
-                             "configuration option defaultPodSysctls")
+            raise ValueError(_REFUSED_WHEN_SET[str(info.field_name)])
         return v
 
     @field_validator("qos_reserved")
