@@ -584,6 +584,26 @@ class KubeletConfiguration(ServerConfig):
             raise ValueError(f"{field} (--{flag}) {v:g} must not be a negative number")
         return v
 
+    def inert_settings(self) -> list[str]:
+        """Fields set to something else than their default that change nothing on this node, as
+        they change nothing in the kubelet 1.37 at its default feature gates (or, for the topology
+        manager's options, on a host with one NUMA node): each named, with why, so that the start
+        says so instead of taking them silently."""
+        inert = {
+            "qosReserved": (self.qos_reserved, "its feature gate, QOSReserved, is off"),
+            "topologyManagerPolicyOptions": (self.topology_manager_policy_options,
+                                             "the topology manager's policies run here on one NUMA node only, where "
+                                             "these options weigh nothing"),
+            "showHiddenMetricsForVersion": (self.show_hidden_metrics_for_version,
+                                            "no metric of the kubelet 1.37, nor of pykubelet, is hidden"),
+            "iptablesMasqueradeBit": (self.iptables_masquerade_bit != 14, "nothing uses the mark since kube-proxy "
+                                                                          "makes its own chains"),
+            "iptablesDropBit": (self.iptables_drop_bit != 15, "nothing uses the mark since kube-proxy makes its "
+                                                              "own chains"),
+        }
+        return [f"{name} is set but changes nothing, as in the kubelet 1.37: {why}"
+                for name, (value, why) in inert.items() if value]
+
     def pod_capacity(self, cores: int) -> int:
         """The node's pod capacity, as the kubelet's: maxPods, capped at podsPerCore x cores when
         podsPerCore is set. What admission counts against and the Node's capacity.pods."""
@@ -1135,6 +1155,8 @@ def settings_from_args(args: argparse.Namespace) -> NodeSettings:
     settings = NodeSettings(kubelet=kubelet, at_default_fields=at_default, **extra)
     for name in at_default:
         log.info("config field %s is at the kubelet's default; pykubelet does not implement other values of it", name)
+    for line in kubelet.inert_settings():
+        log.warning("config field %s", line)
     return settings
 
 

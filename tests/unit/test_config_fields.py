@@ -182,3 +182,12 @@ def test_a_refused_field_takes_too_the_value_that_is_what_pykubelet_does():
     assert load_kubelet_config({"contentType": "application/json"})[1] == ["contentType"]
     with pytest.raises(ConfigError, match="contentType: \"application/yaml\" is not implemented by pykubelet"):
         load_kubelet_config({"contentType": "application/yaml"})
+
+
+def test_a_field_that_changes_nothing_here_is_named_at_the_start_not_taken_silently():
+    k, _ = load_kubelet_config({"qosReserved": {"memory": "50%"}, "iptablesDropBit": 20,
+                                "topologyManagerPolicyOptions": {"prefer-closest-numa-nodes": "true"}})
+    inert = k.inert_settings()
+    assert [line.split(" ", 1)[0] for line in inert] == ["qosReserved", "topologyManagerPolicyOptions", "iptablesDropBit"]
+    assert inert[0] == "qosReserved is set but changes nothing, as in the kubelet 1.37: its feature gate, QOSReserved, is off"
+    assert load_kubelet_config({})[0].inert_settings() == []

@@ -179,3 +179,10 @@ def test_every_refused_field_is_refused_through_its_flag_too():
             other = "false" if default else "true"
             with pytest.raises(ConfigError, match=f"--{f.name}: {f.field}:"):
                 from_flags(f"--{f.name}={other}")
+
+
+def test_the_start_names_each_field_that_changes_nothing(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        from_file(tmp_path, "showHiddenMetricsForVersion: \"1.36\"\n")
+    assert ("config field showHiddenMetricsForVersion is set but changes nothing, as in the kubelet 1.37: no metric of "
+            "the kubelet 1.37, nor of pykubelet, is hidden") in caplog.text
