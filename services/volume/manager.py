@@ -129,6 +129,9 @@ class VolumeManager:
             recorded = set(s.scalars(select(PodVolume.pod_uid).distinct()))
         active = {uid: r for uid, r in rows.items() if not done_with(r)}
         candidates = set(active) | recorded | self.layout.pod_uids_on_disk() if uids is None else set(uids)
+        # The configMaps and secrets each active pod's volumes read, worked out once per reconcile.
+        pod_refs = {uid: referenced_objects(self._pods.get(uid, row.manifest)) for uid, row in active.items()
+                    if uids is None or uid in uids}
         sem = asyncio.Semaphore(SETUP_CONCURRENCY)
 
         async def one(uid: str) -> bool:
@@ -136,7 +139,7 @@ class VolumeManager:
                 row = active.get(uid)
                 try:
                     if row is not None:
-                        self.objects.register_pod(uid, referenced_objects(self._pods.get(uid, row.manifest)))
+                        self.objects.register_pod(uid, pod_refs[uid])
                         return await self.setup.setup_pod(row)
                     if uid in rows or uid in recorded or self.layout.pod_dir(uid).exists():
                         return await self.teardown.teardown_pod(uid)
@@ -151,10 +154,7 @@ class VolumeManager:
         if touched:
             await self.bus.publish(VolumesChanged(uids=touched))
         if uids is None:
-            refs: set[tuple[str, str, str]] = set()
-            for uid, row in active.items():
-                refs |= referenced_objects(self._pods.get(uid, row.manifest))
-            self.objects.stop_unused_watches(refs)
+            self.objects.stop_unused_watches(set().union(*pod_refs.values()))
         self.reconciled.set()
 
     async def collect_stats(self) -> None:
