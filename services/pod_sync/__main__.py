@@ -24,7 +24,6 @@ from services.pod_sync.syncer import PodSyncer
 from services.pod_sync.systemd_slices import SystemdSlices
 from shared.bus.events import BusRecorder
 from shared.bus.messages import DiskReclaimRequested, MirrorPodsChanged
-from shared.config.cpu_policy_options import parse_cpu_policy_options
 from shared.config.settings import ConfigError
 from shared.host.checks import startup_problems
 from shared.host.cpu_topology import numa_nodes
@@ -107,7 +106,7 @@ async def setup(ctx: ServiceContext) -> None:
         ctx.spawn("watch-services", env_source.watch_services())
         ctx.on_shutdown(api.close)
     cpus = CPUManager.from_config(k.cpu_manager_policy, k.reserved_system_cpus, reservations.reserved_amount("cpu"),
-                                  parse_cpu_policy_options(k.cpu_manager_policy_options, k.cpu_manager_policy))
+                                  k.cpu_policy_options)
     if cpus.static:
         cpus.assignments = await ctx.store.run(load_assignments, ctx.store)  # the CPUs given out before a restart
     syncer = PodSyncer(cri, images, ctx.store, ctx.settings, crash, node, recorder, env_source, cpus=cpus)

@@ -32,7 +32,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from shared.config.cpu_policy_options import parse_cpu_policy_options
+from shared.config.cpu_policy_options import CPUPolicyOptions, parse_cpu_policy_options
 from shared.config.defaults import drop_zero_values
 from shared.config.feature_gates import GATES
 from shared.config.flags import (
@@ -817,8 +817,13 @@ class KubeletConfiguration(ServerConfig):
 
     @model_validator(mode="after")
     def _cpu_policy_options(self) -> "KubeletConfiguration":
-        parse_cpu_policy_options(self.cpu_manager_policy_options, self.cpu_manager_policy)
+        self.cpu_policy_options  # noqa: B018  (parsed here so that a bad option stops the load)
         return self
+
+    @property
+    def cpu_policy_options(self) -> CPUPolicyOptions:
+        """cpuManagerPolicyOptions as the CPU manager takes them."""
+        return parse_cpu_policy_options(self.cpu_manager_policy_options, self.cpu_manager_policy)
 
     @field_validator("config_map_and_secret_change_detection_strategy")
     @classmethod
