@@ -62,6 +62,19 @@ def admit_os(pod: Pod) -> Verdict:
     return Verdict(False, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
 
 
+GROUPS_POLICY_NOT_SUPPORTED = "SupplementalGroupsPolicyNotSupported"
+
+
+def admit_supplemental_groups_policy(pod: Pod, runtime_supports: bool) -> Verdict:
+    """supplementalGroupsPolicy Strict only where the runtime says it can keep the image's groups
+    out (the Node's status.features.supplementalGroupsPolicy; containerd 2.0 and newer), as the
+    kubelet admits it; Merge, or no policy, everywhere."""
+    if pod.spec.securityContext.supplementalGroupsPolicy != "Strict" or runtime_supports:
+        return Verdict(True)
+    ADMISSION_REJECTIONS.labels(GROUPS_POLICY_NOT_SUPPORTED).inc()
+    return Verdict(False, GROUPS_POLICY_NOT_SUPPORTED, "SupplementalGroupsPolicy=Strict is not supported in this node")
+
+
 def admit_to_node(pod: Pod, labels: dict[str, str], node_name: str) -> Verdict:
     """The kubelet's NodeAffinity predicate: nodeSelector and required node affinity."""
     try:

@@ -46,7 +46,7 @@ def hosts_content(pod: Pod, pod_ip: str, hostname: str, cluster_domain: str,
         text = HEADER_HOST_NETWORK + (node_hosts or "")
     else:
         text = HEADER + LOCAL_ENTRIES
-        if pod.spec.subdomain:
+        if pod.spec.subdomain and pod.spec.hostnameOverride is None:  # an override has no FQDN
             domain = f"{pod.spec.subdomain}.{pod.metadata.namespace}.svc.{cluster_domain}"
             text += _entry(pod_ip, f"{hostname}.{domain}", hostname)
         else:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def _instance(c: ContainerInfo, log_dir: str, kill_reasons: dict[str, str]) -> ContainerInstance:
     message = c.message or kill_reasons.get(c.id, "")
-    return {
+    instance: ContainerInstance = {
         "container_id": api_container_id(c.id),
         "state": c.state,
         "restart_count": c.attempt,
@@ -31,6 +31,9 @@ def _instance(c: ContainerInfo, log_dir: str, kill_reasons: dict[str, str]) -> C
         "image_id": c.image_ref,
         "log_path": f"{log_dir}/{c.log_path}" if c.log_path and not c.log_path.startswith("/") else c.log_path,
     }
+    if c.user is not None:
+        instance["user"] = c.user
+    return instance
 
 
 def _resources(entry: ObservedContainer, resize: ResizeState, name: str, latest: ContainerInfo | None) -> None:

@@ -28,6 +28,7 @@ from shared.config.settings import NodeSettings
 from shared.host.node_dirs import private_dir
 from shared.host.safe_paths import beneath
 from shared.host.swap import NodeSwap
+from shared.model import recursive_read_only
 from shared.model.cgroup_names import KUBEPODS, on_host
 from shared.model.downward_api import metadata_field, resource_field
 from shared.model.podspec import ENV_NAME, Container, EphemeralContainer, Pod
@@ -88,7 +89,9 @@ def linux_resources(pod: Pod, c: Container, qos: str, node: NodeFacts, cpuset: s
 
 
 def pod_hostname(pod: Pod) -> str:
-    name = pod.spec.hostname or pod.metadata.name
+    """The kubelet's: hostnameOverride, else hostname, else the pod's name; at most 63 characters,
+    without a trailing '-' or '.' once cut."""
+    name = pod.spec.hostnameOverride or pod.spec.hostname or pod.metadata.name
     return name[:63].rstrip("-.")
 
 
@@ -235,15 +238,20 @@ _ALWAYS_READ_ONLY = ("configMap", "secret", "downwardAPI", "projected")
 
 
 def volume_mounts(pod: Pod, c: Container, volumes: dict[str, Any], subpaths: SubPathMounter | None,
-                  images: dict[str, cri.ImageSpec] | None = None) -> list[cri.Mount]:
+                  images: dict[str, cri.ImageSpec] | None = None, rro_supported: bool = False) -> list[cri.Mount]:
     """CRI bind mounts for the container's volumeMounts; `volumes` are the pod's pod_volumes rows
     (all ready: pod-sync starts nothing before), each with its mountPropagation (PROPAGATION).
     A subPath is mounted from its own bind mount, made safely (shared/host/subpath.py).
     `images` are the image volumes' pulled images (image_volumes.py): the runtime mounts those,
-    read-only, a subPath of one included."""
+    read-only, a subPath of one included. rro_supported: the runtime's default handler makes
+    recursive read-only mounts (a mount's recursiveReadOnly is resolved against it)."""
     kinds = {v.name: v.kind for v in pod.spec.volumes}
     mounts = []
     for index, m in enumerate(c.volumeMounts):
+        try:
+            recursive = recursive_read_only.resolve(m, rro_supported)
+        except recursive_read_only.RecursiveReadOnlyError as exc:
+            raise ValueError(f"failed to resolve recursive read-only mode: {exc}") from None
         row = volumes.get(m.name)
         if row is None or not row.ready:
             raise ValueError(f"volume {m.name!r} is not set up")
@@ -252,7 +260,8 @@ def volume_mounts(pod: Pod, c: Container, volumes: dict[str, Any], subpaths: Sub
             if image is None:
                 raise ValueError(f"image volume {m.name!r} has no pulled image")
             mounts.append(cri.Mount(container_path=m.mountPath, image=image, image_sub_path=m.subPath,
-                                    readonly=True, propagation=PROPAGATION[m.mountPropagation]))
+                                    readonly=True, recursive_read_only=recursive,
+                                    propagation=PROPAGATION[m.mountPropagation]))
             continue
         host = row.host_path
         if m.subPath:
@@ -261,7 +270,7 @@ def volume_mounts(pod: Pod, c: Container, volumes: dict[str, Any], subpaths: Sub
             host = str(subpaths.mount(pod.uid, m.name, Path(row.host_path), c.name, index, m.subPath))
         mounts.append(cri.Mount(container_path=m.mountPath, host_path=host,
                                 readonly=m.readOnly or kinds.get(m.name) in _ALWAYS_READ_ONLY,
-                                propagation=PROPAGATION[m.mountPropagation]))
+                                recursive_read_only=recursive, propagation=PROPAGATION[m.mountPropagation]))
     return mounts
 
 
@@ -272,10 +281,12 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
                      etc_hosts: Path | None = None,
                      subpaths: SubPathMounter | None = None,
                      target_id: str | None = None, cpuset: str = "",
-                     images: dict[str, cri.ImageSpec] | None = None) -> cri.ContainerConfig:
+                     images: dict[str, cri.ImageSpec] | None = None,
+                     rro_supported: bool = False) -> cri.ContainerConfig:
     """etc_hosts: the pod's managed hosts file, bind-mounted at /etc/hosts (etc_hosts.py);
     subpaths: makes the bind mounts of subPath volumeMounts; target_id: the container whose
-    process namespace an ephemeral container joins; images: the image volumes' images."""
+    process namespace an ephemeral container joins; images: the image volumes' images;
+    rro_supported: the runtime makes recursive read-only mounts."""
     strings = ExecStrings(container_path(pod, c))
     env = container_env(pod, c, pod_ip, node, objects, warn, strings)
     command = [strings.arg(x, f"command[{i}]", env.get) for i, x in enumerate(c.command)]
@@ -295,7 +306,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
         envs=[cri.KeyValue(key=k, value=v) for k, v in env.items()],
         # The termination log last, as the kubelet: mounted over anything else at that path, it
         # is the file the container writes its message to and the one read back (runtime_view.py).
-        mounts=[*volume_mounts(pod, c, volumes or {}, subpaths, images),
+        mounts=[*volume_mounts(pod, c, volumes or {}, subpaths, images, rro_supported),
                 *([cri.Mount(container_path=ETC_HOSTS, host_path=str(etc_hosts))] if etc_hosts else []),
                 cri.Mount(container_path=c.terminationMessagePath, host_path=str(term_log))],
         labels={**pod_identity_labels(pod), L.CONTAINER_NAME: c.name},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from cri_api.v1 import api_pb2 as cri
 
@@ -45,6 +46,7 @@ class ContainerInfo:
     image_ref: str = ""
     log_path: str = ""
     annotations: dict[str, str] = field(default_factory=dict)
+    user: dict[str, dict[str, Any]] | None = None  # the container status' user (runtime_user)
 
 
 @dataclass
@@ -155,7 +157,16 @@ async def _container_info(runtime: RuntimeService, c: cri.Container) -> Containe
         reason=st.reason,
         message=termination_message(st) if st.state == cri.CONTAINER_EXITED else st.message,
         image=st.image.image, image_ref=st.image_ref,
-        log_path=st.log_path, annotations=dict(st.annotations))
+        log_path=st.log_path, annotations=dict(st.annotations), user=runtime_user(st))
+
+
+def runtime_user(st: cri.ContainerStatus) -> dict[str, dict[str, Any]] | None:
+    """The identity the runtime says the container's process has, as the kubelet 1.37 reports it
+    (status.containerStatuses[].user.linux; containerd 2.0 and newer say, 1.6 does not)."""
+    if not st.HasField("user") or not st.user.HasField("linux"):
+        return None
+    linux = st.user.linux
+    return {"linux": {"uid": linux.uid, "gid": linux.gid, "supplementalGroups": list(linux.supplemental_groups)}}
 
 
 async def get_runtime_pod(runtime: RuntimeService, uid: str) -> RuntimePod:

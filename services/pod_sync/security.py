@@ -14,8 +14,8 @@ from shared.model.cpusets import parse_cpuset
 from shared.model.podspec import Container, Pod, SeccompProfile, SELinuxOptions
 
 # What the kubelet has the runtime hide (masked) and make read-only in /proc and /sys of every
-# container whose procMount is Default (pkg/securitycontext/util.go). The runtime leaves them
-# as they are for a privileged container.
+# container whose procMount is Default (pkg/securitycontext/util.go); none for Unmasked. The
+# runtime leaves them as they are for a privileged container.
 MASKED_PATHS = ("/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
                 "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
                 "/sys/devices/virtual/powercap")
@@ -38,6 +38,12 @@ def has_privileged_container(pod: Pod) -> bool:
     """The kubelet's HasPrivilegedContainer: init, app or ephemeral. The sandbox must be
     privileged for the runtime to run any privileged container in it."""
     return any(c.securityContext is not None and c.securityContext.privileged for c in pod.spec.all_containers)
+
+
+def groups_policy(pod: Pod) -> "cri.SupplementalGroupsPolicy.ValueType":
+    """securityContext.supplementalGroupsPolicy as CRI says it: Strict, else Merge (the runtime
+    also gives the groups the image's /etc/group lists for the user)."""
+    return cri.Strict if pod.spec.securityContext.supplementalGroupsPolicy == "Strict" else cri.Merge
 
 
 def seccomp_dir(root_dir: Path) -> Path:
@@ -80,6 +86,7 @@ def sandbox_security_context(pod: Pod, seccomp_directory: Path) -> cri.LinuxSand
     if psc.runAsGroup is not None:
         sc.run_as_group.value = psc.runAsGroup
     sc.supplemental_groups.extend(supplemental_groups(pod))
+    sc.supplemental_groups_policy = groups_policy(pod)
     profile = _seccomp(psc.seccompProfile, seccomp_directory)
     if profile is not None:
         sc.seccomp.CopyFrom(profile)
@@ -127,15 +134,18 @@ def container_security_context(pod: Pod, c: Container, seccomp_directory: Path,
                                seccomp_default: bool = False) -> cri.LinuxContainerSecurityContext:
     """seccomp_default (seccompDefault): RuntimeDefault for a container that names no profile,
     neither its own nor the pod's, as the kubelet does."""
-    sc = cri.LinuxContainerSecurityContext(namespace_options=namespaces(pod), masked_paths=masked_paths(),
-                                           readonly_paths=READONLY_PATHS)
     csc = c.securityContext
+    unmasked = csc is not None and csc.procMount == "Unmasked"
+    sc = cri.LinuxContainerSecurityContext(namespace_options=namespaces(pod),
+                                           masked_paths=() if unmasked else masked_paths(),
+                                           readonly_paths=() if unmasked else READONLY_PATHS)
     run_as_user, run_as_group = effective(pod, c, "runAsUser"), effective(pod, c, "runAsGroup")
     if run_as_user is not None:
         sc.run_as_user.value = run_as_user
     if run_as_group is not None:
         sc.run_as_group.value = run_as_group
     sc.supplemental_groups.extend(supplemental_groups(pod))
+    sc.supplemental_groups_policy = groups_policy(pod)
     if csc is not None:
         sc.privileged = bool(csc.privileged)
         sc.readonly_rootfs = bool(csc.readOnlyRootFilesystem)

@@ -26,6 +26,7 @@ from services.pod_sync.admission import (
     admit,
     admit_exec_strings,
     admit_os,
+    admit_supplemental_groups_policy,
     admit_sysctls,
     admit_to_node,
     admit_under_pressure,
@@ -73,9 +74,20 @@ from shared.model.probe_state import ProbeState
 from shared.model.qos import is_critical, qos_class
 from shared.runtime.cri import CRIError, RuntimeService
 from shared.runtime.cri import labels as L
-from shared.store import DesiredPod, NetworkStatus, NodePressure, PodEviction, PodRuntime, PodVolume, ProbeResult, Store
+from shared.store import (
+    DesiredPod,
+    NetworkStatus,
+    NodeHealth,
+    NodePressure,
+    PodEviction,
+    PodRuntime,
+    PodVolume,
+    ProbeResult,
+    Store,
+)
 from shared.store.models import is_static, utcnow
 from shared.store.node_shutdown import TERMINATED, shutting_down
+from shared.store.runtime_status import runtime_keeps_groups_strict
 from shared.tasks.retry import Backoff
 from shared.tracing import spans as tracing
 
@@ -254,6 +266,8 @@ class PodSyncer:
                 verdict = admit_to_node(pod, node_labels(self.node.name, self.node.labels), self.node.name)
             if verdict.admitted:
                 verdict = admit_os(pod)
+            if verdict.admitted:
+                verdict = admit_supplemental_groups_policy(pod, runtime_keeps_groups_strict(s.get(NodeHealth, 1)))
             stored = s.get(DesiredPod, row.uid)
             assert stored is not None  # read in this same session
             stored.admitted = verdict.admitted
@@ -658,6 +672,18 @@ class PodSyncer:
             return self.node.ip
         return sandbox.ip if sandbox and sandbox.ready else ""
 
+    async def _runtime_makes_rro_mounts(self, spec: Container) -> bool:
+        """Whether the runtime's default handler makes recursive read-only mounts, asked only
+        for a container that wants one (the handler's features are the runtime's to change)."""
+        if not any(m.recursiveReadOnly in ("IfPossible", "Enabled") for m in spec.volumeMounts):
+            return False
+        try:
+            status = await self.runtime.status()
+        except CRIError as exc:
+            raise ValueError(f"failed to resolve recursive read-only mode: runtime status: {exc.details}") from None
+        handler = next((h for h in status.runtime_handlers if h.name == ""), None)
+        return handler is not None and handler.features.recursive_read_only_mounts
+
     def _hook_ip(self, pod: Pod, sandbox: SandboxInfo | None) -> str:
         """Where a preStop hook of a pod being stopped reaches it: its sandbox's last IP even
         if the sandbox is no longer ready, the node's for a hostNetwork pod."""
@@ -706,7 +732,8 @@ class PodSyncer:
                                       warn=lambda reason, message: self._event(pod, "Warning", reason, message),
                                       etc_hosts=self._etc_hosts(pod, spec, pod_ip), subpaths=self.subpaths,
                                       target_id=target_id, cpuset=self.cpus.cpuset_for(pod.uid, spec.name),
-                                      images={volume.volume: volume.spec for volume in mounted})
+                                      images={volume.volume: volume.spec for volume in mounted},
+                                      rro_supported=await self._runtime_makes_rro_mounts(spec))
             user_namespaces.share_user_namespace(config, sb_config)
         except (ValueError, EnvSourceError) as exc:
             return self._start_failed(pod, kind, "CreateContainerConfigError", "CreateContainerConfigError", str(exc))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.model import recursive_read_only
 from shared.model.container_id import runtime_container_id
 from shared.model.pod_status import (
     ContainerState,
@@ -16,6 +17,7 @@ from shared.model.pod_status import (
     ContainerStatus,
     PodCondition,
     PodStatus,
+    VolumeMountStatus,
 )
 from shared.model.podspec import Container, Pod
 from shared.model.probe_state import ProbeState
@@ -72,6 +74,8 @@ def container_status(obs: ObservedContainer, default_waiting: str,
     }
     if obs.get("container_id"):
         status["containerID"] = obs["container_id"]
+    if obs.get("user"):
+        status["user"] = obs["user"]
     # In-place resize: what the node granted and what the container has (pod-sync's resize.py).
     if obs.get("allocated"):
         status["allocatedResources"] = obs["allocated"]
@@ -109,6 +113,19 @@ def container_status(obs: ObservedContainer, default_waiting: str,
         status["state"] = {"waiting": {"reason": "ContainerStatusUnknown",
                                        "message": "The container could not be located"}}
     return status
+
+
+def volume_mount_statuses(c: Container, rro_supported: bool) -> list[VolumeMountStatus]:
+    """The container's volumeMounts as the kubelet 1.37 reports them: every mount, whatever the
+    container's state, with recursiveReadOnly (Disabled or Enabled) on the read-only ones."""
+    out = []
+    for m in c.volumeMounts:
+        entry: VolumeMountStatus = {"name": m.name, "mountPath": m.mountPath}
+        if m.readOnly:
+            entry["readOnly"] = True
+            entry["recursiveReadOnly"] = recursive_read_only.status_mode(m, rro_supported)
+        out.append(entry)
+    return out
 
 
 def pod_phase(pod: Pod, statuses: list[ContainerStatus], init_done: bool) -> str:
@@ -207,8 +224,10 @@ def _could_be_running(runtime: dict[str, Any]) -> bool:
 
 def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: PodStatus | None,
                    deleting: bool = False, rejection: tuple[str, str] = ("", ""),
-                   probes: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[PodStatus, str]:
-    """Return (v1 PodStatus, summary in words)."""
+                   probes: dict[tuple[str, str], tuple[str, str]] | None = None,
+                   rro_supported: bool = False) -> tuple[PodStatus, str]:
+    """Return (v1 PodStatus, summary in words). rro_supported: the runtime's default handler
+    makes recursive read-only mounts (each read-only mount's recursiveReadOnly in the status)."""
     if rejection[0] and not (runtime or {}).get("containers"):
         return rejected_status(pod, *rejection, previous), f"rejected ({rejection[0]}): {rejection[1]}"
     previous = previous or {}
@@ -223,8 +242,11 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: PodStatus
 
     def status_of(c: Container, default_waiting: str) -> ContainerStatus:
         mine = {kind: v for (name, kind), v in probes.items() if name == c.name}
-        return container_status(obs(c.name, c.image), default_waiting, mine,
-                                (c.readinessProbe is not None, c.startupProbe is not None))
+        status = container_status(obs(c.name, c.image), default_waiting, mine,
+                                  (c.readinessProbe is not None, c.startupProbe is not None))
+        if c.volumeMounts:
+            status["volumeMounts"] = volume_mount_statuses(c, rro_supported)
+        return status
 
     # The kubelet's default for every container not created yet: PodInitializing in a pod with
     # init containers (init ones included), ContainerCreating otherwise.

@@ -14,7 +14,8 @@ from shared.bus.client import Bus
 from shared.bus.messages import PodStatusChanged
 from shared.model.podspec import PodCache
 from shared.store import DesiredPod, PodRuntime, PodStatusRecord, ProbeResult, Store
-from shared.store.models import utcnow
+from shared.store.models import NodeHealth, utcnow
+from shared.store.runtime_status import default_handler_makes_rro_mounts
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class PodStatusReporter:
                 for uid in set(uids) - set(desired):
                     self._pods.forget(uid)
             runtime = {r.uid: r for r in s.scalars(select(PodRuntime).where(PodRuntime.uid.in_(desired)))}
+            rro = default_handler_makes_rro_mounts(s.get(NodeHealth, 1))
             records = {r.uid: r for r in s.scalars(select(PodStatusRecord).where(PodStatusRecord.uid.in_(desired)))}
             probes: dict[str, dict[tuple[str, str], tuple[str, str]]] = {}
             for r in s.scalars(select(ProbeResult).where(ProbeResult.pod_uid.in_(desired))):
@@ -62,7 +64,7 @@ class PodStatusReporter:
                     status, summary = compute_status(self._pods.get(uid, d.manifest), rt_dict,
                                                      prev.status if prev else None, deleting=d.deleting,
                                                      rejection=(d.rejection_reason, d.rejection_message),
-                                                     probes=probes.get(uid))
+                                                     probes=probes.get(uid), rro_supported=rro)
                 except Exception:
                     # One pod's bad data must not stop every other pod's status.
                     log.exception("cannot compute the status of pod %s/%s", d.namespace, d.name)
@@ -96,3 +98,4 @@ class PodStatusReporter:
             except Exception:
                 log.exception("pod status resync failed")
             await asyncio.sleep(self.resync_every)
+

@@ -6,7 +6,7 @@ out. Times are RFC 3339 strings (shared/model/timestamps.py)."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 
 class PodCondition(TypedDict, total=False):
@@ -45,6 +45,13 @@ class ContainerState(TypedDict, total=False):
     terminated: ContainerStateTerminated
 
 
+class VolumeMountStatus(TypedDict, total=False):
+    name: str
+    mountPath: str
+    readOnly: bool
+    recursiveReadOnly: str      # read-only mounts: Disabled or Enabled
+
+
 class ContainerStatus(TypedDict, total=False):
     name: str
     image: str
@@ -57,6 +64,8 @@ class ContainerStatus(TypedDict, total=False):
     lastState: ContainerState
     allocatedResources: dict[str, str]          # in-place resize: the requests the node granted
     resources: dict[str, dict[str, str]]        # what the running container has: limits, requests
+    volumeMounts: list[VolumeMountStatus]
+    user: dict[str, dict[str, Any]]             # {"linux": {"uid", "gid", "supplementalGroups"}}
 
 
 class PodIP(TypedDict):

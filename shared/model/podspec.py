@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shared.model import pod_limits, safe_yaml
+from shared.model.go_text import go_quote
 from shared.model.ip import ip_address
 from shared.model.pod_limits import MAX_CONTAINERS
 from shared.model.quantity import parse_quantity
@@ -289,11 +290,15 @@ class SELinuxOptions(_Model):
 _WINDOWS_ONLY = "Windows options cannot apply on a Linux node"
 
 
-class SecurityContext(_Model):
-    NO_OP = {"procMount": ("Default",)}
-    WHY_NOT = {"procMount": "only Default is supported by pykubelet (Unmasked is not)",
-               "windowsOptions": _WINDOWS_ONLY}
+PROC_MOUNT_TYPES = ("Default", "Unmasked")
 
+
+class SecurityContext(_Model):
+    WHY_NOT = {"windowsOptions": _WINDOWS_ONLY}
+
+    # Default: the runtime masks and makes read-only the kubelet's /proc and /sys paths;
+    # Unmasked: neither (ProcMountType, GA in 1.36), only in a user namespace of the pod's own.
+    procMount: str | None = None
     runAsUser: int | None = Field(default=None, ge=0)
     runAsGroup: int | None = Field(default=None, ge=0)
     runAsNonRoot: bool | None = None
@@ -303,6 +308,13 @@ class SecurityContext(_Model):
     capabilities: Capabilities | None = None
     seccompProfile: SeccompProfile | None = None
     seLinuxOptions: SELinuxOptions | None = None
+
+    @field_validator("procMount")
+    @classmethod
+    def _proc_mount(cls, v: str | None) -> str | None:
+        if v is not None and v not in PROC_MOUNT_TYPES:
+            raise ValueError(f'Unsupported value: {go_quote(v[:80])}: supported values: "Default", "Unmasked"')
+        return v
 
     @model_validator(mode="after")
     def _escalation(self) -> "SecurityContext":
@@ -315,6 +327,9 @@ class SecurityContext(_Model):
         return self
 
 
+SUPPLEMENTAL_GROUPS_POLICIES = ("Merge", "Strict")
+
+
 class PodSecurityContext(_Model):
     WHY_NOT = {"windowsOptions": _WINDOWS_ONLY}
 
@@ -322,11 +337,21 @@ class PodSecurityContext(_Model):
     runAsGroup: int | None = Field(default=None, ge=0)
     runAsNonRoot: bool | None = None
     supplementalGroups: list[int] = Field(default_factory=list)
+    # Merge (the default): the groups of the image's /etc/group for the user as well; Strict: only
+    # those named here (SupplementalGroupsPolicy, GA in 1.35; admitted where the runtime can).
+    supplementalGroupsPolicy: str | None = None
     seccompProfile: SeccompProfile | None = None
     sysctls: list[Sysctl] = Field(default_factory=list, max_length=64)
     fsGroup: int | None = Field(default=None, ge=0)
     fsGroupChangePolicy: Literal["Always", "OnRootMismatch"] | None = None
     seLinuxOptions: SELinuxOptions | None = None
+
+    @field_validator("supplementalGroupsPolicy")
+    @classmethod
+    def _groups_policy(cls, v: str | None) -> str | None:
+        if v is not None and v not in SUPPLEMENTAL_GROUPS_POLICIES:
+            raise ValueError(f'Unsupported value: {go_quote(v[:80])}: supported values: "Merge", "Strict"')
+        return v
 
     @field_validator("sysctls")
     @classmethod
@@ -373,6 +398,9 @@ class PodDNSConfig(_Model):
         return v
 
 
+RECURSIVE_READ_ONLY_MODES = ("Disabled", "IfPossible", "Enabled")
+
+
 class VolumeMount(_Model):
     name: str
     mountPath: str
@@ -380,6 +408,27 @@ class VolumeMount(_Model):
     subPath: str = ""
     subPathExpr: str = ""
     mountPropagation: Literal["None", "HostToContainer", "Bidirectional"] | None = None
+    # Read-only all the way down, submounts included (shared/model/recursive_read_only.py).
+    recursiveReadOnly: str | None = None
+
+    @field_validator("recursiveReadOnly")
+    @classmethod
+    def _rro_mode(cls, v: str | None) -> str | None:
+        if v is not None and v not in RECURSIVE_READ_ONLY_MODES:
+            raise ValueError(f'Unsupported value: {go_quote(v[:80])}: supported values: "Disabled", "Enabled", '
+                             '"IfPossible"')
+        return v
+
+    @model_validator(mode="after")
+    def _rro_read_only(self) -> "VolumeMount":
+        """The API server's rules for a recursive read-only mount."""
+        if self.recursiveReadOnly in ("Enabled", "IfPossible"):
+            if not self.readOnly:
+                raise ValueError("recursiveReadOnly: Forbidden: may only be specified when readOnly is true")
+            if self.mountPropagation not in (None, "None"):
+                raise ValueError("recursiveReadOnly: Forbidden: may only be specified when mountPropagation is None "
+                                 "or not specified")
+        return self
 
     @field_validator("mountPath")
     @classmethod
@@ -652,6 +701,9 @@ class PodSpec(_Model):
     hostNetwork: bool = False
     hostname: str | None = None
     subdomain: str | None = None
+    # The pod's hostname whatever its name, hostname and subdomain say (HostnameOverride, GA in
+    # 1.37); a DNS subdomain of at most 64, and no FQDN is made from it.
+    hostnameOverride: str | None = None
     dnsPolicy: Literal["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"] = "ClusterFirst"
     nodeName: str | None = None
     securityContext: PodSecurityContext = Field(default_factory=PodSecurityContext)
@@ -683,12 +735,38 @@ class PodSpec(_Model):
         return v
 
     @model_validator(mode="after")
+    def _hostname_override(self) -> "PodSpec":
+        """The API server's rules (validateHostnameOverride)."""
+        v = self.hostnameOverride
+        if v is None:
+            return self
+        if self.hostNetwork:
+            raise ValueError("hostnameOverride: Forbidden: may not be specified when hostNetwork is true")
+        if self.model_extra and self.model_extra.get("setHostnameAsFQDN") is True:
+            raise ValueError("hostnameOverride: Forbidden: may not be specified when setHostnameAsFQDN is true")
+        if len(v) > 64:
+            raise ValueError("hostnameOverride: Too long: may not be more than 64 bytes")
+        if not DNS1123_SUBDOMAIN.match(v):
+            raise ValueError(f"hostnameOverride: Invalid value: {go_quote(v)}: a lowercase RFC 1123 subdomain must "
+                             "consist of lower case alphanumeric characters, '-' or '.', and must start and end "
+                             "with an alphanumeric character (e.g. 'example.com')")
+        return self
+
+    @model_validator(mode="after")
     def _host_users(self) -> "PodSpec":
         """The API server's rule: a pod in a user namespace of its own shares none of the node's."""
         if self.hostUsers is False:
             for field in ("hostNetwork", "hostPID", "hostIPC"):
                 if getattr(self, field):
                     raise ValueError(f"{field}: Forbidden: when `hostUsers` is false")
+            return self
+        # An unmasked /proc is only given to a pod whose root is not the node's.
+        for kind, containers in (("initContainers", self.initContainers), ("containers", self.containers),
+                                 ("ephemeralContainers", self.ephemeralContainers)):
+            for i, c in enumerate(containers):
+                if c.securityContext is not None and c.securityContext.procMount == "Unmasked":
+                    raise ValueError(f'{kind}[{i}].securityContext.procMount: Invalid value: "Unmasked": '
+                                     "`hostUsers` must be false to use `Unmasked`")
         return self
 
     @field_validator("resources")

@@ -6,7 +6,7 @@ shows them. The fields of an instance are absent until the container was created
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 
 class ContainerInstance(TypedDict, total=False):
@@ -23,6 +23,7 @@ class ContainerInstance(TypedDict, total=False):
     image: str
     image_id: str
     log_path: str
+    user: dict[str, dict[str, Any]]   # what the runtime says the process runs as: {"linux": {uid, gid, ...}}
 
 
 class ObservedContainer(ContainerInstance, total=False):

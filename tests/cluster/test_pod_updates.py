@@ -19,14 +19,18 @@ def _exec(cluster, name: str, *cmd: str) -> str:
     return cluster.kubectl("exec", name, "--", *cmd).stdout
 
 
-def test_managed_etc_hosts_with_host_aliases(cluster):
+def test_managed_etc_hosts_with_host_aliases_and_a_hostname_override(cluster):
+    # hostnameOverride (GA in 1.37) is the pod's hostname, whatever hostname and subdomain say,
+    # and makes no FQDN entry.
     cluster.create_pod("hosts", {"hostAliases": [{"ip": "123.45.67.89", "hostnames": ["foo.remote", "bar.remote"]}],
+                                 "hostnameOverride": "build.example", "hostname": "ignored", "subdomain": "sub",
                                  "containers": [{"name": "app", "image": cluster.node.image("busybox"),
                                                  "command": ["sleep", "3600"]}]})
     pod = cluster.wait_pod("hosts", _running, 60, "Running")
+    assert _exec(cluster, "hosts", "hostname") == "build.example\n"
     hosts = _exec(cluster, "hosts", "cat", "/etc/hosts")
     assert hosts.startswith("# Kubernetes-managed hosts file.\n")
-    assert f"{pod['status']['podIP']}\thosts\n" in hosts
+    assert f"{pod['status']['podIP']}\tbuild.example\n" in hosts and "svc.cluster" not in hosts, hosts
     assert hosts.endswith("# Entries added by HostAliases.\n123.45.67.89\tfoo.remote\tbar.remote\n")
     cluster.kubectl("delete", "pod", "hosts", "--wait=false")
 

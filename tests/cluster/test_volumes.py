@@ -47,7 +47,8 @@ def test_config_map_secret_and_projected_token(cluster):
     cluster.create_pod("reader", {
         "serviceAccountName": "app",
         "containers": [{"name": "app", "image": bb, "command": ["sleep", "3600"],
-                        "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"},
+                        "volumeMounts": [{"name": "cfg", "mountPath": "/cfg", "readOnly": True,
+                                          "recursiveReadOnly": "IfPossible"},
                                          {"name": "sec", "mountPath": "/sec"},
                                          {"name": "proj", "mountPath": "/proj"}]}],
         "volumes": [
@@ -60,6 +61,12 @@ def test_config_map_secret_and_projected_token(cluster):
                                          "path": "token"}}]}}]})
     pod = cluster.wait_pod("reader", _running, 60, "pod reader Running")
     uid = pod["metadata"]["uid"]
+    # IfPossible: recursively read-only where the runtime's default handler can (the Node says).
+    rro = _runtime_makes_rro_mounts(cluster)
+    mounts = pod["status"]["containerStatuses"][0]["volumeMounts"]
+    assert mounts[:3] == [
+        {"name": "cfg", "mountPath": "/cfg", "readOnly": True, "recursiveReadOnly": "Enabled" if rro else "Disabled"},
+        {"name": "sec", "mountPath": "/sec"}, {"name": "proj", "mountPath": "/proj"}], mounts
 
     assert _exec(cluster, pod, "cat /cfg/greeting") == "hello"
     assert _exec(cluster, pod, "cat /sec/password") == "hunter2"
@@ -85,6 +92,36 @@ def test_config_map_secret_and_projected_token(cluster):
 
     cluster.kubectl("delete", "pod", "reader", "--wait=true", timeout=60)
     wait_for(lambda: not (cluster.node.root / "pods" / uid).exists(), 30, "the pod's volumes to be removed")
+
+
+def _runtime_makes_rro_mounts(cluster) -> bool:
+    handlers = cluster.node_obj()["status"].get("runtimeHandlers", [])
+    return any(h["name"] == "" and h.get("features", {}).get("recursiveReadOnlyMounts") for h in handlers)
+
+
+def test_a_recursive_read_only_mount_the_runtime_cannot_make_holds_the_container(cluster):
+    """recursiveReadOnly Enabled on a runtime whose default handler does not make such mounts
+    (Debian's containerd 1.6 reports no handler): the container is not created, and says why in
+    the kubelet's words."""
+    if _runtime_makes_rro_mounts(cluster):
+        pytest.fail("this node's runtime makes recursive read-only mounts: the test needs one that does not "
+                    "(make test runs Debian's containerd 1.6)")
+    cluster.create_pod("rro", {"containers": [{
+        "name": "app", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"],
+        "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True, "recursiveReadOnly": "Enabled"}]}],
+        "volumes": [{"name": "data", "emptyDir": {}}]})
+
+    def waiting(p):
+        statuses = p.get("status", {}).get("containerStatuses") or [{}]
+        return statuses[0].get("state", {}).get("waiting", {}).get("reason") == "CreateContainerConfigError"
+    pod = cluster.wait_pod("rro", waiting, 60, "the container held with CreateContainerConfigError")
+    [status] = pod["status"]["containerStatuses"]
+    assert status["state"]["waiting"]["message"] == (
+        'failed to resolve recursive read-only mode: volume "data" requested recursive read-only mode, but it is '
+        "not supported by the runtime")
+    assert status["volumeMounts"] == [{"name": "data", "mountPath": "/data", "readOnly": True,
+                                       "recursiveReadOnly": "Disabled"}]
+    cluster.kubectl("delete", "pod", "rro", "--wait=true", timeout=60)
 
 
 def test_missing_config_map_is_a_failed_mount_event(cluster):

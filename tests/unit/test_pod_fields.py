@@ -29,7 +29,7 @@ def pod(container=None, **spec):
     ({"readinessGates": [{"conditionType": "x"}]}, None, "spec: readinessGates: not supported"),
     ({"setHostnameAsFQDN": True}, None, "spec: setHostnameAsFQDN: not supported"),
     ({}, {"securityContext": {"procMount": "Unmasked"}},
-     "spec.containers[0].securityContext: procMount: only Default"),
+     'spec: containers[0].securityContext.procMount: Invalid value: "Unmasked": `hostUsers` must be false'),
     ({"securityContext": {"windowsOptions": {"runAsUserName": "x"}}}, None,
      "spec.securityContext: windowsOptions: Windows options"),
     ({}, {"volumeDevices": [{"name": "v", "devicePath": "/dev/x"}]}, "spec.containers[0]: volumeDevices: raw block"),

@@ -175,6 +175,38 @@ def test_every_container_gets_the_kubelets_masked_and_read_only_paths(tmp_path):
         assert list(sc.readonly_paths) == ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
 
+def test_an_unmasked_proc_mount_asks_the_runtime_to_mask_nothing(tmp_path):
+    """procMount Unmasked (in a pod with a user namespace of its own): no masked and no read-only
+    path, which the runtime takes as a /proc and /sys left whole; its sibling keeps the default."""
+    p = pod(hostUsers=False, containers=[
+        {"name": "open", "image": "i:1", "securityContext": {"procMount": "Unmasked"}},
+        {"name": "plain", "image": "i:1"}],
+        initContainers=[{"name": "init", "image": "i:1", "securityContext": {"procMount": "Unmasked"}}])
+    for c in (p.spec.containers[0], p.spec.initContainers[0]):
+        sc = container_security_context(p, c, tmp_path)
+        assert list(sc.masked_paths) == [] and list(sc.readonly_paths) == []
+    plain = container_security_context(p, p.spec.containers[1], tmp_path)
+    assert "/proc/kcore" in plain.masked_paths and "/proc/sys" in plain.readonly_paths
+
+
+@pytest.mark.parametrize("spec, error", [
+    ({}, 'containers[0].securityContext.procMount: Invalid value: "Unmasked": `hostUsers` must be false to use '
+         '`Unmasked`'),
+    ({"hostUsers": True}, 'containers[0].securityContext.procMount: Invalid value: "Unmasked": `hostUsers` must be '
+                          'false to use `Unmasked`'),
+])
+def test_an_unmasked_proc_mount_needs_a_user_namespace_of_the_pods_own(spec, error):
+    """The API server's rule, which the kubelet also applies to static pods: /proc unmasked for a
+    root that is the node's root would hand a container the host's kernel knobs."""
+    with pytest.raises(ManifestInvalid) as exc:
+        pod(containers=[{"name": "c", "image": "i:1", "securityContext": {"procMount": "Unmasked"}}], **spec)
+    assert error in str(exc.value)
+    with pytest.raises(ManifestInvalid) as exc:
+        pod(containers=[{"name": "c", "image": "i:1"}],
+            ephemeralContainers=[{"name": "dbg", "image": "i:1", "securityContext": {"procMount": "Unmasked"}}])
+    assert 'ephemeralContainers[0].securityContext.procMount: Invalid value: "Unmasked"' in str(exc.value)
+
+
 @pytest.mark.parametrize("allow, no_new_privs", [(None, False), (True, False), (False, True)])
 def test_allow_privilege_escalation_both_ways(tmp_path, allow, no_new_privs):
     sc = {} if allow is None else {"allowPrivilegeEscalation": allow}
@@ -196,7 +228,9 @@ def test_capabilities_reach_the_runtime_as_written(tmp_path):
      "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN"),
     ({"capabilities": {"add": ["NET_ADMIN; rm -rf /"]}}, "is not a capability name"),
     ({"capabilities": {"drop": [""]}}, "is not a capability name"),
-    ({"procMount": "Unmasked"}, "procMount: only Default is supported by pykubelet (Unmasked is not)"),
+    ({"procMount": "Unmask"}, 'spec.containers[0].securityContext.procMount: Unsupported value: "Unmask": '
+                              'supported values: "Default", "Unmasked"'),
+    ({"procMount": "Default\n/proc"}, 'Unsupported value: "Default\\n/proc"'),
 ])
 def test_contradicting_or_malformed_security_contexts_are_refused(sc, error):
     with pytest.raises(ManifestInvalid) as exc:

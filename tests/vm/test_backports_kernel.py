@@ -28,7 +28,8 @@ def test_a_pod_with_host_users_false_runs_in_a_user_namespace(vm_backports_kerne
     """Root in the pod is the first ID of the block of userNamespaces.idsPerPod IDs the node gave
     it (recorded in the pod's userns file, as the kubelet records it); its emptyDir is mounted
     ID-mapped, so what pod root writes is root's on the node's disk; the pod's processes run as
-    that block's IDs on the node; the IDs are freed with the pod."""
+    that block's IDs on the node; a container with procMount Unmasked sees /proc whole, its sibling
+    the kubelet's masked and read-only paths; the IDs are freed with the pod."""
     vm = vm_backports_kernel
     assert _kernel_release(vm) >= (6, 3), vm.run("uname", "-r").stdout
     missing = [str(CONTAINERD_BIN / t) for t in CONTAINERD_TOOLS if not (CONTAINERD_BIN / t).exists()]
@@ -46,9 +47,15 @@ def test_a_pod_with_host_users_false_runs_in_a_user_namespace(vm_backports_kerne
                                          check=False).stdout
     assert vm.run(PY, "-c", USERNS).stdout.strip() == "True", "containerd 2 on Linux 6.12 makes user namespaces"
 
-    write_static_pod(vm, "userns", {"hostUsers": False, "terminationGracePeriodSeconds": 0, "containers": [{
-        "name": "app", "image": BUSYBOX, "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-        "command": ["sh", "-c", "cat /proc/self/uid_map > /data/uid_map; id -u > /data/me; sleep 3600"]}],
+    data_mount = [{"name": "data", "mountPath": "/data"}]
+    write_static_pod(vm, "userns", {"hostUsers": False, "terminationGracePeriodSeconds": 0, "containers": [
+        {"name": "app", "image": BUSYBOX, "volumeMounts": data_mount,
+         "command": ["sh", "-c", "mount | grep /proc > /data/proc-default; "
+                                 "cat /proc/self/uid_map > /data/uid_map; id -u > /data/me; sleep 3600"]},
+        # The e2e_node spec "ProcMount will unmask proc mounts if requested" looks at the same.
+        {"name": "unmasked", "image": BUSYBOX, "volumeMounts": data_mount, "securityContext": {"procMount": "Unmasked"},
+         "command": ["sh", "-c", "mount | grep /proc > /data/proc-unmasked.tmp; "
+                                 "mv /data/proc-unmasked.tmp /data/proc-unmasked; sleep 3600"]}],
         "volumes": [{"name": "data", "emptyDir": {}}]})
     try:
         pod = wait_for(lambda: running_pod(vm, "userns"), POD_TIMEOUT, "the pod in its user namespace", interval=5)
@@ -64,6 +71,13 @@ def test_a_pod_with_host_users_false_runs_in_a_user_namespace(vm_backports_kerne
     assert read(vm, f"{data}/uid_map").split() == ["0", str(mapping["hostId"]), str(IDS_PER_POD)]
     assert read(vm, f"{data}/me") == "0", "root inside the pod"
     assert vm.run("stat", "-c", "%u", f"{data}/me").stdout.strip() == "0", "root's on the node's disk (ID-mapped)"
+    # procMount: Default hides and write-protects the kubelet's /proc and /sys paths (mounts over
+    # them, read-only); Unmasked leaves /proc as the one mount the user namespace made.
+    wait_for(lambda: vm.run("test", "-s", f"{data}/proc-unmasked", check=False).returncode == 0, 30,
+             "the unmasked container's /proc mounts")
+    default, unmasked = read(vm, f"{data}/proc-default"), read(vm, f"{data}/proc-unmasked")
+    assert len(default.splitlines()) > 1 and "(ro" in default, default
+    assert len(unmasked.splitlines()) == 1 and "(ro" not in unmasked, unmasked
     processes = vm.run("sh", "-c", "ps -o uid= -C sleep").stdout.split()
     assert str(mapping["hostId"]) in processes, f"the pod's root is {mapping['hostId']} on the node: {processes}"
     print(f"userns pod on {vm.run('uname', '-r').stdout.strip()}: pod root is {mapping['hostId']} on the node")

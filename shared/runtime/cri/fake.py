@@ -171,6 +171,10 @@ class FakeRuntime:
             id=cid, metadata=config.metadata, state=cri.CONTAINER_CREATED, created_at=_now_ns(),
             image=config.image, image_ref=config.image.image, labels=config.labels,
             annotations=config.annotations, log_path=config.log_path)
+        if self.supplemental_groups_policy is not None:  # as containerd 2: whom the process runs as
+            sc = config.linux.security_context
+            self.containers[cid].user.linux.CopyFrom(cri.LinuxContainerUser(
+                uid=sc.run_as_user.value, gid=sc.run_as_group.value, supplemental_groups=sc.supplemental_groups))
         self.container_sandbox[cid] = sandbox_id
         self.created_configs[cid] = config
         return cid
