@@ -2,7 +2,8 @@
 
 Follows the kubelet's computePodActions: a missing or dead sandbox means a fresh sandbox and all
 containers again; init containers run one at a time, in order, before app containers; exited
-containers are restarted per restartPolicy, behind a crash-loop back-off; ephemeral containers
+containers are restarted per their restart rules and policies (shared/model/restart_rules.py),
+behind a crash-loop back-off; ephemeral containers
 start once in a ready sandbox and never again.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod, SandboxInfo
+from shared.model import restart_rules
 from shared.model.podspec import Container, Pod
 from shared.runtime.cri import labels as L
 from shared.tasks.retry import Backoff
@@ -48,17 +50,14 @@ def backoff_key(pod: Pod, name: str) -> str:
     return f"{pod.uid}/{name}"
 
 
-def should_restart(pod: Pod, c: ContainerInfo | None) -> bool:
+def should_restart(pod: Pod, spec: Container, c: ContainerInfo | None) -> bool:
+    """The kubelet's ShouldContainerBeRestarted: one never run, created or unknown starts; an
+    exited one by its restart rules and policies (restart_rules.py)."""
     if c is None or c.state in ("created", "unknown"):
         return True
     if c.state == "running":
         return False
-    policy = pod.spec.restartPolicy
-    if policy == "Never":
-        return False
-    if policy == "OnFailure" and c.exit_code == 0:
-        return False
-    return True
+    return restart_rules.should_restart(pod, spec, c.exit_code)
 
 
 def definition_changed(c: ContainerInfo, spec: Container) -> bool:
@@ -68,12 +67,9 @@ def definition_changed(c: ContainerInfo, spec: Container) -> bool:
     return bool(recorded) and recorded != L.container_hash(spec.image)
 
 
-def _all_succeeded(pod: Pod, rt: RuntimePod) -> bool:
-    for spec in pod.spec.containers:
-        c = rt.latest(spec.name)
-        if c is None or c.state != "exited" or c.exit_code != 0:
-            return False
-    return True
+def _succeeded(rt: RuntimePod, spec: Container) -> bool:
+    c = rt.latest(spec.name)
+    return c is not None and c.state == "exited" and c.exit_code == 0
 
 
 def _next_attempt(rt: RuntimePod, name: str) -> int:
@@ -128,14 +124,17 @@ def _new_sandbox(pod: Pod, rt: RuntimePod, sandbox: SandboxInfo | None) -> PodAc
     """No ready sandbox: a new one with the first container(s), unless the pod is done."""
     actions = PodActions()
     actions.kill_sandboxes = [s.id for s in rt.sandboxes if s.ready]
-    # A finished pod does not come back: restartPolicy Never, or OnFailure with all done.
-    if rt.containers and (pod.spec.restartPolicy == "Never"
-                          or (pod.spec.restartPolicy == "OnFailure" and _all_succeeded(pod, rt))):
+    # A finished pod does not come back: restartPolicy Never, or every container one that runs
+    # once (OnFailure, its own or the pod's) and has succeeded.
+    if rt.containers and (pod.spec.restartPolicy == "Never" or all(
+            restart_rules.runs_once(pod, c) and _succeeded(rt, c) for c in pod.spec.containers)):
         actions.pod_done = True
         return actions
     actions.create_sandbox = True
     actions.sandbox_attempt = sandbox.attempt + 1 if sandbox else 0
-    first = pod.spec.initContainers[:1] or pod.spec.containers
+    # A container that runs once and has succeeded does not run again in the new sandbox.
+    first = pod.spec.initContainers[:1] or [c for c in pod.spec.containers
+                                            if not (restart_rules.runs_once(pod, c) and _succeeded(rt, c))]
     init = bool(pod.spec.initContainers)
     actions.start = [StartContainer(c, _next_attempt(rt, c.name), init) for c in first]
     return actions
@@ -161,8 +160,8 @@ def _init_containers_done(pod: Pod, rt: RuntimePod, in_sandbox: RuntimePod, sand
             continue
         if c.state == "exited" and c.exit_code == 0:
             continue
-        if pod.spec.restartPolicy == "Never" and c.state == "exited":
-            actions.pod_done = True  # a failed init container fails the pod
+        if c.state == "exited" and not restart_rules.should_restart(pod, spec, c.exit_code):
+            actions.pod_done = True  # a failed init container that does not run again fails the pod
             actions.kill_sandboxes.append(sandbox_id)
             return False
         _restart_or_wait(pod, spec, c, True, backoff, actions)
@@ -184,7 +183,7 @@ def _app_containers(pod: Pod, rt: RuntimePod, in_sandbox: RuntimePod, sandbox_id
             actions.kill_containers.append((c, spec))
             actions.start.append(StartContainer(spec, c.attempt + 1))
             continue
-        if not should_restart(pod, c):
+        if not should_restart(pod, spec, c):
             if c.state == "exited":
                 done += 1
             continue

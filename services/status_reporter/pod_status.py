@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.model import recursive_read_only
+from shared.model import recursive_read_only, restart_rules
 from shared.model.container_id import runtime_container_id
 from shared.model.pod_status import (
     ContainerState,
@@ -129,37 +129,51 @@ def volume_mount_statuses(c: Container, rro_supported: bool) -> list[VolumeMount
 
 
 def pod_phase(pod: Pod, statuses: list[ContainerStatus], init_done: bool) -> str:
-    """The kubelet's getPhase for app containers."""
+    """The kubelet's getPhase for app containers (statuses in spec order): a stopped container
+    that runs again by its restart rules and policies (restart_rules.py) keeps the pod Running."""
     if not init_done:
         return "Pending"
-    running = waiting = stopped = succeeded = unknown = 0
-    for st in statuses:
+    running = waiting = stopped = succeeded = unknown = not_restartable = 0
+    for c, st in zip(pod.spec.containers, statuses, strict=True):
         state: ContainerState = st.get("state", {})
+        last = st.get("lastState", {}).get("terminated")
         if "running" in state:
             running += 1
         elif "terminated" in state:
             stopped += 1
-            if state["terminated"].get("exitCode") == 0:
-                succeeded += 1
+            code = state["terminated"].get("exitCode", 0)
+            succeeded += code == 0
+            not_restartable += not restart_rules.should_restart(pod, c, code)
+        elif "waiting" in state and last is not None:
+            stopped += 1
+            not_restartable += not restart_rules.should_restart(pod, c, last.get("exitCode", 0))
         elif "waiting" in state:
-            if "terminated" in st.get("lastState", {}):
-                stopped += 1
-            else:
-                waiting += 1
+            waiting += 1
         else:
             unknown += 1
-    policy = pod.spec.restartPolicy
     if waiting:
         return "Pending"
     if running and not unknown:
         return "Running"
     if not running and stopped and not unknown:
-        if policy == "Always":
-            return "Running"
-        if stopped == succeeded:
-            return "Succeeded"
-        return "Running" if policy == "OnFailure" else "Failed"
+        if stopped != not_restartable:
+            return "Running"  # at least one is on its way back
+        return "Succeeded" if stopped == succeeded else "Failed"
     return "Pending"
+
+
+def _failed_for_good(pod: Pod, init_statuses: list[ContainerStatus]) -> bool:
+    """A regular init container failed and does not run again: the pod has failed."""
+    for c, st in zip(pod.spec.initContainers, init_statuses, strict=True):
+        if c.restartPolicy == "Always":
+            continue
+        ended = st["state"].get("terminated") or st.get("lastState", {}).get("terminated")
+        if "running" in st["state"] or ended is None:
+            continue
+        code = ended.get("exitCode", 0)
+        if code != 0 and not restart_rules.should_restart(pod, c, code):
+            return True
+    return False
 
 
 def _condition(ctype: str, ok: bool, previous: dict[str, PodCondition], reason: str = "",
@@ -208,10 +222,7 @@ def _incomplete_init(pod: Pod, init_statuses: list[ContainerStatus]) -> list[str
 
 def _phase(pod: Pod, app_statuses: list[ContainerStatus], init_statuses: list[ContainerStatus], init_done: bool,
            previous: PodStatus, rejection: tuple[str, str]) -> str:
-    phase = pod_phase(pod, app_statuses, init_done)
-    if not init_done and pod.spec.restartPolicy == "Never":
-        if any(st["state"].get("terminated", {}).get("exitCode", 0) != 0 for st in init_statuses):
-            phase = "Failed"
+    phase = "Failed" if _failed_for_good(pod, init_statuses) else pod_phase(pod, app_statuses, init_done)
     if previous.get("phase") in ("Succeeded", "Failed") and not _runs_again(previous, rejection):
         phase = str(previous["phase"])  # terminal phases are sticky
     return phase

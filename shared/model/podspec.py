@@ -547,6 +547,34 @@ class ContainerResizePolicy(_Model):
     restartPolicy: Literal["NotRequired", "RestartContainer"] = "NotRequired"
 
 
+class ContainerRestartRuleOnExitCodes(_Model):
+    operator: Literal["In", "NotIn"]
+    values: list[int] = Field(default_factory=list, max_length=255)
+
+
+class ContainerRestartRule(_Model):
+    """What to do when the container exits with one of these codes (ContainerRestartRules, on
+    by default since 1.35); shared/model/restart_rules.py applies it."""
+
+    action: str
+    exitCodes: ContainerRestartRuleOnExitCodes | None = None
+
+    @field_validator("action")
+    @classmethod
+    def _action(cls, v: str) -> str:
+        if v == "RestartAllContainers":
+            raise ValueError("RestartAllContainers is not supported by pykubelet (only Restart is)")
+        if v != "Restart":
+            raise ValueError(f'Unsupported value: {go_quote(v[:80])}: supported values: "Restart"')
+        return v
+
+    @model_validator(mode="after")
+    def _exit_codes(self) -> "ContainerRestartRule":
+        if self.exitCodes is None:
+            raise ValueError("exitCodes: Required value: must be specified")
+        return self
+
+
 class Container(_Model):
     WHY_NOT = {"volumeDevices": "raw block volumes are not supported by pykubelet"}
 
@@ -561,7 +589,10 @@ class Container(_Model):
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
     terminationMessagePath: str = "/dev/termination-log"
     terminationMessagePolicy: Literal["File", "FallbackToLogsOnError"] = "File"
-    restartPolicy: Literal["Always"] | None = None  # only on init containers (sidecars)
+    # An init container with Always is a sidecar; otherwise the container's own restart policy,
+    # over the pod's, with restartPolicyRules before it (ContainerRestartRules).
+    restartPolicy: Literal["Always", "OnFailure", "Never"] | None = None
+    restartPolicyRules: list[ContainerRestartRule] = Field(default_factory=list, max_length=20)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     resizePolicy: list[ContainerResizePolicy] = Field(default_factory=list)  # in-place resize (resize.py)
     lifecycle: Lifecycle | None = None
@@ -637,6 +668,8 @@ class EphemeralContainer(Container):
             raise ValueError(f"resources: {self.WHY_NOT['resources']}")
         if self.restartPolicy is not None:
             raise ValueError("restartPolicy: ephemeral containers may not have a restart policy")
+        if self.restartPolicyRules:
+            raise ValueError("restartPolicyRules: ephemeral containers may not have restart rules")
         return self
 
 
@@ -830,9 +863,19 @@ class PodSpec(_Model):
                     raise ValueError(f"container {c.name!r}: volumeMounts {m.name!r} is not a volume of the pod")
                 if paths.count(m.mountPath) > 1:
                     raise ValueError(f"container {c.name!r}: mountPath {m.mountPath!r} is used twice")
-        for c in self.containers:
-            if c.restartPolicy is not None:
-                raise ValueError(f"containers[{c.name}].restartPolicy is only allowed on init containers")
+        return self
+
+    @model_validator(mode="after")
+    def _restart_rules(self) -> "PodSpec":
+        """The API server's rules for containers' own restart policies and rules."""
+        for kind, containers in (("initContainers", self.initContainers), ("containers", self.containers)):
+            for i, c in enumerate(containers):
+                if c.restartPolicyRules and c.restartPolicy is None:
+                    raise ValueError(f"{kind}[{i}].restartPolicy: Required value: must specify restartPolicy when "
+                                     "restart rules are used")
+                if kind == "initContainers" and c.restartPolicy == "Always" and c.restartPolicyRules:
+                    raise ValueError(f"{kind}[{i}].restartPolicyRules: Forbidden: restartPolicyRules are not "
+                                     "allowed for init containers with restart policy Always")
         return self
 
     @property

@@ -159,6 +159,28 @@ def test_crashing_pod_shows_crash_loop_back_off(cluster):
     cluster.kubectl("delete", "pod", "crash", "--wait=false")
 
 
+def test_a_containers_own_restart_rules_override_the_pods_policy(cluster):
+    """restartPolicy Never for the pod; the container's rule restarts it on exit code 42 (as the
+    e2e spec "should restart container on rule match"), and a sibling whose rule does not match
+    stays down: the pod stays Running while one of its containers is on its way back."""
+    bb = cluster.node.image("busybox")
+    rules = [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]
+    cluster.create_pod("rules", {"restartPolicy": "Never", "containers": [
+        {"name": "again", "image": bb, "command": ["sh", "-c", "sleep 1; exit 42"], "restartPolicy": "Never",
+         "restartPolicyRules": rules},
+        {"name": "once", "image": bb, "command": ["sh", "-c", "exit 1"], "restartPolicy": "Never",
+         "restartPolicyRules": rules}]})
+
+    def restarted(p):
+        statuses = {c["name"]: c for c in p.get("status", {}).get("containerStatuses", [])}
+        return statuses.get("again", {}).get("restartCount", 0) >= 1 and "terminated" in statuses["once"]["state"]
+    pod = cluster.wait_pod("rules", restarted, 60, "the container whose rule matched to be restarted")
+    once = next(c for c in pod["status"]["containerStatuses"] if c["name"] == "once")
+    assert once["restartCount"] == 0 and once["state"]["terminated"]["exitCode"] == 1
+    assert pod["status"]["phase"] == "Running"
+    cluster.kubectl("delete", "pod", "rules", "--wait=false")
+
+
 def test_kubectl_delete_completes_within_the_grace_period(cluster):
     cluster.create_pod("graceful", {"terminationGracePeriodSeconds": 5, "containers": [{
         "name": "app", "image": cluster.node.image("busybox"),
