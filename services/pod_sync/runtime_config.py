@@ -8,6 +8,7 @@ from typing import Any, Callable, Protocol
 
 from cri_api.v1 import api_pb2 as cri
 
+from services.pod_sync import env_files
 from services.pod_sync.dns import dns_config
 from services.pod_sync.env_sources import EnvObjects
 from services.pod_sync.etc_hosts import ETC_HOSTS
@@ -149,12 +150,13 @@ def container_path(pod: Pod, c: Container) -> str:
 
 def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts, objects: EnvObjects | None = None,
                   warn: Callable[[str, str], None] | None = None,
-                  strings: ExecStrings | None = None) -> dict[str, str]:
+                  strings: ExecStrings | None = None, volumes: dict[str, Any] | None = None) -> dict[str, str]:
     """The container's environment as the kubelet builds it: envFrom first, then env (a later
     value overrides; $(NAME) expands from what is defined so far, then the service variables),
     then the service variables nothing overrode. warn(reason, message) gets the envFrom keys
     skipped for being invalid names. Every value is counted in `strings` (exec_strings.py): an
-    environment past the limits is an ExecStringsTooLarge naming the variable, never built."""
+    environment past the limits is an ExecStringsTooLarge naming the variable, never built.
+    volumes: the pod's pod_volumes rows, where a fileKeyRef's file is read (env_files.py)."""
     objects = objects or EnvObjects()
     strings = strings or ExecStrings(container_path(pod, c))
     ns = pod.metadata.namespace
@@ -190,7 +192,8 @@ def container_env(pod: Pod, c: Container, pod_ip: str, node: NodeFacts, objects:
         if e.value or not e.valueFrom:
             value = strings.env(e.name, e.value or "", f"env[{index}]", lookup)
         else:
-            found = _value_from(pod, c, e.valueFrom, pod_ip, node, objects)
+            found = (_file_value(e.valueFrom["fileKeyRef"], volumes or {}) if "fileKeyRef" in e.valueFrom
+                     else _value_from(pod, c, e.valueFrom, pod_ip, node, objects))
             if found is None:
                 continue  # an optional key or object that is missing
             value = strings.env(e.name, found, f"env[{index}]")
@@ -220,6 +223,25 @@ def _value_from(pod: Pod, c: Container, src: dict[str, Any], pod_ip: str, node: 
             return None
         raise ValueError(f"couldn't find key {ref['key']} in {label} {pod.metadata.namespace}/{ref['name']}")
     value: str = values[ref["key"]]
+    return value
+
+
+def _file_value(ref: dict[str, Any], volumes: dict[str, Any]) -> str | None:
+    """A fileKeyRef's value, as the kubelet reads it: None for an optional key the file lacks
+    (or sets empty); ValueError in the kubelet's words otherwise."""
+    row = volumes.get(ref["volumeName"])
+    if row is None or not row.ready:
+        raise ValueError(f'cannot find the volume "{ref["volumeName"]}" referenced by FileKeyRef')
+    volume = Path(row.host_path)
+    try:
+        value = env_files.parse_env(env_files.read_env_file(volume, ref["path"]), ref["key"])
+    except env_files.EnvFileError as exc:
+        raise ValueError(f"couldn't parse env file: {exc}") from None
+    if value == "":
+        if ref.get("optional"):
+            return None
+        raise ValueError(f'environment variable key "{ref["key"]}" not found in file '
+                         f'"{volume / ref["path"].lstrip("/")}"')
     return value
 
 
@@ -288,7 +310,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
     process namespace an ephemeral container joins; images: the image volumes' images;
     rro_supported: the runtime makes recursive read-only mounts."""
     strings = ExecStrings(container_path(pod, c))
-    env = container_env(pod, c, pod_ip, node, objects, warn, strings)
+    env = container_env(pod, c, pod_ip, node, objects, warn, strings, volumes)
     command = [strings.arg(x, f"command[{i}]", env.get) for i, x in enumerate(c.command)]
     args = [strings.arg(x, f"args[{i}]", env.get) for i, x in enumerate(c.args)]
     qos = qos_class(pod)

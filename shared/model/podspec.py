@@ -68,7 +68,33 @@ class _Model(BaseModel):
         return self
 
 
-ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef")
+
+
+def _file_key_ref(ref: Any) -> None:
+    """The API server's rules for a fileKeyRef (validateFileKeySelector)."""
+    if not isinstance(ref, dict):
+        raise ValueError("fileKeyRef must be an object")
+    unknown = sorted(set(ref) - {"key", "volumeName", "path", "optional"})
+    if unknown:
+        raise ValueError(f"fileKeyRef.{unknown[0]}: unknown field")
+    key, volume, path = ref.get("key"), ref.get("volumeName"), ref.get("path")
+    if not isinstance(key, str) or not key:
+        raise ValueError("fileKeyRef.key: Required value")
+    if "=" in key or not all(" " <= ch <= "~" for ch in key):
+        raise ValueError(f"fileKeyRef.key: Invalid value: {go_quote(key[:80])}: a valid environment variable name "
+                         "must consist only of printable ASCII characters other than '='")
+    if not isinstance(volume, str) or not volume:
+        raise ValueError("fileKeyRef.volumeName: Required value")
+    if len(volume) > 63 or not DNS1123_LABEL.match(volume):
+        raise ValueError(f"fileKeyRef.volumeName: Invalid value: {go_quote(volume[:80])}: must be a lowercase RFC "
+                         "1123 label")
+    if not isinstance(path, str) or not path:
+        raise ValueError("fileKeyRef.path: Required value")
+    if ".." in path.split("/") or "\0" in path:
+        raise ValueError(f"fileKeyRef.path: Invalid value: {go_quote(path[:80])}: must not contain '..'")
+    if not isinstance(ref.get("optional", False), bool):
+        raise ValueError("fileKeyRef.optional must be true or false")
 
 
 class EnvVar(_Model):
@@ -97,6 +123,8 @@ class EnvVar(_Model):
             ref = v.get(kind)
             if ref is not None and (not isinstance(ref, dict) or not ref.get("name") or not ref.get("key")):
                 raise ValueError(f"{kind} needs a name and a key")
+        if "fileKeyRef" in v:
+            _file_key_ref(v["fileKeyRef"])
         return v
 
 
@@ -863,6 +891,26 @@ class PodSpec(_Model):
                     raise ValueError(f"container {c.name!r}: volumeMounts {m.name!r} is not a volume of the pod")
                 if paths.count(m.mountPath) > 1:
                     raise ValueError(f"container {c.name!r}: mountPath {m.mountPath!r} is used twice")
+        return self
+
+    @model_validator(mode="after")
+    def _env_file_volumes(self) -> "PodSpec":
+        """The API server's rule: a fileKeyRef reads from an emptyDir volume of the pod."""
+        kinds = {v.name: v.kind for v in self.volumes}
+        for kind, containers in (("initContainers", self.initContainers), ("containers", self.containers),
+                                 ("ephemeralContainers", self.ephemeralContainers)):
+            for i, c in enumerate(containers):
+                for j, e in enumerate(c.env):
+                    ref = (e.valueFrom or {}).get("fileKeyRef")
+                    if ref is None:
+                        continue
+                    where = f"{kind}[{i}].env[{j}].valueFrom.fileKeyRef.volumeName"
+                    name = ref["volumeName"]
+                    if name not in kinds:
+                        raise ValueError(f"{where}: Not found: {go_quote(name)}")
+                    if kinds[name] != "emptyDir":
+                        raise ValueError(f"{where}: Invalid value: {go_quote(name)}: referenced volume must be of "
+                                         "type emptyDir")
         return self
 
     @model_validator(mode="after")

@@ -24,14 +24,21 @@ def test_env_from_config_maps_secrets_and_services(cluster):
     _apply(cluster, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "env-db"},
                      "spec": {"ports": [{"name": "pg", "port": 5432}], "selector": {"app": "db"}}})
     svc_ip = cluster.get("service", "env-db")["spec"]["clusterIP"]
-    cluster.create_pod("env-pod", {"restartPolicy": "Never", "containers": [{
+    # fileKeyRef (EnvFiles, on by default since 1.35): a value an init container wrote to an emptyDir.
+    cluster.create_pod("env-pod", {"restartPolicy": "Never", "volumes": [{"name": "data", "emptyDir": {}}],
+                                   "initContainers": [{
+        "name": "writer", "image": cluster.node.image("busybox"), "volumeMounts": [{"name": "data", "mountPath": "/d"}],
+        "command": ["sh", "-c", "echo \"DB_USER='admin'\" > /d/config.env"]}], "containers": [{
         "name": "app", "image": cluster.node.image("busybox"), "command": ["env"],
         "envFrom": [{"configMapRef": {"name": "env-settings"}}, {"prefix": "S_", "secretRef": {"name": "env-secret"}}],
         "env": [{"name": "MODE", "value": "slow"},
                 {"name": "DB", "value": "$(ENV_DB_SERVICE_HOST):$(ENV_DB_SERVICE_PORT_PG)"},
                 {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "env-secret", "key": "PASSWORD"}}},
-                {"name": "ONE", "valueFrom": {"configMapKeyRef": {"name": "env-settings", "key": "data-1"}}}]}]})
+                {"name": "ONE", "valueFrom": {"configMapKeyRef": {"name": "env-settings", "key": "data-1"}}},
+                {"name": "USER_FROM_FILE", "valueFrom": {"fileKeyRef": {
+                    "volumeName": "data", "path": "config.env", "key": "DB_USER"}}}]}]})
     env = _env_of_finished_pod(cluster, "env-pod")
+    assert env["USER_FROM_FILE"] == "admin"
     assert env["MODE"] == "slow" and env["data-1"] == "one" and env["S_PASSWORD"] == "s3cret"
     assert env["PW"] == "s3cret" and env["ONE"] == "one"
     assert env["DB"] == f"{svc_ip}:5432" and env["ENV_DB_PORT"] == f"tcp://{svc_ip}:5432"
