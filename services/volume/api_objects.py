@@ -47,6 +47,7 @@ RETRY = 5.0
 MAX_TOKEN_AGE = 24 * 3600
 PLURAL = {"configmap": "configmaps", "secret": "secrets"}
 STORAGE = "storage.k8s.io/v1"
+CERTIFICATES = "certificates.k8s.io/v1"
 
 
 @dataclass
@@ -225,6 +226,16 @@ class ApiObjects:
 
     async def volume_attachment(self, name: str) -> dict[str, Any] | None:
         return await self._read("VolumeAttachment", path(STORAGE, "volumeattachments", name), name)
+
+    async def cluster_trust_bundle(self, name: str) -> dict[str, Any] | None:
+        return await self._read("ClusterTrustBundle", path(CERTIFICATES, "clustertrustbundles", name), name)
+
+    async def cluster_trust_bundles(self, label_selector: str) -> list[dict[str, Any]]:
+        try:
+            items, _ = await self.api.list(path(CERTIFICATES, "clustertrustbundles"), labelSelector=label_selector)
+        except ApiError as exc:
+            raise ObjectUnavailable(f"while listing ClusterTrustBundles: {exc.status} {exc.reason}") from None
+        return items
 
     def forget_pod(self, uid: str) -> None:
         self._registered.discard(uid)

@@ -15,6 +15,8 @@ class FakeObjectSource:
         self.volumes: dict[str, dict[str, Any]] = {}
         self.drivers: dict[str, dict[str, Any]] = {}
         self.attachments: dict[str, dict[str, Any]] = {}
+        self.trust_bundles: dict[str, dict[str, Any]] = {}  # name -> ClusterTrustBundle
+        self.bundle_selectors: list[str] = []  # each list's labelSelector, as asked
         self.token_requests: list[tuple[str, str, int]] = []  # (pod uid, audience, expiration)
         self.registered: dict[str, set[tuple[str, str, str]]] = {}  # pod uid -> the objects it refers to
 
@@ -39,6 +41,16 @@ class FakeObjectSource:
 
     async def volume_attachment(self, name: str) -> dict[str, Any] | None:
         return self.attachments.get(name)
+
+    async def cluster_trust_bundle(self, name: str) -> dict[str, Any] | None:
+        return self.trust_bundles.get(name)
+
+    async def cluster_trust_bundles(self, label_selector: str) -> list[dict[str, Any]]:
+        """Only what unit tests need of selectors: "" (everything) and k=v terms."""
+        self.bundle_selectors.append(label_selector)
+        wanted = dict(term.split("=", 1) for term in label_selector.split(",") if term)
+        return [b for b in self.trust_bundles.values()
+                if all((b.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in wanted.items())]
 
     def register_pod(self, uid: str, refs: set[tuple[str, str, str]]) -> None:
         self.registered[uid] = refs

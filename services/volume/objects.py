@@ -32,6 +32,12 @@ class ObjectSource(Protocol):
 
     async def volume_attachment(self, name: str) -> dict[str, Any] | None: ...
 
+    async def cluster_trust_bundle(self, name: str) -> dict[str, Any] | None: ...
+
+    async def cluster_trust_bundles(self, label_selector: str) -> list[dict[str, Any]]:
+        """Every ClusterTrustBundle whose labels match the selector (the API's syntax)."""
+        ...
+
     def register_pod(self, uid: str, refs: set[tuple[str, str, str]]) -> None:
         """Before the pod's volumes are set up, with the (kind, namespace, name) they read."""
 
@@ -72,6 +78,12 @@ class NoApiObjects:
 
     async def volume_attachment(self, name: str) -> dict[str, Any] | None:
         return None
+
+    async def cluster_trust_bundle(self, name: str) -> dict[str, Any] | None:
+        raise self._refuse(f'clusterTrustBundle projections (ClusterTrustBundle "{name}")')
+
+    async def cluster_trust_bundles(self, label_selector: str) -> list[dict[str, Any]]:
+        raise self._refuse("clusterTrustBundle projections")
 
     def register_pod(self, uid: str, refs: set[tuple[str, str, str]]) -> None:
         return None

@@ -9,6 +9,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
+from services.volume import trust_bundles
 from services.volume.atomic_writer import FileProjection, PayloadError, validate_path
 from services.volume.objects import ObjectSource, ObjectUnavailable
 from shared.model.downward_api import metadata_field, resource_field
@@ -124,6 +125,13 @@ async def build_payload(kind: str, source: dict[str, Any], pod: Pod, objects: Ob
                                                 f"{MIN_TOKEN_EXPIRATION}, got {expiration}")
                     value = await objects.service_account_token(pod, token.get("audience", ""), expiration)
                     payload[token.get("path", "token")] = FileProjection(value.encode(), mode)
+                elif "clusterTrustBundle" in part:
+                    bundle = part["clusterTrustBundle"]
+                    try:
+                        pem = await trust_bundles.project(objects, bundle)
+                    except trust_bundles.TrustBundleError as exc:
+                        raise VolumeSourceError(str(exc)) from None
+                    payload[str(bundle.get("path", ""))] = FileProjection(pem, mode)
                 else:
                     raise VolumeSourceError(f"projected.sources[{i}]: unsupported source {sorted(part)}")
         else:

@@ -124,6 +124,42 @@ def test_a_recursive_read_only_mount_the_runtime_cannot_make_holds_the_container
     cluster.kubectl("delete", "pod", "rro", "--wait=true", timeout=60)
 
 
+def test_cluster_trust_bundles_are_projected_by_name_and_by_signer(cluster, tmp_path):
+    """clusterTrustBundle sources (GA in 1.37): one bundle by name, and every bundle of a signer
+    whose labels match; each certificate once."""
+    certs = []
+    for cn in ("ctb-a", "ctb-b"):
+        key, crt = tmp_path / f"{cn}.key", tmp_path / f"{cn}.crt"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", str(key), "-out", str(crt), "-days", "1", "-subj", f"/CN={cn}"],
+                       check=True, capture_output=True, timeout=30)
+        certs.append(crt.read_text())
+    signer = "example.com/pykubelet-test"
+    for name, pem, extra in (("ctb-named", certs[0], {}),
+                             ("example.com:pykubelet-test:one", certs[0] + certs[1],
+                              {"signerName": signer}),
+                             ("example.com:pykubelet-test:two", certs[1], {"signerName": signer})):
+        cluster.kubectl("apply", "-f", "-", input_text=json.dumps({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle",
+            "metadata": {"name": name, "labels": {"trust": "pykubelet-test"}},
+            "spec": {"trustBundle": pem, **extra}}))
+    cluster.create_pod("trusting", {"containers": [{
+        "name": "app", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"],
+        "volumeMounts": [{"name": "ca", "mountPath": "/ca"}]}],
+        "volumes": [{"name": "ca", "projected": {"sources": [
+            {"clusterTrustBundle": {"name": "ctb-named", "path": "named.pem"}},
+            {"clusterTrustBundle": {"signerName": signer, "labelSelector": {"matchLabels": {"trust": "pykubelet-test"}},
+                                    "path": "signer.pem"}}]}}]})
+    pod = cluster.wait_pod("trusting", _running, 60, "the pod with trust bundles Running")
+    named, by_signer = _exec(cluster, pod, "cat /ca/named.pem"), _exec(cluster, pod, "cat /ca/signer.pem")
+    assert named == certs[0]
+    assert by_signer.count("BEGIN CERTIFICATE") == 2 and set(by_signer.split("-----END CERTIFICATE-----\n")) - {""} \
+        == set((certs[0] + certs[1]).split("-----END CERTIFICATE-----\n")) - {""}
+    cluster.kubectl("delete", "pod", "trusting", "--wait=false")
+    cluster.kubectl("delete", "clustertrustbundle", "ctb-named", "example.com:pykubelet-test:one",
+                    "example.com:pykubelet-test:two")
+
+
 def test_missing_config_map_is_a_failed_mount_event(cluster):
     cluster.create_pod("lost", {"containers": [{"name": "app", "image": cluster.node.image("busybox"),
                                                 "command": ["sleep", "3600"],
