@@ -373,6 +373,9 @@ class PodSecurityContext(_Model):
     fsGroup: int | None = Field(default=None, ge=0)
     fsGroupChangePolicy: Literal["Always", "OnRootMismatch"] | None = None
     seLinuxOptions: SELinuxOptions | None = None
+    # How the kubelet relabels volumes on an SELinux host (SELinuxChangePolicy, GA in 1.36). pykubelet
+    # relabels no volume, as the kubelet on a host without SELinux: checked, and nothing to do.
+    seLinuxChangePolicy: Literal["Recursive", "MountOption"] | None = None
 
     @field_validator("supplementalGroupsPolicy")
     @classmethod

@@ -109,3 +109,15 @@ def test_a_malformed_affinity_is_a_rejection_that_says_why():
     verdict = admit_to_node(pod(affinity=_affinity({"matchExpressions": [{"key": "n", "operator": "Gt",
                                                                           "values": ["1", "2"]}]})), LABELS, "node1")
     assert not verdict.admitted and "Gt of 'n' takes exactly one value" in verdict.message
+
+
+@pytest.mark.parametrize("policy, ok", [("Recursive", True), ("MountOption", True), ("Relabel", False)])
+def test_se_linux_change_policy_is_checked_as_the_api_server_checks_it(policy, ok):
+    """GA in 1.36; it says how an SELinux host relabels volumes, which pykubelet never does."""
+    spec = {"securityContext": {"seLinuxChangePolicy": policy}}
+    if ok:
+        assert pod(None, **spec).spec.securityContext.seLinuxChangePolicy == policy
+    else:
+        with pytest.raises(ManifestInvalid) as err:
+            pod(None, **spec)
+        assert "spec.securityContext.seLinuxChangePolicy" in str(err.value)
