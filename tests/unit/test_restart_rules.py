@@ -85,25 +85,26 @@ def test_the_phase_counts_only_containers_that_do_not_run_again(pod_policy, poli
         assert _status(pod, {**_exited(code), "waiting_reason": "CrashLoopBackOff"})["phase"] == "Running"
 
 
-async def test_an_init_container_that_fails_and_does_not_run_again_fails_the_pod(syncer, rt, store):
-    want(store, manifest(restart="Always", containers=[app()], initContainers=[app("Never", name="init")]))
+async def _init_container_fails(syncer, rt, store, pod_policy, init_policy):
+    """The pod's only init container exits 1; the pod as synced once more."""
+    pod = manifest(restart=pod_policy, containers=[app()], initContainers=[app(init_policy, name="init")])
+    want(store, pod)
     await syncer.sync("uid1")
     [cid] = rt.containers
     rt.exit_container(cid, 1)
     await syncer.sync("uid1")
+    return pod
+
+
+async def test_an_init_container_that_fails_and_does_not_run_again_fails_the_pod(syncer, rt, store):
+    pod = await _init_container_fails(syncer, rt, store, "Always", "Never")
     assert rt.running() == [] and all(s.state == cri.SANDBOX_NOTREADY for s in rt.sandboxes.values())
-    pod = manifest(restart="Always", containers=[app()], initContainers=[app("Never", name="init")])
-    [init, main] = observed(store).containers
-    status = compute_status(pod, {"sandbox_ready": False, "containers": [init, main]}, None)[0]
+    status = compute_status(pod, {"sandbox_ready": False, "containers": observed(store).containers}, None)[0]
     assert status["phase"] == "Failed"
 
 
 async def test_an_init_container_of_its_own_on_failure_runs_again_in_a_never_pod(syncer, rt, store):
-    want(store, manifest(restart="Never", containers=[app()], initContainers=[app("OnFailure", name="init")]))
-    await syncer.sync("uid1")
-    [cid] = rt.containers
-    rt.exit_container(cid, 1)
-    await syncer.sync("uid1")
+    await _init_container_fails(syncer, rt, store, "Never", "OnFailure")
     [again] = rt.running()
     assert again.metadata.name == "init" and again.metadata.attempt == 1
 
