@@ -124,16 +124,26 @@ def test_a_recursive_read_only_mount_the_runtime_cannot_make_holds_the_container
     cluster.kubectl("delete", "pod", "rro", "--wait=true", timeout=60)
 
 
-def test_cluster_trust_bundles_are_projected_by_name_and_by_signer(cluster, tmp_path):
+def _self_signed(cn: str) -> str:
+    from datetime import datetime, timedelta, timezone
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, cn)])
+    now = datetime.now(timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_cluster_trust_bundles_are_projected_by_name_and_by_signer(cluster):
     """clusterTrustBundle sources (GA in 1.37): one bundle by name, and every bundle of a signer
     whose labels match; each certificate once."""
-    certs = []
-    for cn in ("ctb-a", "ctb-b"):
-        key, crt = tmp_path / f"{cn}.key", tmp_path / f"{cn}.crt"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                        "-keyout", str(key), "-out", str(crt), "-days", "1", "-subj", f"/CN={cn}"],
-                       check=True, capture_output=True, timeout=30)
-        certs.append(crt.read_text())
+    certs = [_self_signed(cn) for cn in ("ctb-a", "ctb-b")]
     signer = "example.com/pykubelet-test"
     for name, pem, extra in (("ctb-named", certs[0], {}),
                              ("example.com:pykubelet-test:one", certs[0] + certs[1],
