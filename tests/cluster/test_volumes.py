@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.cluster.pki import self_signed_ca_pem
 from tests.integration.conftest import REPO, wait_for
 
 DRIVER = "dir.csi.pykubelet.test"
@@ -124,26 +125,10 @@ def test_a_recursive_read_only_mount_the_runtime_cannot_make_holds_the_container
     cluster.kubectl("delete", "pod", "rro", "--wait=true", timeout=60)
 
 
-def _self_signed(cn: str) -> str:
-    from datetime import datetime, timedelta, timezone
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, cn)])
-    now = datetime.now(timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
-
-
 def test_cluster_trust_bundles_are_projected_by_name_and_by_signer(cluster):
     """clusterTrustBundle sources (GA in 1.37): one bundle by name, and every bundle of a signer
     whose labels match; each certificate once."""
-    certs = [_self_signed(cn) for cn in ("ctb-a", "ctb-b")]
+    certs = [self_signed_ca_pem(cn) for cn in ("ctb-a", "ctb-b")]
     signer = "example.com/pykubelet-test"
     for name, pem, extra in (("ctb-named", certs[0], {}),
                              ("example.com:pykubelet-test:one", certs[0] + certs[1],

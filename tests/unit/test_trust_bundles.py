@@ -4,34 +4,22 @@ by name or by signer and label selector, every certificate once, the kubelet's e
 from __future__ import annotations
 
 import base64
-from datetime import datetime, timedelta, timezone
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from services.volume.fake_objects import FakeObjectSource
 from services.volume.objects import STATIC_POD_OBJECTS
 from services.volume.projection import NodeAllocatable, VolumeSourceError, build_payload
 from services.volume.trust_bundles import TrustBundleError, label_selector, normalize
 from shared.model.podspec import validate_pod
+from tests.cluster.pki import self_signed_ca_pem
 
 NODE = NodeAllocatable(cpu_millicores=2000, memory_bytes=4 * 2**30)
 SIGNER = "example.com/my-signer"
 
 
-def _cert(cn: str) -> str:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, cn)])
-    now = datetime.now(timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + timedelta(days=1))
-            .sign(key, hashes.SHA256()))
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
-
-
-A, B, C = _cert("a"), _cert("b"), _cert("c")
+A, B, C = self_signed_ca_pem("a"), self_signed_ca_pem("b"), self_signed_ca_pem("c")
 
 
 def _bundle(name, pem, signer=SIGNER, labels=None):
