@@ -46,6 +46,14 @@ class ManifestInvalid(ValueError):
 _ASKS_NOTHING: tuple[object, ...] = (None, False, "", [], {})
 
 
+def one_of(v: str | None, allowed: tuple[str, ...]) -> str | None:
+    """A field with a fixed set of values, refused in the API server's words (NotSupported)."""
+    if v is not None and v not in allowed:
+        supported = ", ".join(f'"{a}"' for a in sorted(allowed))
+        raise ValueError(f"Unsupported value: {go_quote(v[:80])}: supported values: {supported}")
+    return v
+
+
 class _Model(BaseModel):
     """A part of a pod. A field pykubelet does not model is refused, with a reason naming it,
     unless it asks for nothing (empty, false, or a value in NO_OP) or another component acts on
@@ -340,9 +348,7 @@ class SecurityContext(_Model):
     @field_validator("procMount")
     @classmethod
     def _proc_mount(cls, v: str | None) -> str | None:
-        if v is not None and v not in PROC_MOUNT_TYPES:
-            raise ValueError(f'Unsupported value: {go_quote(v[:80])}: supported values: "Default", "Unmasked"')
-        return v
+        return one_of(v, PROC_MOUNT_TYPES)
 
     @model_validator(mode="after")
     def _escalation(self) -> "SecurityContext":
@@ -380,9 +386,7 @@ class PodSecurityContext(_Model):
     @field_validator("supplementalGroupsPolicy")
     @classmethod
     def _groups_policy(cls, v: str | None) -> str | None:
-        if v is not None and v not in SUPPLEMENTAL_GROUPS_POLICIES:
-            raise ValueError(f'Unsupported value: {go_quote(v[:80])}: supported values: "Merge", "Strict"')
-        return v
+        return one_of(v, SUPPLEMENTAL_GROUPS_POLICIES)
 
     @field_validator("sysctls")
     @classmethod
@@ -445,10 +449,7 @@ class VolumeMount(_Model):
     @field_validator("recursiveReadOnly")
     @classmethod
     def _rro_mode(cls, v: str | None) -> str | None:
-        if v is not None and v not in RECURSIVE_READ_ONLY_MODES:
-            raise ValueError(f'Unsupported value: {go_quote(v[:80])}: supported values: "Disabled", "Enabled", '
-                             '"IfPossible"')
-        return v
+        return one_of(v, RECURSIVE_READ_ONLY_MODES)
 
     @model_validator(mode="after")
     def _rro_read_only(self) -> "VolumeMount":
@@ -592,12 +593,10 @@ class ContainerRestartRule(_Model):
 
     @field_validator("action")
     @classmethod
-    def _action(cls, v: str) -> str:
+    def _action(cls, v: str) -> str | None:
         if v == "RestartAllContainers":
             raise ValueError("RestartAllContainers is not supported by pykubelet (only Restart is)")
-        if v != "Restart":
-            raise ValueError(f'Unsupported value: {go_quote(v[:80])}: supported values: "Restart"')
-        return v
+        return one_of(v, ("Restart",))
 
     @model_validator(mode="after")
     def _exit_codes(self) -> "ContainerRestartRule":
