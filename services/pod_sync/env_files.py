@@ -12,9 +12,9 @@ does."""
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
+from shared.host.safe_paths import NotRegularFile, reopen_regular
 from shared.host.subpath import open_beneath
 
 # The kubelet reads with a bufio.Scanner, whose longest line is 64 KiB ("token too long").
@@ -100,15 +100,12 @@ def read_env_file(volume: Path, path: str) -> str:
         raise EnvFileError(f"failed to open environment variable file {path!r}: "
                            f"{exc.strerror or exc}") from None
     try:
-        if not stat.S_ISREG(os.fstat(path_fd).st_mode):
-            raise EnvFileError(f"environment variable file {path!r} is not a regular file")
-        # That very inode, read-only and never waiting (see shared/host/safe_paths.py).
-        fd = os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = reopen_regular(path_fd, path)
+    except NotRegularFile as exc:
+        raise EnvFileError(f"environment variable file {path!r} is {exc.kind}, not a regular file") from None
     finally:
         os.close(path_fd)
     try:
-        if os.fstat(fd).st_size > MAX_FILE_BYTES:
-            raise EnvFileError(f"environment variable file {path!r} is larger than {MAX_FILE_BYTES} bytes")
         data = os.pread(fd, MAX_FILE_BYTES + 1, 0)
     finally:
         os.close(fd)

@@ -64,13 +64,19 @@ def open_regular(path: str | Path) -> int:
     above it must be the node's own (use beneath() for names from a pod)."""
     path_fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        mode = os.fstat(path_fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
-            raise NotRegularFile(path, kind)
-        return os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return reopen_regular(path_fd, path)
     finally:
         os.close(path_fd)
+
+
+def reopen_regular(path_fd: int, path: str | Path) -> int:
+    """A read-only, non-blocking fd of the inode an O_PATH fd holds, if it is a regular file, else
+    NotRegularFile naming `path`. Through /proc/self/fd: that very inode, no swap possible."""
+    mode = os.fstat(path_fd).st_mode
+    if not stat.S_ISREG(mode):
+        kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+        raise NotRegularFile(path, kind)
+    return os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
 def _read_at_most(fd: int, limit: int, offset: int) -> bytes:
