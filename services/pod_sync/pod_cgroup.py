@@ -22,6 +22,7 @@ from pathlib import Path
 
 from services.pod_sync.resources import CGROUP_ROOT, CPU_PERIOD, MIN_SHARES, cpu_quota, cpu_shares, cpu_weight
 from services.pod_sync.systemd_slices import SlicesError, SystemdSlices, properties
+from shared.host.cgroup_dirs import make_dir, make_dirs
 from shared.host.node_resources import ReservedCgroup
 from shared.model.cgroup_names import CGROUPFS, KUBEPODS, SYSTEMD, on_host, slice_unit
 from shared.model.podspec import Container, Pod
@@ -137,15 +138,11 @@ def ensure(parent: str, config: PodCgroupConfig, root: Path = CGROUP_ROOT,
     try:
         if (root / "cgroup.controllers").is_file():
             # cgroup v2: a cgroup has cpu and memory files only where its parent delegates them.
-            d = root
-            for part in rel.split("/"):
-                (d / "cgroup.subtree_control").write_text("+cpu +memory +pids")
-                d = d / part
-                d.mkdir(exist_ok=True)
+            make_dirs(root, rel, before_each=lambda d: (d / "cgroup.subtree_control").write_text("+cpu +memory +pids"))
         else:
             for controller in ("cpu", "memory", "pids"):
                 if controller != "pids" or (root / controller).is_dir():
-                    (root / controller / rel).mkdir(parents=True, exist_ok=True)
+                    make_dirs(root / controller, rel)
     except OSError as exc:
         return [f"creating the pod cgroup {parent}: {exc.strerror or exc}"]
     return _write(_files(parent, config, root))
@@ -241,9 +238,8 @@ def set_qos_tiers(pods: list[Pod], root: Path = CGROUP_ROOT, slices: SystemdSlic
     v2 = (root / "cgroup.controllers").is_file()
     files = []
     for tier, value in tiers.items():
-        d = root / tier.strip("/") if v2 else root / "cpu" / tier.strip("/")
         try:
-            d.mkdir(parents=True, exist_ok=True)
+            d = make_dirs(root if v2 else root / "cpu", tier)
         except OSError as exc:
             return [f"creating the QoS cgroup {tier}: {exc.strerror or exc}"]
         files.append((d / "cpu.weight", str(cpu_weight(value))) if v2 else (d / "cpu.shares", str(value)))
@@ -361,7 +357,8 @@ def enforce_pods_allocatable(memory_bytes: int, cpu_millicores: int, root: Path 
         writes = [(d / "cgroup.subtree_control", "+cpu +memory +pids") for d in ancestors] + writes
     for path, value in writes:
         try:
-            path.parent.mkdir(exist_ok=True)  # kubepods; its parent, the cgroup root, exists (a start check)
+            if path.name != "cgroup.subtree_control":
+                make_dir(path.parent)  # kubepods; its parent, the cgroup root, exists (a start check)
             path.write_text(value)
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from shared.host.agent_cgroup import process_cgroup
+from shared.host.cgroup_dirs import make_dirs
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_HIERARCHIES = ("cpu", "cpuacct", "memory", "pids")
@@ -44,15 +45,14 @@ def _dirs(cgroup: str, version: int, root: Path) -> list[Path]:
 
 
 def _make(cgroup: str, version: int, root: Path) -> None:
+    # kubeletCgroups may name a cgroup of the admin's: an existing one keeps its mode
     if version == 2:
-        d = root
-        for part in cgroup.strip("/").split("/"):
-            (d / "cgroup.subtree_control").write_text(V2_CONTROLLERS)
-            d = d / part
-            d.mkdir(exist_ok=True)
+        make_dirs(root, cgroup, before_each=lambda d: (d / "cgroup.subtree_control").write_text(V2_CONTROLLERS),
+                  own=False)
         return
-    for d in _dirs(cgroup, version, root):
-        d.mkdir(parents=True, exist_ok=True)
+    for h in V1_HIERARCHIES:
+        if (root / h).is_dir():
+            make_dirs(root / h, cgroup, own=False)
 
 
 def move(pid: int, cgroup: str, what: str, root: Path = CGROUP_ROOT, proc: Path = Path("/proc")) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from datetime import datetime
 from itertools import pairwise
@@ -186,6 +187,11 @@ def test_qos_class_cgroup_parent_and_limits(pods):
     assert _pod_cgroup(b, "cpu", "cpu.cfs_quota_us") == "-1"
     assert _pod_cgroup(b, "memory", "memory.limit_in_bytes") == str(128 * 2**20)
     assert _pod_cgroup(e, "cpu", "cpu.shares") == "2"
+    # Readable by users other than root, as the kubelet's (0755 directories, whatever pykubelet's
+    # umask): a monitoring agent that is not root reads a pod's limits.
+    path = Path("/sys/fs/cgroup/cpu") / f"kubepods/burstable/pod{b['uid']}" / "cpu.shares"
+    out = subprocess.run(["cat", str(path)], user=65534, group=65534, capture_output=True, text=True, timeout=10)
+    assert out.stdout.strip() == str(100 * 1024 // 1000), out.stderr
 
 
 def _pod_cgroup(pod: dict, controller: str, name: str) -> str:

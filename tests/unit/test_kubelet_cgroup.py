@@ -6,6 +6,7 @@ what to do instead. tests/cpu_manager/test_node_settings.py runs a node with it.
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -55,9 +56,9 @@ def test_v2_the_ancestors_delegate_the_controllers_to_it(tmp_path):
 def test_a_read_only_cgroupfs_says_what_to_do_under_systemd(tmp_path, monkeypatch):
     root, proc = v1_tree(tmp_path, 42)
 
-    def read_only(self, *args, **kwargs):
+    def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
-    monkeypatch.setattr(Path, "mkdir", read_only)
+    monkeypatch.setattr(os, "mkdir", read_only)
     with pytest.raises(KubeletCgroupError) as exc:
         move(42, CGROUP, "probe", root, proc)
     message = str(exc.value)
