@@ -35,7 +35,7 @@ def make_dir(d: Path, own: bool = True) -> None:
         os.chmod(d, CGROUP_DIR_MODE)
 
 
-def make_dirs(base: Path, rel: str, before_each: Callable[[Path], None] | None = None, own: bool = True) -> Path:
+def make_dirs(base: Path, rel: str, before_each: Callable[[Path], object] | None = None, own: bool = True) -> Path:
     """The cgroup `rel` below `base` (a hierarchy's root, which exists), each level made by
     make_dir; before_each(parent) runs before each level (cgroup v2: delegate the controllers
     down). Returns the cgroup's directory."""
