@@ -41,7 +41,12 @@ def _resources(entry: ObservedContainer, resize: ResizeState, name: str, latest:
     has = (resize.applied(latest) if latest is not None and latest.state == "running" else None) or allocated
     if allocated.get("requests"):
         entry["allocated"] = dict(allocated["requests"])
-    resources = {kind: dict(has[kind]) for kind in ("limits", "requests") if has.get(kind)}
+    # What it was given includes the pod-level limits it takes as its own (allocation.effective);
+    # its status, as the kubelet's, shows only the limits the container itself sets.
+    own_limits = allocated.get("limits") or {}
+    shown = {"requests": has.get("requests") or {},
+             "limits": {k: v for k, v in (has.get("limits") or {}).items() if k in own_limits}}
+    resources = {kind: dict(shown[kind]) for kind in ("limits", "requests") if shown[kind]}
     if resources:
         entry["resources"] = resources
 

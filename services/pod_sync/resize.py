@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.pod_sync.admission import resources_fit
-from shared.model.allocation import Allocation, Resources, changed, resources_of
+from shared.model.allocation import Allocation, Resources, changed, effective_of, resources_of
 from shared.model.pod_status import PodCondition
 from shared.model.podspec import Container, Pod
 from shared.model.qos import pod_requests
@@ -126,5 +126,37 @@ def created_with(annotation: str | None) -> Resources | None:
     return {"requests": dict(value.get("requests") or {}), "limits": dict(value.get("limits") or {})}
 
 
-def annotation(c: Container) -> str:
-    return json.dumps(resources_of(c), separators=(",", ":"), sort_keys=True)
+def annotation(pod: Pod, c: Container) -> str:
+    """What the container is created with, pod-level limits included (allocation.effective)."""
+    return json.dumps(effective_of(pod, c), separators=(",", ":"), sort_keys=True)
+
+
+@dataclass
+class MemoryLimitChange:
+    """A memory limit a resize sets: on the pod's cgroup (name "") or on a container's."""
+    name: str
+    new: int
+    old: int | None  # None: no limit now
+    usage: int | None  # bytes in use now; None when it could not be read
+
+    @property
+    def lowers(self) -> bool:
+        return self.old is None or self.new < self.old
+
+
+def memory_limits_below_usage(changes: list[MemoryLimitChange]) -> str:
+    """The kubelet's validateMemoryResizeAction: a memory limit a resize adds or lowers must stay
+    above what is in use now, or the resize fails (an Error, tried again) before anything is
+    changed, rather than leaving the kernel to reclaim or refuse halfway. "" when it fits."""
+    errors = []
+    for change in changes:
+        if not change.lowers:
+            continue
+        what = "pod" if not change.name else f'container "{change.name}"'
+        if change.usage is None:
+            errors.append(f"missing {what} memory usage")
+        elif change.usage >= change.new:
+            errors.append(f"attempting to set {what} memory limit ({change.new}) below current usage ({change.usage})")
+    if not errors:
+        return ""
+    return "cannot decrease memory limits: " + (errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")

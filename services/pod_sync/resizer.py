@@ -23,17 +23,30 @@ from services.pod_sync.resize import (
     ERROR,
     IN_PROGRESS_CONDITION,
     PENDING_CONDITION,
+    MemoryLimitChange,
     condition,
     created_with,
     decide,
     event_message,
+    memory_limits_below_usage,
     needs_restart,
 )
 from services.pod_sync.resources import pod_cgroup_parent
 from services.pod_sync.runtime_config import NodeFacts, linux_resources
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
 from services.pod_sync.swap import swap_blocks_resize
-from shared.model.allocation import Allocation, Resources, changed, quantity_of, same, spec_allocation, with_allocation
+from shared.host.cgroups import CgroupReader
+from shared.model.allocation import (
+    POD_LEVEL,
+    Allocation,
+    Resources,
+    changed,
+    effective,
+    quantity_of,
+    same,
+    spec_allocation,
+    with_allocation,
+)
 from shared.model.pod_status import PodCondition
 from shared.model.podspec import Container, Pod
 from shared.model.qos import qos_class
@@ -83,6 +96,12 @@ class ResizeState:
     def applied(self, c: ContainerInfo) -> Resources | None:
         """What the runtime was last given for this container; None when unknown."""
         return self.actuated.get(c.id) or created_with(c.annotations.get(L.RESOURCES))
+
+    def wants(self, name: str) -> Resources | None:
+        """What container `name` should run with: its allocation, with the pod-level limits it
+        takes as its own (allocation.effective); None for a container with no allocation."""
+        own = self.allocated.get(name)
+        return None if own is None else effective(own, self.allocated.get(POD_LEVEL))
 
 
 def generation(pod: Pod) -> int | None:
@@ -164,6 +183,46 @@ class Resizer:
             return f"resizing the pod cgroup: {'; '.join(problems)}"
         return ""
 
+    async def memory_fits(self, pod: Pod, rt: RuntimePod, state: ResizeState) -> str:
+        """Before a granted resize changes anything: no memory limit it adds or lowers (the pod
+        cgroup's, a running container's) is at or below what is in use now. The error, or ""."""
+        if state.in_progress is None:
+            return ""
+        changes = []
+        parent = pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods)
+        now = pod_cgroup.current(parent, self.node.cgroup_root, self.node.cgroup_slices) \
+            if pod_cgroup.exists(parent, self.node.cgroup_root, self.node.cgroup_slices) else None
+        new = pod_cgroup.pod_cgroup_config(pod).memory_limit
+        if now is not None and new is not None:
+            changes.append(MemoryLimitChange("", new, now.memory_limit, None))
+        running = {c.name: c for c, _ in _resizable_running(pod, rt)}
+        for name, c in running.items():
+            want, have = state.wants(name), state.applied(c)
+            limit = quantity_of(want, "limits", "memory")
+            if limit is not None:
+                old = quantity_of(have, "limits", "memory")
+                changes.append(MemoryLimitChange(name, int(limit), None if old is None else int(old), None))
+        if not any(change.lowers for change in changes):
+            return ""
+        reader = CgroupReader(self.node.cgroup_root, kubepods=self.node.kubepods)
+        cgroup = reader.pod_cgroup(pod.uid)
+        sandbox = rt.current_sandbox
+        try:
+            stats = {st.attributes.id: st for st in await self.runtime.list_container_stats(sandbox.id)} \
+                if sandbox is not None else {}
+        except CRIError as exc:
+            log.warning("pod %s: reading memory usage before a resize: %s", pod.full_name, exc)
+            stats = {}
+        for change in changes:
+            if not change.name:
+                change.usage = reader.sample(cgroup).memory_usage if cgroup is not None else None
+            elif (st := stats.get(running[change.name].id)) is not None and st.memory.HasField("usage_bytes"):
+                change.usage = st.memory.usage_bytes.value
+        error = memory_limits_below_usage(changes)
+        if error:
+            log.info("pod %s: resize not actuated: %s", pod.full_name, error)
+        return error
+
     def prepare(self, pod: Pod, state: ResizeState) -> str:
         """Before any container of a resizing pod grows or restarts: the pod cgroup holds both
         the old and the new settings. The error, or ""."""
@@ -173,9 +232,11 @@ class Resizer:
         """Kill the running containers whose resize their resizePolicy says needs a restart;
         they start again at once with their allocation. True when any was killed."""
         killed = False
+        if state.in_progress is None:
+            return False  # only a granted resize restarts a container
         sandbox = rt.current_sandbox
         for c, spec in _resizable_running(pod, rt):
-            want, have = state.allocated.get(c.name), state.applied(c)
+            want, have = state.wants(c.name), state.applied(c)
             if want is None or have is None or not needs_restart(spec, have, want):
                 continue
             log.info("pod %s: container %s resize requires restart", pod.full_name, c.name)
@@ -194,7 +255,7 @@ class Resizer:
         qos = qos_class(pod)
         todo = []
         for c, spec in _resizable_running(pod, rt):
-            want, have = state.allocated.get(c.name), state.applied(c)
+            want, have = state.wants(c.name), state.applied(c)
             if want is None or (have is not None and not changed(have, want)):
                 continue
             todo.append((not _decreases(have, want), c, spec, want))
@@ -215,7 +276,7 @@ class Resizer:
         running = _resizable_running(pod, rt)
         live = {c.id for c, _ in running}
         state.actuated = {cid: r for cid, r in state.actuated.items() if cid in live}
-        behind = [c.name for c, _ in running if (want := state.allocated.get(c.name)) is not None
+        behind = [c.name for c, _ in running if (want := state.wants(c.name)) is not None
                   and ((have := state.applied(c)) is None or changed(have, want))]
         gen = generation(pod)
         if error:

@@ -339,7 +339,7 @@ def container_config(pod: Pod, c: Container, attempt: int, image_ref: str, init:
             L.TERMINATION_MESSAGE_PATH: c.terminationMessagePath,
             L.TERMINATION_MESSAGE_POLICY: c.terminationMessagePolicy,
             **({L.INIT_CONTAINER: "true"} if init else {}),
-            **({} if isinstance(c, EphemeralContainer) else {L.RESOURCES: resize_annotation(c)}),
+            **({} if isinstance(c, EphemeralContainer) else {L.RESOURCES: resize_annotation(pod, c)}),
         },
         log_path=L.container_log_path(c.name, attempt),
         stdin=c.stdin,

@@ -54,6 +54,7 @@ from services.pod_sync.images import EnsuredImage, ImageManager, ImagePullError
 from services.pod_sync.killing import MIN_GRACE, Killer
 from services.pod_sync.memory_qos import pod_memory_high, pod_memory_protection, tier_memory_protection
 from services.pod_sync.observed import observed_containers
+from services.pod_sync.pod_resources_status import PodResources, pod_resources
 from services.pod_sync.pull_secrets import Credential
 from services.pod_sync.resizer import Resizer, ResizeState, generation
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
@@ -405,7 +406,7 @@ class PodSyncer:
                                              lambda: self._others_for_resize(uid), self._capacity)
         # From here on the pod is what the node granted: containers start with their allocation.
         pod = with_allocation(pod, resize.allocated)
-        resize_error = self.resizer.prepare(pod, resize)
+        resize_error = await self.resizer.memory_fits(pod, rt, resize) or self.resizer.prepare(pod, resize)
         killed = await self._kill_unhealthy(pod, rt)
         if (not resize_error and await self.resizer.restarts(pod, rt, resize)) or killed:
             rt = await get_runtime_pod(self.runtime, uid)
@@ -912,7 +913,19 @@ class PodSyncer:
                           pod_ip=pod_ip, log_dir=log_dir, containers=containers,
                           sync_error_reason=error[0], sync_error_message=error[1],
                           observed_generation=generation(pod),
-                          resize_conditions=resize.conditions() if resize else [], updated_at=utcnow())
+                          resize_conditions=resize.conditions() if resize else [],
+                          pod_resources=dict(self._pod_resources(pod, resize)), updated_at=utcnow())
+
+    def _pod_resources(self, pod: Pod, resize: ResizeState | None) -> PodResources:
+        """The pod-level resources of its status: while a resize is under way, as its pod cgroup
+        has them now; otherwise as pod-sync set them (pod_resources_status.py)."""
+        node = self.node
+        cgroup = None
+        if resize is not None and resize.in_progress is not None:
+            parent = pod_cgroup_parent(pod, qos_class(pod), node.kubepods)
+            cgroup = pod_cgroup.current(parent, node.cgroup_root, node.cgroup_slices)
+        return pod_resources(pod, cgroup or pod_cgroup.pod_cgroup_config(pod, cfs_quota=node.cpu_cfs_quota,
+                                                                          cpu_period=node.cpu_cfs_period))
 
     def _write_runtime(self, row: PodRuntime) -> None:
         with self.store.session() as s:
@@ -932,7 +945,7 @@ class PodSyncer:
 def _runtime_content(row: PodRuntime) -> tuple[object, ...]:
     """What a runtime row says, without when it was written."""
     return (row.sandbox_id, row.sandbox_ready, row.pod_ip, row.log_dir, row.containers, row.sync_error_reason,
-            row.sync_error_message, row.observed_generation, row.resize_conditions)
+            row.sync_error_message, row.observed_generation, row.resize_conditions, row.pod_resources)
 
 
 def _count_image_volume_mounts(spec: Container, mounted: list[MountedImage], create_error: str) -> None:

@@ -10,7 +10,7 @@ from shared.host.facts import arch, os_version, read_fact
 from shared.host.node_resources import NO_RESERVATIONS, Reservations, node_capacity
 from shared.host.swap import swap_capacity_bytes
 from shared.model.timestamps import rfc3339
-from shared.model.version import KUBELET_VERSION
+from shared.model.version import DECLARED_FEATURES, KUBELET_VERSION
 from shared.store import NodeHealth
 
 
@@ -38,6 +38,7 @@ def node_status_facts(name: str, root_dir: str, max_pods: int, runtime_version: 
             # The node's swap, as the kubelet reports it: only when there is some.
             **({"swap": {"capacity": swap}} if swap else {}),
         },
+        "declaredFeatures": list(DECLARED_FEATURES),
     }
 
 

@@ -295,6 +295,7 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: PodStatus
     }
     if runtime.get("observed_generation") is not None:
         status["observedGeneration"] = runtime["observed_generation"]
+    _pod_level_resources(status, runtime.get("pod_resources") or {})
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
     if pod.spec.ephemeralContainers:
@@ -322,6 +323,14 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: PodStatus
                 cond.update(_condition(cond["type"], False, {}, "PodFailed", ""))
         return status, f"{rejection[0]}: {rejection[1]}"
     return status, summarize(status, runtime, deleting)
+
+
+def _pod_level_resources(status: PodStatus, recorded: dict[str, Any]) -> None:
+    """The pod-level resources as pod-sync recorded them (services/pod_sync/pod_resources_status.py)."""
+    if recorded.get("allocatedResources"):
+        status["allocatedResources"] = recorded["allocatedResources"]
+    if "resources" in recorded:
+        status["resources"] = recorded["resources"]
 
 
 def summarize(status: PodStatus, runtime: dict[str, Any], deleting: bool) -> str:

@@ -58,7 +58,8 @@ class PodStatusReporter:
                 rt_dict = None if rt is None else {
                     "sandbox_ready": rt.sandbox_ready, "pod_ip": rt.pod_ip, "containers": rt.containers,
                     "sync_error_reason": rt.sync_error_reason, "sync_error_message": rt.sync_error_message,
-                    "observed_generation": rt.observed_generation, "resize_conditions": rt.resize_conditions}
+                    "observed_generation": rt.observed_generation, "resize_conditions": rt.resize_conditions,
+                    "pod_resources": rt.pod_resources}
                 prev = records.get(uid)
                 try:
                     status, summary = compute_status(self._pods.get(uid, d.manifest), rt_dict,

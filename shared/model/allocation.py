@@ -1,12 +1,13 @@
-"""A pod's allocation: the resources the node granted each of its containers, which may differ
-from the spec's while an in-place resize waits (pod-sync writes it on DesiredPod.allocated,
-services/pod_sync/resize.py decides it; eviction ranks pods by it, as the kubelet does)."""
+"""A pod's allocation: the resources the node granted each of its containers, and the pod
+itself where it has pod-level resources, which may differ from the spec's while an in-place
+resize waits (pod-sync writes it on DesiredPod.allocated, services/pod_sync/resize.py decides
+it; eviction ranks pods by it, as the kubelet does)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared.model.podspec import Container, Pod
+from shared.model.podspec import Container, Pod, ResourceRequirements
 from shared.model.quantity import parse_quantity
 
 # container name -> {"requests": {...}, "limits": {...}}, quantities as the spec wrote them
@@ -14,16 +15,42 @@ Resources = dict[str, dict[str, Any]]
 Allocation = dict[str, Resources]
 
 RESIZABLE = ("cpu", "memory")
+# The allocation's entry of the pod-level resources (spec.resources), present when the pod has
+# them: no container has this name (a container's name is a DNS label).
+POD_LEVEL = ""
+
+
+def requirements(r: ResourceRequirements) -> Resources:
+    return {"requests": {k: str(v) for k, v in r.requests.items()},
+            "limits": {k: str(v) for k, v in r.limits.items()}}
 
 
 def resources_of(c: Container) -> Resources:
-    return {"requests": {k: str(v) for k, v in c.resources.requests.items()},
-            "limits": {k: str(v) for k, v in c.resources.limits.items()}}
+    return requirements(c.resources)
 
 
 def spec_allocation(pod: Pod) -> Allocation:
-    """What the pod's spec asks for, per container (init, sidecar and app containers)."""
-    return {c.name: resources_of(c) for c in pod.spec.initContainers + pod.spec.containers}
+    """What the pod's spec asks for, per container (init, sidecar and app containers), and its
+    pod-level resources under POD_LEVEL."""
+    out = {c.name: resources_of(c) for c in pod.spec.initContainers + pod.spec.containers}
+    if pod.spec.resources is not None:
+        out[POD_LEVEL] = requirements(pod.spec.resources)
+    return out
+
+
+def effective(own: Resources, pod_level: Resources | None) -> Resources:
+    """What a container runs with: its own resources, with the pod-level CPU and memory limits
+    for those it sets none of (the kubelet's GetLimits, as its cgroup gets them)."""
+    pod_limits = (pod_level or {}).get("limits") or {}
+    limits = dict(own.get("limits") or {})
+    for resource in RESIZABLE:
+        if resource not in limits and resource in pod_limits:
+            limits[resource] = pod_limits[resource]
+    return {"requests": dict(own.get("requests") or {}), "limits": limits}
+
+
+def effective_of(pod: Pod, c: Container) -> Resources:
+    return effective(resources_of(c), requirements(pod.spec.resources) if pod.spec.resources is not None else None)
 
 
 def quantity_of(entry: Resources | None, kind: str, name: str) -> Any:
@@ -49,14 +76,18 @@ def with_allocation(pod: Pod, allocation: Allocation) -> Pod:
     if same(spec_allocation(pod), allocation):
         return pod
 
+    def granted_resources(r: ResourceRequirements, entry: Resources) -> ResourceRequirements:
+        return r.model_copy(update={"requests": dict(entry.get("requests") or {}),
+                                    "limits": dict(entry.get("limits") or {})})
+
     def granted(c: Container) -> Container:
         entry = allocation.get(c.name)
         if entry is None:
             return c
-        resources = c.resources.model_copy(update={"requests": dict(entry.get("requests") or {}),
-                                                   "limits": dict(entry.get("limits") or {})})
-        return c.model_copy(update={"resources": resources})
+        return c.model_copy(update={"resources": granted_resources(c.resources, entry)})
 
-    spec = pod.spec.model_copy(update={"initContainers": [granted(c) for c in pod.spec.initContainers],
-                                       "containers": [granted(c) for c in pod.spec.containers]})
-    return pod.model_copy(update={"spec": spec})
+    update: dict[str, Any] = {"initContainers": [granted(c) for c in pod.spec.initContainers],
+                              "containers": [granted(c) for c in pod.spec.containers]}
+    if pod.spec.resources is not None and (own := allocation.get(POD_LEVEL)) is not None:
+        update["resources"] = granted_resources(pod.spec.resources, own)
+    return pod.model_copy(update={"spec": pod.spec.model_copy(update=update)})

@@ -87,3 +87,7 @@ class PodStatus(TypedDict, total=False):
     initContainerStatuses: list[ContainerStatus]
     containerStatuses: list[ContainerStatus]
     ephemeralContainerStatuses: list[ContainerStatus]
+    # The pod-level requests the node granted, and what the pod cgroup has (pod-sync's
+    # pod_resources_status.py).
+    allocatedResources: dict[str, str]
+    resources: dict[str, dict[str, str]]

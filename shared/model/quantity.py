@@ -39,3 +39,17 @@ def millicores(value: str | int | float) -> int:
 
 def to_bytes(value: str | int | float) -> int:
     return int(parse_quantity(value).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def format_millicores(milli: int) -> str:
+    """Millicores as the API server writes a quantity made of them: "2", "250m"."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def format_binary(value: int) -> str:
+    """A count of bytes as the API server writes a binary quantity: "128Mi", "1536"."""
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = int(_SUFFIXES[suffix])
+        if value and value % unit == 0:
+            return f"{value // unit}{suffix}"
+    return str(value)

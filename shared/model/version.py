@@ -11,3 +11,9 @@ PREVIOUS_MINOR = f"{_MAJOR}.{int(_MINOR) - 1}"
 def version_line() -> str:
     """What `--version` prints, in the kubelet's words."""
     return f"Kubernetes {KUBELET_VERSION}"
+
+# Node status.declaredFeatures (NodeDeclaredFeatures, GA in 1.37): the features of the kubelet's
+# registry (k8s.io/component-helpers/nodedeclaredfeatures) this node implements, sorted. The API
+# server admits a pod update that needs one (a resize of pod-level resources) only on a node
+# that declares it, and the scheduler places a pod that needs one only there.
+DECLARED_FEATURES = ["InPlacePodLevelResourcesVerticalScaling"]

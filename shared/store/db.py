@@ -27,7 +27,7 @@ from shared.host.node_dirs import PRIVATE_FILE_MODE, private_dir, private_files
 from shared.store.models import OWN_ROW_TABLES, TABLE_OWNERS, Base
 
 # Bump when a table changes: older stores are rebuilt at start (see Store.create_schema).
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 
 # Commits that wrote something (flush + SQLite commit, including waiting for the write lock):

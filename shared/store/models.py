@@ -122,6 +122,9 @@ class PodRuntime(Base):
     # PodResizeInProgress conditions (v1 PodConditions) while a resize is under way.
     observed_generation: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     resize_conditions: Mapped[list[PodCondition]] = mapped_column(JSON, default=list)
+    # The pod-level status.allocatedResources and status.resources
+    # (services/pod_sync/pod_resources_status.py); empty before pod-sync first recorded the pod.
+    pod_resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -123,3 +123,54 @@ def test_resize_that_does_not_fit_beside_other_pods_waits_for_room(cluster):
     cluster.wait_pod("waiting", _settled(bigger), 90, "resized once the room is free")
     assert _cgroup(cluster, "waiting")["quota"] == "50000", "1 CPU: a whole period"
     cluster.kubectl("delete", "pod", "waiting", "--wait=false")
+
+
+def test_resize_pod_level_resources_in_place_and_below_usage(cluster):
+    """The node declares InPlacePodLevelResourcesVerticalScaling, so the API server takes a resize
+    of spec.resources. The pod cgroup and the container without limits of its own (it takes the
+    pod's) change in place, and the pod's status.resources follows; a memory limit below what the
+    pod uses fails with an Error and changes nothing, until it is asked back."""
+    assert cluster.node_obj()["status"]["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling"]
+    pod_level = {"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "400m", "memory": "128Mi"}}
+    cluster.create_pod("plr", {"resources": pod_level, "containers": [{
+        "name": "app", "image": cluster.node.image("busybox"),
+        # about 20 MiB in use (tmpfs pages are charged to the pod), so 10 MiB is below usage
+        "command": ["sh", "-c", "head -c 20971520 /dev/zero > /dev/shm/fill; sleep 3600"]}]})
+
+    def settled(limits: dict):
+        def check(p: dict) -> bool:
+            status = p.get("status", {})
+            types = {c["type"] for c in status.get("conditions", [])}
+            return (status.get("resources", {}).get("limits") == limits and status.get("phase") == "Running"
+                    and not types & {"PodResizePending", "PodResizeInProgress"}
+                    and status.get("observedGeneration") == p["metadata"]["generation"])
+        return check
+
+    pod = cluster.wait_pod("plr", settled({"cpu": "400m", "memory": "128Mi"}), 60, "Running")
+    assert pod["status"]["allocatedResources"] == {"cpu": "200m", "memory": "64Mi"}
+    assert pod["status"]["resources"]["requests"] == {"cpu": "200m", "memory": "64Mi"}
+    assert "resources" not in pod["status"]["containerStatuses"][0], "the container sets none itself"
+    assert _cgroup(cluster, "plr")["quota"] == str(400 * CFS_PERIOD_US // 1000)
+
+    cluster.kubectl("patch", "pod", "plr", "--subresource", "resize", "-p", json.dumps(
+        {"spec": {"resources": {"limits": {"cpu": "600m", "memory": "128Mi"}}}}))
+    pod = cluster.wait_pod("plr", settled({"cpu": "600m", "memory": "128Mi"}), 60, "the pod-level resize done")
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert _pod_cgroup(pod, "cpu", "cpu.cfs_quota_us") == str(600 * CFS_PERIOD_US // 1000)
+    assert _cgroup(cluster, "plr")["quota"] == str(600 * CFS_PERIOD_US // 1000), "the container took the pod's limit"
+
+    small = {"requests": {"cpu": "200m", "memory": "10Mi"}, "limits": {"cpu": "600m", "memory": "10Mi"}}
+    cluster.kubectl("patch", "pod", "plr", "--subresource", "resize", "-p", json.dumps({"spec": {"resources": small}}))
+
+    def failed(p: dict) -> bool:
+        return any(c["type"] == "PodResizeInProgress" and c.get("reason") == "Error"
+                   for c in p.get("status", {}).get("conditions", []))
+    pod = cluster.wait_pod("plr", failed, 60, "the resize below usage to fail")
+    [progress] = [c for c in pod["status"]["conditions"] if c["type"] == "PodResizeInProgress"]
+    assert "attempting to set pod memory limit (10485760) below current usage" in progress["message"], progress
+    assert pod["status"]["resources"]["limits"]["memory"] == "128Mi", "nothing changed"
+    assert _pod_cgroup(pod, "memory", "memory.limit_in_bytes") == str(128 * 2**20)
+
+    cluster.kubectl("patch", "pod", "plr", "--subresource", "resize", "-p", json.dumps({"spec": {"resources": pod_level}}))
+    pod = cluster.wait_pod("plr", settled({"cpu": "400m", "memory": "128Mi"}), 60, "the resize back")
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0

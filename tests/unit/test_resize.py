@@ -4,7 +4,7 @@ resize conditions, against the recording fake runtime and a real SQLite store.""
 import json
 
 from services.pod_sync.resize import created_with
-from shared.model.allocation import changed, same, spec_allocation, with_allocation
+from shared.model.allocation import POD_LEVEL, changed, effective, same, spec_allocation, with_allocation
 from shared.model.podspec import validate_pod
 from shared.store import DesiredPod, PodRuntime
 from tests.unit.conftest import IMG
@@ -210,3 +210,89 @@ async def test_a_new_syncer_neither_forgets_a_grant_nor_repeats_an_update(syncer
     await restarted.sync("uid1")
     assert len(rt.ops("update_container_resources")) == updates
     assert runtime_row(store).containers[0]["allocated"]["cpu"] == "200m"
+
+
+# -- pod-level resources (InPlacePodLevelResourcesVerticalScaling) ---------------------------------
+
+def plr_pod(cpu_limit="400m", memory_limit="256Mi", generation=1, policy=None, own=None):
+    """A pod with pod-level resources; its container sets none unless `own` says."""
+    container = {"name": "app", "image": IMG, **({"resources": own} if own else {})}
+    if policy:
+        container["resizePolicy"] = [{"resourceName": r, "restartPolicy": p} for r, p in policy.items()]
+    return validate_pod({"metadata": {"name": "p", "uid": "uid1", "generation": generation,
+                                      "resourceVersion": f"{generation}{cpu_limit}{memory_limit}"},
+                         "spec": {"containers": [container],
+                                  "resources": {"requests": {"cpu": "200m", "memory": "128Mi"},
+                                                "limits": {"cpu": cpu_limit, "memory": memory_limit}}}})
+
+
+def test_the_allocation_holds_the_pod_level_resources_and_containers_take_their_limits():
+    allocation = spec_allocation(plr_pod())
+    assert allocation[POD_LEVEL] == {"requests": {"cpu": "200m", "memory": "128Mi"},
+                                     "limits": {"cpu": "400m", "memory": "256Mi"}}
+    assert effective(allocation["app"], allocation[POD_LEVEL]) == \
+        {"requests": {}, "limits": {"cpu": "400m", "memory": "256Mi"}}
+    own = spec_allocation(plr_pod(own={"limits": {"cpu": "100m"}}))
+    assert effective(own["app"], own[POD_LEVEL])["limits"] == {"cpu": "100m", "memory": "256Mi"}, \
+        "a container's own limit wins"
+    granted = with_allocation(plr_pod(cpu_limit="1"), allocation)
+    assert granted.spec.resources.limits["cpu"] == "400m", "the pod runs as allocated"
+
+
+async def test_a_pod_level_limit_resize_reaches_the_container_that_takes_it_in_place(syncer, rt, store, events):
+    want(store, plr_pod())
+    await syncer.sync("uid1")
+    first = running_app(rt)
+    created = rt.created_configs[first.id]
+    assert (created.linux.resources.cpu_quota, created.linux.resources.memory_limit_in_bytes) == (40_000, 256 * 2**20)
+    want(store, plr_pod(cpu_limit="600m", generation=2))
+    await syncer.sync("uid1")
+    assert running_app(rt).id == first.id, "NotRequired: updated in place"
+    assert rt.updated_resources[first.id].cpu_quota == 60_000
+    assert conditions(store) == {}
+    assert [r for r in events.reasons() if r.startswith("Resize")] == ["ResizeStarted", "ResizeCompleted"]
+    row = runtime_row(store)
+    assert row.pod_resources == {"allocatedResources": {"cpu": "200m", "memory": "128Mi"},
+                                 "resources": {"requests": {"cpu": "200m", "memory": "128Mi"},
+                                               "limits": {"cpu": "600m", "memory": "256Mi"}}}
+    [entry] = row.containers
+    assert "resources" not in entry, "the container's status shows only the limits it sets itself"
+
+
+async def test_a_pod_level_memory_resize_restarts_the_container_its_policy_says(syncer, rt, store, events):
+    policy = {"memory": "RestartContainer"}
+    want(store, plr_pod(policy=policy))
+    await syncer.sync("uid1")
+    first = running_app(rt)
+    want(store, plr_pod(memory_limit="384Mi", generation=2, policy=policy))
+    await syncer.sync("uid1")
+    second = running_app(rt)
+    assert second.id != first.id and second.metadata.attempt == 1
+    assert rt.created_configs[second.id].linux.resources.memory_limit_in_bytes == 384 * 2**20
+    assert ("Normal", "Killing", "Container app resize requires restart") in events.events
+    assert conditions(store) == {}
+
+
+async def test_containers_are_not_restarted_without_a_granted_resize(syncer, rt, store):
+    """A container whose recorded resources differ (made by an older pykubelet) but whose pod
+    asked for no resize is left running."""
+    policy = {"memory": "RestartContainer"}
+    want(store, plr_pod(policy=policy))
+    await syncer.sync("uid1")
+    first = running_app(rt)
+    rt.created_configs[first.id].annotations["pykubelet.io/resources"] = '{"requests":{},"limits":{}}'
+    rt.containers[first.id].annotations["pykubelet.io/resources"] = '{"requests":{},"limits":{}}'
+    await syncer.sync("uid1")
+    assert running_app(rt).id == first.id
+
+
+def test_a_memory_limit_below_usage_fails_the_resize_in_the_kubelets_words():
+    from services.pod_sync.resize import MemoryLimitChange, memory_limits_below_usage
+    assert memory_limits_below_usage([MemoryLimitChange("", 10240, 256 * 2**20, 5_000_000)]) == \
+        "cannot decrease memory limits: attempting to set pod memory limit (10240) below current usage (5000000)"
+    assert memory_limits_below_usage([MemoryLimitChange("", 10240, 256 * 2**20, 4096)]) == ""
+    assert memory_limits_below_usage([MemoryLimitChange("app", 2**30, 2**20, None)]) == "", "raised: not checked"
+    assert memory_limits_below_usage([MemoryLimitChange("", 10240, None, 20000),
+                                      MemoryLimitChange("app", 10240, 2**20, None)]) == \
+        ('cannot decrease memory limits: [attempting to set pod memory limit (10240) below current usage (20000), '
+         'missing container "app" memory usage]')
