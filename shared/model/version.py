@@ -14,6 +14,7 @@ def version_line() -> str:
 
 # Node status.declaredFeatures (NodeDeclaredFeatures, GA in 1.37): the features of the kubelet's
 # registry (k8s.io/component-helpers/nodedeclaredfeatures) this node implements, sorted. The API
-# server admits a pod update that needs one (a resize of pod-level resources) only on a node
-# that declares it, and the scheduler places a pod that needs one only there.
-DECLARED_FEATURES = ["InPlacePodLevelResourcesVerticalScaling"]
+# server admits a pod update that needs one (a resize of pod-level resources, or of an init
+# container that is not a sidecar) only on a node that declares it, and the scheduler places a
+# pod that needs one only there.
+DECLARED_FEATURES = ["InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers"]

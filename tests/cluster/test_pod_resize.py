@@ -33,13 +33,13 @@ def _settled(resources: dict):
     return check
 
 
-def _cgroup(cluster, name: str) -> dict[str, str]:
+def _cgroup(cluster, name: str, container: str = "app") -> dict[str, str]:
     """The container's own CPU and memory cgroup settings, read inside it (v1 or v2)."""
     script = ("if [ -f /sys/fs/cgroup/cpu.max ]; then cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/cpu.weight "
               "/sys/fs/cgroup/memory.max; else echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us "
               "/sys/fs/cgroup/cpu/cpu.cfs_period_us); cat /sys/fs/cgroup/cpu/cpu.shares "
               "/sys/fs/cgroup/memory/memory.limit_in_bytes; fi")
-    cpu, shares, memory = cluster.kubectl("exec", name, "--", "sh", "-c", script).stdout.split("\n")[:3]
+    cpu, shares, memory = cluster.kubectl("exec", name, "-c", container, "--", "sh", "-c", script).stdout.split("\n")[:3]
     quota, period = cpu.split()
     assert int(period) == CFS_PERIOD_US, f"the container's CFS period is cpuCFSQuotaPeriod's: {cpu}"
     return {"quota": quota, "shares": shares, "memory": memory}
@@ -130,7 +130,8 @@ def test_resize_pod_level_resources_in_place_and_below_usage(cluster):
     of spec.resources. The pod cgroup and the container without limits of its own (it takes the
     pod's) change in place, and the pod's status.resources follows; a memory limit below what the
     pod uses fails with an Error and changes nothing, until it is asked back."""
-    assert cluster.node_obj()["status"]["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling"]
+    assert cluster.node_obj()["status"]["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling",
+                                                                "InPlacePodVerticalScalingInitContainers"]
     pod_level = {"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "400m", "memory": "128Mi"}}
     cluster.create_pod("plr", {"resources": pod_level, "containers": [{
         "name": "app", "image": cluster.node.image("busybox"),
@@ -174,3 +175,29 @@ def test_resize_pod_level_resources_in_place_and_below_usage(cluster):
     cluster.kubectl("patch", "pod", "plr", "--subresource", "resize", "-p", json.dumps({"spec": {"resources": pod_level}}))
     pod = cluster.wait_pod("plr", settled({"cpu": "400m", "memory": "128Mi"}), 60, "the resize back")
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_resize_a_running_init_container_that_is_not_a_sidecar(cluster):
+    """The node declares InPlacePodVerticalScalingInitContainers: the API server takes the resize,
+    and the running init container's cgroup changes in place."""
+    cluster.create_pod("initresize", {"initContainers": [{
+        "name": "app", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"],
+        "resources": _resources("100m", "200m", "64Mi", "128Mi")}],
+        "containers": [{"name": "main", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"]}]})
+
+    def init_settled(resources: dict):
+        def check(p: dict) -> bool:
+            status = p.get("status", {})
+            statuses = status.get("initContainerStatuses") or [{}]
+            types = {c["type"] for c in status.get("conditions", [])}
+            return (statuses[0].get("resources") == resources and "running" in statuses[0].get("state", {})
+                    and not types & {"PodResizePending", "PodResizeInProgress"})
+        return check
+
+    cluster.wait_pod("initresize", init_settled(_resources("100m", "200m", "64Mi", "128Mi")), 60, "the init container running")
+    bigger = _resources("200m", "300m", "64Mi", "128Mi")
+    cluster.kubectl("patch", "pod", "initresize", "--subresource", "resize", "-p",
+                    json.dumps({"spec": {"initContainers": [{"name": "app", "resources": bigger}]}}))
+    pod = cluster.wait_pod("initresize", init_settled(bigger), 60, "the init container resized")
+    assert pod["status"]["initContainerStatuses"][0]["restartCount"] == 0
+    assert _cgroup(cluster, "initresize")["quota"] == str(300 * CFS_PERIOD_US // 1000)
