@@ -5,7 +5,8 @@ KUBE_TEST_REPO_LIST can point anywhere; these machines reach no public registry,
 registry the node specs use becomes a path in the local one. agnhost and nonewprivs' nnp are
 the real binaries built from the same source tree as e2e.test (Entrypoint, Cmd and modes as
 upstream's Dockerfiles); busybox (and nonroot, the same as user 1234) is busybox 1.37 built from upstream's
-source (deploy/build-busybox.sh: Debian's drops environment variables the specs set); nginx is a stand-in serving HTTP on port 80. The Alpine
+source (deploy/build-busybox.sh: Debian's drops environment variables the specs set), and so is
+glibc-dns-testing, whose `hostname -f` the specs call; nginx is a stand-in serving HTTP on port 80. The Alpine
 tools of upstream's agnhost image that the specs call have stand-ins: curl (busybox wget) and nc
 with -u (tests/conformance/nc, a static Go binary).
 """
@@ -108,6 +109,10 @@ def _image_specs(agnhost: Path, nnp: Path, nc: Path) -> list[ImageSpec]:
         ImageSpec("e2e-test-images/busybox", "1.37.0-2", ["sh"]),
         # busybox with USER 1234, as upstream's nonroot image.
         ImageSpec("e2e-test-images/nonroot", "1.5", ["sh"], user="1234"),
+        # Upstream's is Debian with dnsutils; the specs that run it (hostnameOverride) print
+        # `hostname` and `hostname -f`, which busybox's applets answer from the pod's /etc/hosts
+        # as glibc's do.
+        ImageSpec("e2e-test-images/glibc-dns-testing", "2.1.1", ["sh"]),
         *(ImageSpec("e2e-test-images/nginx", tag, _HTTPD, files=_INDEX) for tag in ("1.27.0-2", "1.28.0-2")),
         ImageSpec("k8s-gcr/pause", "3.10.2",
                   ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]),

@@ -74,7 +74,8 @@ def test_agnhost_image_keeps_upstream_entrypoint_and_cmd(tmp_path):
     specs = {f"{s.repository}:{s.tag}": s for s in image_specs(binary, binary, binary, busybox)}
     # e2e.test 1.37's images (test/utils/image/manifest.go).
     assert {"e2e-test-images/agnhost:2.66.1", "e2e-test-images/agnhost:2.55", "e2e-test-images/busybox:1.37.0-2",
-            "e2e-test-images/nginx:1.27.0-2", "e2e-test-images/nonroot:1.5", "k8s-gcr/pause:3.10.2"} <= set(specs)
+            "e2e-test-images/nginx:1.27.0-2", "e2e-test-images/nonroot:1.5", "k8s-gcr/pause:3.10.2",
+            "e2e-test-images/glibc-dns-testing:2.1.1"} <= set(specs)
     img = build_image(specs["e2e-test-images/agnhost:2.66.1"], applets=["sh", "nc"])
     config = json.loads(img.config.data)["config"]
     assert config["Entrypoint"] == ["/agnhost"] and config["Cmd"] == ["pause"]
