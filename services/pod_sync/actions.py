@@ -39,11 +39,14 @@ class PodActions:
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
     # The pod is finished (nothing will run again): its sandbox can be stopped.
     pod_done: bool = False
+    # A container exited by a RestartAllContainers rule: stop every container of the sandbox
+    # (these, in this order), then start them all again from the first init container.
+    restart_all: list[ContainerInfo] = field(default_factory=list)
 
     @property
     def noop(self) -> bool:
         return not (self.kill_sandboxes or self.create_sandbox or self.start or self.remove_containers
-                    or self.kill_containers)
+                    or self.kill_containers or self.restart_all)
 
 
 def backoff_key(pod: Pod, name: str) -> str:
@@ -100,15 +103,21 @@ def _restart_or_wait(pod: Pod, spec: Container, c: ContainerInfo, init: bool, ba
     actions.start.append(StartContainer(spec, c.attempt + 1, init))
 
 
-def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodActions:
+def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff, restarted_all_at: float | None = None) -> PodActions:
+    """restarted_all_at: when every container was last stopped for a RestartAllContainers rule;
+    the containers created before then have run, and are to run again."""
     sandbox = rt.current_sandbox
     if sandbox is None or not sandbox.ready:
         return _new_sandbox(pod, rt, sandbox)
     actions = PodActions()
     # Older ready sandboxes of the same pod are leftovers: stop them.
     actions.kill_sandboxes = [s.id for s in rt.sandboxes[1:] if s.ready]
-    in_sandbox = RuntimePod(uid=rt.uid, sandboxes=[sandbox],
-                            containers=[c for c in rt.containers if c.sandbox_id == sandbox.id])
+    in_sandbox = RuntimePod(uid=rt.uid, sandboxes=[sandbox], containers=[
+        c for c in rt.containers if c.sandbox_id == sandbox.id
+        and (restarted_all_at is None or c.created_at >= restarted_all_at)])
+    actions.restart_all = _restart_all(pod, in_sandbox)
+    if actions.restart_all:
+        return actions
 
     # Ephemeral containers start once, whatever the init containers are doing, and are never
     # restarted: one the runtime has (in any state) is left as it is (the kubelet's rule).
@@ -118,6 +127,23 @@ def compute_pod_actions(pod: Pod, rt: RuntimePod, backoff: Backoff) -> PodAction
     if _init_containers_done(pod, rt, in_sandbox, sandbox.id, backoff, actions):
         _app_containers(pod, rt, in_sandbox, sandbox.id, backoff, actions)
     return actions
+
+
+def _restart_all(pod: Pod, in_sandbox: RuntimePod) -> list[ContainerInfo]:
+    """When an init or app container's last run exited by a RestartAllContainers rule: every
+    container of the sandbox that is not ephemeral, in the kubelet's order (app containers, then
+    init containers, then those that exited by such a rule); [] otherwise."""
+    specs = pod.spec.initContainers + pod.spec.containers
+    sources = [c for spec in specs if (c := in_sandbox.latest(spec.name)) is not None
+               and c.state == "exited" and restart_rules.restarts_all(spec, c.exit_code)]
+    if not sources:
+        return []
+    source_ids = {c.id for c in sources}
+    names = {spec.name for spec in specs}
+    apps = {spec.name for spec in pod.spec.containers}
+    targets = [c for c in in_sandbox.containers if c.name in names and c.id not in source_ids]
+    return ([c for c in targets if c.name in apps] + [c for c in targets if c.name not in apps]
+            + [c for c in sources if c.name in apps] + [c for c in sources if c.name not in apps])
 
 
 def _new_sandbox(pod: Pod, rt: RuntimePod, sandbox: SandboxInfo | None) -> PodActions:

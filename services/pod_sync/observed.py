@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, cast
 from services.pod_sync.runtime_view import ContainerInfo, RuntimePod
 from shared.model.container_id import api_container_id
 from shared.model.podspec import Pod
+from shared.model.restart_rules import RESTARTING_ALL
 from shared.model.timestamps import api_time
 from shared.store.observed import ContainerInstance, ObservedContainer
 
@@ -53,8 +54,12 @@ def _resources(entry: ObservedContainer, resize: ResizeState, name: str, latest:
 
 def observed_containers(pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]], log_dir: str,
                         kill_reasons: dict[str, str], pull_notes: dict[str, str],
-                        resize: ResizeState | None = None) -> list[ObservedContainer]:
+                        resize: ResizeState | None = None,
+                        restarted_all_at: float | None = None) -> list[ObservedContainer]:
+    """restarted_all_at: when every container was stopped for a RestartAllContainers rule; one
+    that has not run since waits to run again (RestartingAllContainers)."""
     out: list[ObservedContainer] = []
+    resettable = {c.name for c in pod.spec.initContainers + pod.spec.containers}  # not ephemeral ones
     specs = ([(c, True) for c in pod.spec.initContainers] + [(c, False) for c in pod.spec.containers]
              + [(c, False) for c in pod.spec.ephemeralContainers])
     for spec, init in specs:
@@ -71,6 +76,9 @@ def observed_containers(pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, 
             if previous is not None:
                 entry["last_terminated"] = _instance(previous, log_dir, kill_reasons)
         reason, message = waiting.get(spec.name, ("", ""))
+        if (not reason and restarted_all_at is not None and spec.name in resettable and history
+                and history[0].state == "exited" and history[0].created_at < restarted_all_at):
+            reason, message = RESTARTING_ALL, "stopped to restart all containers of the pod; it runs again in its turn"
         entry["waiting_reason"] = reason
         entry["waiting_message"] = message
         if resize is not None and spec.name in resize.allocated:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from services.pod_sync import metrics as M
 from services.pod_sync import pod_cgroup, user_namespaces
-from services.pod_sync.actions import PodActions, compute_pod_actions
+from services.pod_sync.actions import PodActions, backoff_key, compute_pod_actions
 from services.pod_sync.admission import (
     EVICTED,
     SHUTDOWN_REASONS,
@@ -60,7 +60,7 @@ from services.pod_sync.resizer import Resizer, ResizeState, generation
 from services.pod_sync.resources import pod_cgroup_parent, remove_pod_cgroups
 from services.pod_sync.runtime_config import NodeFacts, SubPathMounter, container_config, pod_hostname, sandbox_config
 from services.pod_sync.runtime_driver import RuntimeDriverCheck
-from services.pod_sync.runtime_view import RuntimePod, SandboxInfo, get_runtime_pod
+from services.pod_sync.runtime_view import ContainerInfo, RuntimePod, SandboxInfo, get_runtime_pod
 from services.pod_sync.security import check_run_as_non_root, needs_image_user
 from shared.bus.events import Recorder
 from shared.config.settings import NodeSettings
@@ -118,6 +118,8 @@ class _Progress:
     pull_notes: dict[str, str] = field(default_factory=dict)
     pull_seconds: float = 0.0
     started_any: bool = False
+    # DesiredPod.restarted_all_at as the last sync read or wrote it (for what is recorded).
+    restarted_all_at: float | None = None
 
 
 @dataclass
@@ -410,7 +412,12 @@ class PodSyncer:
         killed = await self._kill_unhealthy(pod, rt)
         if (not resize_error and await self.resizer.restarts(pod, rt, resize)) or killed:
             rt = await get_runtime_pod(self.runtime, uid)
-        actions = compute_pod_actions(pod, rt, self.backoff)
+        progress.restarted_all_at = row.restarted_all_at
+        actions = compute_pod_actions(pod, rt, self.backoff, progress.restarted_all_at)
+        if actions.restart_all:
+            progress.restarted_all_at = await self._restart_all(pod, rt, actions.restart_all)
+            rt = await get_runtime_pod(self.runtime, uid)
+            actions = compute_pod_actions(pod, rt, self.backoff, progress.restarted_all_at)
         step = _Step(waiting=dict(actions.waiting))
         volumes = self._volumes_or_hold(pod, actions, step)
         pod_ip = self._pod_ip(pod, rt.current_sandbox)
@@ -532,6 +539,29 @@ class PodSyncer:
                  if reason == "CrashLoopBackOff" and (last := rt.latest(name))]
         if any(w > 0 for w in waits):
             step.sooner(min(w for w in waits if w > 0))
+
+    async def _restart_all(self, pod: Pod, rt: RuntimePod, containers: list[ContainerInfo]) -> float:
+        """A container exited by a RestartAllContainers rule: stop every container of the pod
+        that still runs, one after the other in the order given and at once (the kubelet's 2 s
+        least grace, preStop hooks within it), keeping the sandbox; from the time returned they
+        all run again from the first init container, without back-off."""
+        started = time.time()
+        log.info("pod %s: a container exited by a RestartAllContainers rule: restarting all its containers",
+                 pod.full_name)
+        sandbox = rt.current_sandbox
+        specs = {c.name: c for c in pod.spec.initContainers + pod.spec.containers}
+        for c in containers:
+            self.backoff.forget(backoff_key(pod, c.name))
+            if c.state == "running":
+                await self.killer.kill_container(c, specs.get(c.name), sandbox.ip if sandbox else "", time.monotonic(),
+                                                 reason="stopped to restart all containers of the pod", pod=pod)
+        await self.store.run(self._save_restarted_all, pod.uid, started)
+        return started
+
+    def _save_restarted_all(self, uid: str, at: float) -> None:
+        with self.store.session() as s:
+            if (stored := s.get(DesiredPod, uid)) is not None:
+                stored.restarted_all_at = at
 
     def _save_resize(self, uid: str, resize: ResizeState) -> None:
         with self.store.session() as s:
@@ -908,7 +938,8 @@ class PodSyncer:
                 desired = s.get(DesiredPod, pod.uid)
                 resize = ResizeState.of(desired, pod) if desired is not None and desired.admitted else None
         containers = observed_containers(pod, rt, waiting, log_dir, self.killer.reasons,
-                                         progress.pull_notes if progress else {}, resize)
+                                         progress.pull_notes if progress else {}, resize,
+                                         progress.restarted_all_at if progress else None)
         return PodRuntime(uid=pod.uid, sandbox_id=sb.id if sb else "", sandbox_ready=bool(sb and sb.ready),
                           pod_ip=pod_ip, log_dir=log_dir, containers=containers,
                           sync_error_reason=error[0], sync_error_message=error[1],

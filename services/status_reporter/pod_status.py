@@ -42,6 +42,7 @@ REASON_WORDS = {
     "FailedMount": "volume could not be mounted",
     "FailedAttachVolume": "volume not attached",
     "ContainerCreating": "waiting for volumes",
+    "RestartingAllContainers": "restarting with every container of the pod (a RestartAllContainers rule)",
 }
 
 
@@ -146,7 +147,7 @@ def pod_phase(pod: Pod, statuses: list[ContainerStatus], init_done: bool) -> str
             not_restartable += not restart_rules.should_restart(pod, c, code)
         elif "waiting" in state and last is not None:
             stopped += 1
-            not_restartable += not restart_rules.should_restart(pod, c, last.get("exitCode", 0))
+            not_restartable += not _restarts(pod, c, st, last.get("exitCode", 0))
         elif "waiting" in state:
             waiting += 1
         else:
@@ -171,9 +172,35 @@ def _failed_for_good(pod: Pod, init_statuses: list[ContainerStatus]) -> bool:
         if "running" in st["state"] or ended is None:
             continue
         code = ended.get("exitCode", 0)
-        if code != 0 and not restart_rules.should_restart(pod, c, code):
+        if code != 0 and not _restarts(pod, c, st, code):
             return True
     return False
+
+
+def _restarts(pod: Pod, c: Container, st: ContainerStatus, exit_code: int) -> bool:
+    """The stopped container runs again: by its rules and policies, or because every container
+    of the pod is being restarted (RestartAllContainers)."""
+    return (st.get("state", {}).get("waiting", {}).get("reason") == restart_rules.RESTARTING_ALL
+            or restart_rules.should_restart(pod, c, exit_code))
+
+
+def _all_containers_restarting(pod: Pod, statuses: list[ContainerStatus], phase: str,
+                               previous: dict[str, PodCondition]) -> PodCondition:
+    """The kubelet's AllContainersRestarting condition, for a pod with a RestartAllContainers
+    rule: True from a container's exit by such a rule until every container runs again."""
+    if phase in ("Succeeded", "Failed"):
+        cond = _condition("AllContainersRestarting", False, previous)
+        cond["reason"] = "PodCompleted" if phase == "Succeeded" else "PodFailed"
+        return cond
+    specs = pod.spec.initContainers + pod.spec.containers
+    restarting = any(
+        st["state"].get("waiting", {}).get("reason") == restart_rules.RESTARTING_ALL
+        or ("terminated" in st["state"] and restart_rules.restarts_all(c, st["state"]["terminated"].get("exitCode", 0)))
+        for c, st in zip(specs, statuses, strict=True))
+    cond = _condition("AllContainersRestarting", restarting, previous)
+    if restarting:
+        cond["reason"], cond["message"] = "RestartAllContainersStarted", "container exited with restart policy rule"
+    return cond
 
 
 def _condition(ctype: str, ok: bool, previous: dict[str, PodCondition], reason: str = "",
@@ -283,6 +310,8 @@ def compute_status(pod: Pod, runtime: dict[str, Any] | None, previous: PodStatus
         _condition("PodScheduled", True, prev_conds),
         *runtime.get("resize_conditions", []),
     ]
+    if restart_rules.could_restart_all(pod):
+        conditions.append(_all_containers_restarting(pod, init_statuses + app_statuses, phase, prev_conds))
     pod_ip = runtime.get("pod_ip", "")
     status: PodStatus = {
         "phase": phase,

@@ -594,9 +594,7 @@ class ContainerRestartRule(_Model):
     @field_validator("action")
     @classmethod
     def _action(cls, v: str) -> str | None:
-        if v == "RestartAllContainers":
-            raise ValueError("RestartAllContainers is not supported by pykubelet (only Restart is)")
-        return one_of(v, ("Restart",))
+        return one_of(v, ("Restart", "RestartAllContainers"))
 
     @model_validator(mode="after")
     def _exit_codes(self) -> "ContainerRestartRule":
@@ -923,9 +921,8 @@ class PodSpec(_Model):
                 if c.restartPolicyRules and c.restartPolicy is None:
                     raise ValueError(f"{kind}[{i}].restartPolicy: Required value: must specify restartPolicy when "
                                      "restart rules are used")
-                if kind == "initContainers" and c.restartPolicy == "Always" and c.restartPolicyRules:
-                    raise ValueError(f"{kind}[{i}].restartPolicyRules: Forbidden: restartPolicyRules are not "
-                                     "allowed for init containers with restart policy Always")
+        # A sidecar (restartPolicy Always) may have rules too: with RestartAllContainersOnContainerExits
+        # (on by default since 1.36) the API server allows them there.
         return self
 
     @property

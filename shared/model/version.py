@@ -16,5 +16,6 @@ def version_line() -> str:
 # registry (k8s.io/component-helpers/nodedeclaredfeatures) this node implements, sorted. The API
 # server admits a pod update that needs one (a resize of pod-level resources, or of an init
 # container that is not a sidecar) only on a node that declares it, and the scheduler places a
-# pod that needs one only there.
-DECLARED_FEATURES = ["InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers"]
+# pod that needs one (a RestartAllContainers rule) only there.
+DECLARED_FEATURES = ["InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers",
+                     "RestartAllContainersOnContainerExits"]

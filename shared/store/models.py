@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, TypedDict
 
-from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from shared.model.allocation import Allocation, Resources
@@ -79,6 +79,10 @@ class DesiredPod(Base):
     allocated: Mapped[Allocation | None] = mapped_column(JSON, nullable=True, default=None)
     actuated: Mapped[dict[str, Resources]] = mapped_column(JSON, default=dict)
     resize: Mapped[ResizeConditions] = mapped_column(JSON, default=dict)
+    # RestartAllContainers (shared/model/restart_rules.py), pod-sync's: when it last stopped
+    # every container of the pod for one (wall-clock seconds, before the first stop); the
+    # containers created before then are only the history of those that run again.
+    restarted_all_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
 
 
 class ManifestError(Base):

@@ -181,6 +181,36 @@ def test_a_containers_own_restart_rules_override_the_pods_policy(cluster):
     cluster.kubectl("delete", "pod", "rules", "--wait=false")
 
 
+def test_a_restart_all_containers_rule_runs_every_container_again(cluster):
+    """The e2e spec "should restart all containers on regular container exit": in a Never pod,
+    the app container that exits 42 the first time brings the init container, the sidecar and
+    the other app container back with it, each once; the pod never fails."""
+    bb = cluster.node.image("busybox")
+    rules = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
+    cluster.create_pod("restartall", {"restartPolicy": "Never", "volumes": [{"name": "work", "emptyDir": {}}],
+        "initContainers": [{"name": "init", "image": bb, "command": ["true"]},
+                           {"name": "sidecar", "image": bb, "command": ["sleep", "3600"], "restartPolicy": "Always"}],
+        "containers": [
+            {"name": "source", "image": bb, "restartPolicy": "Never", "restartPolicyRules": rules,
+             "command": ["sh", "-c", "[ -f /w/done ] && exec sleep 3600; touch /w/done; exit 42"],
+             "volumeMounts": [{"name": "work", "mountPath": "/w"}]},
+            {"name": "regular", "image": bb, "command": ["sleep", "3600"]}]})
+
+    def all_back(p):
+        status = p.get("status", {})
+        statuses = status.get("initContainerStatuses", []) + status.get("containerStatuses", [])
+        return len(statuses) == 4 and all(c["restartCount"] >= 1 for c in statuses) and all(
+            "running" in c["state"] for c in statuses if c["name"] != "init")
+    pod = cluster.wait_pod("restartall", all_back, 90, "every container to run again")
+    statuses = pod["status"]["initContainerStatuses"] + pod["status"]["containerStatuses"]
+    assert {c["name"]: c["restartCount"] for c in statuses} == {"init": 1, "sidecar": 1, "source": 1, "regular": 1}
+    assert all(c["lastState"].get("terminated") for c in statuses), "each shows the run before"
+    assert pod["status"]["phase"] == "Running"
+    [cond] = [c for c in pod["status"]["conditions"] if c["type"] == "AllContainersRestarting"]
+    assert cond["status"] == "False"
+    cluster.kubectl("delete", "pod", "restartall", "--wait=false")
+
+
 def test_kubectl_delete_completes_within_the_grace_period(cluster):
     cluster.create_pod("graceful", {"terminationGracePeriodSeconds": 5, "containers": [{
         "name": "app", "image": cluster.node.image("busybox"),

@@ -130,8 +130,9 @@ def test_resize_pod_level_resources_in_place_and_below_usage(cluster):
     of spec.resources. The pod cgroup and the container without limits of its own (it takes the
     pod's) change in place, and the pod's status.resources follows; a memory limit below what the
     pod uses fails with an Error and changes nothing, until it is asked back."""
-    assert cluster.node_obj()["status"]["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling",
-                                                                "InPlacePodVerticalScalingInitContainers"]
+    assert cluster.node_obj()["status"]["declaredFeatures"] == [
+        "InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers",
+        "RestartAllContainersOnContainerExits"]
     pod_level = {"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "400m", "memory": "128Mi"}}
     cluster.create_pod("plr", {"resources": pod_level, "containers": [{
         "name": "app", "image": cluster.node.image("busybox"),

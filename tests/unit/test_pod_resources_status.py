@@ -51,5 +51,6 @@ def test_the_node_declares_the_resize_of_pod_level_resources(tmp_path):
     """Without it the API server refuses such a resize for a pod on this node."""
     from services.status_reporter.node_object import node_status_facts
     facts = node_status_facts("n1", str(tmp_path), 110, "containerd://2.4.2", 10250, "10.0.0.1")
-    assert facts["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling",
-                                                        "InPlacePodVerticalScalingInitContainers"]
+    assert facts["declaredFeatures"] == [
+        "InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers",
+        "RestartAllContainersOnContainerExits"]

@@ -112,18 +112,13 @@ async def test_an_init_container_of_its_own_on_failure_runs_again_in_a_never_pod
 @pytest.mark.parametrize("container, where, error", [
     (app(rules=[rule("In", 1)]), "containers", "containers[0].restartPolicy: Required value: must specify "
                                                "restartPolicy when restart rules are used"),
-    (app("Never", [rule("In", 1, action="RestartAllContainers")]), "containers",
-     "RestartAllContainers is not supported by pykubelet (only Restart is)"),
     (app("Never", [rule("In", 1, action="Kill")]), "containers", 'Unsupported value: "Kill": supported values: '
-                                                                 '"Restart"'),
+                                                                 '"Restart", "RestartAllContainers"'),
     (app("Never", [{"action": "Restart"}]), "containers", "exitCodes: Required value: must be specified"),
     (app("Never", [rule("Between", 1)]), "containers", "operator"),
     (app("Never", [rule("In", 1)] * 21), "containers", "restartPolicyRules"),
     (app("Never", [rule("In", *range(256))]), "containers", "values"),
     (app("Sometimes"), "containers", "restartPolicy"),
-    (app("Always", [rule("In", 1)], name="side"), "initContainers",
-     "initContainers[0].restartPolicyRules: Forbidden: restartPolicyRules are not allowed for init containers "
-     "with restart policy Always"),
 ])
 def test_the_api_servers_rules(container, where, error):
     spec = {"containers": [app()] if where == "initContainers" else [container]}
@@ -140,3 +135,64 @@ def test_an_ephemeral_container_has_no_restart_rules():
             "containers": [app()], "ephemeralContainers": [{"name": "dbg", "image": IMG,
                                                             "restartPolicyRules": [rule("In", 1)]}]}})
     assert "restartPolicyRules: ephemeral containers may not have restart rules" in str(exc.value)
+
+
+def test_restart_all_containers_is_an_action_of_every_kind_of_container():
+    """With RestartAllContainersOnContainerExits (on by default since 1.36) the API server takes
+    it on app, init and sidecar containers."""
+    pod = validate_pod({"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "containers": [app("Never", [rule("In", 42, action="RestartAllContainers")])],
+        "initContainers": [app("Always", [rule("In", 42, action="RestartAllContainers")], name="side")]}})
+    assert restart_rules.could_restart_all(pod)
+    assert restart_rules.restarts_all(pod.spec.containers[0], 42)
+    assert not restart_rules.restarts_all(pod.spec.containers[0], 1)
+    assert restart_rules.should_restart(pod, pod.spec.containers[0], 42), "the source runs again too"
+
+
+ALL = [rule("In", 42, action="RestartAllContainers")]
+
+
+def _by_name(rt):
+    return {c.metadata.name: c for c in rt.running()}
+
+
+async def test_restart_all_containers_stops_every_container_and_runs_them_again_from_the_first_init(
+        syncer, rt, store, events):
+    """The e2e spec's first case: in a Never pod, the app container that exits 42 restarts the
+    init container, the sidecar and the other app container, each once."""
+    pod = manifest(restart="Never", containers=[app("Never", ALL, name="source"), app(name="regular")],
+                   initContainers=[app(name="init"), app("Always", name="sidecar")])
+    want(store, pod)
+    await syncer.sync("uid1")
+    [init] = rt.running()
+    rt.exit_container(init.id, 0)
+    for _ in range(3):
+        await syncer.sync("uid1")
+    first = _by_name(rt)
+    assert set(first) == {"sidecar", "source", "regular"}
+    rt.exit_container(first["source"].id, 42)
+    await syncer.sync("uid1")
+    # every container stopped; the first init container runs again
+    assert [c.metadata.name for c in rt.running()] == ["init"]
+    assert rt.running()[0].metadata.attempt == 1
+    waiting = {c["name"]: c["waiting_reason"] for c in observed(store).containers}
+    assert waiting["regular"] == waiting["sidecar"] == waiting["source"] == "RestartingAllContainers"
+    status = compute_status(pod, {"sandbox_ready": True, "containers": observed(store).containers}, None)[0]
+    assert status["phase"] != "Failed", "on their way back, whatever the pod's Never"
+    [cond] = [c for c in status["conditions"] if c["type"] == "AllContainersRestarting"]
+    assert (cond["status"], cond["reason"]) == ("True", "RestartAllContainersStarted")
+    [again] = rt.running()
+    rt.exit_container(again.id, 0)
+    for _ in range(3):
+        await syncer.sync("uid1")
+    second = _by_name(rt)
+    assert {n: c.metadata.attempt for n, c in second.items()} == {"sidecar": 1, "source": 1, "regular": 1}
+    status = compute_status(pod, {"sandbox_ready": True, "containers": observed(store).containers}, None)[0]
+    assert status["phase"] == "Running"
+    [cond] = [c for c in status["conditions"] if c["type"] == "AllContainersRestarting"]
+    assert cond["status"] == "False"
+    restarted = {c["name"]: c["restart_count"] for c in observed(store).containers}
+    assert restarted == {"init": 1, "sidecar": 1, "source": 1, "regular": 1}
+    # the source, now running, does not loop: nothing restarts again
+    await syncer.sync("uid1")
+    assert {n: c.id for n, c in _by_name(rt).items()} == {n: c.id for n, c in second.items()}
