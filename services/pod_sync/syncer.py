@@ -553,7 +553,8 @@ class PodSyncer:
         for c in containers:
             self.backoff.forget(backoff_key(pod, c.name))
             if c.state == "running":
-                await self.killer.kill_container(c, specs.get(c.name), sandbox.ip if sandbox else "", time.monotonic(),
+                await self.killer.kill_container(c, specs.get(c.name), sandbox.ip if sandbox else "",
+                                                 time.monotonic() + MIN_GRACE,
                                                  reason="stopped to restart all containers of the pod", pod=pod)
         await self.store.run(self._save_restarted_all, pod.uid, started)
         return started
