@@ -92,6 +92,10 @@ def side_by_side(results: list[Result]) -> str:
             lines += [f"  - {name}\n      {why}" for name, why in sorted(r.failed.items())]
     if len(results) == 2:
         a, b = results
+        # A run the suite's time limit cut short ran only some specs: compare those both ran.
+        ran = (set(a.passed) | set(a.failed)) & (set(b.passed) | set(b.failed))
+        lines.append(f"\nran on both: {len(without_setup(sorted(ran)))}, passed on both: "
+                     f"{len(without_setup(sorted(set(a.passed) & set(b.passed))))}")
         regressions = sorted(set(b.passed) & set(a.failed))
         lines.append(f"\npass on {b.agent}, fail on {a.agent}: {len(regressions)}")
         lines += [f"  - {n}" for n in regressions]
