@@ -21,11 +21,11 @@ def _resize(cluster, name: str, resources: dict) -> None:
                     json.dumps({"spec": {"containers": [{"name": "app", "resources": resources}]}}))
 
 
-def _settled(resources: dict):
-    """The container reports these resources, and no resize is pending or in progress."""
+def _settled(resources: dict, kind: str = "containerStatuses"):
+    """The (first) container reports these resources, and no resize is pending or in progress."""
     def check(p: dict) -> bool:
         status = p.get("status", {})
-        statuses = status.get("containerStatuses") or [{}]
+        statuses = status.get(kind) or [{}]
         types = {c["type"] for c in status.get("conditions", [])}
         return (statuses[0].get("resources") == resources and "running" in statuses[0].get("state", {})
                 and not types & {"PodResizePending", "PodResizeInProgress"}
@@ -187,13 +187,7 @@ def test_resize_a_running_init_container_that_is_not_a_sidecar(cluster):
         "containers": [{"name": "main", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"]}]})
 
     def init_settled(resources: dict):
-        def check(p: dict) -> bool:
-            status = p.get("status", {})
-            statuses = status.get("initContainerStatuses") or [{}]
-            types = {c["type"] for c in status.get("conditions", [])}
-            return (statuses[0].get("resources") == resources and "running" in statuses[0].get("state", {})
-                    and not types & {"PodResizePending", "PodResizeInProgress"})
-        return check
+        return _settled(resources, "initContainerStatuses")
 
     cluster.wait_pod("initresize", init_settled(_resources("100m", "200m", "64Mi", "128Mi")), 60, "the init container running")
     bigger = _resources("200m", "300m", "64Mi", "128Mi")
