@@ -47,9 +47,9 @@ def _resources(entry: ObservedContainer, resize: ResizeState, name: str, latest:
     own_limits = allocated.get("limits") or {}
     shown = {"requests": has.get("requests") or {},
              "limits": {k: v for k, v in (has.get("limits") or {}).items() if k in own_limits}}
-    resources = {kind: dict(shown[kind]) for kind in ("limits", "requests") if shown[kind]}
-    if resources:
-        entry["resources"] = resources
+    # Always there, {} for a container without resources, as the kubelet reports it: the API
+    # server takes a resize only for a pod whose running container shows its resources.
+    entry["resources"] = {kind: dict(shown[kind]) for kind in ("limits", "requests") if shown[kind]}
 
 
 def observed_containers(pod: Pod, rt: RuntimePod, waiting: dict[str, tuple[str, str]], log_dir: str,

@@ -842,11 +842,14 @@ class PodSyncer:
         return "PostStartHookError", message
 
     async def _collect_garbage(self, pod: Pod, rt: RuntimePod) -> None:
-        """The kubelet's per-pod GC: keep one dead instance per container (for lastState) and
-        drop dead sandboxes once the current one has every container."""
+        """The kubelet's per-pod GC: keep one dead instance per container (for lastState), two
+        while the newest has stopped too (it is the state, the one before it the lastState: an
+        init container run again for RestartAllContainers), and drop dead sandboxes once the
+        current one has every container."""
         for name in {c.name for c in rt.containers}:
-            dead = [c for c in rt.history(name) if c.state == "exited"]
-            for c in dead[1:]:
+            history = rt.history(name)
+            dead = [c for c in history if c.state == "exited"]
+            for c in dead[2 if history[0].state == "exited" else 1:]:
                 await self._remove_container(c.id)
                 self.killer.forget([c.id])
         current = rt.current_sandbox

@@ -80,7 +80,7 @@ def container_status(obs: ObservedContainer, default_waiting: str,
     # In-place resize: what the node granted and what the container has (pod-sync's resize.py).
     if obs.get("allocated"):
         status["allocatedResources"] = obs["allocated"]
-    if obs.get("resources"):
+    if "resources" in obs:
         status["resources"] = obs["resources"]
     last = obs.get("last_terminated")
     if waiting_reason and state == "exited":

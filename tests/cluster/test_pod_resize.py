@@ -151,7 +151,7 @@ def test_resize_pod_level_resources_in_place_and_below_usage(cluster):
     pod = cluster.wait_pod("plr", settled({"cpu": "400m", "memory": "128Mi"}), 60, "Running")
     assert pod["status"]["allocatedResources"] == {"cpu": "200m", "memory": "64Mi"}
     assert pod["status"]["resources"]["requests"] == {"cpu": "200m", "memory": "64Mi"}
-    assert "resources" not in pod["status"]["containerStatuses"][0], "the container sets none itself"
+    assert pod["status"]["containerStatuses"][0]["resources"] == {}, "the container sets none itself"
     assert _cgroup(cluster, "plr")["quota"] == str(400 * CFS_PERIOD_US // 1000)
 
     cluster.kubectl("patch", "pod", "plr", "--subresource", "resize", "-p", json.dumps(
