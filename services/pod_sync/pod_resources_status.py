@@ -49,8 +49,15 @@ def _names(pod: Pod) -> tuple[str, ...]:
 
 
 def allocated_resources(pod: Pod) -> dict[str, str]:
-    """The pod's requests (kubelet: resourcehelper.PodRequests), without the zero ones."""
-    return {name: _format(name, value) for name, value in pod_requests(pod, _names(pod)).items() if value}
+    """The pod's requests (kubelet: resourcehelper.PodRequests), without the zero ones; a
+    pod-level request as the spec writes it (the kubelet copies the quantity: "10m" of memory
+    stays "10m", where bytes would round it)."""
+    out = {name: _format(name, value) for name, value in pod_requests(pod, _names(pod)).items() if value}
+    own = pod.spec.resources
+    for name, value in (own.requests.items() if own is not None else ()):
+        if name in ("cpu", "memory") or name.startswith("hugepages-"):
+            out[name] = str(value)
+    return out
 
 
 def pod_resources(pod: Pod, cgroup: PodCgroupConfig) -> PodResources:

@@ -54,3 +54,10 @@ def test_the_node_declares_the_resize_of_pod_level_resources(tmp_path):
     assert facts["declaredFeatures"] == [
         "InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers",
         "RestartAllContainersOnContainerExits"]
+
+
+def test_a_pod_level_request_is_reported_as_written():
+    """The upstream spec "pod-level resize with no container requests and limits" asks 10m of
+    memory: the kubelet copies the quantity, bytes would round it up to 1."""
+    p = pod(None, resources={"requests": {"cpu": "4m", "memory": "10m"}})
+    assert pod_resources(p, pod_cgroup_config(p))["allocatedResources"] == {"cpu": "4m", "memory": "10m"}
