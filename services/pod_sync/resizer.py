@@ -190,8 +190,7 @@ class Resizer:
             return ""
         changes = []
         parent = pod_cgroup_parent(pod, qos_class(pod), self.node.kubepods)
-        now = pod_cgroup.current(parent, self.node.cgroup_root, self.node.cgroup_slices) \
-            if pod_cgroup.exists(parent, self.node.cgroup_root, self.node.cgroup_slices) else None
+        now = pod_cgroup.current(parent, self.node.cgroup_root, self.node.cgroup_slices)  # None: not made yet
         new = pod_cgroup.pod_cgroup_config(pod).memory_limit
         if now is not None and new is not None:
             changes.append(MemoryLimitChange("", new, now.memory_limit, None))

@@ -177,11 +177,14 @@ def _failed_for_good(pod: Pod, init_statuses: list[ContainerStatus]) -> bool:
     return False
 
 
+def _waits_for_restart_all(st: ContainerStatus) -> bool:
+    return st.get("state", {}).get("waiting", {}).get("reason") == restart_rules.RESTARTING_ALL
+
+
 def _restarts(pod: Pod, c: Container, st: ContainerStatus, exit_code: int) -> bool:
     """The stopped container runs again: by its rules and policies, or because every container
     of the pod is being restarted (RestartAllContainers)."""
-    return (st.get("state", {}).get("waiting", {}).get("reason") == restart_rules.RESTARTING_ALL
-            or restart_rules.should_restart(pod, c, exit_code))
+    return _waits_for_restart_all(st) or restart_rules.should_restart(pod, c, exit_code)
 
 
 def _all_containers_restarting(pod: Pod, statuses: list[ContainerStatus], phase: str,
@@ -194,7 +197,7 @@ def _all_containers_restarting(pod: Pod, statuses: list[ContainerStatus], phase:
         return cond
     specs = pod.spec.initContainers + pod.spec.containers
     restarting = any(
-        st["state"].get("waiting", {}).get("reason") == restart_rules.RESTARTING_ALL
+        _waits_for_restart_all(st)
         or ("terminated" in st["state"] and restart_rules.restarts_all(c, st["state"]["terminated"].get("exitCode", 0)))
         for c, st in zip(specs, statuses, strict=True))
     cond = _condition("AllContainersRestarting", restarting, previous)
