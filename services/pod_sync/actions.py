@@ -49,8 +49,15 @@ class PodActions:
                     or self.kill_containers or self.restart_all)
 
 
-def backoff_key(pod: Pod, name: str) -> str:
-    return f"{pod.uid}/{name}"
+def backoff_key(pod: Pod, spec: Container) -> str:
+    """A container's crash back-off is kept per image, as the kubelet keys it by the hash of the
+    container's name and image: a new image starts without back-off."""
+    return f"{backoff_prefix(pod, spec.name)}{L.container_hash(spec.image)}"
+
+
+def backoff_prefix(pod: Pod, name: str) -> str:
+    """What every back-off key of this container starts with, whatever its image."""
+    return f"{pod.uid}/{name}/"
 
 
 def should_restart(pod: Pod, spec: Container, c: ContainerInfo | None) -> bool:
@@ -86,7 +93,7 @@ BACKOFF_RESET_AFTER_RUNNING = 600.0
 
 def _restart_or_wait(pod: Pod, spec: Container, c: ContainerInfo, init: bool, backoff: Backoff,
                      actions: PodActions) -> None:
-    key = backoff_key(pod, spec.name)
+    key = backoff_key(pod, spec)
     if c.started_at and c.finished_at - c.started_at >= BACKOFF_RESET_AFTER_RUNNING:
         backoff.forget(key)
     remaining = backoff.remaining(key, c.finished_at)

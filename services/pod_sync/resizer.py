@@ -243,7 +243,7 @@ class Resizer:
             await self.killer.kill_container(c, spec, sandbox.ip if sandbox else "",
                                              time.monotonic() + pod.spec.terminationGracePeriodSeconds,
                                              reason="resize requires restart")
-            self.backoff.forget(backoff_key(pod, c.name))  # not a crash: no back-off
+            self.backoff.forget(backoff_key(pod, spec))  # not a crash: no back-off
             killed = True
         return killed
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from services.pod_sync import metrics as M
 from services.pod_sync import pod_cgroup, user_namespaces
-from services.pod_sync.actions import PodActions, backoff_key, compute_pod_actions
+from services.pod_sync.actions import PodActions, backoff_key, backoff_prefix, compute_pod_actions
 from services.pod_sync.admission import (
     EVICTED,
     SHUTDOWN_REASONS,
@@ -534,9 +534,10 @@ class PodSyncer:
             if reason == "CrashLoopBackOff":
                 self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
                                                        f"{pod.metadata.name}_{pod.metadata.namespace}({pod.uid})")
-        waits = [self.backoff.remaining(f"{pod.uid}/{name}", last.finished_at)
+        specs = {c.name: c for c in pod.spec.initContainers + pod.spec.containers}
+        waits = [self.backoff.remaining(backoff_key(pod, specs[name]), last.finished_at)
                  for name, (reason, _) in step.waiting.items()
-                 if reason == "CrashLoopBackOff" and (last := rt.latest(name))]
+                 if reason == "CrashLoopBackOff" and name in specs and (last := rt.latest(name))]
         if any(w > 0 for w in waits):
             step.sooner(min(w for w in waits if w > 0))
 
@@ -551,7 +552,7 @@ class PodSyncer:
         sandbox = rt.current_sandbox
         specs = {c.name: c for c in pod.spec.initContainers + pod.spec.containers}
         for c in containers:
-            self.backoff.forget(backoff_key(pod, c.name))
+            self.backoff.forget(backoff_prefix(pod, c.name))
             if c.state == "running":
                 await self.killer.kill_container(c, specs.get(c.name), sandbox.ip if sandbox else "",
                                                  time.monotonic() + MIN_GRACE,

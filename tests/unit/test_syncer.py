@@ -87,6 +87,26 @@ async def test_crashing_container_restarts_then_backs_off(syncer, rt, store):
     assert 0 < result.requeue_after <= 10
 
 
+async def test_a_new_image_starts_without_the_old_images_back_off(syncer, rt, store):
+    want(store, manifest())
+    await syncer.sync("uid1")
+    for _ in range(2):  # a restart, then back-off
+        [running] = rt.running()
+        rt.exit_container(running.id, 1)
+        await syncer.sync("uid1")
+    assert rt.running() == [] and observed(store).containers[0]["waiting_reason"] == "CrashLoopBackOff"
+    updated = manifest(containers=[{"name": "app", "image": "reg/app:2"}])
+    updated.metadata.resourceVersion = "2"  # an API pod's update
+    want(store, updated)
+    await syncer.sync("uid1")  # the kubelet keys back-off by container name and image
+    [running] = rt.running()
+    assert running.metadata.attempt == 2 and observed(store).containers[0]["image"] == "reg/app:2"
+    rt.exit_container(running.id, 1)
+    await syncer.sync("uid1")  # its back-off starts at the beginning
+    assert rt.running() == []
+    assert "back-off 10s restarting" in observed(store).containers[0]["waiting_message"]
+
+
 @pytest.mark.parametrize("policy,code,restarted", [("Never", 1, False), ("Never", 0, False),
                                                    ("OnFailure", 0, False), ("OnFailure", 3, True),
                                                    ("Always", 0, True)])
