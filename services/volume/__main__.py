@@ -6,6 +6,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from services.volume import metrics as M
 from services.volume.csi_volumes import CSIVolumes
 from services.volume.manager import VolumeManager
 from services.volume.objects import STANDALONE_OBJECTS, ObjectSource
@@ -43,6 +44,7 @@ async def setup(ctx: ServiceContext) -> None:
     registry = PluginRegistry(layout.registry)
     objects: ObjectSource = STANDALONE_OBJECTS
     api_objects = None
+    events = BusRecorder(ctx.bus)
     if ctx.settings.cluster_mode:
         # What only cluster mode uses (the API client, the kubeconfig loader) is loaded only then.
         from services.volume.api_objects import ApiObjects
@@ -50,7 +52,8 @@ async def setup(ctx: ServiceContext) -> None:
 
         api = node_api_client(ctx.settings)
         objects = api_objects = ApiObjects(api, strategy=k.config_map_and_secret_change_detection_strategy,
-                                           node_name=ctx.settings.node_name)
+                                           node_name=ctx.settings.node_name, events=events)
+        M.POD_CERTIFICATE_STATES.source = api_objects.certificates.states
         ctx.on_shutdown(api_objects.close)
         ctx.on_shutdown(api.close)
     node = NodeAllocatable(cpu_capacity_millicores(), memory_capacity_bytes())
@@ -58,7 +61,7 @@ async def setup(ctx: ServiceContext) -> None:
         log.warning("swap is on and this kernel's tmpfs has no noswap option (Linux 6.4 and later have it): "
                     "memory-backed volumes (secrets, tokens, emptyDir medium Memory) may be swapped to disk")
     manager = VolumeManager(ctx.store, ctx.bus, layout, CSIVolumes(layout, registry, objects, ctx.settings.node_name),
-                            objects, node, cri, BusRecorder(ctx.bus), RESYNC_PERIOD)
+                            objects, node, cri, events, RESYNC_PERIOD)
     # A newly registered driver may unblock volumes; a changed configMap/secret updates its pods.
     registry.on_change = lambda driver: manager.wake(None)
     if api_objects is not None:

@@ -16,7 +16,8 @@ most MAX_WATCHES objects are watched: pods that refer to more objects than that 
 pod can name thousands) get the rest read again when the cached copy is older than POLL_TTL,
 as the kubelet's `Cache` change detection strategy does, instead of a connection and an fd each. Service-account tokens
 come from TokenRequest, bound to the pod, and are renewed once 80% of their lifetime has passed
-(or after 24 hours), as the kubelet's token manager does.
+(or after 24 hours), as the kubelet's token manager does. Pod certificates come from
+PodCertificateRequests (services.volume.pod_certificates).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from datetime import datetime
 from typing import Any, Callable
 
 from services.volume.objects import ObjectUnavailable
+from services.volume.pod_certificates import PodCertificates
 from shared.api.client import ApiError, KubeApi, path
+from shared.bus.events import Recorder
 from shared.model.podspec import Pod
 
 log = logging.getLogger(__name__)
@@ -66,7 +69,7 @@ def token_needs_refresh(tok: _Token, now: float) -> bool:
 class ApiObjects:
     def __init__(self, api: KubeApi, on_change: Callable[[str, str, str], None] | None = None,
                  max_watches: int = MAX_WATCHES, clock: Callable[[], float] = time.monotonic,
-                 strategy: str = WATCH, node_name: str = "") -> None:
+                 strategy: str = WATCH, node_name: str = "", events: Recorder | None = None) -> None:
         self.api = api
         self.on_change = on_change  # (kind, namespace, name) of a watched object that changed
         self.max_watches = max_watches
@@ -79,6 +82,9 @@ class ApiObjects:
         self._watches: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._read_at: dict[tuple[str, str, str], float] = {}  # objects read, not watched: when
         self._tokens: dict[tuple[Any, ...], _Token] = {}
+        self._node_uid = ""
+        self.events = events
+        self.certificates = PodCertificates(self._pod_event)
 
     async def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._read(kind, path("v1", PLURAL[kind], name, namespace), name)
@@ -237,7 +243,39 @@ class ApiObjects:
             raise ObjectUnavailable(f"while listing ClusterTrustBundles: {exc.status} {exc.reason}") from None
         return items
 
+    def _pod_event(self, pod: Pod, type_: str, reason: str, message: str) -> None:
+        if self.events is not None:
+            self.events.pod(pod.metadata.namespace, pod.metadata.name, str(pod.uid), type_, reason, message)
+
+    async def pod_certificate(self, pod: Pod, volume: str, index: int, source: dict[str, Any]) -> tuple[bytes, bytes]:
+        return await self.certificates.bundle(self, pod, volume, index, source)
+
+    async def service_account_uid(self, namespace: str, name: str) -> str:
+        sa = await self._read("ServiceAccount", path("v1", "serviceaccounts", name, namespace), name)
+        if sa is None:
+            raise ObjectUnavailable(f'while fetching service account: serviceaccounts "{name}" not found')
+        return str(sa["metadata"]["uid"])
+
+    async def node_uid(self) -> str:
+        if not self._node_uid:  # a node's UID is that of its object for good
+            node = await self._read("Node", path("v1", "nodes", self.node_name), self.node_name)
+            if node is None:
+                raise ObjectUnavailable(f'while getting node object: nodes "{self.node_name}" not found')
+            self._node_uid = str(node["metadata"]["uid"])
+        return self._node_uid
+
+    async def create_pod_certificate_request(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self.api.create(path(CERTIFICATES, "podcertificaterequests", namespace=namespace), body)
+        except ApiError as exc:
+            raise ObjectUnavailable(f"while creating on API: {exc.status} {exc.reason}") from None
+
+    async def pod_certificate_request(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._read("PodCertificateRequest",
+                                path(CERTIFICATES, "podcertificaterequests", name, namespace), name)
+
     def forget_pod(self, uid: str) -> None:
+        self.certificates.forget(uid)
         self._registered.discard(uid)
         for key in [k for k in self._tokens if k[0] == uid]:
             del self._tokens[key]

@@ -33,6 +33,7 @@ DATA_TMP = "..data_tmp"
 class FileProjection:
     data: bytes
     mode: int  # file permission bits, e.g. 0o644
+    uid: int | None = None  # the file's owner; None: root
 
 
 class PayloadError(ValueError):
@@ -83,7 +84,8 @@ def _holds(target: Path, payload: dict[str, FileProjection]) -> bool:
                 continue
             rel = str(full.relative_to(base))
             item = payload.get(rel)
-            if item is None or not stat.S_ISREG(st.st_mode) or st.st_mode & 0o7777 != item.mode:
+            if item is None or not stat.S_ISREG(st.st_mode) or st.st_mode & 0o7777 != item.mode \
+                    or st.st_uid != (item.uid or 0):
                 return False
             try:
                 if read_head(full, len(item.data) + 1) != item.data:
@@ -110,6 +112,8 @@ def write_atomically(target: Path, payload: dict[str, FileProjection]) -> bool:
         container_dir(path.parent)
         path.write_bytes(item.data)
         path.chmod(item.mode)
+        if item.uid is not None:
+            os.chown(path, item.uid, -1)
     tmp_link = target / DATA_TMP
     if tmp_link.is_symlink():
         tmp_link.unlink()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
-from prometheus_client import Gauge, Histogram
+from prometheus_client import REGISTRY, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 STORAGE_OPERATION_DURATION = Histogram(
     "storage_operation_duration_seconds", "Storage operation duration",
@@ -45,3 +48,23 @@ def forget_volume_stats(namespace: str, claim: str) -> None:
             gauge.remove(namespace, claim)
         except KeyError:
             pass
+
+
+class PodCertificateStates(Collector):
+    """kubelet_podcertificate_states: the podCertificate sources this node keeps, by signer and
+    state (not_yet_issued, fresh, overdue_for_refresh, expired, denied, failed), read when scraped."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Counter[tuple[str, str]]] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("kubelet_podcertificate_states",
+                                   "Gauge vector reporting the number of pod certificate projected volume sources, "
+                                   "faceted by signer_name and state.", labels=["signer_name", "state"])
+        for (signer, state), count in sorted((self.source() if self.source else Counter()).items()):
+            family.add_metric([signer, state], count)
+        yield family
+
+
+POD_CERTIFICATE_STATES = PodCertificateStates()
+REGISTRY.register(POD_CERTIFICATE_STATES)

@@ -1,4 +1,4 @@
-"""Where configMap, secret and service-account-token contents come from.
+"""Where configMap, secret, service-account-token and pod certificate contents come from.
 
 In cluster mode the API server (services.volume.api_objects); in standalone mode nowhere: the
 kubelet does not allow static pods to use them either, and the error says so."""
@@ -36,6 +36,11 @@ class ObjectSource(Protocol):
 
     async def cluster_trust_bundles(self, label_selector: str) -> list[dict[str, Any]]:
         """Every ClusterTrustBundle whose labels match the selector (the API's syntax)."""
+        ...
+
+    async def pod_certificate(self, pod: Pod, volume: str, index: int, source: dict[str, Any]) -> tuple[bytes, bytes]:
+        """The private key and certificate chain (PEM) of the podCertificate source at `index` of
+        the projected volume `volume` (services.volume.pod_certificates)."""
         ...
 
     def register_pod(self, uid: str, refs: set[tuple[str, str, str]]) -> None:
@@ -84,6 +89,9 @@ class NoApiObjects:
 
     async def cluster_trust_bundles(self, label_selector: str) -> list[dict[str, Any]]:
         raise self._refuse("clusterTrustBundle projections")
+
+    async def pod_certificate(self, pod: Pod, volume: str, index: int, source: dict[str, Any]) -> tuple[bytes, bytes]:
+        raise self._refuse("podCertificate projections")
 
     def register_pod(self, uid: str, refs: set[tuple[str, str, str]]) -> None:
         return None

@@ -12,6 +12,7 @@ from typing import Any
 from services.volume import trust_bundles
 from services.volume.atomic_writer import FileProjection, PayloadError, validate_path
 from services.volume.objects import ObjectSource, ObjectUnavailable
+from services.volume.pod_certificates import PodCertificateError
 from shared.model.downward_api import metadata_field, resource_field
 from shared.model.podspec import Pod
 
@@ -97,9 +98,64 @@ def _downward_files(pod: Pod, items: list[dict[str, Any]], mode: int, node: Node
     return payload
 
 
+def fs_user(pod: Pod) -> int | None:
+    """The user every container of the pod runs as, if they all run as one that the manifest
+    names (the kubelet's FsUserFrom); None otherwise."""
+    users = {c.securityContext.runAsUser if c.securityContext and c.securityContext.runAsUser is not None
+             else pod.spec.securityContext.runAsUser for c in pod.spec.all_containers}
+    return users.pop() if len(users) == 1 and None not in users else None
+
+
+def _credential(data: bytes, pod: Pod, mode: int) -> FileProjection:
+    """A token, trust bundle, key or certificate file: owned by the pod's one user and 0600 when
+    the pod has one or an fsGroup (which then gives its group read access), as the kubelet
+    makes them; the volume's mode otherwise."""
+    user = fs_user(pod)
+    if user is None and pod.spec.securityContext.fsGroup is None:
+        return FileProjection(data, mode)
+    return FileProjection(data, 0o600, user)
+
+
+async def _projected_files(source: dict[str, Any], pod: Pod, objects: ObjectSource, node: NodeAllocatable,
+                           volume: str, mode: int) -> dict[str, FileProjection]:
+    ns = pod.metadata.namespace
+    payload: dict[str, FileProjection] = {}
+    for i, part in enumerate(source.get("sources") or []):
+        if "configMap" in part:
+            payload.update(await _object_files(objects, "configMap", ns, part["configMap"], mode))
+        elif "secret" in part:
+            # In a projected volume the secret is named by "name", not "secretName".
+            payload.update(await _object_files(objects, "secret", ns, part["secret"], mode))
+        elif "downwardAPI" in part:
+            payload.update(_downward_files(pod, part["downwardAPI"].get("items") or [], mode, node))
+        elif "serviceAccountToken" in part:
+            token = part["serviceAccountToken"]
+            payload[token.get("path", "token")] = _credential(await _token(objects, pod, token), pod, mode)
+        elif "clusterTrustBundle" in part:
+            bundle = part["clusterTrustBundle"]
+            try:
+                pem = await trust_bundles.project(objects, bundle)
+            except trust_bundles.TrustBundleError as exc:
+                raise VolumeSourceError(str(exc)) from None
+            payload[str(bundle.get("path", ""))] = _credential(pem, pod, mode)
+        elif "podCertificate" in part:
+            payload.update(await _pod_certificate_files(objects, pod, volume, i, part["podCertificate"], mode))
+        else:
+            raise VolumeSourceError(f"projected.sources[{i}]: unsupported source {sorted(part)}")
+    return payload
+
+
+async def _token(objects: ObjectSource, pod: Pod, token: dict[str, Any]) -> bytes:
+    expiration = int(token.get("expirationSeconds", DEFAULT_TOKEN_EXPIRATION))
+    if expiration < MIN_TOKEN_EXPIRATION:
+        raise VolumeSourceError(f"serviceAccountToken.expirationSeconds must be at least "
+                                f"{MIN_TOKEN_EXPIRATION}, got {expiration}")
+    return (await objects.service_account_token(pod, token.get("audience", ""), expiration)).encode()
+
+
 async def build_payload(kind: str, source: dict[str, Any], pod: Pod, objects: ObjectSource,
-                        node: NodeAllocatable) -> dict[str, FileProjection]:
-    """The files of one volume of kind configMap, secret, downwardAPI or projected."""
+                        node: NodeAllocatable, volume: str = "") -> dict[str, FileProjection]:
+    """The files of one volume (named `volume`) of kind configMap, secret, downwardAPI or projected."""
     mode = _mode(source.get("defaultMode"), DEFAULT_MODE, f"{kind}.defaultMode")
     ns = pod.metadata.namespace
     try:
@@ -108,32 +164,7 @@ async def build_payload(kind: str, source: dict[str, Any], pod: Pod, objects: Ob
         elif kind == "downwardAPI":
             payload = _downward_files(pod, source.get("items") or [], mode, node)
         elif kind == "projected":
-            payload = {}
-            for i, part in enumerate(source.get("sources") or []):
-                if "configMap" in part:
-                    payload.update(await _object_files(objects, "configMap", ns, part["configMap"], mode))
-                elif "secret" in part:
-                    # In a projected volume the secret is named by "name", not "secretName".
-                    payload.update(await _object_files(objects, "secret", ns, part["secret"], mode))
-                elif "downwardAPI" in part:
-                    payload.update(_downward_files(pod, part["downwardAPI"].get("items") or [], mode, node))
-                elif "serviceAccountToken" in part:
-                    token = part["serviceAccountToken"]
-                    expiration = int(token.get("expirationSeconds", DEFAULT_TOKEN_EXPIRATION))
-                    if expiration < MIN_TOKEN_EXPIRATION:
-                        raise VolumeSourceError(f"serviceAccountToken.expirationSeconds must be at least "
-                                                f"{MIN_TOKEN_EXPIRATION}, got {expiration}")
-                    value = await objects.service_account_token(pod, token.get("audience", ""), expiration)
-                    payload[token.get("path", "token")] = FileProjection(value.encode(), mode)
-                elif "clusterTrustBundle" in part:
-                    bundle = part["clusterTrustBundle"]
-                    try:
-                        pem = await trust_bundles.project(objects, bundle)
-                    except trust_bundles.TrustBundleError as exc:
-                        raise VolumeSourceError(str(exc)) from None
-                    payload[str(bundle.get("path", ""))] = FileProjection(pem, mode)
-                else:
-                    raise VolumeSourceError(f"projected.sources[{i}]: unsupported source {sorted(part)}")
+            payload = await _projected_files(source, pod, objects, node, volume, mode)
         else:
             raise VolumeSourceError(f"{kind} is not a projected volume kind")
     except ObjectUnavailable as exc:
@@ -144,6 +175,21 @@ async def build_payload(kind: str, source: dict[str, Any], pod: Pod, objects: Ob
         except PayloadError as exc:
             raise VolumeSourceError(f"{kind}: {exc}") from None
     return payload
+
+
+async def _pod_certificate_files(objects: ObjectSource, pod: Pod, volume: str, index: int, source: dict[str, Any],
+                                 mode: int) -> dict[str, FileProjection]:
+    """The key and chain of a podCertificate source: together in credentialBundlePath (the key's
+    PEM block first), and/or apart in keyPath and certificateChainPath."""
+    try:
+        key, chain = await objects.pod_certificate(pod, volume, index, source)
+    except PodCertificateError as exc:
+        raise VolumeSourceError(str(exc)) from None
+    files = {}
+    for field, data in (("credentialBundlePath", key + chain), ("keyPath", key), ("certificateChainPath", chain)):
+        if source.get(field):
+            files[str(source[field])] = _credential(data, pod, mode)
+    return files
 
 
 def keeps_secrets(kind: str) -> bool:

@@ -139,7 +139,7 @@ class VolumeSetup:
                 if await setup_empty_dir(path, pod, src, self.node.memory_bytes) and psc.fsGroup is not None:
                     await asyncio.to_thread(set_volume_ownership, path, psc.fsGroup, False, psc.fsGroupChangePolicy)
             return path
-        payload = await build_payload(kind, src, pod, objects, self.node)
+        payload = await build_payload(kind, src, pod, objects, self.node, volume.name)
         container_dir(path)
         with M.timed(PLUGINS[kind], "volume_mount"):
             if keeps_secrets(kind) and not is_mount_point(path):

@@ -8,13 +8,11 @@ their DER bytes), so the file changes only when the bundles do."""
 
 from __future__ import annotations
 
-import base64
-import re
 from typing import Any
 
 from services.volume.objects import ObjectSource, ObjectUnavailable
+from services.volume.pem import certificate_pem, pem_blocks
 
-_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.S)
 # The kubelet's cap on the selector it is given (maxLabelSelectorLength).
 MAX_SELECTOR_LENGTH = 100 * 1024
 
@@ -49,20 +47,10 @@ def label_selector(selector: dict[str, Any] | None) -> str | None:
 
 def normalize(bundles: list[dict[str, Any]]) -> bytes:
     """The certificates of the bundles, each once, as PEM."""
-    ders: set[bytes] = set()
-    for bundle in bundles:
-        text = str((bundle.get("spec") or {}).get("trustBundle") or "").encode()
-        for match in _PEM_BLOCK.finditer(text):
-            try:
-                ders.add(base64.b64decode(b"".join(match.group(2).split()), validate=True))
-            except ValueError:
-                continue  # the API server accepts only well-formed certificates; nothing else is passed on
-    out = []
-    for der in sorted(ders):
-        b64 = base64.b64encode(der)
-        lines = b"\n".join(b64[i:i + 64] for i in range(0, len(b64), 64))
-        out.append(b"-----BEGIN CERTIFICATE-----\n" + lines + b"\n-----END CERTIFICATE-----\n")
-    return b"".join(out)
+    # The API server accepts only well-formed certificates; nothing else is passed on.
+    ders = {der for bundle in bundles
+            for _, der in pem_blocks(str((bundle.get("spec") or {}).get("trustBundle") or "").encode())}
+    return b"".join(certificate_pem(der) for der in sorted(ders))
 
 
 async def project(objects: ObjectSource, source: dict[str, Any]) -> bytes:

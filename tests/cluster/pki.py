@@ -84,6 +84,21 @@ class PKI:
             pass
         return b.sign(self._ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
 
+    def sign_public_key(self, public_key, seconds: int, uris: list[str]) -> x509.Certificate:
+        """A leaf for a key, with URI SANs only (a pod certificate), valid `seconds` from the
+        current second on (the API server wants a whole second: the status repeats the times)."""
+        start = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+        return (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(self._ca_cert.subject)
+                .public_key(public_key).serial_number(x509.random_serial_number())
+                .not_valid_before(start).not_valid_after(start + dt.timedelta(seconds=seconds))
+                .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in uris]),
+                               critical=True)
+                .sign(self._ca_key, hashes.SHA256()))
+
+    @property
+    def ca_certificate(self) -> x509.Certificate:
+        return self._ca_cert
+
     def service_account_key(self) -> Path:
         key = _key()
         path = self.dir / "sa.key"

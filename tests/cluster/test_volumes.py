@@ -13,8 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from tests.cluster.pki import self_signed_ca_pem
+from tests.cluster.pod_cert_signer import DENY, PodCertificateSigner
 from tests.integration.conftest import REPO, wait_for
 
 DRIVER = "dir.csi.pykubelet.test"
@@ -153,6 +156,62 @@ def test_cluster_trust_bundles_are_projected_by_name_and_by_signer(cluster):
     cluster.kubectl("delete", "pod", "trusting", "--wait=false")
     cluster.kubectl("delete", "clustertrustbundle", "ctb-named", "example.com:pykubelet-test:one",
                     "example.com:pykubelet-test:two")
+
+
+def test_pod_certificates_are_requested_issued_and_projected(cluster):
+    """podCertificate sources (GA in 1.37): a key made on the node, a PodCertificateRequest for
+    it that the signer answers, the key and chain in the volume; a denied one is a FailedMount."""
+    signer_name = "example.com/pykubelet-pods"
+
+    def pod_spec(annotations):
+        source = {"signerName": signer_name, "keyType": "ED25519", "maxExpirationSeconds": 3600,
+                  "credentialBundlePath": "bundle.pem", "keyPath": "tls.key", "certificateChainPath": "tls.crt",
+                  "userAnnotations": annotations}
+        return {"serviceAccountName": "certified",
+                "containers": [{"name": "app", "image": cluster.node.image("busybox"), "command": ["sleep", "3600"],
+                                "volumeMounts": [{"name": "id", "mountPath": "/id"}]}],
+                "volumes": [{"name": "id", "projected": {"sources": [{"podCertificate": source}]}}]}
+
+    cluster.kubectl("create", "serviceaccount", "certified")
+    with PodCertificateSigner(cluster.cp, signer_name) as signer:
+        cluster.create_pod("certified", pod_spec({"example.com/purpose": "test"}))
+        cluster.create_pod("refused", pod_spec({DENY: "yes"}))
+        try:
+            pod = cluster.wait_pod("certified", _running, 60, "the pod with a certificate Running")
+        except AssertionError as exc:
+            events = [e["message"] for e in cluster.get("events", "--field-selector", "involvedObject.name=certified")["items"]]
+            raise AssertionError(f"{exc}\nevents: {events}\nsigner: answered {signer.answered}, errors {signer.errors}") from None
+        bundle, key_pem, chain = (_exec(cluster, pod, f"cat /id/{f}") for f in ("bundle.pem", "tls.key", "tls.crt"))
+        assert bundle == key_pem + chain
+        key = serialization.load_pem_private_key(key_pem.encode(), None)
+        leaf = x509.load_pem_x509_certificate(chain.encode())
+        assert leaf.issuer == cluster.cp.pki.ca_certificate.subject
+        assert _spki(key) == _spki(leaf)  # issued for the key the node made for the pod
+        assert (leaf.not_valid_after_utc - leaf.not_valid_before_utc).total_seconds() == 3600
+        [pcr] = [p for p in cluster.get("podcertificaterequests")["items"] if p["spec"]["podName"] == "certified"]
+        node = cluster.node_obj()
+        assert {k: pcr["spec"][k] for k in ("signerName", "podUID", "serviceAccountName", "nodeName", "nodeUID",
+                                            "maxExpirationSeconds", "unverifiedUserAnnotations")} == {
+            "signerName": signer_name, "podUID": pod["metadata"]["uid"], "serviceAccountName": "certified",
+            "nodeName": node["metadata"]["name"], "nodeUID": node["metadata"]["uid"], "maxExpirationSeconds": 3600,
+            "unverifiedUserAnnotations": {"example.com/purpose": "test"}}
+        assert pcr["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+
+        def denied():
+            events = cluster.get("events", "--field-selector", "involvedObject.name=refused")["items"]
+            return [e for e in events if e["reason"] == "FailedMount" and "permanently denied" in e["message"]]
+
+        [event] = wait_for(denied, 60, "a FailedMount event for the denied request")[:1]
+        assert event["message"] == ('MountVolume.SetUp failed for volume "id" : PodCertificateRequest was '
+                                    'permanently denied: reason="Refused" message="this pod asked to be refused"')
+        assert cluster.pod("refused")["status"]["phase"] == "Pending"
+    cluster.kubectl("delete", "pod", "certified", "refused", "--wait=false")
+    cluster.kubectl("delete", "serviceaccount", "certified")
+
+
+def _spki(key_or_cert) -> bytes:
+    return key_or_cert.public_key().public_bytes(serialization.Encoding.DER,
+                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def test_missing_config_map_is_a_failed_mount_event(cluster):

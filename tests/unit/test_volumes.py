@@ -127,6 +127,37 @@ async def test_secret_projected_and_token():
                             p, objects, NODE)
 
 
+def _with_users(pod_user=None, container_users=(None,), fs_group=None):
+    psc = {k: v for k, v in (("runAsUser", pod_user), ("fsGroup", fs_group)) if v is not None}
+    containers = [{"name": f"c{i}", "image": "x", **({"securityContext": {"runAsUser": u}} if u is not None else {})}
+                  for i, u in enumerate(container_users)]
+    return validate_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                         "spec": {"containers": containers, "securityContext": psc}})
+
+
+@pytest.mark.parametrize("pod_user,container_users,fs_group,file", [
+    (None, (None,), None, FileProjection(b"token-for-default-1", 0o644)),
+    (1000, (None, None), None, FileProjection(b"token-for-default-1", 0o600, 1000)),  # one user: it owns the token
+    (None, (1000, 1000), None, FileProjection(b"token-for-default-1", 0o600, 1000)),
+    (1000, (None, 2000), None, FileProjection(b"token-for-default-1", 0o644)),  # two users: as the volume says
+    (None, (2000, None), None, FileProjection(b"token-for-default-1", 0o644)),  # one runs as the image says
+    (None, (None,), 3000, FileProjection(b"token-for-default-1", 0o600)),  # the group is given read after
+])
+async def test_a_token_is_private_to_the_pods_one_user_or_its_fs_group(pod_user, container_users, fs_group, file):
+    files = await build_payload("projected", {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+                                _with_users(pod_user, container_users, fs_group), FakeObjectSource(), NODE)
+    assert files == {"token": file}
+
+
+def test_a_file_for_a_user_is_written_as_theirs(tmp_path):
+    assert write_atomically(tmp_path, {"token": FileProjection(b"t", 0o600, 1234)})
+    st = (tmp_path / "token").stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (1234, 0o600)
+    assert not write_atomically(tmp_path, {"token": FileProjection(b"t", 0o600, 1234)})
+    assert write_atomically(tmp_path, {"token": FileProjection(b"t", 0o600, 4321)}), "another owner is a change"
+    assert (tmp_path / "token").stat().st_uid == 4321
+
+
 async def test_downward_api_values_and_errors():
     p = pod(limits={"memory": "128Mi"}, annotations={"z": "1", "a": "2"})
     files = await build_payload("downwardAPI", {"items": [
