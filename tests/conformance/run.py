@@ -3,7 +3,8 @@ on the real kubelet 1.37, each on a fresh cluster of its own on this machine, an
 side by side, in two suites: the [NodeConformance] specs that are also [Conformance], then every
 other [NodeConformance] spec. Two more suites run [Conformance] specs of the node that upstream
 does not label [NodeConformance]: `resize`, the in-place pod resize specs, and `image-volume`,
-the image volume spec; `userns` runs the hostUsers specs (labelled Feature:UserNamespacesSupport).
+the image volume spec; `userns` runs the hostUsers specs (labelled Feature:UserNamespacesSupport);
+`pod-certificate` the podCertificate projection specs of sig-auth.
 
 Each run: etcd + kube-apiserver (Node,RBAC, ServiceAccount admission) + kube-scheduler +
 kube-controller-manager, one node agent with its own containerd (2.x, both agents the same
@@ -13,7 +14,7 @@ one. Results (JUnit, logs, a JSON summary per suite) go to
 tests/conformance/results/<time>-<agent>/<suite>/; a single-agent run is compared with the latest
 saved run of the other agent.
 
-    python -m tests.conformance.run [--agent pykubelet|kubelet|both] [--suite conformance|node|resize|image-volume|userns|both|all[,...]]
+    python -m tests.conformance.run [--agent pykubelet|kubelet|both] [--suite conformance|node|resize|image-volume|userns|pod-certificate|both|all[,...]]
                                     [--focus REGEX] [--nodes 3]
 """
 
@@ -51,12 +52,16 @@ SUITES = {"conformance": "NodeConformance && Conformance",
           "resize": "Conformance && !NodeConformance",
           # Image volumes: the same (test/e2e/common/node/image_volume.go).
           "image-volume": "Conformance && !NodeConformance",
+          # Pod certificates: the podCertificate projection specs of sig-auth whose pods need no
+          # Service (test/e2e/auth/projected_podcertificate.go), with e2e.test's own signer.
+          "pod-certificate": "Conformance && !NodeConformance",
           # User namespaces: the hostUsers specs, labelled Feature:UserNamespacesSupport upstream
           # (test/e2e/common/node/security_context.go); chosen by their focus alone.
           "userns": ""}
 # A suite's own focus within its label filter (--focus replaces it).
 SUITE_FOCUS = {"resize": r"Pod InPlace Resize Container", "image-volume": r"\[sig-node\] ImageVolume ",
-               "userns": r"\[sig-node\] Security Context When creating a pod with HostUsers "}
+               "userns": r"\[sig-node\] Security Context When creating a pod with HostUsers ",
+               "pod-certificate": r"\[sig-auth\] Projected PodCertificate .*(should honor UserAnnotations|MaxExpirationSeconds)"}
 # Each suite of each agent stops here.
 SUITE_TIMEOUT_MIN = int(os.environ.get("CONFORMANCE_SUITE_MINUTES", "40"))
 PROGRESS_EVERY = 60.0
