@@ -26,6 +26,7 @@ import logging
 import random
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Protocol
@@ -46,6 +47,10 @@ MIN_EXPIRATION, MAX_EXPIRATION = 3600, 7862400
 ASSUME_DELETED = 600.0  # a request not found this long after it was made is made again
 REFRESH_OVERDUE = 600.0  # a refresh not issued this long after beginRefreshAt is told in an event
 JITTER = 300.0  # each deadline is moved by up to this, so that a node's sources do not ask at once
+# Keys are made one at a time, as the kubelet's single projection worker makes them: a pod with
+# hundreds of RSA4096 sources keeps this thread busy, not the threads every other volume's files
+# are written in.
+_KEYGEN = ThreadPoolExecutor(1, thread_name_prefix="pod-certificate-keys")
 
 INITIAL, WAITING, DENIED, FAILED, FRESH, REFRESHING = "initial", "waiting", "denied", "failed", "fresh", "refreshing"
 
@@ -194,7 +199,7 @@ class PodCertificates:
             sa_uid, node_uid = await api.service_account_uid(ns, sa), await api.node_uid()
         except Exception as exc:
             raise PodCertificateError(f"while creating PodCertificateRequest: {exc}") from None
-        key, request = await asyncio.to_thread(new_key_and_request, source["keyType"])
+        key, request = await asyncio.get_running_loop().run_in_executor(_KEYGEN, new_key_and_request, source["keyType"])
         spec: dict[str, Any] = {
             "signerName": source["signerName"], "podName": pod.metadata.name, "podUID": pod.uid,
             "serviceAccountName": sa, "serviceAccountUID": sa_uid, "nodeName": api.node_name, "nodeUID": node_uid,

@@ -118,31 +118,45 @@ def _credential(data: bytes, pod: Pod, mode: int) -> FileProjection:
 
 async def _projected_files(source: dict[str, Any], pod: Pod, objects: ObjectSource, node: NodeAllocatable,
                            volume: str, mode: int) -> dict[str, FileProjection]:
-    ns = pod.metadata.namespace
+    """Every source is tried, as the kubelet tries them: one that fails (a certificate not issued
+    yet) does not hold back the next (whose request is then made at once). The errors are told
+    together, as the kubelet's aggregate: one alone as it is, several as [a, b]."""
     payload: dict[str, FileProjection] = {}
+    errors: list[str] = []
     for i, part in enumerate(source.get("sources") or []):
-        if "configMap" in part:
-            payload.update(await _object_files(objects, "configMap", ns, part["configMap"], mode))
-        elif "secret" in part:
-            # In a projected volume the secret is named by "name", not "secretName".
-            payload.update(await _object_files(objects, "secret", ns, part["secret"], mode))
-        elif "downwardAPI" in part:
-            payload.update(_downward_files(pod, part["downwardAPI"].get("items") or [], mode, node))
-        elif "serviceAccountToken" in part:
-            token = part["serviceAccountToken"]
-            payload[token.get("path", "token")] = _credential(await _token(objects, pod, token), pod, mode)
-        elif "clusterTrustBundle" in part:
-            bundle = part["clusterTrustBundle"]
-            try:
-                pem = await trust_bundles.project(objects, bundle)
-            except trust_bundles.TrustBundleError as exc:
-                raise VolumeSourceError(str(exc)) from None
-            payload[str(bundle.get("path", ""))] = _credential(pem, pod, mode)
-        elif "podCertificate" in part:
-            payload.update(await _pod_certificate_files(objects, pod, volume, i, part["podCertificate"], mode))
-        else:
-            raise VolumeSourceError(f"projected.sources[{i}]: unsupported source {sorted(part)}")
+        try:
+            payload.update(await _source_files(i, part, pod, objects, node, volume, mode))
+        except (VolumeSourceError, ObjectUnavailable) as exc:
+            if str(exc) not in errors:
+                errors.append(str(exc))
+    if errors:
+        raise VolumeSourceError(errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
     return payload
+
+
+async def _source_files(i: int, part: dict[str, Any], pod: Pod, objects: ObjectSource, node: NodeAllocatable,
+                        volume: str, mode: int) -> dict[str, FileProjection]:
+    ns = pod.metadata.namespace
+    if "configMap" in part:
+        return await _object_files(objects, "configMap", ns, part["configMap"], mode)
+    if "secret" in part:
+        # In a projected volume the secret is named by "name", not "secretName".
+        return await _object_files(objects, "secret", ns, part["secret"], mode)
+    if "downwardAPI" in part:
+        return _downward_files(pod, part["downwardAPI"].get("items") or [], mode, node)
+    if "serviceAccountToken" in part:
+        token = part["serviceAccountToken"]
+        return {token.get("path", "token"): _credential(await _token(objects, pod, token), pod, mode)}
+    if "clusterTrustBundle" in part:
+        bundle = part["clusterTrustBundle"]
+        try:
+            pem = await trust_bundles.project(objects, bundle)
+        except trust_bundles.TrustBundleError as exc:
+            raise VolumeSourceError(str(exc)) from None
+        return {str(bundle.get("path", "")): _credential(pem, pod, mode)}
+    if "podCertificate" in part:
+        return await _pod_certificate_files(objects, pod, volume, i, part["podCertificate"], mode)
+    raise VolumeSourceError(f"projected.sources[{i}]: unsupported source {sorted(part)}")
 
 
 async def _token(objects: ObjectSource, pod: Pod, token: dict[str, Any]) -> bytes:

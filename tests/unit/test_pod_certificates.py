@@ -248,3 +248,35 @@ async def test_the_states_are_exported_as_the_kubelets_gauge(objects):
     registry.register(gauge)
     assert f'kubelet_podcertificate_states{{signer_name="{SIGNER}",state="not_yet_issued"}} 1.0' in \
         generate_latest(registry).decode()
+
+
+async def test_keys_are_made_on_their_own_thread_not_the_shared_one(objects, monkeypatch):
+    """A pod with many RSA sources keeps one thread busy, not the threads that write every other
+    pod's volume files (asyncio.to_thread). A source waiting for its certificate does not hold
+    back the next one's request."""
+    import threading
+
+    from services.volume import pod_certificates
+
+    threads = []
+    make = pod_certificates.new_key_and_request
+
+    def recorded(key_type):
+        threads.append(threading.current_thread().name)
+        return make(key_type)
+
+    monkeypatch.setattr(pod_certificates, "new_key_and_request", recorded)
+    with pytest.raises(VolumeSourceError):
+        await build_payload("projected", {"sources": [{"podCertificate": _source(credentialBundlePath=f"{i}.pem")}
+                                                      for i in range(3)]}, _pod(), objects, NODE, "certs")
+    # Each source asked at once, though none is issued yet; one key at a time, on one thread.
+    assert len(threads) == 3 and {t.split("_")[0] for t in threads} == {"pod-certificate-keys"}
+    assert len(objects.pod_certificate_requests) == 3
+
+
+async def test_the_errors_of_several_sources_are_told_together(objects):
+    sources = [{"configMap": {"name": "absent"}}, {"podCertificate": _source()},
+               {"podCertificate": _source(credentialBundlePath="two.pem")}]
+    with pytest.raises(VolumeSourceError) as err:
+        await build_payload("projected", {"sources": sources}, _pod(), objects, NODE, "certs")
+    assert str(err.value) == '[configmap "absent" not found, credential bundle is not issued yet]'
