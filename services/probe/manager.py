@@ -110,7 +110,7 @@ class ProbeManager:
                     worker = ProbeWorker(key, container, probe, self.runtime, self._record,
                                          self._startup_done(key),
                                          resumed=self._stored.get((key.pod_uid, key.container, key.kind)),
-                                         on_failure=self._unhealthy)
+                                         on_failure=self._unhealthy, on_warning=self._warning)
                     self.workers[key] = worker
                     self._tasks[key] = asyncio.create_task(worker.run(), name=f"probe:{key.pod_name}/{key.container}/{key.kind}")
                 worker.set_target(target)
@@ -128,6 +128,11 @@ class ProbeManager:
     def _unhealthy(self, key: ProbeKey, output: str) -> None:
         self.events.pod(key.namespace, key.pod_name, key.pod_uid, "Warning", "Unhealthy",
                         f"{key.kind.capitalize()} probe failed: {output}")
+
+    def _warning(self, key: ProbeKey, output: str) -> None:
+        """A probe that passed with a warning (an HTTP redirect to another host, not followed)."""
+        self.events.pod(key.namespace, key.pod_name, key.pod_uid, "Warning", "ProbeWarning",
+                        f"{key.kind.capitalize()} probe warning: {output}")
 
     async def _record(self, key: ProbeKey, container_id: str, result: str, message: str) -> None:
         # In a thread: the write may wait out another service's lock on the store.

@@ -87,7 +87,8 @@ class ProbeWorker:
     def __init__(self, key: ProbeKey, container: Container, probe: Probe, runtime: RuntimeService,
                  sink: ResultSink, startup_done: Callable[[], bool],
                  resumed: tuple[str, str] | None = None,
-                 on_failure: Callable[[ProbeKey, str], None] | None = None) -> None:
+                 on_failure: Callable[[ProbeKey, str], None] | None = None,
+                 on_warning: Callable[[ProbeKey, str], None] | None = None) -> None:
         self.key = key
         self.container = container
         self.probe = probe
@@ -95,6 +96,7 @@ class ProbeWorker:
         self.sink = sink
         self.startup_done = startup_done
         self.on_failure = on_failure  # every failed run is an Unhealthy event, as in the kubelet
+        self.on_warning = on_warning  # every run that passed with a warning is a ProbeWarning event
         self.target: Target | None = None
         self.result = INITIAL[key.kind]
         self.container_id = ""
@@ -164,6 +166,8 @@ class ProbeWorker:
         if outcome.result == probers.WARNING:
             log.warning("%s probe of %s/%s: %s", self.key.kind, self.key.pod_name, self.key.container,
                         outcome.output[:200])
+            if self.on_warning is not None:
+                self.on_warning(self.key, outcome.output.strip()[:1024])
         raw = SUCCESS if outcome.ok else FAILURE
         self.last_failure = outcome.output.strip()[:1024] if raw == FAILURE else ""
         if raw == FAILURE and self.on_failure is not None:

@@ -130,3 +130,34 @@ async def test_probes_due_in_the_same_slot_start_together_on_the_grid(monkeypatc
     firsts = deadlines[:5]
     assert len(set(firsts)) == 1, f"one deadline for the slot, not five: {firsts}"
     assert math.isclose(firsts[0], slot_start + w.START_GRID), "the slot's end, on the grid"
+
+
+async def test_a_probe_passed_with_a_warning_is_a_success_and_told_each_time():
+    """The kubelet's ProbeWarning event (an HTTP redirect to another host is not followed)."""
+    s = Scripted("liveness", [], failureThreshold=1)
+    told = []
+    s.worker.on_warning = lambda key, output: told.append((key.kind, output))
+
+    async def warned(_t):
+        return probers.Outcome(probers.WARNING, "Probe terminated redirects, Response body: <a>Found</a>.")
+    s.worker._run_probe = warned
+    await s.run(2)
+    assert s.worker.result == SUCCESS and not s.worker.on_hold
+    assert told == [("liveness", "Probe terminated redirects, Response body: <a>Found</a>.")] * 2
+
+
+async def test_the_manager_tells_a_warning_as_the_kubelets_event():
+    from services.probe.manager import ProbeManager
+
+    class Events:
+        def __init__(self):
+            self.told = []
+
+        def pod(self, *event):
+            self.told.append(event)
+
+    events = Events()
+    manager = ProbeManager(store=None, bus=None, runtime=None, events=events)
+    manager._warning(ProbeKey("u", "ns", "p", "c", "liveness"), "Probe terminated redirects, Response body: x.")
+    assert events.told == [("ns", "p", "u", "Warning", "ProbeWarning",
+                            "Liveness probe warning: Probe terminated redirects, Response body: x.")]
