@@ -31,10 +31,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Protocol
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-
 from services.volume.pem import certificate_pem, pem_blocks
 from shared.model.podspec import Pod
 
@@ -117,7 +113,13 @@ def validate(source: dict[str, Any]) -> None:
 
 def new_key_and_request(key_type: str) -> tuple[bytes, bytes]:
     """A fresh private key (PEM, PKCS#8) and a PKCS#10 request signed with it (DER) that carries
-    nothing but its public key, as the kubelet makes them. RSA keys take a while: call in a thread."""
+    nothing but its public key, as the kubelet makes them. RSA keys take a while: call in a thread.
+    cryptography is imported here, by the first pod that has a podCertificate source: the volume
+    service of a node without one does not carry its 48 modules."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
     key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
     if key_type in ("RSA3072", "RSA4096"):
         key = rsa.generate_private_key(65537, int(key_type[3:]))

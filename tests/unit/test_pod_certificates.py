@@ -280,3 +280,19 @@ async def test_the_errors_of_several_sources_are_told_together(objects):
     with pytest.raises(VolumeSourceError) as err:
         await build_payload("projected", {"sources": sources}, _pod(), objects, NODE, "certs")
     assert str(err.value) == '[configmap "absent" not found, credential bundle is not issued yet]'
+
+
+def test_the_volume_service_loads_cryptography_only_for_a_pod_certificate():
+    """Its 48 modules would be memory in every volume service; only a node whose pods ask for
+    pod certificates needs them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("import sys\n"
+              "import services.volume.__main__, services.volume.api_objects, services.volume.pod_certificates\n"
+              "print(any(m.startswith('cryptography') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
