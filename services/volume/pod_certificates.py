@@ -81,6 +81,7 @@ class _Pending:
 
 @dataclass
 class _Source:
+    signer: str
     state: str = INITIAL
     key: bytes = b""
     chain: bytes = b""
@@ -157,15 +158,12 @@ class PodCertificates:
         self.clock = clock
         self.jitter = jitter
         self._sources: dict[tuple[str, str, int], _Source] = {}
-        self._signers: dict[tuple[str, str, int], str] = {}
 
     async def bundle(self, api: PodCertificateApi, pod: Pod, volume: str, index: int,
                      source: dict[str, Any]) -> tuple[bytes, bytes]:
         """The source's private key (PEM) and certificate chain (PEM) to write now."""
         validate(source)
-        key = (str(pod.uid), volume, index)
-        self._signers[key] = source["signerName"]
-        rec = self._sources.setdefault(key, _Source())
+        rec = self._sources.setdefault((str(pod.uid), volume, index), _Source(source["signerName"]))
         try:
             await self._advance(api, pod, source, rec)
         except PodCertificateError as exc:
@@ -175,11 +173,8 @@ class PodCertificates:
             log.warning("pod %s: volume %s: refreshing its pod certificate: %s", pod.full_name, volume, exc)
         if rec.state in (FRESH, REFRESHING):
             return rec.key, rec.chain
-        if rec.state == DENIED:
-            raise PodCertificateError(f"PodCertificateRequest was permanently denied: reason={_q(rec.reason)} "
-                                      f"message={_q(rec.message)}")
-        if rec.state == FAILED:
-            raise PodCertificateError(f"PodCertificateRequest was permanently failed: reason={_q(rec.reason)} "
+        if rec.state in (DENIED, FAILED):
+            raise PodCertificateError(f"PodCertificateRequest was permanently {rec.state}: reason={_q(rec.reason)} "
                                       f"message={_q(rec.message)}")
         raise PodCertificateError("credential bundle is not issued yet")
 
@@ -205,7 +200,7 @@ class PodCertificates:
         spec: dict[str, Any] = {
             "signerName": source["signerName"], "podName": pod.metadata.name, "podUID": pod.uid,
             "serviceAccountName": sa, "serviceAccountUID": sa_uid, "nodeName": api.node_name, "nodeUID": node_uid,
-            "stubPKCS10Request": _b64(request)}
+            "stubPKCS10Request": base64.b64encode(request).decode()}
         if source.get("maxExpirationSeconds") is not None:
             spec["maxExpirationSeconds"] = source["maxExpirationSeconds"]
         if source.get("userAnnotations"):
@@ -266,13 +261,12 @@ class PodCertificates:
     def forget(self, uid: str) -> None:
         for key in [k for k in self._sources if k[0] == uid]:
             del self._sources[key]
-            self._signers.pop(key, None)
 
     def states(self) -> Counter[tuple[str, str]]:
         """(signer, state) -> how many sources, in the kubelet's metric's words."""
         now = self.clock()
         counts: Counter[tuple[str, str]] = Counter()
-        for key, rec in self._sources.items():
+        for rec in self._sources.values():
             if rec.state in (INITIAL, WAITING):
                 state = "not_yet_issued"
             elif rec.state in (DENIED, FAILED):
@@ -283,14 +277,10 @@ class PodCertificates:
                 state = "overdue_for_refresh"
             else:
                 state = "fresh"
-            counts[(self._signers[key], state)] += 1
+            counts[(rec.signer, state)] += 1
         return counts
 
 
 def _q(text: str) -> str:
     """Quoted as the kubelet's %q quotes it (for what a condition holds, JSON's quoting is the same)."""
     return json.dumps(text, ensure_ascii=False)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
